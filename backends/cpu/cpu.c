@@ -1,0 +1,229 @@
+/*
+ * cpu.c - the host backend: device memory is host memory, and one worker
+ * thread plays the device's copy engine.
+ *
+ * It exists so that the whole system runs, and is tested, on a machine with
+ * no GPU. It keeps the asynchronous contract of a real device: work is queued
+ * and completes later, off the caller's thread, in stream order. The worker
+ * serves one queue for every stream, so order within a stream holds trivially.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver.h"
+#include "errors.h"
+
+#define CPU_DEFAULT_MEMORY (4ull << 30)
+#define CPU_ALIGNMENT 64
+
+struct cube__storage {
+        uint64_t size;
+        void *bytes;
+};
+
+struct cube__dstream {
+        int unused;
+};
+
+struct cube__device {
+        cube__device_config config;
+        uint64_t memory_limit;
+        uint64_t in_use;                /* loop thread only */
+
+        pthread_t worker;
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        pthread_cond_t idle;
+        cube__work *head, *tail;        /* the queue, under lock */
+        bool busy;
+        bool stopping;
+};
+
+/* The worker: takes work in submission order, performs it, hands it back. */
+static void *cpu_worker(void *arg)
+{
+        cube__device *d = arg;
+
+        pthread_mutex_lock(&d->lock);
+        for (;;) {
+                while (!d->head && !d->stopping)
+                        pthread_cond_wait(&d->wake, &d->lock);
+                if (!d->head)
+                        break;
+                cube__work *w = d->head;
+                d->head = w->next;
+                if (!d->head)
+                        d->tail = NULL;
+                d->busy = true;
+                pthread_mutex_unlock(&d->lock);
+
+                switch (w->op) {
+                case CUBE__WORK_COPY_TO_DEVICE:
+                        memcpy((char *) w->storage->bytes + w->offset, w->host, w->len);
+                        break;
+                case CUBE__WORK_COPY_TO_HOST:
+                        memcpy(w->host, (const char *) w->storage->bytes + w->offset, w->len);
+                        break;
+                case CUBE__WORK_FENCE:
+                        break;
+                }
+                w->next = NULL;
+                d->config.complete(d->config.complete_ctx, w);
+
+                pthread_mutex_lock(&d->lock);
+                d->busy = false;
+                if (!d->head)
+                        pthread_cond_broadcast(&d->idle);
+        }
+        pthread_mutex_unlock(&d->lock);
+        return NULL;
+}
+
+static int cpu_open(const cube__device_config *config, cube__device **ret_device, const char **ret_why)
+{
+        cube__device *d;
+
+        if (config->index != 0) {
+                *ret_why = "the cpu backend has one device, cpu0";
+                return -ENODEV;
+        }
+        d = calloc(1, sizeof(*d));
+        if (!d)
+                return -ENOMEM;
+        d->config = *config;
+        d->memory_limit = config->memory_limit ? config->memory_limit : CPU_DEFAULT_MEMORY;
+        pthread_mutex_init(&d->lock, NULL);
+        pthread_cond_init(&d->wake, NULL);
+        pthread_cond_init(&d->idle, NULL);
+        if (pthread_create(&d->worker, NULL, cpu_worker, d) != 0) {
+                *ret_why = "could not start the cpu backend's worker thread";
+                pthread_mutex_destroy(&d->lock);
+                pthread_cond_destroy(&d->wake);
+                pthread_cond_destroy(&d->idle);
+                free(d);
+                return -EAGAIN;
+        }
+        *ret_device = d;
+        return 0;
+}
+
+static void cpu_close(cube__device *d)
+{
+        if (!d)
+                return;
+        pthread_mutex_lock(&d->lock);
+        d->stopping = true;
+        pthread_cond_signal(&d->wake);
+        pthread_mutex_unlock(&d->lock);
+        pthread_join(d->worker, NULL);
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->wake);
+        pthread_cond_destroy(&d->idle);
+        free(d);
+}
+
+static void cpu_properties(cube__device *d, cube_device_properties *ret)
+{
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+
+        *ret = (cube_device_properties) {
+                .name = "cpu",
+                .memory_bytes = d->memory_limit,
+                .max_page_size = d->memory_limit,
+                .alignment = CPU_ALIGNMENT,
+                .plane_size_min = 1,
+                .plane_size_max = 1,
+                .max_bindings = 1024,
+                .max_shared_memory_size = l1d > 0 ? (uint32_t) l1d : 64 * 1024,
+                .max_cube_count = { 65535, 65535, 65535 },
+                .max_units_per_cube = 1024,
+                .max_cube_dim = { 1024, 1024, 64 },
+                .num_streaming_multiprocessors = cores > 0 ? (uint32_t) cores : 1,
+                .num_cpu_cores = cores > 0 ? (uint32_t) cores : 1,
+        };
+}
+
+static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
+{
+        cube__storage *s;
+        uint64_t rounded;
+
+        if (size > d->memory_limit)
+                return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
+        rounded = (size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+        if (rounded > d->memory_limit - d->in_use)
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        s = malloc(sizeof(*s));
+        if (!s)
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        s->size = size;
+        s->bytes = NULL;
+        if (rounded > 0 && posix_memalign(&s->bytes, CPU_ALIGNMENT, rounded) != 0) {
+                free(s);
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        }
+        d->in_use += rounded;
+        *ret_storage = s;
+        return NULL;
+}
+
+static void cpu_release(cube__device *d, cube__storage *s)
+{
+        if (!s)
+                return;
+        d->in_use -= (s->size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+        free(s->bytes);
+        free(s);
+}
+
+static void *cpu_host_view(cube__device *d, cube__storage *s)
+{
+        return s->bytes;
+}
+
+static cube_error *cpu_stream_open(cube__device *d, cube__dstream **ret_stream)
+{
+        cube__dstream *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return cube__err_generic("out of host memory creating a stream");
+        *ret_stream = s;
+        return NULL;
+}
+
+static void cpu_stream_close(cube__device *d, cube__dstream *s)
+{
+        free(s);
+}
+
+static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
+{
+        w->next = NULL;
+        pthread_mutex_lock(&d->lock);
+        if (d->tail)
+                d->tail->next = w;
+        else
+                d->head = w;
+        d->tail = w;
+        pthread_cond_signal(&d->wake);
+        pthread_mutex_unlock(&d->lock);
+}
+
+const cube__driver cube__driver_cpu = {
+        .name = "cpu",
+        .open = cpu_open,
+        .close = cpu_close,
+        .properties = cpu_properties,
+        .alloc = cpu_alloc,
+        .release = cpu_release,
+        .host_view = cpu_host_view,
+        .stream_open = cpu_stream_open,
+        .stream_close = cpu_stream_close,
+        .submit = cpu_submit,
+};

@@ -1,0 +1,89 @@
+/*
+ * driver.h - the small interface between cubed's generic core and a device.
+ *
+ * The core owns everything that is the same on every device: sessions,
+ * handles, streams and their order, accounting, the failure store. A backend
+ * implements only what touches the device: storage, streams, copies and
+ * fences (kernels join them later). It is shaped for an asynchronous device:
+ * a copy is *submitted* on a stream and *completes* later, from whatever
+ * thread the backend likes, through the completion function the core gave it
+ * at open. The core never waits on the device on its event-loop thread.
+ *
+ * Threading: open/close/properties/alloc/release/stream_open/stream_close and
+ * every submission are called from the core's loop thread only.
+ */
+#ifndef CUBE_DRIVER_H
+#define CUBE_DRIVER_H
+
+#include <stdint.h>
+
+#include "cube.h"
+
+typedef struct cube__device cube__device;
+typedef struct cube__storage cube__storage;
+typedef struct cube__dstream cube__dstream;
+typedef struct cube__work cube__work;
+
+/* What a submitted piece of work asks of the device. */
+typedef enum cube__work_op {
+        CUBE__WORK_COPY_TO_DEVICE,      /* host -> storage + offset, len bytes */
+        CUBE__WORK_COPY_TO_HOST,        /* storage + offset -> host, len bytes */
+        CUBE__WORK_FENCE,               /* completes once everything before it on the stream has */
+} cube__work_op;
+
+/* One unit of device work. The core embeds it in its own bookkeeping and
+ * fills the fields; the backend sets error on failure and hands the work back
+ * through the completion function, exactly once. */
+struct cube__work {
+        cube__work *next;               /* free for the backend's queues while it holds the work */
+        cube__work_op op;
+        cube__storage *storage;
+        uint64_t offset;
+        void *host;                     /* source or destination in host memory */
+        uint64_t len;
+        cube_error *error;              /* set by the backend; the core takes it */
+};
+
+typedef void (*cube__complete_fn)(void *ctx, cube__work *work);
+
+typedef struct cube__device_config {
+        unsigned index;                 /* the device's index on its backend */
+        uint64_t memory_limit;          /* 0: the backend's default */
+        cube__complete_fn complete;     /* callable from any thread */
+        void *complete_ctx;
+} cube__device_config;
+
+typedef struct cube__driver {
+        const char *name;               /* "cpu", "cuda" */
+
+        /* Brings the device up. On failure returns a negative errno and, when
+         * it can say more, a message for a person in *ret_why (static). */
+        int (*open)(const cube__device_config *config, cube__device **ret_device,
+                    const char **ret_why);
+        /* Waits for all submitted work to complete, then releases the device. */
+        void (*close)(cube__device *d);
+        void (*properties)(cube__device *d, cube_device_properties *ret);
+
+        /* Device memory. alloc answers with the taxonomy: IoError::BufferTooBig
+         * when the size can never fit, IoError::OutOfMemory when it does not
+         * fit now. release is called only once no submitted work uses it. */
+        cube_error *(*alloc)(cube__device *d, uint64_t size, cube__storage **ret_storage);
+        void (*release)(cube__device *d, cube__storage *s);
+        /* The storage's bytes, for backends whose memory the host can address
+         * (NULL elsewhere). */
+        void *(*host_view)(cube__device *d, cube__storage *s);
+
+        cube_error *(*stream_open)(cube__device *d, cube__dstream **ret_stream);
+        /* Called once no submitted work remains on the stream. */
+        void (*stream_close)(cube__device *d, cube__dstream *s);
+
+        /* Queues work on a stream; work on one stream completes in order. */
+        void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
+} cube__driver;
+
+extern const cube__driver cube__driver_cpu;
+
+/* The driver registered under name, or NULL. */
+const cube__driver *cube__driver_find(const char *name);
+
+#endif

@@ -1,0 +1,408 @@
+/*
+ * conn.c - the Unix socket: listening, accepting, framing and writing.
+ *
+ * Every byte a client sends lands in the connection's read buffer and passes
+ * the pre-scan before msgpack-c decodes it, so a declared size can never make
+ * the daemon allocate or wait beyond the limits. A message that breaks the
+ * protocol is answered with ServerError::Validation where a reply can be
+ * framed (its msgid is readable), else with a protocol_error notification,
+ * and then its connection is closed; other sessions never notice.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cubed.h"
+
+#define READ_CHUNK (64 * 1024)
+/* Payloads at least this large are kept in the read buffer they arrived in
+ * rather than copied. */
+#define KEEP_BUFFER_MIN (256 * 1024)
+
+struct cube__conn {
+        uv_pipe_t pipe;
+        cube__server *server;
+        cube__session *session;
+        uint8_t *buf;
+        size_t cap, len, pos;
+        size_t need;                    /* bytes from pos the next message needs */
+        unsigned writes_pending;
+        bool closing;
+        bool close_after_write;
+        cube__conn *prev, *next;
+};
+
+typedef struct write_req {
+        uv_write_t req;
+        cube__conn *conn;
+        char *frame;
+} write_req;
+
+static void on_closed(uv_handle_t *h)
+{
+        cube__conn *c = h->data;
+        cube__server *srv = c->server;
+
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                srv->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        free(c->buf);
+        if (c->session)
+                cube__session_detach(c->session);
+        free(c);
+        cube__server_check_stopped(srv);
+}
+
+void cube__conn_close(cube__conn *c)
+{
+        if (c->closing)
+                return;
+        c->closing = true;
+        uv_read_stop((uv_stream_t *) &c->pipe);
+        uv_close((uv_handle_t *) &c->pipe, on_closed);
+}
+
+cube__session *cube__conn_session(cube__conn *c)
+{
+        return c->session;
+}
+
+void cube__conn_close_all(cube__server *srv)
+{
+        for (cube__conn *c = srv->conns; c; c = c->next)
+                cube__conn_close(c);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+        write_req *w = (write_req *) req;
+        cube__conn *c = w->conn;
+
+        free(w->frame);
+        free(w);
+        c->writes_pending--;
+        if (c->close_after_write && c->writes_pending == 0)
+                cube__conn_close(c);
+}
+
+void cube__conn_send(cube__conn *c, char *frame, size_t len)
+{
+        write_req *w;
+        uv_buf_t b;
+
+        if (!c || c->closing) {
+                free(frame);
+                return;
+        }
+        w = malloc(sizeof(*w));
+        if (!w) {
+                free(frame);
+                cube__conn_close(c);
+                return;
+        }
+        w->conn = c;
+        w->frame = frame;
+        b = uv_buf_init(frame, (unsigned) len);
+        if (uv_write(&w->req, (uv_stream_t *) &c->pipe, &b, 1, on_written) < 0) {
+                free(frame);
+                free(w);
+                cube__conn_close(c);
+                return;
+        }
+        c->writes_pending++;
+}
+
+void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb)
+{
+        size_t len = sb->size;
+        char *frame = msgpack_sbuffer_release(sb);
+
+        if (!s->conn) {
+                free(frame);
+                return;
+        }
+        s->bytes_out += len;
+        cube__conn_send(s->conn, frame, len);
+}
+
+void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        s->errors++;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_response_error(&pk, msgid, error) == 0)
+                cube__reply_sbuffer(s, &sb);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* The msgid of a request whose envelope starts intact, or -1: lets a
+ * malformed request be answered on its own msgid. */
+static int64_t peek_msgid(const uint8_t *p, size_t n)
+{
+        if (n < 3 || p[0] != 0x94 || p[1] != 0x00)
+                return -1;
+        if (p[2] <= 0x7f)
+                return p[2];
+        if (p[2] == 0xcc && n >= 4)
+                return p[3];
+        if (p[2] == 0xcd && n >= 5)
+                return (int64_t) p[3] << 8 | p[4];
+        if (p[2] == 0xce && n >= 7)
+                return (int64_t) p[3] << 24 | (int64_t) p[4] << 16 | (int64_t) p[5] << 8 | p[6];
+        return -1;
+}
+
+void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ...)
+{
+        char reason[512];
+        cube_error *e;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        va_list ap;
+        int r;
+
+        if (c->closing || c->close_after_write)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof(reason), fmt, ap);
+        va_end(ap);
+        cube__log(CUBE__LOG_WARNING, "session %" PRIu64 " (pid %d): protocol error, closing: %s",
+                  c->session->id, (int) c->session->pid, reason);
+        c->session->errors++;
+
+        e = cube__err_validation("protocol error: %s; the connection is closed", reason);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (msgid >= 0)
+                r = cube__pack_response_error(&pk, (uint32_t) msgid, e);
+        else
+                r = (cube__pack_notify(&pk, "protocol_error", 1) == 0 && e) ?
+                    cube__err_pack(&pk, e) : -ENOMEM;
+        cube_error_free(e);
+        uv_read_stop((uv_stream_t *) &c->pipe);
+        if (r == 0) {
+                size_t len = sb.size;
+                cube__conn_send(c, msgpack_sbuffer_release(&sb), len);
+        }
+        msgpack_sbuffer_destroy(&sb);
+        c->close_after_write = true;
+        if (c->writes_pending == 0)
+                cube__conn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret)
+{
+        cube__conn *c = h->data;
+        size_t want;
+
+        if (c->pos == c->len)
+                c->pos = c->len = 0;
+        want = c->len + READ_CHUNK;
+        if (c->need > 0 && c->pos + c->need > want)
+                want = c->pos + c->need;
+        if (want > c->cap && c->pos > 0) {
+                memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+                c->len -= c->pos;
+                want -= c->pos;
+                c->pos = 0;
+        }
+        if (want > c->cap) {
+                uint8_t *grown = realloc(c->buf, want);
+                if (!grown) {
+                        *ret = uv_buf_init(NULL, 0);    /* libuv reports UV_ENOBUFS */
+                        return;
+                }
+                c->buf = grown;
+                c->cap = want;
+        }
+        *ret = uv_buf_init((char *) c->buf + c->len, (unsigned) (c->cap - c->len));
+}
+
+/* Decodes and dispatches every whole message buffered. */
+static void process(cube__conn *c)
+{
+        const cube__limits *lim = &c->server->opts.limits;
+
+        while (!c->closing && !c->close_after_write && c->len > c->pos) {
+                size_t avail = c->len - c->pos, mlen = 0, off = 0;
+                cube__scan scan;
+
+                if (avail < c->need)
+                        return;
+                scan = cube__prescan(c->buf + c->pos, avail, lim, &mlen);
+                if (scan == CUBE__SCAN_INCOMPLETE) {
+                        c->need = mlen;
+                        return;
+                }
+                c->need = 0;
+                if (scan != CUBE__SCAN_COMPLETE) {
+                        cube__conn_protocol_error(c, peek_msgid(c->buf + c->pos, avail), "%s",
+                                                  cube__scan_describe(scan));
+                        return;
+                }
+
+                msgpack_unpacked up;
+                msgpack_unpacked_init(&up);
+                if (msgpack_unpack_next(&up, (const char *) c->buf + c->pos, mlen, &off) !=
+                    MSGPACK_UNPACK_SUCCESS || off != mlen) {
+                        msgpack_unpacked_destroy(&up);
+                        cube__conn_protocol_error(c, peek_msgid(c->buf + c->pos, avail),
+                                                  "the message could not be decoded");
+                        return;
+                }
+                bool taken = cube__dispatch(c, &up.data, c->buf);
+                msgpack_unpacked_destroy(&up);
+                c->pos += mlen;
+                if (taken) {
+                        /* The buffer now belongs to a write in flight: carry
+                         * the bytes after this message over to a fresh one. */
+                        size_t rest = c->len - c->pos;
+                        size_t cap = rest > READ_CHUNK ? rest : READ_CHUNK;
+                        uint8_t *fresh = malloc(cap);
+                        if (!fresh) {
+                                c->buf = NULL;
+                                c->cap = c->len = c->pos = 0;
+                                cube__conn_close(c);
+                                return;
+                        }
+                        memcpy(fresh, c->buf + c->pos, rest);
+                        c->buf = fresh;
+                        c->cap = cap;
+                        c->len = rest;
+                        c->pos = 0;
+                }
+        }
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
+{
+        cube__conn *c = stream->data;
+
+        if (nread < 0) {
+                if (nread != UV_EOF)
+                        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": read failed: %s",
+                                  c->session->id, uv_strerror((int) nread));
+                cube__conn_close(c);
+                return;
+        }
+        c->len += (size_t) nread;
+        c->session->bytes_in += (uint64_t) nread;
+        process(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+        cube__server *srv = listener->data;
+        cube__conn *c;
+        struct ucred cred = {0};
+        socklen_t cred_len = sizeof(cred);
+        uv_os_fd_t fd;
+
+        if (status < 0) {
+                cube__log(CUBE__LOG_WARNING, "accept failed: %s", uv_strerror(status));
+                return;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return;
+        c->server = srv;
+        uv_pipe_init(srv->loop, &c->pipe, 0);
+        c->pipe.data = c;
+        c->next = srv->conns;
+        if (srv->conns)
+                srv->conns->prev = c;
+        srv->conns = c;
+        if (uv_accept(listener, (uv_stream_t *) &c->pipe) < 0) {
+                c->closing = true;
+                uv_close((uv_handle_t *) &c->pipe, on_closed);
+                return;
+        }
+        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
+                (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
+        c->session = cube__session_new(srv, c, cred.pid, cred.uid, cred.gid);
+        if (!c->session || srv->stopping) {
+                cube__conn_close(c);
+                return;
+        }
+        uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+}
+
+/* Whether a daemon answers on path: tells a live socket from a stale file. */
+static bool socket_is_live(const char *path)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        bool live;
+
+        if (fd < 0)
+                return false;
+        strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
+        live = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 || errno != ECONNREFUSED;
+        close(fd);
+        return live;
+}
+
+int cube__listen(cube__server *srv, const char *path)
+{
+        struct sockaddr_un sa;
+        struct stat st;
+        mode_t old_mask;
+        int r;
+
+        if (strlen(path) >= sizeof(sa.sun_path)) {
+                cube__log(CUBE__LOG_ERR, "socket path %s is %zu bytes long; a Unix socket path "
+                          "holds at most %zu", path, strlen(path), sizeof(sa.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        if (lstat(path, &st) == 0) {
+                if (!S_ISSOCK(st.st_mode)) {
+                        cube__log(CUBE__LOG_ERR, "%s exists and is not a socket; refusing to "
+                                  "replace it", path);
+                        return -EEXIST;
+                }
+                if (socket_is_live(path)) {
+                        cube__log(CUBE__LOG_ERR, "another daemon is serving %s; stop it first "
+                                  "or choose another --socket", path);
+                        return -EADDRINUSE;
+                }
+                cube__log(CUBE__LOG_NOTICE, "replacing stale socket %s", path);
+                if (unlink(path) < 0 && errno != ENOENT) {
+                        cube__log(CUBE__LOG_ERR, "cannot remove stale socket %s: %s", path,
+                                  strerror(errno));
+                        return -errno;
+                }
+        }
+
+        uv_pipe_init(srv->loop, &srv->listener, 0);
+        srv->listener.data = srv;
+        old_mask = umask(0117);         /* the socket is created 0660 */
+        r = uv_pipe_bind(&srv->listener, path);
+        umask(old_mask);
+        if (r < 0) {
+                cube__log(CUBE__LOG_ERR, "cannot bind %s: %s", path, uv_strerror(r));
+                uv_close((uv_handle_t *) &srv->listener, NULL);
+                return r;
+        }
+        r = uv_listen((uv_stream_t *) &srv->listener, 128, on_connection);
+        if (r < 0) {
+                cube__log(CUBE__LOG_ERR, "cannot listen on %s: %s", path, uv_strerror(r));
+                uv_close((uv_handle_t *) &srv->listener, NULL);
+                unlink(path);
+                return r;
+        }
+        srv->listening = true;
+        return 0;
+}

@@ -1,0 +1,248 @@
+/*
+ * cubed.h - the daemon's shared declarations: the server, sessions,
+ * allocations, the failure store and the work that flows to the device.
+ *
+ * Ownership in one paragraph: the loop thread owns every structure here. The
+ * device sees only cube__work items; it hands each back through
+ * cube__server_complete(), and the loop thread finishes it. A session lives
+ * until its connection is gone *and* no work of it is in flight; an
+ * allocation's storage lives until it is freed *and* no work uses it.
+ */
+#ifndef CUBED_H
+#define CUBED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+#include <msgpack.h>
+
+#include "cube.h"
+#include "driver.h"
+#include "errors.h"
+#include "prescan.h"
+#include "wire.h"
+
+#define CUBED_NAME_MAX 64
+
+typedef struct cube__server cube__server;
+typedef struct cube__session cube__session;
+typedef struct cube__conn cube__conn;
+
+/* ---- logging (log.c) ---------------------------------------------------- */
+enum { CUBE__LOG_ERR = 3, CUBE__LOG_WARNING = 4, CUBE__LOG_NOTICE = 5, CUBE__LOG_INFO = 6,
+       CUBE__LOG_DEBUG = 7 };
+void cube__log_init(int max_level);
+void cube__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- a map from u64 ids to pointers (idmap.c) --------------------------- */
+typedef struct cube__idmap {
+        struct cube__idmap_slot *slots;
+        size_t cap, len, used;          /* used counts tombstones too */
+} cube__idmap;
+
+void *cube__idmap_get(const cube__idmap *m, uint64_t key);
+int cube__idmap_put(cube__idmap *m, uint64_t key, void *value);
+void *cube__idmap_remove(cube__idmap *m, uint64_t key);
+/* Visits every entry; fn may not change the map. */
+void cube__idmap_foreach(const cube__idmap *m, void (*fn)(uint64_t key, void *value, void *ctx),
+                         void *ctx);
+void cube__idmap_free(cube__idmap *m);
+
+/* ---- the failure store (failures.c) ------------------------------------- */
+typedef struct cube__claim {
+        uint64_t failure;
+        uint64_t start, end;            /* [start, end) of the allocation */
+} cube__claim;
+
+/* The bytes of one allocation that carry failures: sorted, disjoint ranges. */
+typedef struct cube__claims {
+        cube__claim *v;
+        size_t n, cap;
+} cube__claims;
+
+typedef struct cube__failures {
+        uint64_t minted;                /* ids are never reused */
+        cube__idmap records;
+} cube__failures;
+
+/* Records a failure and returns its id (0 on allocation failure). Takes root. */
+uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t session);
+/* Marks [start, end) as carrying failure: set, not add. */
+int cube__claims_taint(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
+                       uint64_t failure);
+/* Marks [start, end) as written: whatever it carried is repaired. */
+int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end);
+/* The first failure overlapping [start, end), or 0. */
+uint64_t cube__claims_find(const cube__claims *c, uint64_t start, uint64_t end);
+/* Forgets every claim (the allocation is gone). */
+void cube__claims_clear(cube__failures *fs, cube__claims *c);
+/* Drops a record that no allocation carries. */
+void cube__failures_prune(cube__failures *fs, uint64_t failure);
+/* ServerError::Unwritten for a failure. */
+cube_error *cube__failures_report(cube__failures *fs, uint64_t failure);
+size_t cube__failures_live(const cube__failures *fs);
+void cube__failures_free(cube__failures *fs);
+
+/* ---- allocations and streams (memory.c) --------------------------------- */
+typedef struct cube__alloc {
+        uint64_t id;                    /* the client's memory id */
+        uint64_t size;
+        cube__session *session;
+        cube__storage *storage;         /* NULL: the reservation failed */
+        cube__claims claims;
+        unsigned pending;               /* submitted work that uses it */
+        bool freed;
+} cube__alloc;
+
+typedef struct cube__stream {
+        uint64_t id;
+        cube__dstream *device;
+        unsigned pending;
+} cube__stream;
+
+cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
+/* Creates memory id of size bytes. A failed reservation is recorded on the
+ * allocation, as the reference's initialize_memory does. */
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size);
+/* Marks the allocation freed; its storage goes once no work uses it. */
+void cube__alloc_free(cube__alloc *a);
+void cube__alloc_unref(cube__alloc *a);
+/* Resolves a handle to this session's allocation, checking the service stamp
+ * and the range. */
+cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__alloc **ret_alloc,
+                                uint64_t *ret_start, uint64_t *ret_end);
+/* The claim check a read makes over resolved handles: NULL or Several. */
+cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n);
+
+/* ---- device work (work.c) ----------------------------------------------- */
+typedef struct cube__pending_reply cube__pending_reply;
+
+typedef struct cube__op {
+        cube__work work;
+        cube__session *session;
+        cube__stream *stream;
+        cube__alloc *alloc;             /* NULL for fences */
+        cube__pending_reply *reply;     /* the answer this work counts toward, or NULL */
+        void *owned;                    /* freed once the work completes */
+} cube__op;
+
+/* A request whose answer waits for device work. */
+struct cube__pending_reply {
+        cube__session *session;
+        uint32_t msgid;
+        unsigned outstanding;
+        cube_error *error;              /* the first the device reported */
+        char *frame;                    /* a prepared response (read), or NULL */
+        size_t frame_len;
+        cube_handle *handles;           /* sync: checked once the barrier passed */
+        size_t n_handles;
+};
+
+/* Submits one piece of device work on a stream for a session. */
+void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
+                  uint64_t offset, void *host, uint64_t len, void *owned,
+                  cube__pending_reply *reply);
+cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
+/* Called when every piece of work for the reply was submitted. */
+void cube__pending_arm(cube__pending_reply *r);
+/* Any thread: the backend's completion function. */
+void cube__server_complete(void *ctx, cube__work *work);
+/* Loop thread: finishes completed work. */
+void cube__server_drain_completions(cube__server *srv);
+
+/* ---- sessions (session.c) ----------------------------------------------- */
+struct cube__session {
+        uint64_t id;
+        cube__server *server;
+        cube__conn *conn;               /* NULL once the connection is gone */
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        char name[CUBED_NAME_MAX];
+        bool greeted;                   /* hello was answered */
+        cube__idmap memory;             /* memory id -> cube__alloc */
+        cube__idmap streams;            /* stream id -> cube__stream */
+        unsigned inflight;              /* submitted work not yet complete */
+        uint64_t memory_in_use;
+        uint64_t memory_peak;
+        uint64_t bytes_in, bytes_out;
+        uint64_t errors;
+        cube__session *prev, *next;
+};
+
+cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid, uid_t uid,
+                                 gid_t gid);
+/* The connection is gone: the session ends once its work completes. */
+void cube__session_detach(cube__session *s);
+/* Frees the session if it is detached and idle. */
+void cube__session_maybe_free(cube__session *s);
+
+/* ---- connections (conn.c) ----------------------------------------------- */
+/* Sends a frame the caller allocated with malloc; takes ownership. */
+void cube__conn_send(cube__conn *c, char *frame, size_t len);
+/* Sends a response, or an error response, for msgid. */
+void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error);
+void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb);
+/* Answers a protocol violation, where a reply can be framed, and closes. */
+void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+void cube__conn_close(cube__conn *c);
+cube__session *cube__conn_session(cube__conn *c);
+void cube__conn_close_all(cube__server *srv);
+int cube__listen(cube__server *srv, const char *path);
+
+/* ---- dispatch (dispatch.c) ---------------------------------------------- */
+/* Handles one decoded message. data/len are the message's bytes; the read
+ * buffer they live in is buf, which the dispatcher may take (returning true)
+ * when a write's payload is large enough to keep rather than copy. */
+bool cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
+
+/* ---- the server (server.c) ---------------------------------------------- */
+typedef struct cube__options {
+        const char *socket_path;
+        const char *backend;
+        unsigned device_index;
+        uint64_t memory_limit;
+        cube__limits limits;
+        int log_level;
+} cube__options;
+
+struct cube__server {
+        uv_loop_t *loop;
+        cube__options opts;
+        uv_pipe_t listener;
+        bool listening;
+        uv_signal_t sigterm, sigint;
+        uv_async_t completions_async;
+
+        uv_mutex_t completions_lock;
+        cube__work *completions_head, *completions_tail;
+
+        const cube__driver *driver;
+        cube__device *device;
+        cube_device_properties properties;
+        char service[64];
+        uint64_t nonce;
+        uint64_t started_ns;
+
+        cube__failures failures;
+        cube__session *sessions;
+        uint32_t n_sessions;
+        uint64_t next_session_id;
+        uint64_t memory_in_use;
+        uint64_t memory_peak;
+        uint64_t allocations;
+        unsigned inflight;
+        cube__conn *conns;
+        bool stopping;
+};
+
+int cube__server_init(cube__server *srv, const cube__options *opts);
+int cube__server_run(cube__server *srv);
+void cube__server_stop(cube__server *srv);
+void cube__server_done(cube__server *srv);
+/* Called whenever a session or work ends, to finish a shutdown. */
+void cube__server_check_stopped(cube__server *srv);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * session.c - one client connection's namespace: its memory, its streams,
+ * and what it has used.
+ *
+ * A session outlives its connection while device work of it is in flight:
+ * the device may still be copying into its memory. Once the connection is
+ * gone and the work has drained, everything the session held is reclaimed.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "cubed.h"
+
+cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid, uid_t uid,
+                                 gid_t gid)
+{
+        cube__session *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return NULL;
+        s->id = ++srv->next_session_id;
+        s->server = srv;
+        s->conn = conn;
+        s->pid = pid;
+        s->uid = uid;
+        s->gid = gid;
+        s->next = srv->sessions;
+        if (srv->sessions)
+                srv->sessions->prev = s;
+        srv->sessions = s;
+        srv->n_sessions++;
+        cube__log(CUBE__LOG_INFO, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
+                  (int) pid, (unsigned) uid);
+        return s;
+}
+
+void cube__session_detach(cube__session *s)
+{
+        s->conn = NULL;
+        cube__session_maybe_free(s);
+}
+
+static void free_alloc(uint64_t key, void *value, void *ctx)
+{
+        cube__alloc_free(value);
+}
+
+static void close_stream(uint64_t key, void *value, void *ctx)
+{
+        cube__session *s = ctx;
+        cube__stream *st = value;
+
+        s->server->driver->stream_close(s->server->device, st->device);
+        free(st);
+}
+
+void cube__session_maybe_free(cube__session *s)
+{
+        cube__server *srv = s->server;
+        cube__idmap memory;
+
+        if (s->conn || s->inflight > 0)
+                return;
+
+        /* cube__alloc_free removes entries from the map it is called for, so
+         * walk a moved-out copy. */
+        memory = s->memory;
+        s->memory = (cube__idmap) {0};
+        cube__idmap_foreach(&memory, free_alloc, NULL);
+        cube__idmap_free(&memory);
+        cube__idmap_free(&s->memory);
+        cube__idmap_foreach(&s->streams, close_stream, s);
+        cube__idmap_free(&s->streams);
+
+        if (s->prev)
+                s->prev->next = s->next;
+        else
+                srv->sessions = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        srv->n_sessions--;
+        cube__log(CUBE__LOG_INFO, "session %" PRIu64 " closed (pid %d): peak memory %" PRIu64
+                  " bytes, %" PRIu64 " bytes in, %" PRIu64 " out", s->id, (int) s->pid,
+                  s->memory_peak, s->bytes_in, s->bytes_out);
+        free(s);
+        cube__server_check_stopped(srv);
+}

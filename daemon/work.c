@@ -1,0 +1,165 @@
+/*
+ * work.c - device work in flight, and the answers that wait for it.
+ *
+ * The loop thread submits cube__op items to the backend and counts them on
+ * their session, stream and allocation, so none of those can go away under
+ * the device. The backend hands each item back from its own thread; the
+ * completion queue carries it to the loop thread (uv_async coalesces wakeups,
+ * so every wakeup drains the whole queue), where the counts drop and any
+ * answer whose last piece of work finished is sent.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "cubed.h"
+
+cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid)
+{
+        cube__pending_reply *r = calloc(1, sizeof(*r));
+
+        if (!r)
+                return NULL;
+        r->session = s;
+        r->msgid = msgid;
+        r->outstanding = 1;     /* held until armed */
+        s->inflight++;
+        s->server->inflight++;
+        return r;
+}
+
+/* Sends the answer once all its work is done: a prepared frame, the device's
+ * error, or the claim check a sync owes after its barrier. */
+static void pending_finish(cube__pending_reply *r)
+{
+        cube__session *s = r->session;
+        cube__server *srv = s->server;
+        cube_error *e = r->error;
+
+        if (!e && r->handles)
+                e = cube__ensure_written(s, r->handles, r->n_handles);
+        if (e) {
+                cube__reply_error(s, r->msgid, e);
+                cube_error_free(e);
+        } else if (r->frame) {
+                if (s->conn) {
+                        s->bytes_out += r->frame_len;
+                        cube__conn_send(s->conn, r->frame, r->frame_len);
+                        r->frame = NULL;
+                }
+        } else {
+                msgpack_sbuffer sb;
+                msgpack_packer pk;
+                msgpack_sbuffer_init(&sb);
+                msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+                if (cube__pack_response_ok(&pk, r->msgid) == 0 && msgpack_pack_nil(&pk) == 0)
+                        cube__reply_sbuffer(s, &sb);
+                msgpack_sbuffer_destroy(&sb);
+        }
+        free(r->frame);
+        free(r->handles);
+        free(r);
+        s->inflight--;
+        srv->inflight--;
+        cube__session_maybe_free(s);
+        cube__server_check_stopped(srv);
+}
+
+static void pending_put(cube__pending_reply *r)
+{
+        if (--r->outstanding == 0)
+                pending_finish(r);
+}
+
+void cube__pending_arm(cube__pending_reply *r)
+{
+        pending_put(r);
+}
+
+void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
+                  uint64_t offset, void *host, uint64_t len, void *owned,
+                  cube__pending_reply *reply)
+{
+        cube__server *srv = s->server;
+        cube__op *o = calloc(1, sizeof(*o));
+
+        if (!o) {
+                /* Nothing was queued: the work's target must not read as written. */
+                if (reply && !reply->error)
+                        reply->error = cube__err_generic("out of host memory queueing device work");
+                free(owned);
+                return;
+        }
+        o->work.op = op;
+        o->work.storage = a ? a->storage : NULL;
+        o->work.offset = offset;
+        o->work.host = host;
+        o->work.len = len;
+        o->session = s;
+        o->stream = st;
+        o->alloc = a;
+        o->reply = reply;
+        o->owned = owned;
+        if (a)
+                a->pending++;
+        st->pending++;
+        s->inflight++;
+        srv->inflight++;
+        if (reply)
+                reply->outstanding++;
+        srv->driver->submit(srv->device, st->device, &o->work);
+}
+
+void cube__server_complete(void *ctx, cube__work *work)
+{
+        cube__server *srv = ctx;
+
+        uv_mutex_lock(&srv->completions_lock);
+        work->next = NULL;
+        if (srv->completions_tail)
+                srv->completions_tail->next = work;
+        else
+                srv->completions_head = work;
+        srv->completions_tail = work;
+        uv_mutex_unlock(&srv->completions_lock);
+        uv_async_send(&srv->completions_async);
+}
+
+static void op_finish(cube__op *o)
+{
+        cube__session *s = o->session;
+        cube__server *srv = s->server;
+
+        if (o->work.error) {
+                if (o->reply && !o->reply->error)
+                        o->reply->error = o->work.error;
+                else
+                        cube_error_free(o->work.error);
+        }
+        free(o->owned);
+        if (o->alloc)
+                cube__alloc_unref(o->alloc);
+        o->stream->pending--;
+        if (o->reply)
+                pending_put(o->reply);
+        free(o);
+        s->inflight--;
+        srv->inflight--;
+        cube__session_maybe_free(s);
+        cube__server_check_stopped(srv);
+}
+
+void cube__server_drain_completions(cube__server *srv)
+{
+        cube__work *w;
+
+        uv_mutex_lock(&srv->completions_lock);
+        w = srv->completions_head;
+        srv->completions_head = srv->completions_tail = NULL;
+        uv_mutex_unlock(&srv->completions_lock);
+
+        while (w) {
+                cube__work *next = w->next;
+                op_finish((cube__op *) ((char *) w - offsetof(cube__op, work)));
+                w = next;
+        }
+}

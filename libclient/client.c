@@ -1,0 +1,435 @@
+/*
+ * client.c - libcubeclient's calls: connecting, memory and status.
+ *
+ * Each call checks what it can locally first (a handle from another service,
+ * a size that does not match), so a mistake is reported where it was made,
+ * then marshals one message. create, write and free are notifications: they
+ * return as soon as the frame is on the socket.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "rpc.h"
+
+static atomic_uint_fast64_t stream_counter;
+static __thread uint64_t thread_stream;
+
+uint64_t cube_stream_current(void)
+{
+        if (thread_stream == 0)
+                thread_stream = atomic_fetch_add(&stream_counter, 1) + 1;
+        return thread_stream;
+}
+
+void cube_stream_set(uint64_t stream)
+{
+        thread_stream = stream;
+}
+
+const char *cube_client_service(const cube_client *c)
+{
+        return c->service;
+}
+
+const char *cube_client_backend(const cube_client *c)
+{
+        return c->backend;
+}
+
+const cube_device_properties *cube_client_properties(const cube_client *c)
+{
+        return &c->properties;
+}
+
+const cube_protocol_limits *cube_client_limits(const cube_client *c)
+{
+        return &c->daemon_limits;
+}
+
+/* A small frame packed into an sbuffer, sent as one piece. */
+typedef struct frame {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+} frame;
+
+static void frame_init(frame *f)
+{
+        msgpack_sbuffer_init(&f->sb);
+        msgpack_packer_init(&f->pk, &f->sb, msgpack_sbuffer_write);
+}
+
+static cube_error *oom(void)
+{
+        return cube__err_generic("out of memory in libcubeclient");
+}
+
+static cube_error *frame_call(cube_client *c, frame *f, cube__call *call)
+{
+        struct iovec iov = { f->sb.data, f->sb.size };
+        cube_error *e = cube__call_wait(c, call, &iov, 1);
+
+        msgpack_sbuffer_destroy(&f->sb);
+        return e;
+}
+
+static cube_error *frame_send(cube_client *c, frame *f)
+{
+        struct iovec iov = { f->sb.data, f->sb.size };
+        cube_error *e = cube__send(c, &iov, 1);
+
+        msgpack_sbuffer_destroy(&f->sb);
+        return e;
+}
+
+static cube_error *check_handle(cube_client *c, const cube_handle *h)
+{
+        if (h->service != c->nonce) {
+                char handle[64];
+                snprintf(handle, sizeof(handle), "the service whose nonce is %016" PRIx64,
+                         h->service);
+                return cube__err_foreign_handle(handle, c->service);
+        }
+        if (h->offset_start > h->size || h->offset_end > h->size - h->offset_start)
+                return cube__err_validation("the handle's offsets (start %" PRIu64 ", end %" PRIu64
+                                            ") do not fit its %" PRIu64 " bytes",
+                                            h->offset_start, h->offset_end, h->size);
+        return NULL;
+}
+
+static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
+{
+        cube_client *c = call->ctx;
+        const msgpack_object *v;
+        uint64_t version;
+
+        if (!(v = cube__map_get(r, "version")) || !cube__obj_u64(v, &version) ||
+            version != CUBE_PROTOCOL_VERSION ||
+            !(v = cube__map_get(r, "service")) || !cube__obj_str(v, c->service, sizeof(c->service)) ||
+            !(v = cube__map_get(r, "nonce")) || !cube__obj_u64(v, &c->nonce) ||
+            !(v = cube__map_get(r, "backend")) || !cube__obj_str(v, c->backend, sizeof(c->backend)) ||
+            !(v = cube__map_get(r, "session")) || !cube__obj_u64(v, &c->session) ||
+            !(v = cube__map_get(r, "properties")) || !cube__obj_properties(v, &c->properties) ||
+            !(v = cube__map_get(r, "limits")) || !cube__obj_limits(v, &c->daemon_limits))
+                return cube__err_generic("cubed's answer to hello is not protocol version %d's",
+                                         CUBE_PROTOCOL_VERSION);
+        return NULL;
+}
+
+static void client_free(cube_client *c)
+{
+        if (c->fd >= 0)
+                close(c->fd);
+        cube_error_free(c->dead);
+        pthread_mutex_destroy(&c->lock);
+        pthread_mutex_destroy(&c->write_lock);
+        pthread_cond_destroy(&c->cond);
+        free(c->buf);
+        free(c);
+}
+
+cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        const char *origin = "given";
+        cube_client *c;
+        cube__call call = {0};
+        frame f;
+        cube_error *e;
+
+        if (!path) {
+                path = getenv("CUBE_SOCKET");
+                origin = "from $CUBE_SOCKET";
+        }
+        if (!path || !*path) {
+                path = CUBE_DEFAULT_SOCKET;
+                origin = "the default";
+        }
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return cube__err_validation("the socket path %s (%s) is longer than a Unix socket "
+                                            "path can be (%zu bytes)", path, origin,
+                                            sizeof(sa.sun_path) - 1);
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return oom();
+        c->fd = -1;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_mutex_init(&c->write_lock, NULL);
+        pthread_cond_init(&c->cond, NULL);
+        atomic_init(&c->next_memory, 1);
+        cube__limits_client_default(&c->limits);
+        strcpy(c->path, path);
+        strcpy(sa.sun_path, path);
+
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c->fd < 0 || connect(c->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                int err = errno;
+                client_free(c);
+                return cube__err_generic("cannot connect to cubed at %s (%s): %s; is the daemon "
+                                         "running, and may this user use its socket?", path,
+                                         origin, strerror(err));
+        }
+
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        call.deliver = deliver_hello;
+        call.ctx = c;
+        if (cube__pack_request(&f.pk, call.msgid, "hello", 2) < 0 ||
+            msgpack_pack_uint32(&f.pk, CUBE_PROTOCOL_VERSION) < 0 ||
+            (name ? cube__pack_str(&f.pk, name) : msgpack_pack_nil(&f.pk)) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                client_free(c);
+                return oom();
+        }
+        e = frame_call(c, &f, &call);
+        if (e) {
+                client_free(c);
+                return e;
+        }
+        *ret_client = c;
+        return NULL;
+}
+
+void cube_disconnect(cube_client *c)
+{
+        if (c)
+                client_free(c);
+}
+
+cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle)
+{
+        cube_handle h = {
+                .service = c->nonce,
+                .memory = atomic_fetch_add(&c->next_memory, 1),
+                .stream = cube_stream_current(),
+                .size = size,
+        };
+        frame f;
+
+        frame_init(&f);
+        if (cube__pack_notify(&f.pk, "create", 3) < 0 ||
+            msgpack_pack_uint64(&f.pk, h.stream) < 0 ||
+            msgpack_pack_uint64(&f.pk, h.memory) < 0 ||
+            msgpack_pack_uint64(&f.pk, size) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        cube_error *e = frame_send(c, &f);
+        if (!e)
+                *ret_handle = h;
+        return e;
+}
+
+cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size)
+{
+        cube_error *e = check_handle(c, h);
+        frame f;
+
+        if (e)
+                return e;
+        if (size != cube_handle_len(h))
+                return cube__err_validation("a write of %" PRIu64 " bytes for a handle of %" PRIu64
+                                            " bytes", size, cube_handle_len(h));
+        if (size + 64 > c->daemon_limits.max_message_bytes)
+                return cube__err_validation("a write of %" PRIu64 " bytes does not fit one message "
+                                            "of at most %" PRIu64 " bytes; write it in slices",
+                                            size, c->daemon_limits.max_message_bytes);
+        frame_init(&f);
+        if (cube__pack_notify(&f.pk, "write", 3) < 0 ||
+            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0 ||
+            cube__pack_handle(&f.pk, h) < 0 ||
+            msgpack_pack_bin(&f.pk, (size_t) size) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        struct iovec iov[2] = { { f.sb.data, f.sb.size }, { (void *) data, (size_t) size } };
+        e = cube__send(c, iov, size ? 2 : 1);
+        msgpack_sbuffer_destroy(&f.sb);
+        return e;
+}
+
+cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_handle *ret_handle)
+{
+        cube_handle h;
+        cube_error *e = cube_empty(c, size, &h);
+
+        if (!e)
+                e = cube_write(c, &h, data, size);
+        if (!e)
+                *ret_handle = h;
+        return e;
+}
+
+cube_error *cube_free(cube_client *c, const cube_handle *h)
+{
+        cube_error *e = check_handle(c, h);
+        frame f;
+
+        if (e)
+                return e;
+        frame_init(&f);
+        if (cube__pack_notify(&f.pk, "free", 2) < 0 ||
+            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0 ||
+            msgpack_pack_uint64(&f.pk, h->memory) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        return frame_send(c, &f);
+}
+
+typedef struct read_target {
+        void *dst;
+        uint64_t size;
+} read_target;
+
+static cube_error *deliver_read(cube__call *call, const msgpack_object *r)
+{
+        read_target *t = call->ctx;
+        const void *p;
+        size_t n;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 1 ||
+            !cube__obj_bin(&r->via.array.ptr[0], &p, &n) || n != t->size)
+                return cube__err_generic("cubed answered a read of %" PRIu64 " bytes with "
+                                         "something else", t->size);
+        memcpy(t->dst, p, n);
+        return NULL;
+}
+
+/* Packs [stream, [handle, ...]] after a request header. */
+static int pack_stream_handles(frame *f, uint32_t msgid, const char *method,
+                               const cube_handle *handles, size_t n)
+{
+        if (cube__pack_request(&f->pk, msgid, method, 2) < 0 ||
+            msgpack_pack_uint64(&f->pk, cube_stream_current()) < 0 ||
+            msgpack_pack_array(&f->pk, (uint32_t) n) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (cube__pack_handle(&f->pk, &handles[i]) < 0)
+                        return -ENOMEM;
+        return 0;
+}
+
+cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t size)
+{
+        read_target t = { dst, size };
+        cube__call call = { .deliver = deliver_read, .ctx = &t };
+        cube_error *e = check_handle(c, h);
+        frame f;
+
+        if (e)
+                return e;
+        if (size != cube_handle_len(h))
+                return cube__err_validation("a read into %" PRIu64 " bytes for a handle of %" PRIu64
+                                            " bytes", size, cube_handle_len(h));
+        if (size + 64 > c->daemon_limits.max_message_bytes)
+                return cube__err_validation("a read of %" PRIu64 " bytes does not fit one message "
+                                            "of at most %" PRIu64 " bytes; read it in slices",
+                                            size, c->daemon_limits.max_message_bytes);
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (pack_stream_handles(&f, call.msgid, "read", h, 1) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        return frame_call(c, &f, &call);
+}
+
+static cube_error *handles_call(cube_client *c, const char *method, const cube_handle *handles,
+                                size_t n)
+{
+        cube__call call = {0};
+        frame f;
+
+        for (size_t i = 0; i < n; i++) {
+                cube_error *e = check_handle(c, &handles[i]);
+                if (e)
+                        return e;
+        }
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (pack_stream_handles(&f, call.msgid, method, handles, n) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        return frame_call(c, &f, &call);
+}
+
+cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n)
+{
+        return handles_call(c, "sync", handles, n);
+}
+
+cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n)
+{
+        return handles_call(c, "check", handles, n);
+}
+
+static cube_error *stream_call(cube_client *c, const char *method)
+{
+        cube__call call = {0};
+        frame f;
+
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, method, 1) < 0 ||
+            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        return frame_call(c, &f, &call);
+}
+
+cube_error *cube_flush(cube_client *c)
+{
+        return stream_call(c, "flush");
+}
+
+cube_error *cube_memory_cleanup(cube_client *c)
+{
+        return stream_call(c, "memory_cleanup");
+}
+
+static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
+{
+        cube_status *st = call->ctx;
+        const msgpack_object *v;
+        uint64_t sessions;
+
+        if (!(v = cube__map_get(r, "service")) || !cube__obj_str(v, st->service, sizeof(st->service)) ||
+            !(v = cube__map_get(r, "backend")) || !cube__obj_str(v, st->backend, sizeof(st->backend)) ||
+            !(v = cube__map_get(r, "uptime_seconds")) || !cube__obj_double(v, &st->uptime_seconds) ||
+            !(v = cube__map_get(r, "sessions")) || !cube__obj_u64(v, &sessions) ||
+            !(v = cube__map_get(r, "memory_in_use")) || !cube__obj_u64(v, &st->memory_in_use) ||
+            !(v = cube__map_get(r, "memory_peak")) || !cube__obj_u64(v, &st->memory_peak) ||
+            !(v = cube__map_get(r, "allocations")) || !cube__obj_u64(v, &st->allocations) ||
+            !(v = cube__map_get(r, "poisoned")) || !cube__obj_bool(v, &st->poisoned) ||
+            !(v = cube__map_get(r, "properties")) || !cube__obj_properties(v, &st->properties))
+                return cube__err_generic("cubed's status answer is not protocol version %d's",
+                                         CUBE_PROTOCOL_VERSION);
+        st->sessions = (uint32_t) sessions;
+        return NULL;
+}
+
+cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status)
+{
+        cube_status st = {0};
+        cube__call call = { .deliver = deliver_status, .ctx = &st };
+        frame f;
+        cube_error *e;
+
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, "status", 0) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        e = frame_call(c, &f, &call);
+        if (!e)
+                *ret_status = st;
+        return e;
+}

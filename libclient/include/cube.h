@@ -1,0 +1,278 @@
+/*
+ * cube.h - the public interface of libcubeclient.
+ *
+ * A process links libcubeclient to use a device that a cubed daemon owns. The
+ * library marshals every call onto the daemon's Unix socket and hands every
+ * failure back as one value of the error taxonomy (cube_error), whatever layer
+ * it came from: the daemon, the device, the wire or the socket itself.
+ *
+ * Conventions:
+ *  - Every call that can fail returns a cube_error *: NULL on success, else an
+ *    error the caller owns and releases with cube_error_free().
+ *  - Output parameters are named ret_* and are written only on success.
+ *  - Destructors accept NULL.
+ *  - A cube_client is safe to share between threads. Each thread works on its
+ *    own stream unless it names one with cube_stream_set().
+ */
+#ifndef CUBE_H
+#define CUBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUBE_PROTOCOL_VERSION 1
+
+/* Where cube_connect() looks when neither a path nor $CUBE_SOCKET is given. */
+#define CUBE_DEFAULT_SOCKET "/run/cube/cpu0.sock"
+
+/* ---------------------------------------------------------------------------
+ * The error taxonomy
+ *
+ * A cube_error is one node of a tree that mirrors the reference's enums
+ * exactly: ServerError, LaunchError, CompilationError, ResourceLimitError,
+ * IoError, ProfileError and DevicePoison. A wrapping variant such as
+ * CUBE_SERVER_LAUNCH has the wrapped error as its source; Several has its
+ * members; Unwritten has its root as source.
+ * ------------------------------------------------------------------------- */
+typedef enum cube_error_kind {
+        /* ServerError */
+        CUBE_SERVER_VALIDATION = 1,     /* message */
+        CUBE_SERVER_GENERIC,            /* reason */
+        CUBE_SERVER_NO_DEVICE_TRANSPORT,/* operation */
+        CUBE_SERVER_FOREIGN_HANDLE,     /* handle, client */
+        CUBE_SERVER_SERVICE_MISMATCH,   /* client, requested */
+        CUBE_SERVER_DEVICE_POISONED,    /* source: CUBE_DEVICE_POISON */
+        CUBE_SERVER_LAUNCH,             /* source: a CUBE_LAUNCH_* */
+        CUBE_SERVER_IO,                 /* source: a CUBE_IO_* */
+        CUBE_SERVER_TORN_DOWN,
+        CUBE_SERVER_UNWRITTEN,          /* failure, claimed, chain, source: root */
+        CUBE_SERVER_SKIPPED,
+        CUBE_SERVER_SEVERAL,            /* members */
+
+        /* LaunchError */
+        CUBE_LAUNCH_COMPILATION_ERROR = 32, /* source: a CUBE_COMPILATION_* */
+        CUBE_LAUNCH_OUT_OF_MEMORY,      /* reason */
+        CUBE_LAUNCH_TOO_MANY_RESOURCES, /* source: a CUBE_RESOURCE_* */
+        CUBE_LAUNCH_DEVICE_POISONED,    /* source: CUBE_DEVICE_POISON */
+        CUBE_LAUNCH_UNKNOWN,            /* reason */
+
+        /* CompilationError */
+        CUBE_COMPILATION_UNSUPPORTED_INSTRUCTION = 64, /* reason */
+        CUBE_COMPILATION_GENERIC,       /* reason */
+        CUBE_COMPILATION_VALIDATION,    /* reason */
+        CUBE_COMPILATION_EXPANSION_PANICKED, /* kernel, message */
+        CUBE_COMPILATION_DEVICE_POISONED,    /* source: CUBE_DEVICE_POISON */
+
+        /* ResourceLimitError */
+        CUBE_RESOURCE_SHARED_MEMORY = 96, /* requested, max */
+        CUBE_RESOURCE_UNITS,            /* requested, max */
+        CUBE_RESOURCE_CUBE_DIM,         /* requested_dim, max_dim */
+
+        /* IoError */
+        CUBE_IO_BUFFER_TOO_BIG = 128,   /* size */
+        CUBE_IO_OUT_OF_MEMORY,          /* size */
+        CUBE_IO_PAGE_UPDATE_FORBIDDEN,  /* size */
+        CUBE_IO_PAGE_SIZES_EXHAUSTED,   /* size */
+        CUBE_IO_UNSUPPORTED_STRIDES,
+        CUBE_IO_NOT_FOUND,              /* reason */
+        CUBE_IO_STORAGE_HANDLE_NOT_FOUND, /* reason */
+        CUBE_IO_STORAGE_MAPPING_FAILED, /* size, source: a CUBE_IO_* */
+        CUBE_IO_DEVICE_POISONED,        /* source: CUBE_DEVICE_POISON */
+        CUBE_IO_UNKNOWN,                /* description */
+        CUBE_IO_UNSUPPORTED_IO_OPERATION,
+
+        /* ProfileError */
+        CUBE_PROFILE_UNKNOWN = 160,     /* reason */
+        CUBE_PROFILE_NOT_REGISTERED,
+        CUBE_PROFILE_NOT_MEASURED,
+        CUBE_PROFILE_LAUNCH,            /* source: a CUBE_LAUNCH_* */
+        CUBE_PROFILE_SERVER,            /* source: a CUBE_SERVER_* */
+
+        /* DevicePoison: the sticky fault itself */
+        CUBE_DEVICE_POISON = 192,       /* reason */
+} cube_error_kind;
+
+/* The collective a NoDeviceTransport error names. */
+typedef enum cube_collective {
+        CUBE_COLLECTIVE_COMM_INIT,
+        CUBE_COLLECTIVE_ALL_REDUCE,
+        CUBE_COLLECTIVE_ALL_GATHER,
+        CUBE_COLLECTIVE_REDUCE_SCATTER,
+        CUBE_COLLECTIVE_BROADCAST,
+        CUBE_COLLECTIVE_ALL_TO_ALL,
+        CUBE_COLLECTIVE_SEND,
+        CUBE_COLLECTIVE_RECV,
+        CUBE_COLLECTIVE_SYNC_COLLECTIVE,
+        CUBE_COLLECTIVE_PEER_ACCESS,
+        CUBE_COLLECTIVE_MAX_,
+} cube_collective;
+
+typedef struct cube_error cube_error;
+
+void cube_error_free(cube_error *e);
+cube_error *cube_error_clone(const cube_error *e);
+
+cube_error_kind cube_error_kind_of(const cube_error *e);
+/* The variant's name as the reference spells it, e.g. "Unwritten". */
+const char *cube_error_variant(const cube_error *e);
+/* The enum the variant belongs to, e.g. "ServerError". */
+const char *cube_error_family(const cube_error *e);
+
+/* The whole report, nested causes included, as a person reads it. The string
+ * lives as long as the error. */
+const char *cube_error_message(const cube_error *e);
+
+/* The predicates, exactly as the reference defines them on ServerError (and
+ * on LaunchError, CompilationError and IoError for their own nodes). */
+bool cube_error_is_refusal(const cube_error *e);
+bool cube_error_is_device_poisoned(const cube_error *e);
+/* IoError::may_succeed_after_reclaim; false for anything that is not IoError. */
+bool cube_error_may_succeed_after_reclaim(const cube_error *e);
+
+/* Field accessors. Each answers for the variants named beside its field in
+ * cube_error_kind, and NULL or 0 for any other. */
+const char *cube_error_reason(const cube_error *e);    /* reason, message, description */
+const char *cube_error_kernel(const cube_error *e);    /* ExpansionPanicked */
+const char *cube_error_panic_message(const cube_error *e); /* ExpansionPanicked */
+const char *cube_error_handle_service(const cube_error *e);/* ForeignHandle */
+const char *cube_error_client_service(const cube_error *e);/* ForeignHandle, ServiceMismatch */
+const char *cube_error_requested_service(const cube_error *e); /* ServiceMismatch */
+uint64_t cube_error_size(const cube_error *e);         /* IoError sizes */
+uint64_t cube_error_requested(const cube_error *e);    /* SharedMemory, Units */
+uint64_t cube_error_max(const cube_error *e);          /* SharedMemory, Units */
+bool cube_error_requested_dim(const cube_error *e, uint32_t ret_dim[3]); /* CubeDim */
+bool cube_error_max_dim(const cube_error *e, uint32_t ret_dim[3]);       /* CubeDim */
+int cube_error_operation(const cube_error *e);         /* NoDeviceTransport: a cube_collective, or -1 */
+uint64_t cube_error_failure(const cube_error *e);      /* Unwritten */
+uint32_t cube_error_claimed(const cube_error *e);      /* Unwritten */
+size_t cube_error_chain_len(const cube_error *e);      /* Unwritten */
+const char *cube_error_chain_at(const cube_error *e, size_t i);
+/* The wrapped error: the source of a wrapping variant, Unwritten's root,
+ * StorageMappingFailed's source. */
+const cube_error *cube_error_source(const cube_error *e);
+size_t cube_error_count(const cube_error *e);          /* Several */
+const cube_error *cube_error_at(const cube_error *e, size_t i);
+
+/* ---------------------------------------------------------------------------
+ * Connection
+ * ------------------------------------------------------------------------- */
+typedef struct cube_client cube_client;
+
+/* Connects to a daemon. path: an explicit socket path, else $CUBE_SOCKET,
+ * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL).
+ * Negotiates the protocol version before returning. */
+cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client);
+/* Closes the connection. The daemon reclaims everything the session held. */
+void cube_disconnect(cube_client *c);
+
+/* The service this connection reaches, e.g. "cpu0-4f1c9a0d2e3b5a67". */
+const char *cube_client_service(const cube_client *c);
+/* The backend's name, "cpu" or "cuda". */
+const char *cube_client_backend(const cube_client *c);
+
+typedef struct cube_device_properties {
+        char name[64];
+        uint64_t memory_bytes;          /* device memory the daemon may hand out */
+        uint64_t max_page_size;         /* the largest single allocation */
+        uint32_t alignment;             /* of every allocation, in bytes */
+        uint32_t plane_size_min, plane_size_max;
+        uint32_t max_bindings;
+        uint32_t max_shared_memory_size;
+        uint32_t max_cube_count[3];
+        uint32_t max_units_per_cube;
+        uint32_t max_cube_dim[3];
+        uint32_t num_streaming_multiprocessors;
+        uint32_t num_cpu_cores;
+} cube_device_properties;
+
+const cube_device_properties *cube_client_properties(const cube_client *c);
+
+/* The limits the daemon enforces on every message, as hello reported them. */
+typedef struct cube_protocol_limits {
+        uint64_t max_message_bytes;
+        uint32_t max_depth;
+        uint32_t max_container;
+        uint64_t max_str_bytes;
+        uint64_t max_objects;
+} cube_protocol_limits;
+
+const cube_protocol_limits *cube_client_limits(const cube_client *c);
+
+/* ---------------------------------------------------------------------------
+ * Streams
+ *
+ * Work on one stream runs in order. By default each thread gets a stream of
+ * its own the first time it calls into a client; cube_stream_set() names one
+ * explicitly for the calling thread (0 restores the default).
+ * ------------------------------------------------------------------------- */
+uint64_t cube_stream_current(void);
+void cube_stream_set(uint64_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Memory
+ *
+ * A handle names a byte range of one allocation, as the reference's Handle:
+ * the range is [offset_start, size - offset_end). Memory ids are minted by the
+ * client, so creating, writing and freeing need no round trip: a failure of
+ * that work lands on the memory and surfaces at the next read, sync or check.
+ * ------------------------------------------------------------------------- */
+typedef struct cube_handle {
+        uint64_t service;       /* the service nonce the handle is stamped with */
+        uint64_t memory;        /* the memory id, unique within the session */
+        uint64_t stream;        /* the stream that allocated it */
+        uint64_t offset_start;
+        uint64_t offset_end;
+        uint64_t size;          /* of the whole allocation */
+} cube_handle;
+
+/* Bytes the handle covers: size - offset_start - offset_end. */
+uint64_t cube_handle_len(const cube_handle *h);
+/* A narrower view: offsets add to the handle's own. */
+cube_handle cube_handle_slice(const cube_handle *h, uint64_t offset_start, uint64_t offset_end);
+
+/* Allocates size bytes, uninitialised. */
+cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle);
+/* Allocates size bytes and writes data into them. */
+cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_handle *ret_handle);
+/* Writes exactly cube_handle_len(h) bytes from data into the handle's range. */
+cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
+/* Reads the handle's range into dst, which holds size == cube_handle_len(h) bytes. */
+cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
+/* Waits for all work on the calling thread's stream, then answers for the
+ * handles as a read would. n == 0: the barrier and device faults only. */
+cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n);
+/* The claim check a read makes, instantly and without a barrier. */
+cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n);
+/* Flushes the stream; reports only device faults. */
+cube_error *cube_flush(cube_client *c);
+/* Releases the allocation; the daemon frees it once no queued work uses it. */
+cube_error *cube_free(cube_client *c, const cube_handle *h);
+/* Returns every page that holds no live allocation. */
+cube_error *cube_memory_cleanup(cube_client *c);
+
+/* ---------------------------------------------------------------------------
+ * Daemon status (what cubectl status shows)
+ * ------------------------------------------------------------------------- */
+typedef struct cube_status {
+        char service[64];
+        char backend[16];
+        cube_device_properties properties;
+        double uptime_seconds;
+        uint32_t sessions;
+        uint64_t memory_in_use;         /* bytes of device memory held by sessions */
+        uint64_t memory_peak;
+        uint64_t allocations;
+        bool poisoned;
+} cube_status;
+
+cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,243 @@
+/*
+ * rpc.c - one connection shared by every thread of a process.
+ *
+ * Frames go out whole under a write lock. Answers come back on the same
+ * socket in whatever order the daemon finishes them, so whichever waiting
+ * thread finds nobody reading becomes the reader: it reads one message,
+ * delivers it to the call it answers (copying a read's bytes straight into
+ * that caller's buffer), and wakes everyone to look again. No thread of the
+ * library's own runs in the background.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rpc.h"
+
+#define READ_CHUNK (64 * 1024)
+
+uint32_t cube__next_msgid(cube_client *c)
+{
+        uint32_t id;
+
+        pthread_mutex_lock(&c->lock);
+        id = ++c->next_msgid;
+        pthread_mutex_unlock(&c->lock);
+        return id;
+}
+
+/* Marks the connection unusable; every waiting call then reports why. */
+static void mark_dead(cube_client *c, cube_error *why)
+{
+        if (!c->dead)
+                c->dead = why;
+        else
+                cube_error_free(why);
+        pthread_cond_broadcast(&c->cond);
+}
+
+static cube_error *lost(cube_client *c, const char *what, int err)
+{
+        return cube__err_generic("the connection to cubed at %s was lost: %s%s%s", c->path, what,
+                                 err ? ": " : "", err ? strerror(err) : "");
+}
+
+cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
+{
+        struct iovec v[8];
+        struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t) n };
+        cube_error *e = NULL;
+
+        if (n > 8)
+                return cube__err_generic("a frame of more than 8 pieces");
+        memcpy(v, iov, (size_t) n * sizeof(*v));
+        pthread_mutex_lock(&c->write_lock);
+        while (mh.msg_iovlen > 0) {
+                ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        e = lost(c, "sending failed", errno);
+                        break;
+                }
+                while (mh.msg_iovlen > 0 && (size_t) w >= mh.msg_iov->iov_len) {
+                        w -= (ssize_t) mh.msg_iov->iov_len;
+                        mh.msg_iov++;
+                        mh.msg_iovlen--;
+                }
+                if (mh.msg_iovlen > 0) {
+                        mh.msg_iov->iov_base = (char *) mh.msg_iov->iov_base + w;
+                        mh.msg_iov->iov_len -= (size_t) w;
+                }
+        }
+        pthread_mutex_unlock(&c->write_lock);
+        if (e) {
+                pthread_mutex_lock(&c->lock);
+                mark_dead(c, cube_error_clone(e));
+                pthread_mutex_unlock(&c->lock);
+        }
+        return e;
+}
+
+static cube__call *find_call(cube_client *c, uint32_t msgid)
+{
+        for (cube__call *k = c->calls; k; k = k->next)
+                if (k->msgid == msgid)
+                        return k;
+        return NULL;
+}
+
+/* Handles one whole message from the daemon. Called with no lock held. */
+static cube_error *handle_message(cube_client *c, const msgpack_object *msg)
+{
+        cube__envelope env;
+        const char *why;
+        cube__call *call;
+        cube_error *result = NULL;
+
+        if (cube__envelope_parse(msg, &env, &why) < 0)
+                return cube__err_generic("cubed sent a malformed message: %s", why);
+        if (env.type == CUBE__MSG_NOTIFY) {
+                if (cube__method_is(&env, "protocol_error") && env.params->via.array.size == 1) {
+                        cube_error *e = NULL;
+                        if (cube__err_unpack(&env.params->via.array.ptr[0], CUBE__FAMILY_SERVER,
+                                             &e) == 0)
+                                return e;
+                }
+                return NULL;
+        }
+        if (env.type != CUBE__MSG_RESPONSE)
+                return cube__err_generic("cubed sent a request, which clients do not serve");
+
+        pthread_mutex_lock(&c->lock);
+        call = find_call(c, env.msgid);
+        pthread_mutex_unlock(&c->lock);
+        if (!call)
+                return NULL;    /* nobody waits for it any more */
+
+        if (env.error->type != MSGPACK_OBJECT_NIL) {
+                if (cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &result) < 0)
+                        result = cube__err_generic("cubed answered with an error this library "
+                                                   "cannot decode");
+        } else if (call->deliver) {
+                result = call->deliver(call, env.result);
+        }
+
+        pthread_mutex_lock(&c->lock);
+        call->error = result;
+        call->done = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+/* Reads until one whole message was handled. Returns an error only when the
+ * connection can no longer be used. */
+static cube_error *read_one(cube_client *c)
+{
+        for (;;) {
+                size_t avail = c->len - c->pos, mlen = 0, off = 0;
+
+                if (avail > 0 && avail >= c->need) {
+                        cube__scan scan = cube__prescan(c->buf + c->pos, avail, &c->limits, &mlen);
+                        if (scan == CUBE__SCAN_COMPLETE) {
+                                msgpack_unpacked up;
+                                cube_error *e;
+
+                                c->need = 0;
+                                msgpack_unpacked_init(&up);
+                                if (msgpack_unpack_next(&up, (const char *) c->buf + c->pos, mlen,
+                                                        &off) != MSGPACK_UNPACK_SUCCESS) {
+                                        msgpack_unpacked_destroy(&up);
+                                        return lost(c, "a message from cubed could not be decoded", 0);
+                                }
+                                e = handle_message(c, &up.data);
+                                msgpack_unpacked_destroy(&up);
+                                c->pos += mlen;
+                                if (c->pos == c->len)
+                                        c->pos = c->len = 0;
+                                return e;
+                        }
+                        if (scan != CUBE__SCAN_INCOMPLETE)
+                                return cube__err_generic("cubed at %s sent a message this library "
+                                                         "refuses: %s", c->path,
+                                                         cube__scan_describe(scan));
+                        c->need = mlen;
+                }
+
+                size_t want = c->len + READ_CHUNK;
+                if (c->need && c->pos + c->need > want)
+                        want = c->pos + c->need;
+                if (want > c->cap && c->pos > 0) {
+                        memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+                        c->len -= c->pos;
+                        want -= c->pos;
+                        c->pos = 0;
+                }
+                if (want > c->cap) {
+                        uint8_t *grown = realloc(c->buf, want);
+                        if (!grown)
+                                return lost(c, "out of memory buffering a reply", 0);
+                        c->buf = grown;
+                        c->cap = want;
+                }
+                ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0)
+                        return lost(c, "receiving failed", errno);
+                if (r == 0)
+                        return lost(c, "the daemon closed it", 0);
+                c->len += (size_t) r;
+        }
+}
+
+cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n)
+{
+        cube_error *e;
+
+        call->done = false;
+        call->error = NULL;
+        pthread_mutex_lock(&c->lock);
+        if (c->dead) {
+                e = cube_error_clone(c->dead);
+                pthread_mutex_unlock(&c->lock);
+                return e;
+        }
+        call->next = c->calls;
+        c->calls = call;
+        pthread_mutex_unlock(&c->lock);
+
+        e = cube__send(c, iov, n);
+
+        pthread_mutex_lock(&c->lock);
+        while (!e && !call->done && !c->dead) {
+                if (c->reading) {
+                        pthread_cond_wait(&c->cond, &c->lock);
+                        continue;
+                }
+                c->reading = true;
+                pthread_mutex_unlock(&c->lock);
+                cube_error *fatal = read_one(c);
+                pthread_mutex_lock(&c->lock);
+                c->reading = false;
+                if (fatal)
+                        mark_dead(c, fatal);
+                pthread_cond_broadcast(&c->cond);
+        }
+        for (cube__call **p = &c->calls; *p; p = &(*p)->next)
+                if (*p == call) {
+                        *p = call->next;
+                        break;
+                }
+        if (!e) {
+                if (call->done)
+                        e = call->error;
+                else
+                        e = cube_error_clone(c->dead);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return e;
+}

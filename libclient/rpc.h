@@ -1,0 +1,67 @@
+/*
+ * rpc.h - libcubeclient's connection: one socket shared by every thread, and
+ * the calls waiting on it.
+ */
+#ifndef CUBE_CLIENT_RPC_H
+#define CUBE_CLIENT_RPC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/uio.h>
+
+#include "cube.h"
+#include "errors.h"
+#include "prescan.h"
+#include "wire.h"
+
+typedef struct cube__call cube__call;
+
+/* Called on the reading thread with the response's result (error is nil):
+ * copies out what the caller needs while the message is still buffered.
+ * Returns NULL, or the error the call should report. */
+typedef cube_error *(*cube__deliver_fn)(cube__call *call, const msgpack_object *result);
+
+struct cube__call {
+        uint32_t msgid;
+        bool done;
+        cube_error *error;
+        cube__deliver_fn deliver;
+        void *ctx;
+        cube__call *next;
+};
+
+struct cube_client {
+        int fd;
+        char path[108];
+
+        pthread_mutex_t write_lock;     /* one frame at a time on the socket */
+        pthread_mutex_t lock;           /* everything below */
+        pthread_cond_t cond;
+        bool reading;                   /* a thread is reading for everyone */
+        cube_error *dead;               /* why the connection is unusable */
+        cube__call *calls;
+        uint32_t next_msgid;
+
+        atomic_uint_fast64_t next_memory;
+
+        /* The reading thread's buffer. */
+        uint8_t *buf;
+        size_t cap, len, pos, need;
+        cube__limits limits;
+
+        char service[64];
+        uint64_t nonce;
+        char backend[16];
+        uint64_t session;
+        cube_device_properties properties;
+        cube_protocol_limits daemon_limits;
+};
+
+/* Sends one frame made of iov pieces, whole, or marks the client dead. */
+cube_error *cube__send(cube_client *c, const struct iovec *iov, int n);
+/* Sends a request frame and waits for its response. pack fills the frame's
+ * params: it is called with the msgid the frame must carry. */
+cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n);
+uint32_t cube__next_msgid(cube_client *c);
+
+#endif

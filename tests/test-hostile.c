@@ -1,0 +1,424 @@
+/*
+ * test-hostile.c - malformed and over-limit input against the real daemon.
+ *
+ * Each case is sent by a raw peer while a well-behaved session is connected
+ * through libcubeclient. The raw peer must be answered (where a reply can be
+ * framed) and closed; the daemon must keep serving the other session, whose
+ * data must come back intact.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "errors.h"
+#include "wire.h"
+
+static test_daemon D;
+static cube_client *good;
+static cube_handle good_h;
+static unsigned char good_data[10000];
+
+/* Small limits, so that each can be crossed cheaply. */
+static const char *const limit_args[] = {
+        "--max-message", "64K", "--max-depth", "8", "--max-container", "100",
+        "--max-str", "1K", "--max-objects", "500", NULL
+};
+
+static void start(void)
+{
+        ck_assert_int_eq(test_daemon_start(&D, limit_args), 0);
+        fill_random(good_data, sizeof(good_data), 42);
+        ck_ok(cube_connect(D.socket, "bystander", &good));
+        ck_ok(cube_create(good, good_data, sizeof(good_data), &good_h));
+}
+
+static void stop(void)
+{
+        unsigned char back[sizeof(good_data)];
+
+        /* The bystander never noticed. */
+        ck_ok(cube_read(good, &good_h, back, sizeof(back)));
+        ck_assert(memcmp(back, good_data, sizeof(back)) == 0);
+        cube_disconnect(good);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+
+static int greeted(void)
+{
+        int fd = raw_connect(D.socket);
+        ck_assert_int_ge(fd, 0);
+        ck_assert(raw_hello(fd) != 0);
+        return fd;
+}
+
+/* Expects the next message to be an error answer on msgid (or a
+ * protocol_error notification when msgid < 0) of variant kind, whose text
+ * holds needle; returns nothing, asserts. */
+static void expect_error(int fd, int64_t msgid, cube_error_kind kind, const char *needle)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        cube_error *e = NULL;
+
+        ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        if (msgid >= 0) {
+                ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+                ck_assert_uint_eq(env.msgid, (uint32_t) msgid);
+                ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &e), 0);
+        } else {
+                ck_assert_int_eq(env.type, CUBE__MSG_NOTIFY);
+                ck_assert(cube__method_is(&env, "protocol_error"));
+                ck_assert_int_eq(cube__err_unpack(&env.params->via.array.ptr[0],
+                                                  CUBE__FAMILY_SERVER, &e), 0);
+        }
+        ck_assert_int_eq(cube_error_kind_of(e), kind);
+        ck_assert_msg(strstr(cube_error_message(e), needle), "'%s' lacks '%s'",
+                      cube_error_message(e), needle);
+        cube_error_free(e);
+        msgpack_unpacked_destroy(&up);
+}
+
+static void expect_closed(int fd)
+{
+        ck_assert_msg(raw_wait_closed(fd, 5000), "the daemon did not close the connection");
+        close(fd);
+}
+
+static void send_bytes(int fd, const void *p, size_t n)
+{
+        ck_assert_int_eq(raw_send(fd, p, n), 0);
+}
+
+START_TEST(a_truncated_frame_then_hang_up)
+{
+        static const unsigned char part[] = { 0x94, 0x00, 0x05, 0xa4, 'r', 'e' };
+        int fd = greeted();
+
+        send_bytes(fd, part, sizeof(part));
+        close(fd);
+        fd = greeted();         /* and a new peer is served */
+        close(fd);
+}
+END_TEST
+
+START_TEST(wrong_types_are_answered_on_their_msgid)
+{
+        int fd = greeted();
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 77, "read", 2);
+        cube__pack_str(&pk, "not a stream");
+        msgpack_pack_nil(&pk);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        expect_error(fd, 77, CUBE_SERVER_VALIDATION, "params must be [stream, [handle, ...]]");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(a_method_that_is_not_a_string)
+{
+        static const unsigned char msg[] = { 0x94, 0x00, 0x06, 0x2a, 0x90 };
+        int fd = greeted();
+
+        send_bytes(fd, msg, sizeof(msg));
+        expect_error(fd, 6, CUBE_SERVER_VALIDATION, "method name must be a non-empty string");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(an_envelope_that_is_not_an_array)
+{
+        static const unsigned char msg[] = { 0xa5, 'h', 'e', 'l', 'l', 'o' };
+        int fd = greeted();
+
+        send_bytes(fd, msg, sizeof(msg));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "array of 3 or 4");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(an_array32_claiming_four_billion_elements)
+{
+        static const unsigned char msg[] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+        int fd = greeted();
+
+        send_bytes(fd, msg, sizeof(msg));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "protocol error");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(nesting_a_thousand_deep)
+{
+        unsigned char msg[1000];
+        int fd = greeted();
+
+        memset(msg, 0x91, sizeof(msg));
+        send_bytes(fd, msg, sizeof(msg));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "nest");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(a_str32_declaring_four_gibibytes)
+{
+        static const unsigned char msg[] = { 0x94, 0x00, 0x08, 0xdb, 0xff, 0xff, 0xff, 0xff, 'x' };
+        int fd = greeted();
+
+        /* Answered at once, on its msgid, without waiting for 4 GiB. */
+        send_bytes(fd, msg, sizeof(msg));
+        expect_error(fd, 8, CUBE_SERVER_VALIDATION, "protocol error");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(never_used_and_ext_bytes)
+{
+        static const unsigned char c1[] = { 0xc1 };
+        static const unsigned char ext[] = { 0x93, 0x02, 0xd4, 0x01, 0x00 };
+        int fd = greeted();
+
+        send_bytes(fd, c1, sizeof(c1));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "protocol error");
+        expect_closed(fd);
+        fd = greeted();
+        send_bytes(fd, ext, sizeof(ext));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "protocol error");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(requests_before_hello_and_responses_are_refused)
+{
+        int fd = raw_connect(D.socket);
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 3, "flush", 1);
+        msgpack_pack_uint64(&pk, 1);
+        raw_send_sbuffer(fd, &sb);
+        expect_error(fd, 3, CUBE_SERVER_VALIDATION, "hello must be the first");
+        expect_closed(fd);
+
+        fd = greeted();
+        msgpack_sbuffer_clear(&sb);
+        cube__pack_response_ok(&pk, 3);
+        msgpack_pack_nil(&pk);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "not responses");
+        expect_closed(fd);
+}
+END_TEST
+
+START_TEST(a_wrong_version_and_an_unknown_method_keep_the_connection)
+{
+        int fd = raw_connect(D.socket);
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 1, "hello", 2);
+        msgpack_pack_uint32(&pk, 99);
+        msgpack_pack_nil(&pk);
+        raw_send_sbuffer(fd, &sb);
+        expect_error(fd, 1, CUBE_SERVER_VALIDATION, "protocol version 1");
+        ck_assert(raw_hello(fd) != 0);
+        msgpack_sbuffer_clear(&sb);
+        cube__pack_request(&pk, 2, "teleport", 0);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        expect_error(fd, 2, CUBE_SERVER_VALIDATION, "unknown method 'teleport'");
+        close(fd);
+}
+END_TEST
+
+/* Sends request msgid "probe" with one param built by build; an unknown
+ * method is answered without closing, so any shape within the limits gets
+ * "unknown method" and any shape beyond them closes the connection. */
+static void probe(void (*build)(msgpack_packer *pk, int size), int size, bool within)
+{
+        int fd = greeted();
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 5, "probe", 1);
+        build(&pk, size);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        if (within) {
+                expect_error(fd, 5, CUBE_SERVER_VALIDATION, "unknown method 'probe'");
+                close(fd);
+        } else {
+                expect_error(fd, 5, CUBE_SERVER_VALIDATION, "protocol error");
+                expect_closed(fd);
+        }
+}
+
+static void build_bin(msgpack_packer *pk, int size)
+{
+        char *b = calloc(1, (size_t) size);
+        msgpack_pack_bin(pk, (size_t) size);
+        msgpack_pack_bin_body(pk, b, (size_t) size);
+        free(b);
+}
+
+static void build_nest(msgpack_packer *pk, int depth)
+{
+        /* The envelope and the params array are two levels already. */
+        for (int i = 0; i < depth - 2; i++)
+                msgpack_pack_array(pk, 1);
+        msgpack_pack_nil(pk);
+}
+
+static void build_array(msgpack_packer *pk, int n)
+{
+        msgpack_pack_array(pk, (size_t) n);
+        for (int i = 0; i < n; i++)
+                msgpack_pack_nil(pk);
+}
+
+static void build_map(msgpack_packer *pk, int n)
+{
+        msgpack_pack_map(pk, (size_t) n);
+        for (int i = 0; i < n; i++) {
+                msgpack_pack_uint32(pk, (uint32_t) i);
+                msgpack_pack_nil(pk);
+        }
+}
+
+static void build_str(msgpack_packer *pk, int n)
+{
+        char *s = malloc((size_t) n);
+        memset(s, 'a', (size_t) n);
+        msgpack_pack_str(pk, (size_t) n);
+        msgpack_pack_str_body(pk, s, (size_t) n);
+        free(s);
+}
+
+static void build_objects(msgpack_packer *pk, int n)
+{
+        /* Root, envelope's 4 elements, params array: 6 objects, then n more
+         * in arrays of 50. */
+        int rest = n - 6, arrays = (rest + 50) / 51;
+        msgpack_pack_array(pk, (size_t) arrays);
+        rest -= arrays;
+        for (int i = 0; i < arrays; i++) {
+                int k = rest > 50 ? 50 : rest;
+                msgpack_pack_array(pk, (size_t) k);
+                for (int j = 0; j < k; j++)
+                        msgpack_pack_nil(pk);
+                rest -= k;
+        }
+}
+
+START_TEST(limit_message_bytes)
+{
+        /* 64 KiB in all: the envelope around the bin takes 13 bytes. */
+        probe(build_bin, 65536 - 13, true);
+        probe(build_bin, 65536 - 12, false);
+}
+END_TEST
+
+START_TEST(limit_depth)
+{
+        probe(build_nest, 8, true);
+        probe(build_nest, 9, false);
+}
+END_TEST
+
+START_TEST(limit_container)
+{
+        probe(build_array, 100, true);
+        probe(build_array, 101, false);
+        probe(build_map, 100, true);
+        probe(build_map, 101, false);
+}
+END_TEST
+
+START_TEST(limit_str)
+{
+        probe(build_str, 1024, true);
+        probe(build_str, 1025, false);
+}
+END_TEST
+
+START_TEST(limit_objects)
+{
+        probe(build_objects, 500, true);
+        probe(build_objects, 501, false);
+}
+END_TEST
+
+START_TEST(hostile_input_in_parallel_sessions)
+{
+        /* Several hostile peers at once, interleaved with real work. */
+        static const unsigned char bomb[] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+        int fds[8];
+        unsigned char data[5000], back[5000];
+        cube_handle h;
+
+        for (int i = 0; i < 8; i++) {
+                fds[i] = greeted();
+                send_bytes(fds[i], bomb, i % 2 ? sizeof(bomb) : 3);
+        }
+        fill_random(data, sizeof(data), 9);
+        ck_ok(cube_create(good, data, sizeof(data), &h));
+        ck_ok(cube_read(good, &h, back, sizeof(back)));
+        ck_assert(memcmp(data, back, sizeof(back)) == 0);
+        for (int i = 0; i < 8; i++) {
+                if (i % 2)
+                        expect_closed(fds[i]);
+                else
+                        close(fds[i]);
+        }
+        cube_status st = status_of(D.socket);
+        ck_assert_uint_eq(st.memory_in_use, sizeof(good_data) + sizeof(data));
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("hostile");
+        TCase *tc = tcase_create("input");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, start, stop);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, a_truncated_frame_then_hang_up);
+        tcase_add_test(tc, wrong_types_are_answered_on_their_msgid);
+        tcase_add_test(tc, a_method_that_is_not_a_string);
+        tcase_add_test(tc, an_envelope_that_is_not_an_array);
+        tcase_add_test(tc, an_array32_claiming_four_billion_elements);
+        tcase_add_test(tc, nesting_a_thousand_deep);
+        tcase_add_test(tc, a_str32_declaring_four_gibibytes);
+        tcase_add_test(tc, never_used_and_ext_bytes);
+        tcase_add_test(tc, requests_before_hello_and_responses_are_refused);
+        tcase_add_test(tc, a_wrong_version_and_an_unknown_method_keep_the_connection);
+        tcase_add_test(tc, limit_message_bytes);
+        tcase_add_test(tc, limit_depth);
+        tcase_add_test(tc, limit_container);
+        tcase_add_test(tc, limit_str);
+        tcase_add_test(tc, limit_objects);
+        tcase_add_test(tc, hostile_input_in_parallel_sessions);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}

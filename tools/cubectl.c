@@ -1,0 +1,165 @@
+/*
+ * cubectl - inspect a running cubed.
+ *
+ * Exit codes scripts can rely on: 0 success, 1 the daemon answered with an
+ * error, 2 bad usage, 3 the daemon could not be reached.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cube.h"
+
+enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+"Usage: cubectl [--socket PATH] [--json] COMMAND\n"
+"Inspect a running cubed.\n"
+"\n"
+"Commands:\n"
+"  status    the service, backend, device, uptime, sessions and memory in use\n"
+"\n"
+"Options:\n"
+"  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
+"  --json          print JSON for scripts\n"
+"  --help          show this help\n"
+"\n"
+"Exit status: 0 success, 1 the daemon answered with an error, 2 bad usage,\n"
+"3 the daemon could not be reached.\n");
+}
+
+static void print_json_string(const char *s)
+{
+        putchar('"');
+        for (; *s; s++) {
+                unsigned char ch = (unsigned char) *s;
+                if (ch == '"' || ch == '\\')
+                        printf("\\%c", ch);
+                else if (ch < 0x20)
+                        printf("\\u%04x", ch);
+                else
+                        putchar(ch);
+        }
+        putchar('"');
+}
+
+static void human_bytes(uint64_t n, char *buf, size_t cap)
+{
+        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+        double v = (double) n;
+        int u = 0;
+
+        while (v >= 1024 && u < 4) {
+                v /= 1024;
+                u++;
+        }
+        if (u == 0)
+                snprintf(buf, cap, "%" PRIu64 " B", n);
+        else
+                snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+static int cmd_status(cube_client *c, bool json)
+{
+        cube_status st;
+        cube_error *e = cube_daemon_status(c, &st);
+        const cube_device_properties *p = &st.properties;
+        char mem[32], peak[32], total[32];
+
+        if (e) {
+                fprintf(stderr, "cubectl: status failed: %s\n", cube_error_message(e));
+                cube_error_free(e);
+                return EXIT_ERROR;
+        }
+        if (json) {
+                printf("{\"service\":");
+                print_json_string(st.service);
+                printf(",\"backend\":");
+                print_json_string(st.backend);
+                printf(",\"uptime_seconds\":%.3f,\"sessions\":%u,\"memory_in_use\":%" PRIu64
+                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"poisoned\":%s,",
+                       st.uptime_seconds, st.sessions, st.memory_in_use, st.memory_peak,
+                       st.allocations, st.poisoned ? "true" : "false");
+                printf("\"device\":{\"name\":");
+                print_json_string(p->name);
+                printf(",\"memory_bytes\":%" PRIu64 ",\"max_page_size\":%" PRIu64
+                       ",\"alignment\":%u,\"max_bindings\":%u,\"max_shared_memory_size\":%u"
+                       ",\"max_cube_count\":[%u,%u,%u],\"max_units_per_cube\":%u"
+                       ",\"max_cube_dim\":[%u,%u,%u],\"num_cpu_cores\":%u}}\n",
+                       p->memory_bytes, p->max_page_size, p->alignment, p->max_bindings,
+                       p->max_shared_memory_size, p->max_cube_count[0], p->max_cube_count[1],
+                       p->max_cube_count[2], p->max_units_per_cube, p->max_cube_dim[0],
+                       p->max_cube_dim[1], p->max_cube_dim[2], p->num_cpu_cores);
+                return EXIT_OK;
+        }
+        human_bytes(st.memory_in_use, mem, sizeof(mem));
+        human_bytes(st.memory_peak, peak, sizeof(peak));
+        human_bytes(p->memory_bytes, total, sizeof(total));
+        printf("service:     %s\n", st.service);
+        printf("backend:     %s\n", st.backend);
+        printf("device:      %s, %s, %u cores, max cube dim %ux%ux%u, %u units per cube\n",
+               p->name, total, p->num_cpu_cores, p->max_cube_dim[0], p->max_cube_dim[1],
+               p->max_cube_dim[2], p->max_units_per_cube);
+        printf("state:       %s\n", st.poisoned ? "POISONED" : "healthy");
+        printf("uptime:      %.1f s\n", st.uptime_seconds);
+        printf("sessions:    %u (this one included)\n", st.sessions);
+        printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
+               st.allocations, peak);
+        return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option options[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "json", no_argument, NULL, 'j' },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        const char *path = NULL;
+        bool json = false;
+        cube_client *c;
+        cube_error *e;
+        int opt, r;
+
+        while ((opt = getopt_long(argc, argv, "s:jh", options, NULL)) != -1) {
+                switch (opt) {
+                case 's': path = optarg; break;
+                case 'j': json = true; break;
+                case 'h': usage(stdout); return EXIT_OK;
+                default: usage(stderr); return EXIT_USAGE;
+                }
+        }
+        if (optind + 1 != argc) {
+                usage(stderr);
+                return EXIT_USAGE;
+        }
+        if (strcmp(argv[optind], "status") != 0) {
+                fprintf(stderr, "cubectl: unknown command '%s'\n", argv[optind]);
+                usage(stderr);
+                return EXIT_USAGE;
+        }
+
+        e = cube_connect(path, "cubectl", &c);
+        if (e) {
+                const char *tried = path ? path : getenv("CUBE_SOCKET");
+                struct stat st;
+                if (!tried || !*tried)
+                        tried = CUBE_DEFAULT_SOCKET;
+                fprintf(stderr, "cubectl: %s\n", cube_error_message(e));
+                if (stat(tried, &st) < 0)
+                        fprintf(stderr, "cubectl: no socket exists at %s: start cubed (for "
+                                "example `cubed --socket %s`, or `systemctl start "
+                                "cubed@cpu0.socket`) or pass --socket\n", tried, tried);
+                cube_error_free(e);
+                return EXIT_UNREACHABLE;
+        }
+        r = cmd_status(c, json);
+        cube_disconnect(c);
+        return r;
+}
