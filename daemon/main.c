@@ -22,7 +22,7 @@ static void usage(FILE *f)
 "  --device N             device index on the backend (default 0)\n"
 "  --memory-limit BYTES   device memory to hand out (cpu backend; default 4G)\n"
 "  --max-message BYTES    largest message accepted (default 80M)\n"
-"  --max-depth N          deepest nesting accepted (default 16)\n"
+"  --max-depth N          deepest nesting accepted, at most 32 (default 16)\n"
 "  --max-container N      most elements in one array or map (default 65536)\n"
 "  --max-str BYTES        longest string accepted (default 1M)\n"
 "  --max-objects N        most objects in one message (default 1048576)\n"
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
                         case OPT_DEVICE: if (v > 255) goto bad; opts.device_index = (unsigned) v; break;
                         case OPT_MEMORY: opts.memory_limit = v; break;
                         case OPT_MAX_MESSAGE: opts.limits.max_message_bytes = v; break;
-                        case OPT_MAX_DEPTH: if (!v || v > 64) goto bad; opts.limits.max_depth = (uint32_t) v; break;
+                        case OPT_MAX_DEPTH: if (!v || v > 32) goto bad; opts.limits.max_depth = (uint32_t) v; break;
                         case OPT_MAX_CONTAINER: if (!v || v > UINT32_MAX) goto bad; opts.limits.max_container = (uint32_t) v; break;
                         case OPT_MAX_STR: opts.limits.max_str_bytes = v; break;
                         case OPT_MAX_OBJECTS: opts.limits.max_objects = v; break;

@@ -13,8 +13,8 @@
 
 #include "prescan.h"
 
-/* Nesting the walk can track whatever the limits say. Both sides' defaults
- * sit far below it; a deeper limit is answered as if it were this one. */
+/* The deepest nesting the walk tracks, whatever the limits say. Both sides'
+ * defaults sit far below it; a larger max_depth is treated as this one. */
 #define PRESCAN_DEPTH_CAP 1024u
 
 #define MIB (1ull << 20)
@@ -29,10 +29,11 @@ void cube__limits_daemon_default(cube__limits *ret) {
         };
 }
 
-void cube__limits_client_default(cube__limits *ret) {
+void cube__limits_client_default(cube__limits *ret)
+{
         *ret = (cube__limits) {
                 .max_message_bytes = 80 * MIB + 1 * MIB,
-                .max_depth = 64,
+                .max_depth = 32,             /* msgpack-c decodes no deeper */
                 .max_container = 65536,
                 .max_str_bytes = 16 * MIB,
                 .max_objects = 1ull << 20,

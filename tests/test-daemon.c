@@ -510,8 +510,10 @@ START_TEST(sigterm_under_valgrind_exits_clean_without_leaks)
         test_daemon v;
         cube_client *c;
 
-        if (system("valgrind --version >/dev/null 2>&1") != 0)
-                return;         /* counted as a pass only where valgrind exists */
+        /* An ASan-built daemon cannot run under valgrind; the sanitizer run
+         * checks leaks through LeakSanitizer instead. */
+        if (getenv("CUBE_TEST_NO_VALGRIND"))
+                return;
         ck_assert_int_eq(test_daemon_start_wrapped(&v, wrapper, NULL), 0);
         ck_ok(cube_connect(v.socket, NULL, &c));
         roundtrip(c, 100000, 11);

@@ -139,7 +139,7 @@ START_TEST(limits_defaults) {
         ck_assert_uint_eq(d.max_objects, 1u << 20);
 
         ck_assert_uint_eq(c.max_message_bytes, 81 * MIB);
-        ck_assert_uint_eq(c.max_depth, 64);
+        ck_assert_uint_eq(c.max_depth, 32);
         ck_assert_uint_eq(c.max_container, 65536);
         ck_assert_uint_eq(c.max_str_bytes, 16 * MIB);
         ck_assert_uint_eq(c.max_objects, 1u << 20);

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""count-tests.py - sum the test cases of meson test logs into one line.
+
+A Check program reports "Checks: N, Failures: F, Errors: E"; its cases are
+counted one by one. Any other test counts as one case. A Check program that
+died before its summary counts as one failure, so a partial run can never
+look green. Prints "N passed, N failed[, N skipped]" and exits 1 on failure.
+"""
+import json
+import re
+import sys
+
+SUMMARY = re.compile(r"Checks: (\d+), Failures: (\d+), Errors: (\d+)")
+
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        print(f"count-tests: {path}: {e}", file=sys.stderr)
+        failed += 1
+        continue
+    if not lines:
+        failed += 1
+    for line in lines:
+        t = json.loads(line)
+        result = t.get("result")
+        m = SUMMARY.search(t.get("stdout") or "")
+        if result == "SKIP":
+            skipped += 1
+        elif m:
+            n, f, e = (int(x) for x in m.groups())
+            passed += n - f - e
+            failed += f + e
+            if result != "OK" and f + e == 0:
+                failed += 1     # the program failed after its summary
+        elif result == "OK":
+            passed += 1
+        else:
+            failed += 1
+
+line = f"{passed} passed, {failed} failed"
+if skipped:
+    line += f", {skipped} skipped"
+print(line)
+sys.exit(1 if failed else 0)
