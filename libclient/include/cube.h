@@ -25,6 +25,9 @@
 extern "C" {
 #endif
 
+/* Only what this header declares is exported from libcubeclient. */
+#pragma GCC visibility push(default)
+
 #define CUBE_PROTOCOL_VERSION 1
 
 /* Where cube_connect() looks when neither a path nor $CUBE_SOCKET is given. */
@@ -271,6 +274,8 @@ typedef struct cube_status {
 } cube_status;
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
