@@ -208,8 +208,15 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret)
         cube__conn *c = h->data;
         size_t want;
 
-        if (c->pos == c->len)
+        if (c->pos == c->len) {
                 c->pos = c->len = 0;
+                if (c->cap > 4 * READ_CHUNK) {
+                        /* A large message has passed: give its room back. */
+                        free(c->buf);
+                        c->buf = NULL;
+                        c->cap = 0;
+                }
+        }
         want = c->len + READ_CHUNK;
         if (c->need > 0 && c->pos + c->need > want)
                 want = c->pos + c->need;

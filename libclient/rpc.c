@@ -213,11 +213,15 @@ cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec
         e = cube__send(c, iov, n);
 
         pthread_mutex_lock(&c->lock);
-        while (!e && !call->done && !c->dead) {
+        while (!e && !call->done) {
+                /* Even a dead connection may have a reader still copying into
+                 * this call's buffers: wait for it before giving them back. */
                 if (c->reading) {
                         pthread_cond_wait(&c->cond, &c->lock);
                         continue;
                 }
+                if (c->dead)
+                        break;
                 c->reading = true;
                 pthread_mutex_unlock(&c->lock);
                 cube_error *fatal = read_one(c);
