@@ -20,19 +20,15 @@
 #include <unistd.h>
 
 #include "cubed.h"
+#include "rbuf.h"
 
 #define READ_CHUNK (64 * 1024)
-/* Payloads at least this large are kept in the read buffer they arrived in
- * rather than copied. */
-#define KEEP_BUFFER_MIN (256 * 1024)
 
 struct cube__conn {
         uv_pipe_t pipe;
         cube__server *server;
         cube__session *session;
-        uint8_t *buf;
-        size_t cap, len, pos;
-        size_t need;                    /* bytes from pos the next message needs */
+        cube__rbuf rb;
         unsigned writes_pending;
         bool closing;
         bool close_after_write;
@@ -56,7 +52,7 @@ static void on_closed(uv_handle_t *h)
                 srv->conns = c->next;
         if (c->next)
                 c->next->prev = c->prev;
-        free(c->buf);
+        cube__rbuf_free(&c->rb);
         if (c->session)
                 cube__session_detach(c->session);
         free(c);
@@ -206,91 +202,66 @@ void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ..
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret)
 {
         cube__conn *c = h->data;
-        size_t want;
 
-        if (c->pos == c->len) {
-                c->pos = c->len = 0;
-                if (c->cap > 4 * READ_CHUNK) {
-                        /* A large message has passed: give its room back. */
-                        free(c->buf);
-                        c->buf = NULL;
-                        c->cap = 0;
-                }
+        if (cube__rbuf_reserve(&c->rb, READ_CHUNK) < 0) {
+                *ret = uv_buf_init(NULL, 0);    /* libuv reports UV_ENOBUFS */
+                return;
         }
-        want = c->len + READ_CHUNK;
-        if (c->need > 0 && c->pos + c->need > want)
-                want = c->pos + c->need;
-        if (want > c->cap && c->pos > 0) {
-                memmove(c->buf, c->buf + c->pos, c->len - c->pos);
-                c->len -= c->pos;
-                want -= c->pos;
-                c->pos = 0;
-        }
-        if (want > c->cap) {
-                uint8_t *grown = realloc(c->buf, want);
-                if (!grown) {
-                        *ret = uv_buf_init(NULL, 0);    /* libuv reports UV_ENOBUFS */
-                        return;
-                }
-                c->buf = grown;
-                c->cap = want;
-        }
-        *ret = uv_buf_init((char *) c->buf + c->len, (unsigned) (c->cap - c->len));
+        *ret = uv_buf_init((char *) c->rb.p + c->rb.len, (unsigned) (c->rb.cap - c->rb.len));
 }
 
 /* Decodes and dispatches every whole message buffered. */
 static void process(cube__conn *c)
 {
         const cube__limits *lim = &c->server->opts.limits;
+        cube__rbuf *b = &c->rb;
 
-        while (!c->closing && !c->close_after_write && c->len > c->pos) {
-                size_t avail = c->len - c->pos, mlen = 0, off = 0;
+        while (!c->closing && !c->close_after_write && b->len > b->pos) {
+                const uint8_t *msg = b->p + b->pos;
+                size_t avail = b->len - b->pos, mlen = 0, off = 0;
                 cube__scan scan;
 
-                if (avail < c->need)
+                if (avail < b->need)
                         return;
-                scan = cube__prescan(c->buf + c->pos, avail, lim, &mlen);
+                scan = cube__prescan(msg, avail, lim, &mlen);
                 if (scan == CUBE__SCAN_INCOMPLETE) {
-                        c->need = mlen;
+                        b->need = mlen;
                         return;
                 }
-                c->need = 0;
+                b->need = 0;
                 if (scan != CUBE__SCAN_COMPLETE) {
-                        cube__conn_protocol_error(c, peek_msgid(c->buf + c->pos, avail), "%s",
+                        cube__conn_protocol_error(c, peek_msgid(msg, avail), "%s",
                                                   cube__scan_describe(scan));
                         return;
                 }
 
                 msgpack_unpacked up;
                 msgpack_unpacked_init(&up);
-                if (msgpack_unpack_next(&up, (const char *) c->buf + c->pos, mlen, &off) !=
+                if (msgpack_unpack_next(&up, (const char *) msg, mlen, &off) !=
                     MSGPACK_UNPACK_SUCCESS || off != mlen) {
                         msgpack_unpacked_destroy(&up);
-                        cube__conn_protocol_error(c, peek_msgid(c->buf + c->pos, avail),
+                        cube__conn_protocol_error(c, peek_msgid(msg, avail),
                                                   "the message could not be decoded");
                         return;
                 }
-                bool taken = cube__dispatch(c, &up.data, c->buf);
+                bool taken = cube__dispatch(c, &up.data, b->p);
                 msgpack_unpacked_destroy(&up);
-                c->pos += mlen;
-                if (taken) {
-                        /* The buffer now belongs to a write in flight: carry
-                         * the bytes after this message over to a fresh one. */
-                        size_t rest = c->len - c->pos;
-                        size_t cap = rest > READ_CHUNK ? rest : READ_CHUNK;
-                        uint8_t *fresh = malloc(cap);
-                        if (!fresh) {
-                                c->buf = NULL;
-                                c->cap = c->len = c->pos = 0;
-                                cube__conn_close(c);
-                                return;
-                        }
-                        memcpy(fresh, c->buf + c->pos, rest);
-                        c->buf = fresh;
-                        c->cap = cap;
-                        c->len = rest;
-                        c->pos = 0;
+                if (!taken) {
+                        cube__rbuf_consume(b, mlen);
+                        continue;
                 }
+                /* The buffer now belongs to a write in flight: carry the
+                 * bytes after this message over to a fresh one. */
+                size_t rest = avail - mlen;
+                cube__rbuf fresh = {0};
+                if (cube__rbuf_reserve(&fresh, rest > READ_CHUNK ? rest : READ_CHUNK) < 0) {
+                        *b = (cube__rbuf) {0};
+                        cube__conn_close(c);
+                        return;
+                }
+                memcpy(fresh.p, msg + mlen, rest);
+                fresh.len = rest;
+                *b = fresh;
         }
 }
 
@@ -305,7 +276,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 cube__conn_close(c);
                 return;
         }
-        c->len += (size_t) nread;
+        c->rb.len += (size_t) nread;
         c->session->bytes_in += (uint64_t) nread;
         process(c);
 }

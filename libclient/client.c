@@ -128,7 +128,7 @@ static void client_free(cube_client *c)
         pthread_mutex_destroy(&c->lock);
         pthread_mutex_destroy(&c->write_lock);
         pthread_cond_destroy(&c->cond);
-        free(c->buf);
+        cube__rbuf_free(&c->rb);
         free(c);
 }
 

@@ -137,60 +137,46 @@ static cube_error *handle_message(cube_client *c, const msgpack_object *msg)
  * connection can no longer be used. */
 static cube_error *read_one(cube_client *c)
 {
-        for (;;) {
-                size_t avail = c->len - c->pos, mlen = 0, off = 0;
+        cube__rbuf *b = &c->rb;
 
-                if (avail > 0 && avail >= c->need) {
-                        cube__scan scan = cube__prescan(c->buf + c->pos, avail, &c->limits, &mlen);
+        for (;;) {
+                size_t avail = b->len - b->pos, mlen = 0, off = 0;
+
+                if (avail > 0 && avail >= b->need) {
+                        const uint8_t *msg = b->p + b->pos;
+                        cube__scan scan = cube__prescan(msg, avail, &c->limits, &mlen);
                         if (scan == CUBE__SCAN_COMPLETE) {
                                 msgpack_unpacked up;
                                 cube_error *e;
 
-                                c->need = 0;
+                                b->need = 0;
                                 msgpack_unpacked_init(&up);
-                                if (msgpack_unpack_next(&up, (const char *) c->buf + c->pos, mlen,
-                                                        &off) != MSGPACK_UNPACK_SUCCESS) {
+                                if (msgpack_unpack_next(&up, (const char *) msg, mlen, &off) !=
+                                    MSGPACK_UNPACK_SUCCESS) {
                                         msgpack_unpacked_destroy(&up);
                                         return lost(c, "a message from cubed could not be decoded", 0);
                                 }
                                 e = handle_message(c, &up.data);
                                 msgpack_unpacked_destroy(&up);
-                                c->pos += mlen;
-                                if (c->pos == c->len)
-                                        c->pos = c->len = 0;
+                                cube__rbuf_consume(b, mlen);
                                 return e;
                         }
                         if (scan != CUBE__SCAN_INCOMPLETE)
                                 return cube__err_generic("cubed at %s sent a message this library "
                                                          "refuses: %s", c->path,
                                                          cube__scan_describe(scan));
-                        c->need = mlen;
+                        b->need = mlen;
                 }
-
-                size_t want = c->len + READ_CHUNK;
-                if (c->need && c->pos + c->need > want)
-                        want = c->pos + c->need;
-                if (want > c->cap && c->pos > 0) {
-                        memmove(c->buf, c->buf + c->pos, c->len - c->pos);
-                        c->len -= c->pos;
-                        want -= c->pos;
-                        c->pos = 0;
-                }
-                if (want > c->cap) {
-                        uint8_t *grown = realloc(c->buf, want);
-                        if (!grown)
-                                return lost(c, "out of memory buffering a reply", 0);
-                        c->buf = grown;
-                        c->cap = want;
-                }
-                ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+                if (cube__rbuf_reserve(b, READ_CHUNK) < 0)
+                        return lost(c, "out of memory buffering a reply", 0);
+                ssize_t r = recv(c->fd, b->p + b->len, b->cap - b->len, 0);
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r < 0)
                         return lost(c, "receiving failed", errno);
                 if (r == 0)
                         return lost(c, "the daemon closed it", 0);
-                c->len += (size_t) r;
+                b->len += (size_t) r;
         }
 }
 

@@ -12,6 +12,7 @@
 #include "cube.h"
 #include "errors.h"
 #include "prescan.h"
+#include "rbuf.h"
 #include "wire.h"
 
 typedef struct cube__call cube__call;
@@ -44,9 +45,7 @@ struct cube_client {
 
         atomic_uint_fast64_t next_memory;
 
-        /* The reading thread's buffer. */
-        uint8_t *buf;
-        size_t cap, len, pos, need;
+        cube__rbuf rb;                  /* the reading thread's */
         cube__limits limits;
 
         char service[64];

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "wire.h"
 
 /* Error levels a decoded tree may nest, the top level included. */
 #define CUBE_ERR_MAX_DEPTH 64
@@ -228,7 +229,8 @@ static const char *const collective_names[CUBE_COLLECTIVE_MAX_] = {
         [CUBE_COLLECTIVE_PEER_ACCESS] = "peer_access",
 };
 
-static const struct kind_info *kind_info(cube_error_kind kind) {
+static const struct kind_info *kind_info(cube_error_kind kind)
+{
         if ((unsigned) kind >= sizeof(kind_table) / sizeof(kind_table[0]))
                 return NULL;
         if (!kind_table[kind].name)
@@ -236,13 +238,15 @@ static const struct kind_info *kind_info(cube_error_kind kind) {
         return &kind_table[kind];
 }
 
-static enum payload payload_of(const cube_error *e) {
+static enum payload payload_of(const cube_error *e)
+{
         const struct kind_info *info = e ? kind_info(e->kind) : NULL;
 
         return info ? info->payload : PAYLOAD_UNIT;
 }
 
-cube__err_family cube__err_family_of(cube_error_kind kind) {
+cube__err_family cube__err_family_of(cube_error_kind kind)
+{
         const struct kind_info *info = kind_info(kind);
 
         return info ? info->family : CUBE__FAMILY_INVALID;
@@ -250,7 +254,8 @@ cube__err_family cube__err_family_of(cube_error_kind kind) {
 
 /* The single error a wrapping variant, StorageMappingFailed or Unwritten
  * stands on; NULL for every other kind. */
-static const cube_error *source_of(const cube_error *e) {
+static const cube_error *source_of(const cube_error *e)
+{
         switch (payload_of(e)) {
         case PAYLOAD_WRAP:
         case PAYLOAD_MAPPING:
@@ -265,7 +270,8 @@ static const cube_error *source_of(const cube_error *e) {
  * Lifetime
  * ------------------------------------------------------------------------- */
 
-void cube_error_free(cube_error *e) {
+void cube_error_free(cube_error *e)
+{
         if (!e)
                 return;
 
@@ -281,7 +287,8 @@ void cube_error_free(cube_error *e) {
         free(e);
 }
 
-static cube_error *node_new(cube_error_kind kind) {
+static cube_error *node_new(cube_error_kind kind)
+{
         cube_error *e = calloc(1, sizeof(*e));
 
         if (!e)
@@ -292,7 +299,8 @@ static cube_error *node_new(cube_error_kind kind) {
 
 /* strdup that maps NULL to NULL, so only a real allocation failure reads as
  * one. */
-static int dup_str(const char *s, char **ret) {
+static int dup_str(const char *s, char **ret)
+{
         if (!s) {
                 *ret = NULL;
                 return 0;
@@ -301,7 +309,8 @@ static int dup_str(const char *s, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-cube_error *cube_error_clone(const cube_error *e) {
+cube_error *cube_error_clone(const cube_error *e)
+{
         cube_error *c;
 
         if (!e)
@@ -359,7 +368,8 @@ fail:
 
 static char *vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
-static char *vformat(const char *fmt, va_list ap) {
+static char *vformat(const char *fmt, va_list ap)
+{
         va_list aq;
         char *s;
         int n;
@@ -378,7 +388,8 @@ static char *vformat(const char *fmt, va_list ap) {
 }
 
 /* Takes ownership of source: it becomes members[0], or is freed. */
-static int attach_source(cube_error *e, cube_error *source) {
+static int attach_source(cube_error *e, cube_error *source)
+{
         e->members = malloc(sizeof(*e->members));
         if (!e->members) {
                 cube_error_free(source);
@@ -389,13 +400,15 @@ static int attach_source(cube_error *e, cube_error *source) {
         return 0;
 }
 
-static bool has_payload(cube_error_kind kind, enum payload payload) {
+static bool has_payload(cube_error_kind kind, enum payload payload)
+{
         const struct kind_info *info = kind_info(kind);
 
         return info && info->payload == payload;
 }
 
-cube_error *cube__err_new(cube_error_kind kind) {
+cube_error *cube__err_new(cube_error_kind kind)
+{
         const struct kind_info *info = kind_info(kind);
 
         /* A variant that stands on another error has a constructor taking it. */
@@ -409,7 +422,8 @@ cube_error *cube__err_new(cube_error_kind kind) {
 static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap)
         __attribute__((format(printf, 2, 0)));
 
-static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap) {
+static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap)
+{
         cube_error *e;
 
         if (!has_payload(kind, PAYLOAD_TEXT))
@@ -427,7 +441,8 @@ static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap
         return e;
 }
 
-cube_error *cube__err_text(cube_error_kind kind, const char *fmt, ...) {
+cube_error *cube__err_text(cube_error_kind kind, const char *fmt, ...)
+{
         cube_error *e;
         va_list ap;
 
@@ -437,7 +452,8 @@ cube_error *cube__err_text(cube_error_kind kind, const char *fmt, ...) {
         return e;
 }
 
-cube_error *cube__err_wrap(cube_error_kind kind, cube_error *source) {
+cube_error *cube__err_wrap(cube_error_kind kind, cube_error *source)
+{
         const struct kind_info *info = kind_info(kind);
         cube_error *e;
 
@@ -459,7 +475,8 @@ cube_error *cube__err_wrap(cube_error_kind kind, cube_error *source) {
         return e;
 }
 
-cube_error *cube__err_size(cube_error_kind kind, uint64_t size) {
+cube_error *cube__err_size(cube_error_kind kind, uint64_t size)
+{
         cube_error *e;
 
         if (!has_payload(kind, PAYLOAD_SIZE))
@@ -471,7 +488,8 @@ cube_error *cube__err_size(cube_error_kind kind, uint64_t size) {
         return e;
 }
 
-cube_error *cube__err_validation(const char *fmt, ...) {
+cube_error *cube__err_validation(const char *fmt, ...)
+{
         cube_error *e;
         va_list ap;
 
@@ -481,7 +499,8 @@ cube_error *cube__err_validation(const char *fmt, ...) {
         return e;
 }
 
-cube_error *cube__err_generic(const char *fmt, ...) {
+cube_error *cube__err_generic(const char *fmt, ...)
+{
         cube_error *e;
         va_list ap;
 
@@ -491,7 +510,8 @@ cube_error *cube__err_generic(const char *fmt, ...) {
         return e;
 }
 
-static cube_error *pair_new(cube_error_kind kind, const char *text, const char *text2) {
+static cube_error *pair_new(cube_error_kind kind, const char *text, const char *text2)
+{
         cube_error *e = node_new(kind);
 
         if (!e)
@@ -503,19 +523,23 @@ static cube_error *pair_new(cube_error_kind kind, const char *text, const char *
         return e;
 }
 
-cube_error *cube__err_foreign_handle(const char *handle_service, const char *client_service) {
+cube_error *cube__err_foreign_handle(const char *handle_service, const char *client_service)
+{
         return pair_new(CUBE_SERVER_FOREIGN_HANDLE, handle_service, client_service);
 }
 
-cube_error *cube__err_service_mismatch(const char *client_service, const char *requested) {
+cube_error *cube__err_service_mismatch(const char *client_service, const char *requested)
+{
         return pair_new(CUBE_SERVER_SERVICE_MISMATCH, client_service, requested);
 }
 
-cube_error *cube__err_expansion_panicked(const char *kernel, const char *message) {
+cube_error *cube__err_expansion_panicked(const char *kernel, const char *message)
+{
         return pair_new(CUBE_COMPILATION_EXPANSION_PANICKED, kernel, message);
 }
 
-cube_error *cube__err_no_device_transport(cube_collective operation) {
+cube_error *cube__err_no_device_transport(cube_collective operation)
+{
         cube_error *e;
 
         if ((unsigned) operation >= CUBE_COLLECTIVE_MAX_)
@@ -527,11 +551,13 @@ cube_error *cube__err_no_device_transport(cube_collective operation) {
         return e;
 }
 
-cube_error *cube__err_io_size(cube_error_kind io_kind, uint64_t size) {
+cube_error *cube__err_io_size(cube_error_kind io_kind, uint64_t size)
+{
         return cube__err_wrap(CUBE_SERVER_IO, cube__err_size(io_kind, size));
 }
 
-cube_error *cube__err_not_found(const char *fmt, ...) {
+cube_error *cube__err_not_found(const char *fmt, ...)
+{
         cube_error *e;
         va_list ap;
 
@@ -541,7 +567,8 @@ cube_error *cube__err_not_found(const char *fmt, ...) {
         return cube__err_wrap(CUBE_SERVER_IO, e);
 }
 
-cube_error *cube__err_poison(const char *fmt, ...) {
+cube_error *cube__err_poison(const char *fmt, ...)
+{
         cube_error *e;
         va_list ap;
 
@@ -553,7 +580,8 @@ cube_error *cube__err_poison(const char *fmt, ...) {
 
 /* Units are u32 in the reference: a larger count saturates rather than
  * producing a value the decoder would refuse. */
-cube_error *cube__err_resource(cube_error_kind kind, uint64_t requested, uint64_t max) {
+cube_error *cube__err_resource(cube_error_kind kind, uint64_t requested, uint64_t max)
+{
         const struct kind_info *info = kind_info(kind);
         cube_error *e;
 
@@ -575,7 +603,8 @@ cube_error *cube__err_resource(cube_error_kind kind, uint64_t requested, uint64_
         return e;
 }
 
-cube_error *cube__err_cube_dim(const uint32_t requested[3], const uint32_t max[3]) {
+cube_error *cube__err_cube_dim(const uint32_t requested[3], const uint32_t max[3])
+{
         cube_error *e;
 
         if (!requested || !max)
@@ -589,7 +618,8 @@ cube_error *cube__err_cube_dim(const uint32_t requested[3], const uint32_t max[3
         return e;
 }
 
-cube_error *cube__err_storage_mapping_failed(uint64_t size, cube_error *io_source) {
+cube_error *cube__err_storage_mapping_failed(uint64_t size, cube_error *io_source)
+{
         cube_error *e;
 
         if (!io_source || cube__err_family_of(io_source->kind) != CUBE__FAMILY_IO) {
@@ -644,13 +674,15 @@ fail:
         return NULL;
 }
 
-cube_error *cube__err_several(void) {
+cube_error *cube__err_several(void)
+{
         return node_new(CUBE_SERVER_SEVERAL);
 }
 
 /* Consumes member whatever happens. A NULL member is a constructor that ran
  * out of memory, and reads as such. */
-int cube__err_several_add(cube_error *several, cube_error *member) {
+int cube__err_several_add(cube_error *several, cube_error *member)
+{
         cube_error **members;
 
         if (!member)
@@ -681,39 +713,47 @@ int cube__err_several_add(cube_error *several, cube_error *member) {
  * Accessors
  * ------------------------------------------------------------------------- */
 
-cube_error_kind cube_error_kind_of(const cube_error *e) {
+cube_error_kind cube_error_kind_of(const cube_error *e)
+{
         return e ? e->kind : 0;
 }
 
-const char *cube_error_variant(const cube_error *e) {
+const char *cube_error_variant(const cube_error *e)
+{
         const struct kind_info *info = e ? kind_info(e->kind) : NULL;
 
         return info ? info->name : NULL;
 }
 
-const char *cube_error_family(const cube_error *e) {
+const char *cube_error_family(const cube_error *e)
+{
         const struct kind_info *info = e ? kind_info(e->kind) : NULL;
 
         return info ? family_names[info->family] : NULL;
 }
 
-const char *cube_error_reason(const cube_error *e) {
+const char *cube_error_reason(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_TEXT ? e->text : NULL;
 }
 
-const char *cube_error_kernel(const cube_error *e) {
+const char *cube_error_kernel(const cube_error *e)
+{
         return e && e->kind == CUBE_COMPILATION_EXPANSION_PANICKED ? e->text : NULL;
 }
 
-const char *cube_error_panic_message(const cube_error *e) {
+const char *cube_error_panic_message(const cube_error *e)
+{
         return e && e->kind == CUBE_COMPILATION_EXPANSION_PANICKED ? e->text2 : NULL;
 }
 
-const char *cube_error_handle_service(const cube_error *e) {
+const char *cube_error_handle_service(const cube_error *e)
+{
         return e && e->kind == CUBE_SERVER_FOREIGN_HANDLE ? e->text : NULL;
 }
 
-const char *cube_error_client_service(const cube_error *e) {
+const char *cube_error_client_service(const cube_error *e)
+{
         if (!e)
                 return NULL;
         if (e->kind == CUBE_SERVER_FOREIGN_HANDLE)
@@ -723,69 +763,83 @@ const char *cube_error_client_service(const cube_error *e) {
         return NULL;
 }
 
-const char *cube_error_requested_service(const cube_error *e) {
+const char *cube_error_requested_service(const cube_error *e)
+{
         return e && e->kind == CUBE_SERVER_SERVICE_MISMATCH ? e->text2 : NULL;
 }
 
-uint64_t cube_error_size(const cube_error *e) {
+uint64_t cube_error_size(const cube_error *e)
+{
         enum payload p = payload_of(e);
 
         return p == PAYLOAD_SIZE || p == PAYLOAD_MAPPING ? e->a : 0;
 }
 
-uint64_t cube_error_requested(const cube_error *e) {
+uint64_t cube_error_requested(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_LIMIT ? e->a : 0;
 }
 
-uint64_t cube_error_max(const cube_error *e) {
+uint64_t cube_error_max(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_LIMIT ? e->b : 0;
 }
 
-bool cube_error_requested_dim(const cube_error *e, uint32_t ret_dim[3]) {
+bool cube_error_requested_dim(const cube_error *e, uint32_t ret_dim[3])
+{
         if (payload_of(e) != PAYLOAD_DIM)
                 return false;
         memcpy(ret_dim, e->dim_requested, sizeof(e->dim_requested));
         return true;
 }
 
-bool cube_error_max_dim(const cube_error *e, uint32_t ret_dim[3]) {
+bool cube_error_max_dim(const cube_error *e, uint32_t ret_dim[3])
+{
         if (payload_of(e) != PAYLOAD_DIM)
                 return false;
         memcpy(ret_dim, e->dim_max, sizeof(e->dim_max));
         return true;
 }
 
-int cube_error_operation(const cube_error *e) {
+int cube_error_operation(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_OPERATION ? e->operation : -1;
 }
 
-uint64_t cube_error_failure(const cube_error *e) {
+uint64_t cube_error_failure(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_UNWRITTEN ? e->a : 0;
 }
 
-uint32_t cube_error_claimed(const cube_error *e) {
+uint32_t cube_error_claimed(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_UNWRITTEN ? (uint32_t) e->b : 0;
 }
 
-size_t cube_error_chain_len(const cube_error *e) {
+size_t cube_error_chain_len(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_UNWRITTEN ? e->n_chain : 0;
 }
 
-const char *cube_error_chain_at(const cube_error *e, size_t i) {
+const char *cube_error_chain_at(const cube_error *e, size_t i)
+{
         if (payload_of(e) != PAYLOAD_UNWRITTEN || i >= e->n_chain)
                 return NULL;
         return e->chain[i];
 }
 
-const cube_error *cube_error_source(const cube_error *e) {
+const cube_error *cube_error_source(const cube_error *e)
+{
         return source_of(e);
 }
 
-size_t cube_error_count(const cube_error *e) {
+size_t cube_error_count(const cube_error *e)
+{
         return payload_of(e) == PAYLOAD_SEVERAL ? e->n_members : 0;
 }
 
-const cube_error *cube_error_at(const cube_error *e, size_t i) {
+const cube_error *cube_error_at(const cube_error *e, size_t i)
+{
         if (payload_of(e) != PAYLOAD_SEVERAL || i >= e->n_members)
                 return NULL;
         return e->members[i];
@@ -798,7 +852,8 @@ const cube_error *cube_error_at(const cube_error *e, size_t i) {
  * enums, so each case below is the reference's match arm for its own enum.
  * ------------------------------------------------------------------------- */
 
-bool cube_error_is_refusal(const cube_error *e) {
+bool cube_error_is_refusal(const cube_error *e)
+{
         if (!e)
                 return false;
 
@@ -828,7 +883,8 @@ bool cube_error_is_refusal(const cube_error *e) {
         }
 }
 
-bool cube_error_is_device_poisoned(const cube_error *e) {
+bool cube_error_is_device_poisoned(const cube_error *e)
+{
         if (!e)
                 return false;
 
@@ -861,7 +917,8 @@ bool cube_error_is_device_poisoned(const cube_error *e) {
         }
 }
 
-bool cube_error_may_succeed_after_reclaim(const cube_error *e) {
+bool cube_error_may_succeed_after_reclaim(const cube_error *e)
+{
         if (!e)
                 return false;
 
@@ -887,7 +944,8 @@ struct text {
         bool failed;
 };
 
-static void text_put(struct text *t, const char *s, size_t n) {
+static void text_put(struct text *t, const char *s, size_t n)
+{
         if (t->failed)
                 return;
 
@@ -911,12 +969,14 @@ static void text_put(struct text *t, const char *s, size_t n) {
         t->p[t->len] = '\0';
 }
 
-static void text_puts(struct text *t, const char *s) {
+static void text_puts(struct text *t, const char *s)
+{
         if (s)
                 text_put(t, s, strlen(s));
 }
 
-static void text_u64(struct text *t, uint64_t v) {
+static void text_u64(struct text *t, uint64_t v)
+{
         char buf[24];
         int n = snprintf(buf, sizeof(buf), "%" PRIu64, v);
 
@@ -924,7 +984,8 @@ static void text_u64(struct text *t, uint64_t v) {
 }
 
 /* A (u32, u32, u32) as Rust's Debug prints a tuple. */
-static void text_dim(struct text *t, const uint32_t d[3]) {
+static void text_dim(struct text *t, const uint32_t d[3])
+{
         char buf[48];
         int n = snprintf(buf, sizeof(buf), "(%" PRIu32 ", %" PRIu32 ", %" PRIu32 ")",
                          d[0], d[1], d[2]);
@@ -932,7 +993,8 @@ static void text_dim(struct text *t, const uint32_t d[3]) {
         text_put(t, buf, (size_t) n);
 }
 
-static void render(const cube_error *e, struct text *t) {
+static void render(const cube_error *e, struct text *t)
+{
         const struct kind_info *info = e ? kind_info(e->kind) : NULL;
 
         if (!info) {
@@ -1006,7 +1068,8 @@ static void render(const cube_error *e, struct text *t) {
 /* Renders once and caches the text on the node. Two threads racing here both
  * render; one text wins and the other is dropped, so the call stays safe on a
  * shared error. */
-const char *cube_error_message(const cube_error *e) {
+const char *cube_error_message(const cube_error *e)
+{
         cube_error *m = (cube_error *) e;
         struct text t = { .p = NULL };
         char *expected = NULL;
@@ -1038,13 +1101,15 @@ const char *cube_error_message(const cube_error *e) {
  * Equality
  * ------------------------------------------------------------------------- */
 
-static bool str_equal(const char *a, const char *b) {
+static bool str_equal(const char *a, const char *b)
+{
         if (!a || !b)
                 return a == b;
         return strcmp(a, b) == 0;
 }
 
-bool cube__err_equal(const cube_error *a, const cube_error *b) {
+bool cube__err_equal(const cube_error *a, const cube_error *b)
+{
         if (a == b)
                 return true;
         if (!a || !b)
@@ -1074,7 +1139,8 @@ bool cube__err_equal(const cube_error *a, const cube_error *b) {
  * Encoding: [variant, payload]
  * ------------------------------------------------------------------------- */
 
-static int pack_str(msgpack_packer *pk, const char *s) {
+static int pack_str(msgpack_packer *pk, const char *s)
+{
         size_t n = s ? strlen(s) : 0;
 
         if (msgpack_pack_str(pk, n) != 0)
@@ -1084,13 +1150,15 @@ static int pack_str(msgpack_packer *pk, const char *s) {
         return 0;
 }
 
-static int pack_key_str(msgpack_packer *pk, const char *key, const char *s) {
+static int pack_key_str(msgpack_packer *pk, const char *key, const char *s)
+{
         int r = pack_str(pk, key);
 
         return r < 0 ? r : pack_str(pk, s);
 }
 
-static int pack_key_u64(msgpack_packer *pk, const char *key, uint64_t v) {
+static int pack_key_u64(msgpack_packer *pk, const char *key, uint64_t v)
+{
         int r = pack_str(pk, key);
 
         if (r < 0)
@@ -1098,7 +1166,8 @@ static int pack_key_u64(msgpack_packer *pk, const char *key, uint64_t v) {
         return msgpack_pack_uint64(pk, v) != 0 ? -ENOMEM : 0;
 }
 
-static int pack_key_dim(msgpack_packer *pk, const char *key, const uint32_t d[3]) {
+static int pack_key_dim(msgpack_packer *pk, const char *key, const uint32_t d[3])
+{
         int r = pack_str(pk, key);
 
         if (r < 0)
@@ -1113,7 +1182,8 @@ static int pack_key_dim(msgpack_packer *pk, const char *key, const uint32_t d[3]
 
 static int pack_value(msgpack_packer *pk, const cube_error *e);
 
-static int pack_key_value(msgpack_packer *pk, const char *key, const cube_error *e) {
+static int pack_key_value(msgpack_packer *pk, const char *key, const cube_error *e)
+{
         int r = pack_str(pk, key);
 
         return r < 0 ? r : pack_value(pk, e);
@@ -1122,7 +1192,8 @@ static int pack_key_value(msgpack_packer *pk, const char *key, const cube_error 
 /* Encodes one node and what hangs under it. A node missing what its kind
  * requires (only reachable by building one by hand) is refused with -EINVAL
  * rather than sent as something the other side would reject. */
-static int pack_value(msgpack_packer *pk, const cube_error *e) {
+static int pack_value(msgpack_packer *pk, const cube_error *e)
+{
         const struct kind_info *info = e ? kind_info(e->kind) : NULL;
         const cube_error *source;
         int r;
@@ -1246,7 +1317,8 @@ static int pack_value(msgpack_packer *pk, const cube_error *e) {
         return -EINVAL;
 }
 
-int cube__err_pack(msgpack_packer *pk, const cube_error *e) {
+int cube__err_pack(msgpack_packer *pk, const cube_error *e)
+{
         return pack_value(pk, e);
 }
 
@@ -1275,23 +1347,10 @@ static const struct kind_info *kind_by_name(cube__err_family family, const char 
         return NULL;
 }
 
-/* The value under a str key; unknown keys are someone else's business. */
-static const msgpack_object *map_get(const msgpack_object *map, const char *key) {
-        size_t n = strlen(key);
-
-        for (uint32_t i = 0; i < map->via.map.size; i++) {
-                const msgpack_object *k = &map->via.map.ptr[i].key;
-
-                if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-                    memcmp(k->via.str.ptr, key, n) == 0)
-                        return &map->via.map.ptr[i].val;
-        }
-        return NULL;
-}
-
 /* msgpack strings are counted, not terminated. One holding a NUL cannot
  * become a C string without changing what it says, so it is refused. */
-static int obj_str(const msgpack_object *o, char **ret) {
+static int obj_str(const msgpack_object *o, char **ret)
+{
         char *s;
 
         if (!o || o->type != MSGPACK_OBJECT_STR)
@@ -1308,7 +1367,8 @@ static int obj_str(const msgpack_object *o, char **ret) {
         return 0;
 }
 
-static int obj_uint(const msgpack_object *o, uint64_t max, uint64_t *ret) {
+static int obj_uint(const msgpack_object *o, uint64_t max, uint64_t *ret)
+{
         uint64_t v;
 
         if (!o)
@@ -1327,7 +1387,8 @@ static int obj_uint(const msgpack_object *o, uint64_t max, uint64_t *ret) {
         return 0;
 }
 
-static int obj_dim(const msgpack_object *o, uint32_t ret[3]) {
+static int obj_dim(const msgpack_object *o, uint32_t ret[3])
+{
         uint64_t v;
         int r;
 
@@ -1343,7 +1404,8 @@ static int obj_dim(const msgpack_object *o, uint32_t ret[3]) {
         return 0;
 }
 
-static int obj_operation(const msgpack_object *o, int *ret) {
+static int obj_operation(const msgpack_object *o, int *ret)
+{
         if (!o || o->type != MSGPACK_OBJECT_STR)
                 return -EBADMSG;
 
@@ -1375,7 +1437,8 @@ static int unpack_source(cube_error *e, const msgpack_object *o, cube__err_famil
         return attach_source(e, source);
 }
 
-static int unpack_chain(cube_error *e, const msgpack_object *o) {
+static int unpack_chain(cube_error *e, const msgpack_object *o)
+{
         int r;
 
         if (!o || o->type != MSGPACK_OBJECT_ARRAY)
@@ -1396,7 +1459,8 @@ static int unpack_chain(cube_error *e, const msgpack_object *o) {
         return 0;
 }
 
-static int unpack_members(cube_error *e, const msgpack_object *o, unsigned depth) {
+static int unpack_members(cube_error *e, const msgpack_object *o, unsigned depth)
+{
         int r;
 
         if (!o || o->type != MSGPACK_OBJECT_ARRAY)
@@ -1436,53 +1500,53 @@ static int unpack_payload(cube_error *e, const struct kind_info *info, const msg
 
         switch (info->payload) {
         case PAYLOAD_TEXT:
-                return obj_str(map_get(p, info->key), &e->text);
+                return obj_str(cube__map_get(p, info->key), &e->text);
 
         case PAYLOAD_TEXT_PAIR:
-                r = obj_str(map_get(p, info->key), &e->text);
+                r = obj_str(cube__map_get(p, info->key), &e->text);
                 if (r < 0)
                         return r;
-                return obj_str(map_get(p, info->key2), &e->text2);
+                return obj_str(cube__map_get(p, info->key2), &e->text2);
 
         case PAYLOAD_SIZE:
-                return obj_uint(map_get(p, "size"), UINT64_MAX, &e->a);
+                return obj_uint(cube__map_get(p, "size"), UINT64_MAX, &e->a);
 
         case PAYLOAD_LIMIT:
                 v = info->narrow ? UINT32_MAX : UINT64_MAX;
-                r = obj_uint(map_get(p, "requested"), v, &e->a);
+                r = obj_uint(cube__map_get(p, "requested"), v, &e->a);
                 if (r < 0)
                         return r;
-                return obj_uint(map_get(p, "max"), v, &e->b);
+                return obj_uint(cube__map_get(p, "max"), v, &e->b);
 
         case PAYLOAD_DIM:
-                r = obj_dim(map_get(p, "requested"), e->dim_requested);
+                r = obj_dim(cube__map_get(p, "requested"), e->dim_requested);
                 if (r < 0)
                         return r;
-                return obj_dim(map_get(p, "max"), e->dim_max);
+                return obj_dim(cube__map_get(p, "max"), e->dim_max);
 
         case PAYLOAD_OPERATION:
-                return obj_operation(map_get(p, "operation"), &e->operation);
+                return obj_operation(cube__map_get(p, "operation"), &e->operation);
 
         case PAYLOAD_MAPPING:
-                r = obj_uint(map_get(p, "size"), UINT64_MAX, &e->a);
+                r = obj_uint(cube__map_get(p, "size"), UINT64_MAX, &e->a);
                 if (r < 0)
                         return r;
-                return unpack_source(e, map_get(p, "source"), info->inner, depth);
+                return unpack_source(e, cube__map_get(p, "source"), info->inner, depth);
 
         case PAYLOAD_UNWRITTEN:
-                r = obj_uint(map_get(p, "failure"), UINT64_MAX, &e->a);
+                r = obj_uint(cube__map_get(p, "failure"), UINT64_MAX, &e->a);
                 if (r < 0)
                         return r;
-                r = obj_uint(map_get(p, "claimed"), UINT32_MAX, &e->b);
+                r = obj_uint(cube__map_get(p, "claimed"), UINT32_MAX, &e->b);
                 if (r < 0)
                         return r;
-                r = unpack_chain(e, map_get(p, "chain"));
+                r = unpack_chain(e, cube__map_get(p, "chain"));
                 if (r < 0)
                         return r;
-                return unpack_source(e, map_get(p, "root"), info->inner, depth);
+                return unpack_source(e, cube__map_get(p, "root"), info->inner, depth);
 
         case PAYLOAD_SEVERAL:
-                return unpack_members(e, map_get(p, "errors"), depth);
+                return unpack_members(e, cube__map_get(p, "errors"), depth);
 
         default:
                 return -EBADMSG;
@@ -1526,7 +1590,8 @@ static int unpack_value(const msgpack_object *o, cube__err_family family, unsign
         return 0;
 }
 
-int cube__err_unpack(const msgpack_object *o, cube__err_family family, cube_error **ret_error) {
+int cube__err_unpack(const msgpack_object *o, cube__err_family family, cube_error **ret_error)
+{
         if (!ret_error || (unsigned) family >= CUBE__FAMILY_INVALID)
                 return -EBADMSG;
 

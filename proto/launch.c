@@ -6,17 +6,20 @@
 
 #include "launch.h"
 
-bool cube__io_is_readable(cube_io io) {
+bool cube__io_is_readable(cube_io io)
+{
         return io == CUBE_IO_READ_ONLY || io == CUBE_IO_READ_WRITE;
 }
 
-bool cube__io_is_writable(cube_io io) {
+bool cube__io_is_writable(cube_io io)
+{
         return io == CUBE_IO_WRITE_ONLY || io == CUBE_IO_READ_WRITE;
 }
 
 /* Whether io is one of the four answers. Anything else — UNKNOWN, or a value
  * no kernel could have produced — takes the over-naming fallback. */
-static bool io_is_answer(cube_io io) {
+static bool io_is_answer(cube_io io)
+{
         switch (io) {
         case CUBE_IO_READ_ONLY:
         case CUBE_IO_WRITE_ONLY:
@@ -57,7 +60,8 @@ bool cube__io_read(const cube_io *compiled, size_t n_compiled,
  * first dimension that already fits; z is not checked, as in the reference.
  * A dimension whose maximum is 0 can never fit: it stops shrinking at 1
  * rather than looping forever. */
-void cube__cube_count_spread(const uint32_t max[3], uint32_t num_cubes, uint32_t ret[3]) {
+void cube__cube_count_spread(const uint32_t max[3], uint32_t num_cubes, uint32_t ret[3])
+{
         uint64_t count[3] = { num_cubes, 1, 1 };
 
         for (unsigned i = 0; i < 2; i++) {

@@ -19,7 +19,8 @@
 
 #define MIB (1ull << 20)
 
-void cube__limits_daemon_default(cube__limits *ret) {
+void cube__limits_daemon_default(cube__limits *ret)
+{
         *ret = (cube__limits) {
                 .max_message_bytes = CUBE__DAEMON_MAX_MESSAGE,
                 .max_depth = CUBE__DAEMON_MAX_DEPTH,
@@ -59,7 +60,8 @@ typedef struct item_head {
         uint8_t inline_size;
 } item_head;
 
-static item_head classify(uint8_t b) {
+static item_head classify(uint8_t b)
+{
         if (b <= 0x7f || b >= 0xe0)
                 return (item_head) { ITEM_SCALAR, 1, 0, 0 };
         if (b <= 0x8f)
@@ -101,7 +103,8 @@ static item_head classify(uint8_t b) {
         }
 }
 
-static uint64_t read_be(const uint8_t *p, unsigned width) {
+static uint64_t read_be(const uint8_t *p, unsigned width)
+{
         uint64_t v = 0;
 
         for (unsigned i = 0; i < width; i++)
@@ -109,21 +112,24 @@ static uint64_t read_be(const uint8_t *p, unsigned width) {
         return v;
 }
 
-static uint64_t add_sat(uint64_t a, uint64_t b) {
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
         return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
 /* Answers "more bytes needed" with a lower bound on the whole message, or
  * TOO_BIG when even that bound is over the limit: waiting for bytes that can
  * only make the message too long is pointless. */
-static cube__scan need_more(uint64_t min_total, const cube__limits *limits, size_t *ret_len) {
+static cube__scan need_more(uint64_t min_total, const cube__limits *limits, size_t *ret_len)
+{
         if (min_total > limits->max_message_bytes)
                 return CUBE__SCAN_TOO_BIG;
         *ret_len = min_total > SIZE_MAX ? SIZE_MAX : (size_t) min_total;
         return CUBE__SCAN_INCOMPLETE;
 }
 
-cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *limits, size_t *ret_len) {
+cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *limits, size_t *ret_len)
+{
         /* Objects each open container still owes, innermost last. A container
          * is popped as soon as it owes nothing, so depth counts only the
          * containers the next object would be nested in. */
@@ -196,7 +202,8 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
         }
 }
 
-const char *cube__scan_describe(cube__scan s) {
+const char *cube__scan_describe(cube__scan s)
+{
         switch (s) {
         case CUBE__SCAN_COMPLETE:
                 return "a whole message is present";

@@ -19,12 +19,14 @@
  * DevicePoison 1. */
 #define N_KINDS 42
 
-static cube_error *poison(void) {
+static cube_error *poison(void)
+{
         return cube__err_poison(POISON_REASON);
 }
 
 /* One instance of each kind, every field away from its zero value. */
-static cube_error *sample(cube_error_kind kind) {
+static cube_error *sample(cube_error_kind kind)
+{
         static const uint32_t dim_requested[3] = { 2048, 1, 1 };
         static const uint32_t dim_max[3] = { 1024, 1024, 64 };
         cube_error *e;
@@ -108,7 +110,8 @@ static cube_error *sample(cube_error_kind kind) {
         return NULL;
 }
 
-static void pack_into(msgpack_sbuffer *sb, const cube_error *e) {
+static void pack_into(msgpack_sbuffer *sb, const cube_error *e)
+{
         msgpack_packer pk;
 
         msgpack_sbuffer_init(sb);
@@ -118,7 +121,8 @@ static void pack_into(msgpack_sbuffer *sb, const cube_error *e) {
 
 /* Decodes the single value in sb as family; returns what cube__err_unpack
  * answered, with *ret set only on success. */
-static int unpack_from(const msgpack_sbuffer *sb, cube__err_family family, cube_error **ret) {
+static int unpack_from(const msgpack_sbuffer *sb, cube__err_family family, cube_error **ret)
+{
         msgpack_unpacked u;
         size_t off = 0;
         int r;
@@ -134,7 +138,8 @@ static int unpack_from(const msgpack_sbuffer *sb, cube__err_family family, cube_
 
 /* Packs, unpacks, and checks that the copy is the original, says the same,
  * and packs to the same bytes. */
-static void assert_round_trip(const cube_error *e, cube__err_family family) {
+static void assert_round_trip(const cube_error *e, cube__err_family family)
+{
         msgpack_sbuffer sb, again;
         cube_error *back = NULL;
 
@@ -323,11 +328,13 @@ END_TEST
  * Predicates: the reference's tests, case for case
  * ------------------------------------------------------------------------- */
 
-static cube_error *unwritten_of(const cube_error *root) {
+static cube_error *unwritten_of(const cube_error *root)
+{
         return cube__err_unwritten(1, 1, NULL, 0, cube_error_clone(root));
 }
 
-static cube_error *group_of(cube_error *a, cube_error *b) {
+static cube_error *group_of(cube_error *a, cube_error *b)
+{
         cube_error *g = cube__err_several();
 
         ck_assert_ptr_nonnull(g);
@@ -338,7 +345,8 @@ static cube_error *group_of(cube_error *a, cube_error *b) {
         return g;
 }
 
-static cube_error *refused_kernel(void) {
+static cube_error *refused_kernel(void)
+{
         return cube__err_wrap(CUBE_SERVER_LAUNCH,
                               cube__err_wrap(CUBE_LAUNCH_COMPILATION_ERROR,
                                              cube__err_text(CUBE_COMPILATION_GENERIC,
@@ -540,7 +548,8 @@ END_TEST
  * Messages
  * ------------------------------------------------------------------------- */
 
-static void assert_message(cube_error *e, const char *want) {
+static void assert_message(cube_error *e, const char *want)
+{
         ck_assert_ptr_nonnull(e);
         ck_assert_str_eq(cube_error_message(e), want);
         cube_error_free(e);
@@ -657,17 +666,20 @@ END_TEST
  * Malformed input
  * ------------------------------------------------------------------------- */
 
-static void pk_str(msgpack_packer *pk, const char *s) {
+static void pk_str(msgpack_packer *pk, const char *s)
+{
         msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-static void begin(msgpack_sbuffer *sb, msgpack_packer *pk) {
+static void begin(msgpack_sbuffer *sb, msgpack_packer *pk)
+{
         msgpack_sbuffer_init(sb);
         msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
 }
 
 /* The decoder refuses sb as family and leaves *ret alone. */
-static void expect_bad(msgpack_sbuffer *sb, cube__err_family family) {
+static void expect_bad(msgpack_sbuffer *sb, cube__err_family family)
+{
         cube_error *sentinel = (cube_error *) (uintptr_t) 0x1;
         cube_error *e = sentinel;
 
@@ -888,7 +900,8 @@ START_TEST(test_bad_fields) {
 }
 END_TEST
 
-static void pack_unwritten_head(msgpack_packer *pk, uint64_t claimed) {
+static void pack_unwritten_head(msgpack_packer *pk, uint64_t claimed)
+{
         msgpack_pack_array(pk, 2);
         pk_str(pk, "Unwritten");
         msgpack_pack_map(pk, 4);
@@ -1042,7 +1055,8 @@ START_TEST(test_bad_after_partial_decode) {
 }
 END_TEST
 
-static msgpack_object str_object(const char *s) {
+static msgpack_object str_object(const char *s)
+{
         msgpack_object o = { .type = MSGPACK_OBJECT_STR };
 
         o.via.str.ptr = s;
@@ -1053,7 +1067,8 @@ static msgpack_object str_object(const char *s) {
 /* Several{errors: [Several{errors: [...]}]}, levels deep, built as objects
  * directly: msgpack-c's own unpacker stops at 32 containers, and the point is
  * that the decoder holds its bound whoever hands it the object. */
-static msgpack_object *nested_several(msgpack_zone *z, unsigned levels) {
+static msgpack_object *nested_several(msgpack_zone *z, unsigned levels)
+{
         msgpack_object *inner = NULL;
 
         for (unsigned i = 0; i < levels; i++) {
@@ -1353,7 +1368,8 @@ struct sink {
         size_t budget, used;
 };
 
-static int sink_write(void *data, const char *buf, size_t len) {
+static int sink_write(void *data, const char *buf, size_t len)
+{
         struct sink *s = data;
 
         (void) buf;
@@ -1393,7 +1409,8 @@ START_TEST(test_pack_reports_write_failures) {
 }
 END_TEST
 
-static Suite *errors_suite(void) {
+static Suite *errors_suite(void)
+{
         Suite *s = suite_create("errors");
         TCase *tc;
 
@@ -1443,7 +1460,8 @@ static Suite *errors_suite(void) {
         return s;
 }
 
-int main(void) {
+int main(void)
+{
         Suite *s = errors_suite();
         SRunner *sr = srunner_create(s);
         int nf;

@@ -20,19 +20,22 @@ typedef struct launch_args {
 } launch_args;
 
 /* A resource added without a declaration. */
-static void with_buffer(launch_args *a) {
+static void with_buffer(launch_args *a)
+{
         ck_assert_uint_lt(a->n_resources, MAX_RESOURCES);
         a->n_resources++;
 }
 
-static void with_buffers(launch_args *a, size_t n) {
+static void with_buffers(launch_args *a, size_t n)
+{
         for (size_t i = 0; i < n; i++)
                 with_buffer(a);
 }
 
 /* A resource added with a declaration: earlier undeclared resources are
  * padded with READ_WRITE first, so the declaration lands on its own index. */
-static void with_buffer_io(launch_args *a, cube_io io) {
+static void with_buffer_io(launch_args *a, cube_io io)
+{
         ck_assert_uint_lt(a->n_resources, MAX_RESOURCES);
         while (a->n_declared < a->n_resources)
                 a->declared[a->n_declared++] = CUBE_IO_READ_WRITE;
@@ -41,7 +44,8 @@ static void with_buffer_io(launch_args *a, cube_io io) {
 }
 
 /* The indices of the resources written (or read), in resource order. */
-static size_t buffers_written(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[]) {
+static size_t buffers_written(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[])
+{
         size_t n = 0;
 
         for (size_t i = 0; i < a->n_resources; i++)
@@ -50,7 +54,8 @@ static size_t buffers_written(const launch_args *a, const cube_io *compiled, siz
         return n;
 }
 
-static size_t buffers_read(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[]) {
+static size_t buffers_read(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[])
+{
         size_t n = 0;
 
         for (size_t i = 0; i < a->n_resources; i++)
@@ -223,7 +228,8 @@ START_TEST(io_attr_falls_back_in_order) {
 }
 END_TEST
 
-static Suite *launch_suite(void) {
+static Suite *launch_suite(void)
+{
         Suite *s = suite_create("launch");
         TCase *spread = tcase_create("spread");
         TCase *io = tcase_create("io");
@@ -247,7 +253,8 @@ static Suite *launch_suite(void) {
         return s;
 }
 
-int main(void) {
+int main(void)
+{
         SRunner *sr = srunner_create(launch_suite());
         srunner_run_all(sr, CK_ENV);
         int nf = srunner_ntests_failed(sr);

@@ -24,7 +24,8 @@ typedef struct bytes {
         size_t cap;
 } bytes;
 
-static void put_n(bytes *b, const void *p, size_t n) {
+static void put_n(bytes *b, const void *p, size_t n)
+{
         if (b->len + n > b->cap) {
                 size_t cap = b->cap ? b->cap : 64;
 
@@ -39,67 +40,79 @@ static void put_n(bytes *b, const void *p, size_t n) {
         b->len += n;
 }
 
-static void put_u8(bytes *b, uint8_t v) {
+static void put_u8(bytes *b, uint8_t v)
+{
         put_n(b, &v, 1);
 }
 
-static void put_be(bytes *b, uint64_t v, unsigned width) {
+static void put_be(bytes *b, uint64_t v, unsigned width)
+{
         for (unsigned i = width; i > 0; i--)
                 put_u8(b, (uint8_t) (v >> (8 * (i - 1))));
 }
 
-static void put_fill(bytes *b, uint8_t v, size_t n) {
+static void put_fill(bytes *b, uint8_t v, size_t n)
+{
         for (size_t i = 0; i < n; i++)
                 put_u8(b, v);
 }
 
 /* Headers in the widest form, so counts and sizes can be set freely. */
-static void put_array32(bytes *b, uint32_t n) {
+static void put_array32(bytes *b, uint32_t n)
+{
         put_u8(b, 0xdd);
         put_be(b, n, 4);
 }
 
-static void put_map32(bytes *b, uint32_t n) {
+static void put_map32(bytes *b, uint32_t n)
+{
         put_u8(b, 0xdf);
         put_be(b, n, 4);
 }
 
-static void put_str32(bytes *b, uint32_t n) {
+static void put_str32(bytes *b, uint32_t n)
+{
         put_u8(b, 0xdb);
         put_be(b, n, 4);
 }
 
-static void put_bin32(bytes *b, uint32_t n) {
+static void put_bin32(bytes *b, uint32_t n)
+{
         put_u8(b, 0xc6);
         put_be(b, n, 4);
 }
 
-static void bytes_free(bytes *b) {
+static void bytes_free(bytes *b)
+{
         free(b->data);
         *b = (bytes) {};
 }
 
-static cube__limits daemon_limits(void) {
+static cube__limits daemon_limits(void)
+{
         cube__limits l;
 
         cube__limits_daemon_default(&l);
         return l;
 }
 
-static cube__limits client_limits(void) {
+static cube__limits client_limits(void)
+{
         cube__limits l;
 
         cube__limits_client_default(&l);
         return l;
 }
 
-static cube__scan scan(const void *buf, size_t len, const cube__limits *l, size_t *ret_len) {
+static cube__scan scan(const void *buf, size_t len, const cube__limits *l, size_t *ret_len)
+{
         return cube__prescan(buf, len, l, ret_len);
 }
 
 /* Scans with a sentinel in *ret_len, so a result that must leave it alone is
  * seen to. */
-static cube__scan scan_untouched(const void *buf, size_t len, const cube__limits *l) {
+static cube__scan scan_untouched(const void *buf, size_t len, const cube__limits *l)
+{
         size_t ret_len = 0xdeadbeef;
         cube__scan s = scan(buf, len, l, &ret_len);
 
@@ -108,7 +121,8 @@ static cube__scan scan_untouched(const void *buf, size_t len, const cube__limits
         return s;
 }
 
-static void assert_complete(const void *buf, size_t len, const cube__limits *l, size_t expected) {
+static void assert_complete(const void *buf, size_t len, const cube__limits *l, size_t expected)
+{
         size_t ret_len = 0;
 
         ck_assert_int_eq(scan(buf, len, l, &ret_len), CUBE__SCAN_COMPLETE);
@@ -117,7 +131,8 @@ static void assert_complete(const void *buf, size_t len, const cube__limits *l, 
 
 /* Every proper prefix of a whole message of full bytes is INCOMPLETE, with a
  * bound that is more than what is there and no more than the message. */
-static void assert_every_prefix_incomplete(const uint8_t *buf, size_t full, const cube__limits *l) {
+static void assert_every_prefix_incomplete(const uint8_t *buf, size_t full, const cube__limits *l)
+{
         for (size_t len = 0; len < full; len++) {
                 size_t ret_len = 0;
                 cube__scan s = cube__prescan(buf, len, l, &ret_len);
@@ -346,7 +361,8 @@ START_TEST(message_size_at_the_daemon_limit) {
 END_TEST
 
 /* 16 levels is the daemon's limit: the envelope counts as one. */
-static void put_nested(bytes *b, unsigned levels, uint8_t innermost) {
+static void put_nested(bytes *b, unsigned levels, uint8_t innermost)
+{
         for (unsigned i = 1; i < levels; i++)
                 put_u8(b, 0x91);
         put_u8(b, innermost);
@@ -691,19 +707,22 @@ END_TEST
 /* A small deterministic generator, so a failure can be replayed. */
 static uint64_t rng_state;
 
-static uint64_t rng(void) {
+static uint64_t rng(void)
+{
         rng_state ^= rng_state << 13;
         rng_state ^= rng_state >> 7;
         rng_state ^= rng_state << 17;
         return rng_state;
 }
 
-static uint64_t rng_below(uint64_t n) {
+static uint64_t rng_below(uint64_t n)
+{
         return n ? rng() % n : 0;
 }
 
 /* Lengths that land on every boundary between the str and bin forms. */
-static size_t random_length(void) {
+static size_t random_length(void)
+{
         static const size_t edges[] = { 0, 1, 31, 32, 255, 256, 65535, 65536 };
 
         switch (rng_below(16)) {
@@ -716,7 +735,8 @@ static size_t random_length(void) {
         }
 }
 
-static void pack_random(msgpack_packer *pk, unsigned depth, char *fill) {
+static void pack_random(msgpack_packer *pk, unsigned depth, char *fill)
+{
         unsigned choice = (unsigned) rng_below(depth < 6 ? 14 : 11);
         size_t n;
 
@@ -839,7 +859,8 @@ START_TEST(random_messages_packed_by_msgpack_c) {
 }
 END_TEST
 
-static Suite *prescan_suite(void) {
+static Suite *prescan_suite(void)
+{
         Suite *s = suite_create("prescan");
         TCase *formats = tcase_create("formats");
         TCase *limits = tcase_create("limits");
@@ -884,7 +905,8 @@ static Suite *prescan_suite(void) {
         return s;
 }
 
-int main(void) {
+int main(void)
+{
         SRunner *sr = srunner_create(prescan_suite());
         srunner_run_all(sr, CK_ENV);
         int nf = srunner_ntests_failed(sr);

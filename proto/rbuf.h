@@ -1,0 +1,29 @@
+/*
+ * rbuf.h - the receive buffer both sides read a socket into.
+ *
+ * Unparsed bytes are [pos, len). need is how many bytes from pos the next
+ * message needs in all, as the pre-scan last said, so a large message is read
+ * into room made for it once instead of in doublings.
+ */
+#ifndef CUBE_PROTO_RBUF_H
+#define CUBE_PROTO_RBUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cube__rbuf {
+        uint8_t *p;
+        size_t cap, len, pos;
+        size_t need;
+} cube__rbuf;
+
+/* Makes room for at least chunk more bytes, and for the whole of the next
+ * message when need says how long it is; moves unparsed bytes to the front
+ * before growing, and gives back the room of a large message once it is
+ * consumed. Returns 0, or -ENOMEM with the buffer unchanged. */
+int cube__rbuf_reserve(cube__rbuf *b, size_t chunk);
+/* Marks n bytes at pos as consumed. */
+void cube__rbuf_consume(cube__rbuf *b, size_t n);
+void cube__rbuf_free(cube__rbuf *b);
+
+#endif
