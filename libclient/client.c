@@ -296,7 +296,8 @@ static cube_error *deliver_read(cube__call *call, const msgpack_object *r)
             !cube__obj_bin(&r->via.array.ptr[0], &p, &n) || n != t->size)
                 return cube__err_generic("cubed answered a read of %" PRIu64 " bytes with "
                                          "something else", t->size);
-        memcpy(t->dst, p, n);
+        if (n > 0)
+                memcpy(t->dst, p, n);
         return NULL;
 }
 

@@ -170,7 +170,8 @@ typedef struct cube_client cube_client;
  * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL).
  * Negotiates the protocol version before returning. */
 cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client);
-/* Closes the connection. The daemon reclaims everything the session held. */
+/* Closes the connection. The daemon reclaims everything the session held.
+ * No other thread may be inside a call on c while it runs. */
 void cube_disconnect(cube_client *c);
 
 /* The service this connection reaches, e.g. "cpu0-4f1c9a0d2e3b5a67". */
