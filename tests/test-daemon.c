@@ -301,6 +301,39 @@ static void *worker(void *p)
         return NULL;
 }
 
+START_TEST(fresh_memory_never_shows_another_sessions_bytes)
+{
+        static const size_t sizes[] = { 100, 4096, 1u << 20 };
+        unsigned char *data = malloc(1u << 20), *back = malloc(1u << 20);
+        cube_client *a, *b;
+
+        ck_ok(cube_connect(D.socket, "first", &a));
+        for (size_t i = 0; i < 3; i++) {
+                cube_handle h;
+                memset(data, 0xee, sizes[i]);
+                ck_ok(cube_create(a, data, sizes[i], &h));
+                ck_ok(cube_free(a, &h));
+        }
+        ck_ok(cube_sync(a, NULL, 0));
+        cube_disconnect(a);
+        ck_assert(wait_memory_in_use(D.socket, 0, 5000));
+
+        ck_ok(cube_connect(D.socket, "second", &b));
+        for (size_t i = 0; i < 3; i++) {
+                cube_handle h;
+                ck_ok(cube_empty(b, sizes[i], &h));
+                memset(back, 0x5a, sizes[i]);
+                ck_ok(cube_read(b, &h, back, sizes[i]));
+                for (size_t j = 0; j < sizes[i]; j++)
+                        ck_assert_msg(back[j] == 0, "byte %zu of a fresh %zu-byte buffer is %#x",
+                                      j, sizes[i], back[j]);
+        }
+        cube_disconnect(b);
+        free(data);
+        free(back);
+}
+END_TEST
+
 START_TEST(threads_share_one_client_each_on_its_own_stream)
 {
         cube_client *c;
@@ -542,6 +575,7 @@ static Suite *daemon_suite(void)
         tcase_add_test(tc, a_handle_from_another_daemon_is_foreign);
         tcase_add_test(tc, a_failed_reservation_is_carried_by_the_memory);
         tcase_add_test(tc, sync_check_flush_and_cleanup_answer);
+        tcase_add_test(tc, fresh_memory_never_shows_another_sessions_bytes);
         tcase_add_test(tc, threads_share_one_client_each_on_its_own_stream);
         tcase_add_test(tc, a_stale_socket_is_replaced_and_a_live_one_refused);
         tcase_add_test(tc, a_client_killed_mid_write_leaves_no_memory);

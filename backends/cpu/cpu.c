@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -20,6 +21,8 @@
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
 #define CPU_ALIGNMENT 64
+/* Allocations at least this large are mapped straight from the kernel. */
+#define CPU_MMAP_MIN (128 * 1024)
 
 struct cube__storage {
         uint64_t size;
@@ -149,6 +152,28 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
         };
 }
 
+/* Fresh device memory reads as zeros: memory freed by one session must never
+ * show its bytes to another. Large allocations come zeroed from the kernel
+ * (and cost nothing until touched); small ones are cleared. */
+static void *zeroed_bytes(uint64_t rounded)
+{
+        void *p;
+
+        if (rounded >= CPU_MMAP_MIN) {
+                p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                return p == MAP_FAILED ? NULL : p;
+        }
+        if (posix_memalign(&p, CPU_ALIGNMENT, rounded) != 0)
+                return NULL;
+        memset(p, 0, rounded);
+        return p;
+}
+
+static uint64_t rounded_size(uint64_t size)
+{
+        return (size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+}
+
 static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
 {
         cube__storage *s;
@@ -156,7 +181,7 @@ static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret
 
         if (size > d->memory_limit)
                 return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
-        rounded = (size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+        rounded = rounded_size(size);
         if (rounded > d->memory_limit - d->in_use)
                 return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         s = malloc(sizeof(*s));
@@ -164,7 +189,7 @@ static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret
                 return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         s->size = size;
         s->bytes = NULL;
-        if (rounded > 0 && posix_memalign(&s->bytes, CPU_ALIGNMENT, rounded) != 0) {
+        if (rounded > 0 && !(s->bytes = zeroed_bytes(rounded))) {
                 free(s);
                 return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         }
@@ -175,10 +200,16 @@ static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret
 
 static void cpu_release(cube__device *d, cube__storage *s)
 {
+        uint64_t rounded;
+
         if (!s)
                 return;
-        d->in_use -= (s->size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
-        free(s->bytes);
+        rounded = rounded_size(s->size);
+        d->in_use -= rounded;
+        if (rounded >= CPU_MMAP_MIN)
+                munmap(s->bytes, rounded);
+        else
+                free(s->bytes);
         free(s);
 }
 
