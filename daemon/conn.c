@@ -158,6 +158,8 @@ static int64_t peek_msgid(const uint8_t *p, size_t n)
                 return (int64_t) p[3] << 8 | p[4];
         if (p[2] == 0xce && n >= 7)
                 return (int64_t) p[3] << 24 | (int64_t) p[4] << 16 | (int64_t) p[5] << 8 | p[6];
+        if (p[2] == 0xcf && n >= 11 && !p[3] && !p[4] && !p[5] && !p[6])
+                return (int64_t) p[7] << 24 | (int64_t) p[8] << 16 | (int64_t) p[9] << 8 | p[10];
         return -1;
 }
 

@@ -73,8 +73,6 @@ int cube__claims_taint(cube__failures *fs, cube__claims *c, uint64_t start, uint
                        uint64_t failure);
 /* Marks [start, end) as written: whatever it carried is repaired. */
 int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end);
-/* The first failure overlapping [start, end), or 0. */
-uint64_t cube__claims_find(const cube__claims *c, uint64_t start, uint64_t end);
 /* Forgets every claim (the allocation is gone). */
 void cube__claims_clear(cube__failures *fs, cube__claims *c);
 /* Drops a record that no allocation carries. */

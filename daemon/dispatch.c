@@ -90,11 +90,12 @@ static void do_hello(call *k)
         msgpack_sbuffer sb;
         msgpack_packer pk;
         cube_protocol_limits lim;
+        char name[CUBED_NAME_MAX] = "";
         int r = 0;
 
         if (k->n != 2 || !cube__obj_u32(&k->p[0], &version) ||
             (k->p[1].type != MSGPACK_OBJECT_NIL &&
-             !cube__obj_str(&k->p[1], s->name, sizeof(s->name)))) {
+             !cube__obj_str(&k->p[1], name, sizeof(name)))) {
                 malformed(k, "params must be [version, name] with a name of at most 63 bytes");
                 return;
         }
@@ -105,6 +106,7 @@ static void do_hello(call *k)
                 return;
         }
         s->greeted = true;
+        memcpy(s->name, name, sizeof(name));
         lim = (cube_protocol_limits) {
                 .max_message_bytes = srv->opts.limits.max_message_bytes,
                 .max_depth = srv->opts.limits.max_depth,

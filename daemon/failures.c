@@ -157,14 +157,6 @@ int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, ui
         return rewrite(fs, c, start, end, 0);
 }
 
-uint64_t cube__claims_find(const cube__claims *c, uint64_t start, uint64_t end)
-{
-        for (size_t i = 0; i < c->n; i++)
-                if (c->v[i].start < end && start < c->v[i].end)
-                        return c->v[i].failure;
-        return 0;
-}
-
 void cube__claims_clear(cube__failures *fs, cube__claims *c)
 {
         update_tags(fs, c->v, c->n, NULL, 0);

@@ -30,7 +30,7 @@ static void usage(FILE *f)
 "  --help                 show this help\n"
 "  --version              show the version\n"
 "\n"
-"Sizes take an optional K, M or G suffix (powers of 1024).\n");
+"Sizes take an optional K, M, G or T suffix (powers of 1024).\n");
 }
 
 /* Parses "64M" and friends; refuses anything that is not a whole size. */
@@ -115,11 +115,11 @@ int main(int argc, char **argv)
                         switch (c) {
                         case OPT_DEVICE: if (v > 255) goto bad; opts.device_index = (unsigned) v; break;
                         case OPT_MEMORY: opts.memory_limit = v; break;
-                        case OPT_MAX_MESSAGE: opts.limits.max_message_bytes = v; break;
+                        case OPT_MAX_MESSAGE: if (v < 1024) goto bad; opts.limits.max_message_bytes = v; break;
                         case OPT_MAX_DEPTH: if (!v || v > 32) goto bad; opts.limits.max_depth = (uint32_t) v; break;
                         case OPT_MAX_CONTAINER: if (!v || v > UINT32_MAX) goto bad; opts.limits.max_container = (uint32_t) v; break;
-                        case OPT_MAX_STR: opts.limits.max_str_bytes = v; break;
-                        case OPT_MAX_OBJECTS: opts.limits.max_objects = v; break;
+                        case OPT_MAX_STR: if (!v) goto bad; opts.limits.max_str_bytes = v; break;
+                        case OPT_MAX_OBJECTS: if (v < 16) goto bad; opts.limits.max_objects = v; break;
                         }
                 }
                 continue;

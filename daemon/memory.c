@@ -150,42 +150,43 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
         return NULL;
 }
 
+/* Adds the failure to the group unless it is there already. */
+static int add_failure(cube__failures *fs, cube_error **several, uint64_t failure)
+{
+        for (size_t i = 0; *several && i < cube_error_count(*several); i++)
+                if (cube_error_failure(cube_error_at(*several, i)) == failure)
+                        return 0;
+        if (!*several && !(*several = cube__err_several()))
+                return -ENOMEM;
+        return cube__err_several_add(*several, cube__failures_report(fs, failure));
+}
+
 cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n)
 {
         cube__server *srv = s->server;
         cube_error *several = NULL;
-        uint64_t *seen = NULL;
-        size_t n_seen = 0;
 
         for (size_t i = 0; i < n; i++) {
                 cube__alloc *a;
-                uint64_t start, end, failure;
+                uint64_t start, end;
                 cube_error *e = cube__alloc_resolve(s, &handles[i], &a, &start, &end);
 
                 if (e) {
-                        free(seen);
                         cube_error_free(several);
                         return e;
                 }
-                if (!a->storage && start == end)
-                        end = start + 1;        /* the virtual byte of a failed empty reservation */
-                failure = cube__claims_find(&a->claims, start, end);
-                if (!failure)
-                        continue;
-                bool dup = false;
-                for (size_t j = 0; j < n_seen; j++)
-                        dup |= seen[j] == failure;
-                if (dup)
-                        continue;
-                uint64_t *grown = realloc(seen, (n_seen + 1) * sizeof(*seen));
-                if (!grown)
-                        break;
-                seen = grown;
-                seen[n_seen++] = failure;
-                if (!several && !(several = cube__err_several()))
-                        break;
-                cube__err_several_add(several, cube__failures_report(&srv->failures, failure));
+                if (!a->storage && start == end) {
+                        start = 0;      /* the virtual byte of a failed reservation */
+                        end = 1;
+                }
+                for (size_t k = 0; k < a->claims.n; k++) {
+                        const cube__claim *c = &a->claims.v[k];
+                        if (c->start < end && start < c->end &&
+                            add_failure(&srv->failures, &several, c->failure) < 0) {
+                                cube_error_free(several);
+                                return cube__err_generic("out of host memory reporting failures");
+                        }
+                }
         }
-        free(seen);
         return several;
 }

@@ -130,10 +130,19 @@ static void op_finish(cube__op *o)
         cube__server *srv = s->server;
 
         if (o->work.error) {
-                if (o->reply && !o->reply->error)
+                if (o->reply && !o->reply->error) {
                         o->reply->error = o->work.error;
-                else
+                } else if (!o->reply && o->alloc && o->work.op == CUBE__WORK_COPY_TO_DEVICE) {
+                        /* A write has no answer: its failure lands on the
+                         * bytes it was to write, for the next read to report. */
+                        uint64_t failure = cube__failures_insert(&srv->failures, o->work.error,
+                                                                 s->id);
+                        cube__claims_taint(&srv->failures, &o->alloc->claims, o->work.offset,
+                                           o->work.offset + o->work.len, failure);
+                        cube__failures_prune(&srv->failures, failure);
+                } else {
                         cube_error_free(o->work.error);
+                }
         }
         free(o->owned);
         if (o->alloc)

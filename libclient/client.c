@@ -190,6 +190,9 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
                 client_free(c);
                 return e;
         }
+        /* A read reply is as large as the daemon lets a message be. */
+        if (c->daemon_limits.max_message_bytes + (1u << 20) > c->limits.max_message_bytes)
+                c->limits.max_message_bytes = c->daemon_limits.max_message_bytes + (1u << 20);
         *ret_client = c;
         return NULL;
 }

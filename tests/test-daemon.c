@@ -301,6 +301,87 @@ static void *worker(void *p)
         return NULL;
 }
 
+/* Sends a write whose payload does not match its handle: the daemon records
+ * the failure on the handle's bytes. */
+static void raw_bad_write(int fd, const cube_handle *h)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, h);
+        msgpack_pack_bin(&pk, 3);
+        msgpack_pack_bin_body(&pk, "abc", 3);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+START_TEST(failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes)
+{
+        int fd = raw_connect(D.socket);
+        uint64_t nonce = raw_hello(fd);
+        cube_handle h = { .service = nonce, .memory = 1, .size = 1000 };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        cube_error *e;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "create", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, 1000);
+        raw_send_sbuffer(fd, &sb);
+        raw_bad_write(fd, &(cube_handle) { nonce, 1, 0, 0, 900, 1000 });     /* [0, 100) */
+        raw_bad_write(fd, &(cube_handle) { nonce, 1, 0, 200, 700, 1000 });   /* [200, 300) */
+
+        msgpack_sbuffer_clear(&sb);
+        cube__pack_request(&pk, 4, "check", 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        cube__pack_handle(&pk, &h);
+        raw_send_sbuffer(fd, &sb);
+        ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &e), 0);
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+        ck_assert_uint_eq(cube_error_count(e), 2);
+        ck_assert_uint_ne(cube_error_failure(cube_error_at(e, 0)),
+                          cube_error_failure(cube_error_at(e, 1)));
+        ck_assert_ptr_nonnull(strstr(cube_error_message(e), "a write of 3 bytes"));
+        cube_error_free(e);
+        msgpack_unpacked_destroy(&up);
+
+        /* A good write over [0, 150) repairs the first failure only. */
+        char good[150] = {0};
+        msgpack_sbuffer_clear(&sb);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, &(cube_handle) { nonce, 1, 0, 0, 850, 1000 });
+        msgpack_pack_bin(&pk, sizeof(good));
+        msgpack_pack_bin_body(&pk, good, sizeof(good));
+        cube__pack_request(&pk, 5, "check", 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        cube__pack_handle(&pk, &h);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &e), 0);
+        ck_assert_uint_eq(cube_error_count(e), 1);
+        cube_error_free(e);
+        msgpack_unpacked_destroy(&up);
+        close(fd);
+}
+END_TEST
+
 START_TEST(fresh_memory_never_shows_another_sessions_bytes)
 {
         static const size_t sizes[] = { 100, 4096, 1u << 20 };
@@ -575,6 +656,7 @@ static Suite *daemon_suite(void)
         tcase_add_test(tc, a_handle_from_another_daemon_is_foreign);
         tcase_add_test(tc, a_failed_reservation_is_carried_by_the_memory);
         tcase_add_test(tc, sync_check_flush_and_cleanup_answer);
+        tcase_add_test(tc, failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes);
         tcase_add_test(tc, fresh_memory_never_shows_another_sessions_bytes);
         tcase_add_test(tc, threads_share_one_client_each_on_its_own_stream);
         tcase_add_test(tc, a_stale_socket_is_replaced_and_a_live_one_refused);
