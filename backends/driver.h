@@ -15,6 +15,7 @@
 #ifndef CUBE_DRIVER_H
 #define CUBE_DRIVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cube.h"
@@ -23,13 +24,41 @@ typedef struct cube__device cube__device;
 typedef struct cube__storage cube__storage;
 typedef struct cube__dstream cube__dstream;
 typedef struct cube__work cube__work;
+typedef struct cube__module cube__module;
 
 /* What a submitted piece of work asks of the device. */
 typedef enum cube__work_op {
         CUBE__WORK_COPY_TO_DEVICE,      /* host -> storage + offset, len bytes */
         CUBE__WORK_COPY_TO_HOST,        /* storage + offset -> host, len bytes */
         CUBE__WORK_FENCE,               /* completes once everything before it on the stream has */
+        CUBE__WORK_LAUNCH,              /* runs launch */
 } cube__work_op;
+
+/* What the core learned from a kernel's source (the dialect is the same on
+ * every backend, so the core reads signatures itself). */
+typedef struct cube__kernel_desc {
+        const char *source;
+        const char *entry;
+        uint32_t n_buffers;             /* buffer parameters, before INFO */
+        bool uses_sync;                 /* calls sync_cube() */
+} cube__kernel_desc;
+
+/* One kernel launch, as the device runs it. */
+typedef struct cube__launch_work {
+        cube__module *module;
+        const char *kernel;             /* the entry point, for reports */
+        uint32_t count[3];
+        cube__storage *count_storage;   /* dynamic count: three u32 here, read in stream order */
+        uint64_t count_offset;
+        uint32_t dim[3];
+        uint32_t n_buffers;
+        cube__storage **storages;       /* per buffer */
+        uint64_t *offsets;              /* per buffer: where its range starts */
+        uint64_t *info;
+        uint32_t n_info;
+        uint32_t metadata_offset;       /* in words */
+        uint32_t dynamic_offset;        /* in words */
+} cube__launch_work;
 
 /* One unit of device work. The core embeds it in its own bookkeeping and
  * fills the fields; the backend sets error on failure and hands the work back
@@ -41,6 +70,7 @@ struct cube__work {
         uint64_t offset;
         void *host;                     /* source or destination in host memory */
         uint64_t len;
+        cube__launch_work *launch;      /* CUBE__WORK_LAUNCH */
         cube_error *error;              /* set by the backend; the core takes it */
 };
 
@@ -77,8 +107,23 @@ typedef struct cube__driver {
         /* Called once no submitted work remains on the stream. */
         void (*stream_close)(cube__device *d, cube__dstream *s);
 
-        /* Queues work on a stream; work on one stream completes in order. */
+        /* Queues work on a stream; work on one stream completes in order. A
+         * launch that faults completes with DevicePoison as its error. */
         void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
+
+        /* Kernels. artifact_ext names the compiled form's files ("so").
+         * target() says what compiled code depends on, for cache keys: the
+         * compiler, its version, the machine and the options. compile and
+         * load run off the loop thread; compile answers with a
+         * CompilationError carrying the compiler's log. */
+        const char *artifact_ext;
+        const char *(*target)(cube__device *d);
+        cube_error *(*compile)(cube__device *d, const cube__kernel_desc *desc,
+                               const char *artifact_path);
+        cube_error *(*load)(cube__device *d, const cube__kernel_desc *desc,
+                            const char *artifact_path, cube__module **ret_module,
+                            uint32_t *ret_shared_bytes);
+        void (*unload)(cube__device *d, cube__module *m);
 } cube__driver;
 
 extern const cube__driver cube__driver_cpu;

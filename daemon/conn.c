@@ -30,6 +30,9 @@ struct cube__conn {
         cube__session *session;
         cube__rbuf rb;
         unsigned writes_pending;
+        bool paused;                    /* waiting for a kernel; see cube__conn_wait_for */
+        cube__kernel *waiting_on;
+        bool redispatching;
         bool closing;
         bool close_after_write;
         cube__conn *prev, *next;
@@ -53,6 +56,8 @@ static void on_closed(uv_handle_t *h)
         if (c->next)
                 c->next->prev = c->prev;
         cube__rbuf_free(&c->rb);
+        if (c->waiting_on)
+                cube__kernel_forget(c->waiting_on, c);
         if (c->session)
                 cube__session_detach(c->session);
         free(c);
@@ -218,7 +223,7 @@ static void process(cube__conn *c)
         const cube__limits *lim = &c->server->opts.limits;
         cube__rbuf *b = &c->rb;
 
-        while (!c->closing && !c->close_after_write && b->len > b->pos) {
+        while (!c->closing && !c->close_after_write && !c->paused && b->len > b->pos) {
                 const uint8_t *msg = b->p + b->pos;
                 size_t avail = b->len - b->pos, mlen = 0, off = 0;
                 cube__scan scan;
@@ -246,9 +251,12 @@ static void process(cube__conn *c)
                                                   "the message could not be decoded");
                         return;
                 }
-                bool taken = cube__dispatch(c, &up.data, b->p);
+                cube__dispatched d = cube__dispatch(c, &up.data, b->p);
                 msgpack_unpacked_destroy(&up);
-                if (!taken) {
+                c->redispatching = false;
+                if (d == CUBE__DISPATCH_PAUSED)
+                        return;         /* the same message goes again on resume */
+                if (d == CUBE__DISPATCH_DONE) {
                         cube__rbuf_consume(b, mlen);
                         continue;
                 }
@@ -265,6 +273,41 @@ static void process(cube__conn *c)
                 fresh.len = rest;
                 *b = fresh;
         }
+}
+
+bool cube__conn_wait_for(cube__conn *c, cube__kernel *k)
+{
+        cube__kernel_waiter w = { cube__conn_resume, c };
+
+        if (!cube__kernel_prepare(k, &w))
+                return false;
+        c->paused = true;
+        c->waiting_on = k;
+        uv_read_stop((uv_stream_t *) &c->pipe);
+        return true;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret);
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b);
+
+void cube__conn_resume(void *conn)
+{
+        cube__conn *c = conn;
+
+        if (!c->paused)
+                return;
+        c->paused = false;
+        c->waiting_on = NULL;
+        c->redispatching = true;
+        process(c);
+        c->redispatching = false;
+        if (!c->paused && !c->closing && !c->close_after_write)
+                uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+}
+
+bool cube__conn_redispatching(const cube__conn *c)
+{
+        return c->redispatching;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)

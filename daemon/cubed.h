@@ -77,6 +77,10 @@ int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, ui
 void cube__claims_clear(cube__failures *fs, cube__claims *c);
 /* Drops a record that no allocation carries. */
 void cube__failures_prune(cube__failures *fs, uint64_t failure);
+/* Records that a launch of kernel was skipped because memory needed carried
+ * failure: the hop a read downstream reports in its chain. */
+void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
+                            uint64_t needed);
 /* ServerError::Unwritten for a failure. */
 cube_error *cube__failures_report(cube__failures *fs, uint64_t failure);
 size_t cube__failures_live(const cube__failures *fs);
@@ -123,6 +127,12 @@ typedef struct cube__op {
         cube__alloc *alloc;             /* NULL for fences */
         cube__pending_reply *reply;     /* the answer this work counts toward, or NULL */
         void *owned;                    /* freed once the work completes */
+        cube__launch_work *launch;      /* a launch's own record, and what it uses */
+        cube__alloc **uses;
+        size_t n_uses;
+        cube__alloc **written;          /* what a launch writes, to claim if it faults */
+        size_t n_written;
+        uint64_t *written_range;        /* [start, end) per written buffer */
 } cube__op;
 
 /* A request whose answer waits for device work. */
@@ -141,6 +151,10 @@ struct cube__pending_reply {
 void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
                   uint64_t offset, void *host, uint64_t len, void *owned,
                   cube__pending_reply *reply);
+/* Submits a launch: takes l and the arrays of the op it fills. */
+void cube__submit_launch(cube__session *s, cube__stream *st, cube__op *o);
+/* Marks the device poisoned (once) with why; every later operation reports it. */
+void cube__server_poison(cube__server *srv, cube_error *poison);
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
 /* Called when every piece of work for the reply was submitted. */
 void cube__pending_arm(cube__pending_reply *r);
@@ -148,6 +162,56 @@ void cube__pending_arm(cube__pending_reply *r);
 void cube__server_complete(void *ctx, cube__work *work);
 /* Loop thread: finishes completed work. */
 void cube__server_drain_completions(cube__server *srv);
+
+/* ---- the kernel cache (kernels.c) --------------------------------------- */
+typedef enum cube__kernel_state {
+        CUBE__KERNEL_NEW,               /* registered, never compiled or loaded */
+        CUBE__KERNEL_COMPILING,
+        CUBE__KERNEL_READY,
+        CUBE__KERNEL_FAILED,
+} cube__kernel_state;
+
+/* Called on the loop thread once a kernel is ready or failed. */
+typedef struct cube__kernel_waiter {
+        void (*ready)(void *ctx);
+        void *ctx;
+} cube__kernel_waiter;
+
+/* One entry of the cache every session shares. */
+typedef struct cube__kernel {
+        char hash[65];
+        char *source;
+        char *entry;
+        cube__kernel_desc desc;
+        cube_buffer_io *io;             /* the compiled answer, per buffer parameter */
+        cube__kernel_state state;
+        cube__module *module;
+        uint32_t shared_bytes;
+        cube_error *error;              /* a CompilationError, when FAILED */
+        bool from_disk;
+        double compile_ms;
+        uint64_t hits;
+        cube__kernel_waiter *waiters;
+        size_t n_waiters;
+        cube__server *server;
+        uv_work_t work;
+        struct cube__kernel *next;      /* the next entry whose hash has the same prefix */
+        struct cube__kernel *all_next;  /* the server's list of every entry */
+} cube__kernel;
+
+/* Finds or adds the cache entry for source and entry. Never NULL unless out
+ * of memory; a source whose signature cannot be read is an entry that failed. */
+cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
+                                  const char *entry, size_t entry_len);
+/* Makes the kernel ready: starts compiling (or loading from disk) if it is
+ * new, and calls waiter once it is ready or failed. Returns false, calling
+ * nothing, when there is nothing to wait for. */
+bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
+/* Drops every waiter of k whose ctx is ctx (a connection that closed). */
+void cube__kernel_forget(cube__kernel *k, void *ctx);
+/* The launch error for a kernel that failed: Launch(CompilationError(...)). */
+cube_error *cube__kernel_launch_error(const cube__kernel *k);
+void cube__kernels_free(cube__server *srv);
 
 /* ---- sessions (session.c) ----------------------------------------------- */
 struct cube__session {
@@ -161,6 +225,10 @@ struct cube__session {
         bool greeted;                   /* hello was answered */
         cube__idmap memory;             /* memory id -> cube__alloc */
         cube__idmap streams;            /* stream id -> cube__stream */
+        cube__idmap kernels;            /* kernel id -> cube__kernel */
+        cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
+        size_t n_queued;
+        uint64_t launches;
         unsigned inflight;              /* submitted work not yet complete */
         uint64_t memory_in_use;
         uint64_t memory_peak;
@@ -188,17 +256,30 @@ void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ..
 void cube__conn_close(cube__conn *c);
 cube__session *cube__conn_session(cube__conn *c);
 void cube__conn_close_all(cube__server *srv);
+/* Stops taking messages from c until kernel k is ready or failed (it is
+ * being compiled): what c sends meanwhile waits, in order, in the socket.
+ * Returns false when k needs no waiting. */
+bool cube__conn_wait_for(cube__conn *c, cube__kernel *k);
+void cube__conn_resume(void *conn);
+/* Whether the message being dispatched is one dispatched again on resume. */
+bool cube__conn_redispatching(const cube__conn *c);
 int cube__listen(cube__server *srv, const char *path);
 
 /* ---- dispatch (dispatch.c) ---------------------------------------------- */
-/* Handles one decoded message. data/len are the message's bytes; the read
- * buffer they live in is buf, which the dispatcher may take (returning true)
- * when a write's payload is large enough to keep rather than copy. */
-bool cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
+typedef enum cube__dispatched {
+        CUBE__DISPATCH_DONE,            /* the message was handled */
+        CUBE__DISPATCH_KEPT,            /* handled, and its read buffer is now a write's */
+        CUBE__DISPATCH_PAUSED,          /* not handled yet: dispatch it again on resume */
+} cube__dispatched;
+
+/* Handles one decoded message. buf is the read buffer the message lives in,
+ * which the dispatcher may keep when a write's payload is large. */
+cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
 
 /* ---- the server (server.c) ---------------------------------------------- */
 typedef struct cube__options {
         const char *socket_path;
+        const char *cache_dir;
         const char *backend;
         unsigned device_index;
         uint64_t memory_limit;
@@ -232,6 +313,12 @@ struct cube__server {
         uint64_t memory_peak;
         uint64_t allocations;
         unsigned inflight;
+        cube__kernel *kernels;          /* every cache entry of this run */
+        cube__idmap kernel_index;       /* hash prefix -> first entry with it */
+        uint64_t n_kernels;
+        uint64_t compiles;
+        unsigned compiling;             /* compile jobs in flight */
+        cube_error *poison;             /* the DevicePoison, once the device is poisoned */
         cube__conn *conns;
         bool stopping;
 };

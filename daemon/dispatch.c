@@ -13,21 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cubed.h"
+#include "dispatch.h"
 
-#define KEEP_BUFFER_MIN (256 * 1024)
 
-typedef struct call {
-        cube__conn *conn;
-        cube__session *session;
-        cube__server *server;
-        const cube__envelope *env;
-        const msgpack_object *p;        /* params */
-        uint32_t n;                     /* number of params */
-        void *buf;                      /* the read buffer, for a write to keep */
-} call;
+cube_error *cube__poisoned(cube__server *srv)
+{
+        return cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
+}
 
-static bool malformed(call *k, const char *what)
+bool cube__malformed(cube__msg *k, const char *what)
 {
         char method[64];
         size_t n = k->env->method_len < sizeof(method) - 1 ? k->env->method_len : sizeof(method) - 1;
@@ -39,7 +33,7 @@ static bool malformed(call *k, const char *what)
         return false;
 }
 
-static void reply_ok_nil(call *k)
+void cube__reply_ok_nil(cube__msg *k)
 {
         msgpack_sbuffer sb;
         msgpack_packer pk;
@@ -51,7 +45,7 @@ static void reply_ok_nil(call *k)
         msgpack_sbuffer_destroy(&sb);
 }
 
-static void reply_owned_error(call *k, cube_error *e)
+void cube__reply_owned_error(cube__msg *k, cube_error *e)
 {
         if (!e)
                 e = cube__err_generic("out of host memory while answering");
@@ -59,22 +53,21 @@ static void reply_owned_error(call *k, cube_error *e)
         cube_error_free(e);
 }
 
-/* Reads [stream, [handle, ...]]: the shape of read, sync and check. */
-static bool get_stream_handles(call *k, uint64_t *ret_stream, cube_handle **ret_handles,
+bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
                                size_t *ret_n)
 {
         const msgpack_object_array *arr;
         cube_handle *hs;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], ret_stream) || !cube__obj_array(&k->p[1], &arr))
-                return malformed(k, "params must be [stream, [handle, ...]]");
+                return cube__malformed(k, "params must be [stream, [handle, ...]]");
         hs = calloc(arr->size ? arr->size : 1, sizeof(*hs));
         if (!hs)
-                return malformed(k, "out of host memory");
+                return cube__malformed(k, "out of host memory");
         for (uint32_t i = 0; i < arr->size; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &hs[i])) {
                         free(hs);
-                        return malformed(k, "a handle must be [service, memory, offset_start, "
+                        return cube__malformed(k, "a handle must be [service, memory, offset_start, "
                                          "offset_end] of unsigned integers");
                 }
         *ret_handles = hs;
@@ -82,7 +75,7 @@ static bool get_stream_handles(call *k, uint64_t *ret_stream, cube_handle **ret_
         return true;
 }
 
-static void do_hello(call *k)
+static cube__dispatched do_hello(cube__msg *k)
 {
         cube__server *srv = k->server;
         cube__session *s = k->session;
@@ -96,14 +89,14 @@ static void do_hello(call *k)
         if (k->n != 2 || !cube__obj_u32(&k->p[0], &version) ||
             (k->p[1].type != MSGPACK_OBJECT_NIL &&
              !cube__obj_str(&k->p[1], name, sizeof(name)))) {
-                malformed(k, "params must be [version, name] with a name of at most 63 bytes");
-                return;
+                cube__malformed(k, "params must be [version, name] with a name of at most 63 bytes");
+                return CUBE__DISPATCH_DONE;
         }
         if (version != CUBE_PROTOCOL_VERSION) {
-                reply_owned_error(k, cube__err_validation(
+                cube__reply_owned_error(k, cube__err_validation(
                         "this daemon speaks protocol version %d; the client asked for %u",
                         CUBE_PROTOCOL_VERSION, version));
-                return;
+                return CUBE__DISPATCH_DONE;
         }
         s->greeted = true;
         memcpy(s->name, name, sizeof(name));
@@ -131,9 +124,10 @@ static void do_hello(call *k)
                 cube__reply_sbuffer(s, &sb);
         msgpack_sbuffer_destroy(&sb);
         cube__log(CUBE__LOG_DEBUG, "session %" PRIu64 " is %s", s->id, s->name);
+        return CUBE__DISPATCH_DONE;
 }
 
-static void do_status(call *k)
+static cube__dispatched do_status(cube__msg *k)
 {
         cube__server *srv = k->server;
         msgpack_sbuffer sb;
@@ -143,7 +137,7 @@ static void do_status(call *k)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_map(&pk, 10);
+        r |= msgpack_pack_map(&pk, 13);
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
         r |= cube__pack_str(&pk, "uptime_seconds");
@@ -153,303 +147,79 @@ static void do_status(call *k)
         r |= cube__pack_kv_u64(&pk, "memory_peak", srv->memory_peak);
         r |= cube__pack_kv_u64(&pk, "allocations", srv->allocations);
         r |= cube__pack_kv_u64(&pk, "failures", cube__failures_live(&srv->failures));
+        r |= cube__pack_kv_u64(&pk, "compiles", srv->compiles);
+        r |= cube__pack_kv_u64(&pk, "kernels", srv->n_kernels);
         r |= cube__pack_str(&pk, "poisoned");
-        r |= msgpack_pack_false(&pk);
+        r |= srv->poison ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        r |= cube__pack_kv_str(&pk, "poison", srv->poison ? cube_error_reason(srv->poison) : "");
         r |= cube__pack_str(&pk, "properties");
         r |= cube__pack_properties(&pk, &srv->properties);
         if (r == 0)
                 cube__reply_sbuffer(k->session, &sb);
         msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
 }
 
-static void do_create(call *k)
+static cube__dispatched do_kernels(cube__msg *k)
 {
-        uint64_t stream, memory, size;
-
-        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory) ||
-            !cube__obj_u64(&k->p[2], &size)) {
-                malformed(k, "params must be [stream, memory, size]");
-                return;
-        }
-        if (cube__idmap_get(&k->session->memory, memory)) {
-                cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64
-                                          " is already in use in this session", memory);
-                return;
-        }
-        if (cube__alloc_create(k->session, memory, size) < 0)
-                cube__conn_protocol_error(k->conn, -1, "create: out of host memory");
-}
-
-/* Records a write that cannot land as a failure of the bytes it was to write. */
-static void fail_write(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
-                       cube_error *e)
-{
-        cube__server *srv = s->server;
-        uint64_t failure;
-
-        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write to memory %" PRIu64 " failed: %s",
-                  s->id, a->id, e ? cube_error_message(e) : "out of memory");
-        s->errors++;
-        failure = cube__failures_insert(&srv->failures, e, s->id);
-        cube__claims_taint(&srv->failures, &a->claims, start, end, failure);
-        cube__failures_prune(&srv->failures, failure);
-}
-
-static bool do_write(call *k)
-{
-        cube__session *s = k->session;
-        uint64_t stream, start, end;
-        cube_handle h;
-        const void *data;
-        size_t len;
-        cube__alloc *a;
-        cube__stream *st;
-        cube_error *e;
-        void *owned;
-        bool keep;
-
-        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_handle(&k->p[1], &h) ||
-            !cube__obj_bin(&k->p[2], &data, &len))
-                return malformed(k, "params must be [stream, handle, bin]");
-
-        e = cube__alloc_resolve(s, &h, &a, &start, &end);
-        if (e) {
-                cube__alloc *named = h.service == k->server->nonce ?
-                                     cube__idmap_get(&s->memory, h.memory) : NULL;
-                if (named) {
-                        /* The handle names our memory with offsets that do
-                         * not fit it: the whole allocation is suspect. */
-                        fail_write(s, named, 0, named->size, e);
-                } else {
-                        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was dropped: %s",
-                                  s->id, cube_error_message(e));
-                        s->errors++;
-                        cube_error_free(e);
-                }
-                return false;
-        }
-        if (len != end - start) {
-                fail_write(s, a, start, end, cube__err_validation(
-                        "a write of %zu bytes was sent for a handle of %" PRIu64 " bytes", len,
-                        end - start));
-                return false;
-        }
-        if (!a->storage || len == 0)
-                return false;   /* a failed reservation keeps its claim */
-        st = cube__stream_get(s, stream, &e);
-        if (!st) {
-                fail_write(s, a, start, end, e);
-                return false;
-        }
-
-        keep = len >= KEEP_BUFFER_MIN;
-        if (keep) {
-                owned = k->buf;
-        } else {
-                owned = malloc(len);
-                if (!owned) {
-                        fail_write(s, a, start, end, cube__err_generic(
-                                "out of host memory staging a write of %zu bytes", len));
-                        return false;
-                }
-                memcpy(owned, data, len);
-                data = owned;
-        }
-        cube__claims_written(&k->server->failures, &a->claims, start, end);
-        cube__submit(s, st, a, CUBE__WORK_COPY_TO_DEVICE, start, (void *) data, len, owned, NULL);
-        return keep;
-}
-
-static void do_free(call *k)
-{
-        uint64_t stream, memory;
-        cube__alloc *a;
-
-        if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory)) {
-                malformed(k, "params must be [stream, memory]");
-                return;
-        }
-        a = cube__idmap_get(&k->session->memory, memory);
-        if (!a) {
-                cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": free of unknown memory %" PRIu64,
-                          k->session->id, memory);
-                k->session->errors++;
-                return;
-        }
-        cube__alloc_free(a);
-}
-
-/* Packs a bin header; returns its length. */
-static size_t bin_header(uint8_t *p, uint64_t len)
-{
-        if (len <= 0xff) {
-                p[0] = 0xc4;
-                p[1] = (uint8_t) len;
-                return 2;
-        }
-        if (len <= 0xffff) {
-                p[0] = 0xc5;
-                p[1] = (uint8_t) (len >> 8);
-                p[2] = (uint8_t) len;
-                return 3;
-        }
-        p[0] = 0xc6;
-        for (int i = 0; i < 4; i++)
-                p[1 + i] = (uint8_t) (len >> (24 - 8 * i));
-        return 5;
-}
-
-static void do_read(call *k)
-{
-        cube__session *s = k->session;
-        uint64_t stream, total = 16;
-        cube_handle *hs;
-        size_t n;
-        cube__stream *st;
-        cube_error *e;
-        cube__pending_reply *r;
+        cube__server *srv = k->server;
+        static const char *const states[] = { "new", "compiling", "compiled", "failed" };
         msgpack_sbuffer sb;
         msgpack_packer pk;
-
-        if (!get_stream_handles(k, &stream, &hs, &n))
-                return;
-        e = cube__ensure_written(s, hs, n);
-        if (e) {
-                reply_owned_error(k, e);
-                free(hs);
-                return;
-        }
-        for (size_t i = 0; i < n; i++) {
-                cube__alloc *a;
-                uint64_t start, end;
-                cube__alloc_resolve(s, &hs[i], &a, &start, &end);   /* checked above */
-                total += end - start + 5;
-        }
-        if (total > k->server->opts.limits.max_message_bytes) {
-                reply_owned_error(k, cube__err_validation(
-                        "a read of %" PRIu64 " bytes does not fit one reply of at most %" PRIu64
-                        " bytes; read fewer handles at a time", total,
-                        k->server->opts.limits.max_message_bytes));
-                free(hs);
-                return;
-        }
-        st = cube__stream_get(s, stream, &e);
-        r = st ? cube__pending_new(s, k->env->msgid) : NULL;
-        if (!r) {
-                reply_owned_error(k, st ? NULL : e);
-                free(hs);
-                return;
-        }
+        int r = 0;
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (cube__pack_response_ok(&pk, k->env->msgid) < 0 || msgpack_pack_array(&pk, (uint32_t) n) < 0 ||
-            !(r->frame = malloc(total))) {
-                r->error = cube__err_generic("out of host memory preparing a read of %" PRIu64
-                                             " bytes", total);
-        } else {
-                uint8_t *p = (uint8_t *) r->frame;
-                size_t off = sb.size;
-                memcpy(p, sb.data, sb.size);
-                for (size_t i = 0; i < n; i++) {
-                        cube__alloc *a;
-                        uint64_t start, end;
-                        cube__alloc_resolve(s, &hs[i], &a, &start, &end);
-                        off += bin_header(p + off, end - start);
-                        if (end > start)
-                                cube__submit(s, st, a, CUBE__WORK_COPY_TO_HOST, start, p + off,
-                                             end - start, NULL, r);
-                        off += end - start;
-                }
-                r->frame_len = off;
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
+        for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
+                r |= msgpack_pack_map(&pk, 9);
+                r |= cube__pack_kv_str(&pk, "hash", kn->hash);
+                r |= cube__pack_kv_str(&pk, "entry", kn->entry);
+                r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
+                r |= cube__pack_kv_str(&pk, "state", states[kn->state]);
+                r |= cube__pack_str(&pk, "from_disk");
+                r |= kn->from_disk ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+                r |= cube__pack_str(&pk, "compile_ms");
+                r |= msgpack_pack_double(&pk, kn->compile_ms);
+                r |= cube__pack_kv_u64(&pk, "hits", kn->hits);
+                r |= cube__pack_kv_u64(&pk, "buffers", kn->desc.n_buffers);
+                r |= cube__pack_kv_u64(&pk, "shared_bytes", kn->shared_bytes);
         }
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
         msgpack_sbuffer_destroy(&sb);
-        free(hs);
-        cube__pending_arm(r);
-}
-
-static void do_sync(call *k)
-{
-        cube__session *s = k->session;
-        uint64_t stream;
-        cube_handle *hs;
-        size_t n;
-        cube__stream *st;
-        cube_error *e;
-        cube__pending_reply *r;
-
-        if (!get_stream_handles(k, &stream, &hs, &n))
-                return;
-        st = cube__stream_get(s, stream, &e);
-        r = st ? cube__pending_new(s, k->env->msgid) : NULL;
-        if (!r) {
-                reply_owned_error(k, st ? NULL : e);
-                free(hs);
-                return;
-        }
-        r->handles = hs;
-        r->n_handles = n;
-        cube__submit(s, st, NULL, CUBE__WORK_FENCE, 0, NULL, 0, NULL, r);
-        cube__pending_arm(r);
-}
-
-static void do_check(call *k)
-{
-        uint64_t stream;
-        cube_handle *hs;
-        size_t n;
-        cube_error *e;
-
-        if (!get_stream_handles(k, &stream, &hs, &n))
-                return;
-        e = cube__ensure_written(k->session, hs, n);
-        free(hs);
-        if (e)
-                reply_owned_error(k, e);
-        else
-                reply_ok_nil(k);
-}
-
-/* flush and memory_cleanup: [stream]. The cpu backend queues nothing on the
- * host side and frees memory as soon as no work uses it, so both answer at
- * once; a device fault is all flush could report. */
-static void do_stream_only(call *k)
-{
-        uint64_t stream;
-
-        if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
-                malformed(k, "params must be [stream]");
-                return;
-        }
-        reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
 }
 
 typedef struct method {
         const char *name;
         int type;                       /* CUBE__MSG_REQUEST or CUBE__MSG_NOTIFY */
-        void (*handle)(call *k);
-        bool (*handle_keep)(call *k);   /* may keep the read buffer */
+        cube__dispatched (*handle)(cube__msg *k);
 } method;
 
 static const method methods[] = {
-        { "hello", CUBE__MSG_REQUEST, do_hello, NULL },
-        { "status", CUBE__MSG_REQUEST, do_status, NULL },
-        { "create", CUBE__MSG_NOTIFY, do_create, NULL },
-        { "write", CUBE__MSG_NOTIFY, NULL, do_write },
-        { "free", CUBE__MSG_NOTIFY, do_free, NULL },
-        { "read", CUBE__MSG_REQUEST, do_read, NULL },
-        { "sync", CUBE__MSG_REQUEST, do_sync, NULL },
-        { "check", CUBE__MSG_REQUEST, do_check, NULL },
-        { "flush", CUBE__MSG_REQUEST, do_stream_only, NULL },
-        { "memory_cleanup", CUBE__MSG_REQUEST, do_stream_only, NULL },
+        { "hello", CUBE__MSG_REQUEST, do_hello },
+        { "status", CUBE__MSG_REQUEST, do_status },
+        { "kernels", CUBE__MSG_REQUEST, do_kernels },
+        { "create", CUBE__MSG_NOTIFY, cube__do_create },
+        { "write", CUBE__MSG_NOTIFY, cube__do_write },
+        { "free", CUBE__MSG_NOTIFY, cube__do_free },
+        { "read", CUBE__MSG_REQUEST, cube__do_read },
+        { "sync", CUBE__MSG_REQUEST, cube__do_sync },
+        { "check", CUBE__MSG_REQUEST, cube__do_check },
+        { "flush", CUBE__MSG_REQUEST, cube__do_stream_only },
+        { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_stream_only },
+        { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
+        { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
+        { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },
 };
 
-bool cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
+cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
 {
-        cube__session *s;
+        cube__session *s = cube__conn_session(c);
         cube__envelope env;
         const char *why;
-        call k;
 
         if (cube__envelope_parse(msg, &env, &why) < 0) {
                 int64_t msgid = -1;
@@ -459,54 +229,48 @@ bool cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
                     cube__obj_u64(&msg->via.array.ptr[1], &v) && v <= UINT32_MAX)
                         msgid = (int64_t) v;
                 cube__conn_protocol_error(c, msgid, "%s", why);
-                return false;
+                return CUBE__DISPATCH_DONE;
         }
         if (env.type == CUBE__MSG_RESPONSE) {
                 cube__conn_protocol_error(c, -1, "clients send requests and notifications, "
                                           "not responses");
-                return false;
+                return CUBE__DISPATCH_DONE;
         }
+        int64_t msgid = env.type == CUBE__MSG_REQUEST ? (int64_t) env.msgid : -1;
 
         for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
                 const method *m = &methods[i];
                 if (!cube__method_is(&env, m->name))
                         continue;
-                k = (call) {
-                        .conn = c, .env = &env, .p = env.params->via.array.ptr,
-                        .n = env.params->via.array.size, .buf = buf,
-                };
-                s = cube__conn_session(c);
-                k.session = s;
-                k.server = s->server;
                 if (env.type != m->type) {
-                        cube__conn_protocol_error(c, env.type == CUBE__MSG_REQUEST ? (int64_t) env.msgid : -1,
-                                                  "%s must be sent as a %s", m->name,
+                        cube__conn_protocol_error(c, msgid, "%s must be sent as a %s", m->name,
                                                   m->type == CUBE__MSG_REQUEST ? "request" :
                                                   "notification");
-                        return false;
+                        return CUBE__DISPATCH_DONE;
                 }
                 if (!s->greeted && strcmp(m->name, "hello") != 0) {
-                        cube__conn_protocol_error(c, env.type == CUBE__MSG_REQUEST ? (int64_t) env.msgid : -1,
-                                                  "hello must be the first request of a session");
-                        return false;
+                        cube__conn_protocol_error(c, msgid, "hello must be the first request of "
+                                                  "a session");
+                        return CUBE__DISPATCH_DONE;
                 }
-                if (m->handle_keep)
-                        return m->handle_keep(&k);
-                m->handle(&k);
-                return false;
+                cube__msg k = {
+                        .conn = c, .session = s, .server = s->server, .env = &env,
+                        .p = env.params->via.array.ptr, .n = env.params->via.array.size,
+                        .buf = buf,
+                };
+                return m->handle(&k);
         }
 
         if (env.type == CUBE__MSG_REQUEST) {
-                cube__session *sess = cube__conn_session(c);
                 cube_error *e = cube__err_validation("unknown method '%.*s'",
                                                      (int) (env.method_len > 64 ? 64 : env.method_len),
                                                      env.method);
                 if (e)
-                        cube__reply_error(sess, env.msgid, e);
+                        cube__reply_error(s, env.msgid, e);
                 cube_error_free(e);
-                return false;
+                return CUBE__DISPATCH_DONE;
         }
         cube__conn_protocol_error(c, -1, "unknown notification '%.*s'",
                                   (int) (env.method_len > 64 ? 64 : env.method_len), env.method);
-        return false;
+        return CUBE__DISPATCH_DONE;
 }

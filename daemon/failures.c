@@ -10,16 +10,30 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cubed.h"
+
+#define SKIPS_KEPT 16
 
 typedef struct failure_record {
         uint64_t id;
         uint64_t session;
         cube_error *root;
         uint32_t tagged;                /* allocations that carry it */
+        char *skips[SKIPS_KEPT];        /* newest first */
+        size_t n_skips;
+        uint64_t skips_dropped;
 } failure_record;
+
+static void record_free(failure_record *r)
+{
+        for (size_t i = 0; i < r->n_skips; i++)
+                free(r->skips[i]);
+        cube_error_free(r->root);
+        free(r);
+}
 
 uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t session)
 {
@@ -48,8 +62,7 @@ void cube__failures_prune(cube__failures *fs, uint64_t failure)
         if (!r || r->tagged > 0)
                 return;
         cube__idmap_remove(&fs->records, failure);
-        cube_error_free(r->root);
-        free(r);
+        record_free(r);
 }
 
 static void retag(cube__failures *fs, uint64_t failure, int delta)
@@ -164,18 +177,50 @@ void cube__claims_clear(cube__failures *fs, cube__claims *c)
         *c = (cube__claims) {0};
 }
 
+void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
+                            uint64_t needed)
+{
+        failure_record *r = cube__idmap_get(&fs->records, failure);
+        char *hop;
+
+        if (!r || asprintf(&hop, "skipped `%s`: it needed memory %llu, which carried the failure",
+                           kernel, (unsigned long long) needed) < 0)
+                return;
+        if (r->n_skips == SKIPS_KEPT) {
+                free(r->skips[--r->n_skips]);
+                r->skips_dropped++;
+        }
+        memmove(r->skips + 1, r->skips, r->n_skips * sizeof(*r->skips));
+        r->skips[0] = hop;
+        r->n_skips++;
+}
+
 cube_error *cube__failures_report(cube__failures *fs, uint64_t failure)
 {
         failure_record *r = cube__idmap_get(&fs->records, failure);
         cube_error *root;
+        char **chain;
+        size_t n = 0;
 
         if (!r)
                 return cube__err_not_found("failure #%llu is no longer recorded",
                                            (unsigned long long) failure);
         root = cube_error_clone(r->root);
-        if (!root)
+        chain = calloc(r->n_skips + 1, sizeof(*chain));
+        if (!root || !chain) {
+                cube_error_free(root);
+                free(chain);
                 return NULL;
-        return cube__err_unwritten(r->id, r->tagged, NULL, 0, root);
+        }
+        for (size_t i = 0; i < r->n_skips; i++)
+                if ((chain[n] = strdup(r->skips[i])))
+                        n++;
+        if (r->skips_dropped &&
+            asprintf(&chain[n], "(%llu older skip record(s) were dropped; the root below is "
+                     "still the failure that started it)",
+                     (unsigned long long) r->skips_dropped) >= 0)
+                n++;
+        return cube__err_unwritten(r->id, r->tagged, chain, n, root);
 }
 
 size_t cube__failures_live(const cube__failures *fs)
@@ -185,9 +230,7 @@ size_t cube__failures_live(const cube__failures *fs)
 
 static void free_record(uint64_t key, void *value, void *ctx)
 {
-        failure_record *r = value;
-        cube_error_free(r->root);
-        free(r);
+        record_free(value);
 }
 
 void cube__failures_free(cube__failures *fs)

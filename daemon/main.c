@@ -20,6 +20,8 @@ static void usage(FILE *f)
 "  --socket PATH          listen on PATH (default " CUBE_DEFAULT_SOCKET ")\n"
 "  --backend NAME         device backend: cpu (default cpu)\n"
 "  --device N             device index on the backend (default 0)\n"
+"  --cache-dir DIR        the persistent kernel cache (default\n"
+"                         /var/cache/cube/BACKEND+DEVICE, e.g. /var/cache/cube/cpu0)\n"
 "  --memory-limit BYTES   device memory to hand out (cpu backend; default 4G)\n"
 "  --max-message BYTES    largest message accepted (default 80M)\n"
 "  --max-depth N          deepest nesting accepted, at most 32 (default 16)\n"
@@ -69,12 +71,13 @@ static int parse_level(const char *s)
 
 int main(int argc, char **argv)
 {
-        enum { OPT_SOCKET = 256, OPT_BACKEND, OPT_DEVICE, OPT_MEMORY, OPT_MAX_MESSAGE,
+        enum { OPT_SOCKET = 256, OPT_BACKEND, OPT_CACHE_DIR, OPT_DEVICE, OPT_MEMORY, OPT_MAX_MESSAGE,
                OPT_MAX_DEPTH, OPT_MAX_CONTAINER, OPT_MAX_STR, OPT_MAX_OBJECTS, OPT_LOG_LEVEL,
                OPT_HELP, OPT_VERSION };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "backend", required_argument, NULL, OPT_BACKEND },
+                { "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
                 { "device", required_argument, NULL, OPT_DEVICE },
                 { "memory-limit", required_argument, NULL, OPT_MEMORY },
                 { "max-message", required_argument, NULL, OPT_MAX_MESSAGE },
@@ -101,6 +104,7 @@ int main(int argc, char **argv)
                 switch (c) {
                 case OPT_SOCKET: opts.socket_path = optarg; break;
                 case OPT_BACKEND: opts.backend = optarg; break;
+                case OPT_CACHE_DIR: opts.cache_dir = optarg; break;
                 case OPT_LOG_LEVEL:
                         if ((opts.log_level = parse_level(optarg)) < 0)
                                 goto bad;
@@ -133,6 +137,12 @@ bad:
                 return 2;
         }
 
+        char default_cache[256];
+        if (!opts.cache_dir) {
+                snprintf(default_cache, sizeof(default_cache), "/var/cache/cube/%s%u", opts.backend,
+                         opts.device_index);
+                opts.cache_dir = default_cache;
+        }
         cube__log_init(opts.log_level);
         signal(SIGPIPE, SIG_IGN);
         /* A daemon that cannot start has served nothing: it exits at once and

@@ -66,7 +66,9 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
                 return -ENOMEM;
         }
 
-        e = srv->driver->alloc(srv->device, size, &a->storage);
+        e = srv->poison ? cube__err_wrap(CUBE_SERVER_IO, cube__err_wrap(CUBE_IO_DEVICE_POISONED,
+                                                                     cube_error_clone(srv->poison)))
+                        : srv->driver->alloc(srv->device, size, &a->storage);
         if (e) {
                 uint64_t failure;
 

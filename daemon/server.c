@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -29,6 +30,40 @@ static void on_signal(uv_signal_t *sig, int signum)
         cube__log(CUBE__LOG_NOTICE, "%s received: draining and stopping",
                   signum == SIGTERM ? "SIGTERM" : "SIGINT");
         cube__server_stop(srv);
+}
+
+/* Creates the kernel cache directory if needed, and refuses one that others
+ * may write: the daemon loads code from it. */
+static int prepare_cache_dir(const char *dir)
+{
+        struct stat st;
+        char *copy = strdup(dir);
+
+        if (!copy)
+                return -ENOMEM;
+        for (char *p = copy + 1; *p; p++)
+                if (*p == '/') {
+                        *p = '\0';
+                        (void) mkdir(copy, 0755);
+                        *p = '/';
+                }
+        free(copy);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+                cube__log(CUBE__LOG_ERR, "cannot create the kernel cache %s: %s", dir,
+                          strerror(errno));
+                return -errno;
+        }
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                cube__log(CUBE__LOG_ERR, "the kernel cache %s is not a directory", dir);
+                return -ENOTDIR;
+        }
+        if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+                cube__log(CUBE__LOG_ERR, "the kernel cache %s must be owned by this user and "
+                          "writable by no one else (it holds code the daemon loads); fix it "
+                          "with chown and chmod 0700", dir);
+                return -EPERM;
+        }
+        return 0;
 }
 
 int cube__server_init(cube__server *srv, const cube__options *opts)
@@ -69,6 +104,9 @@ int cube__server_init(cube__server *srv, const cube__options *opts)
                 return r;
         }
         srv->driver->properties(srv->device, &srv->properties);
+        r = prepare_cache_dir(opts->cache_dir);
+        if (r < 0)
+                return r;
 
         uv_signal_init(srv->loop, &srv->sigterm);
         uv_signal_init(srv->loop, &srv->sigint);
@@ -109,7 +147,7 @@ void cube__server_stop(cube__server *srv)
 
 void cube__server_check_stopped(cube__server *srv)
 {
-        if (!srv->stopping || srv->conns || srv->sessions || srv->inflight > 0)
+        if (!srv->stopping || srv->conns || srv->sessions || srv->inflight > 0 || srv->compiling > 0)
                 return;
         if (uv_is_closing((uv_handle_t *) &srv->completions_async))
                 return;
@@ -122,9 +160,11 @@ void cube__server_done(cube__server *srv)
 {
         int r;
 
+        cube__kernels_free(srv);
         if (srv->device)
                 srv->driver->close(srv->device);
         srv->device = NULL;
+        cube_error_free(srv->poison);
         /* Anything the device completed after the loop stopped. */
         while (srv->completions_head) {
                 cube__work *w = srv->completions_head;

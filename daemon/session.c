@@ -71,6 +71,8 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_free(&s->memory);
         cube__idmap_foreach(&s->streams, close_stream, s);
         cube__idmap_free(&s->streams);
+        cube__idmap_free(&s->kernels);  /* the cache keeps the entries */
+        free(s->queued);
 
         if (s->prev)
                 s->prev->next = s->next;

@@ -8,6 +8,7 @@
  * so every wakeup drains the whole queue), where the counts drop and any
  * answer whose last piece of work finished is sent.
  */
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -109,6 +110,63 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
         srv->driver->submit(srv->device, st->device, &o->work);
 }
 
+void cube__submit_launch(cube__session *s, cube__stream *st, cube__op *o)
+{
+        cube__server *srv = s->server;
+
+        o->work.op = CUBE__WORK_LAUNCH;
+        o->work.launch = o->launch;
+        o->session = s;
+        o->stream = st;
+        for (size_t i = 0; i < o->n_uses; i++)
+                o->uses[i]->pending++;
+        st->pending++;
+        s->inflight++;
+        srv->inflight++;
+        s->launches++;
+        srv->driver->submit(srv->device, st->device, &o->work);
+}
+
+void cube__server_poison(cube__server *srv, cube_error *poison)
+{
+        if (srv->poison || !poison) {
+                cube_error_free(poison);
+                return;
+        }
+        srv->poison = poison;
+        cube__log(CUBE__LOG_ERR, "the device is poisoned: %s; every session is told on its next "
+                  "operation", cube_error_reason(poison));
+}
+
+/* A launch that failed on the device: a fault poisons the device, and either
+ * way the failure lands on what the launch was to write. */
+static void launch_failed(cube__op *o)
+{
+        cube__session *s = o->session;
+        cube__server *srv = s->server;
+        cube_error *e = o->work.error, *root;
+        uint64_t failure;
+
+        o->work.error = NULL;
+        if (cube_error_kind_of(e) == CUBE_DEVICE_POISON) {
+                cube_error *named = cube__err_poison("session %" PRIu64 " (pid %d%s%s) ran %s",
+                                                     s->id, (int) s->pid, *s->name ? ", " : "",
+                                                     s->name, cube_error_reason(e));
+                cube_error_free(e);
+                cube__server_poison(srv, cube_error_clone(named));
+                root = cube__err_wrap(CUBE_SERVER_LAUNCH,
+                                      cube__err_wrap(CUBE_LAUNCH_DEVICE_POISONED, named));
+        } else {
+                root = e;
+        }
+        s->errors++;
+        failure = cube__failures_insert(&srv->failures, root, s->id);
+        for (size_t i = 0; i < o->n_written; i++)
+                cube__claims_taint(&srv->failures, &o->written[i]->claims,
+                                   o->written_range[2 * i], o->written_range[2 * i + 1], failure);
+        cube__failures_prune(&srv->failures, failure);
+}
+
 void cube__server_complete(void *ctx, cube__work *work)
 {
         cube__server *srv = ctx;
@@ -129,7 +187,9 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
-        if (o->work.error) {
+        if (o->work.error && o->launch) {
+                launch_failed(o);
+        } else if (o->work.error) {
                 if (o->reply && !o->reply->error) {
                         o->reply->error = o->work.error;
                 } else if (!o->reply && o->alloc && o->work.op == CUBE__WORK_COPY_TO_DEVICE) {
@@ -147,6 +207,17 @@ static void op_finish(cube__op *o)
         free(o->owned);
         if (o->alloc)
                 cube__alloc_unref(o->alloc);
+        for (size_t i = 0; i < o->n_uses; i++)
+                cube__alloc_unref(o->uses[i]);
+        if (o->launch) {
+                free(o->launch->storages);
+                free(o->launch->offsets);
+                free(o->launch->info);
+                free(o->launch);
+        }
+        free(o->uses);
+        free(o->written);
+        free(o->written_range);
         o->stream->pending--;
         if (o->reply)
                 pending_put(o->reply);

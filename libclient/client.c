@@ -86,7 +86,7 @@ static cube_error *frame_send(cube_client *c, frame *f)
         return e;
 }
 
-static cube_error *check_handle(cube_client *c, const cube_handle *h)
+cube_error *cube__check_handle(cube_client *c, const cube_handle *h)
 {
         if (h->service != c->nonce) {
                 char handle[64];
@@ -161,6 +161,7 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
         pthread_mutex_init(&c->write_lock, NULL);
         pthread_cond_init(&c->cond, NULL);
         atomic_init(&c->next_memory, 1);
+        atomic_init(&c->next_kernel, 1);
         cube__limits_client_default(&c->limits);
         strcpy(c->path, path);
         strcpy(sa.sun_path, path);
@@ -229,7 +230,7 @@ cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle)
 
 cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size)
 {
-        cube_error *e = check_handle(c, h);
+        cube_error *e = cube__check_handle(c, h);
         frame f;
 
         if (e)
@@ -269,7 +270,7 @@ cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_ha
 
 cube_error *cube_free(cube_client *c, const cube_handle *h)
 {
-        cube_error *e = check_handle(c, h);
+        cube_error *e = cube__check_handle(c, h);
         frame f;
 
         if (e)
@@ -322,7 +323,7 @@ cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t 
 {
         read_target t = { dst, size };
         cube__call call = { .deliver = deliver_read, .ctx = &t };
-        cube_error *e = check_handle(c, h);
+        cube_error *e = cube__check_handle(c, h);
         frame f;
 
         if (e)
@@ -350,7 +351,7 @@ static cube_error *handles_call(cube_client *c, const char *method, const cube_h
         frame f;
 
         for (size_t i = 0; i < n; i++) {
-                cube_error *e = check_handle(c, &handles[i]);
+                cube_error *e = cube__check_handle(c, &handles[i]);
                 if (e)
                         return e;
         }
@@ -411,11 +412,20 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
             !(v = cube__map_get(r, "memory_in_use")) || !cube__obj_u64(v, &st->memory_in_use) ||
             !(v = cube__map_get(r, "memory_peak")) || !cube__obj_u64(v, &st->memory_peak) ||
             !(v = cube__map_get(r, "allocations")) || !cube__obj_u64(v, &st->allocations) ||
+            !(v = cube__map_get(r, "compiles")) || !cube__obj_u64(v, &st->compiles) ||
+            !(v = cube__map_get(r, "kernels")) || !cube__obj_u64(v, &st->kernels) ||
             !(v = cube__map_get(r, "poisoned")) || !cube__obj_bool(v, &st->poisoned) ||
             !(v = cube__map_get(r, "properties")) || !cube__obj_properties(v, &st->properties))
                 return cube__err_generic("cubed's status answer is not protocol version %d's",
                                          CUBE_PROTOCOL_VERSION);
         st->sessions = (uint32_t) sessions;
+        if (!(v = cube__map_get(r, "poison")) || v->type != MSGPACK_OBJECT_STR)
+                return cube__err_generic("cubed's status answer is not protocol version %d's",
+                                         CUBE_PROTOCOL_VERSION);
+        /* A long reason is cut to fit rather than refused. */
+        size_t n = v->via.str.size < sizeof(st->poison) - 1 ? v->via.str.size : sizeof(st->poison) - 1;
+        memcpy(st->poison, v->via.str.ptr, n);
+        st->poison[n] = '\0';
         return NULL;
 }
 

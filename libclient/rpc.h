@@ -44,6 +44,7 @@ struct cube_client {
         uint32_t next_msgid;
 
         atomic_uint_fast64_t next_memory;
+        atomic_uint_fast64_t next_kernel;
 
         cube__rbuf rb;                  /* the reading thread's */
         cube__limits limits;
@@ -62,5 +63,7 @@ cube_error *cube__send(cube_client *c, const struct iovec *iov, int n);
  * params: it is called with the msgid the frame must carry. */
 cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n);
 uint32_t cube__next_msgid(cube_client *c);
+/* A handle this client may use: stamped with its service, offsets that fit. */
+cube_error *cube__check_handle(cube_client *c, const cube_handle *h);
 
 #endif

@@ -6,50 +6,50 @@
 
 #include "launch.h"
 
-bool cube__io_is_readable(cube_io io)
+bool cube__io_is_readable(cube_buffer_io io)
 {
-        return io == CUBE_IO_READ_ONLY || io == CUBE_IO_READ_WRITE;
+        return io == CUBE_BUFFER_READ_ONLY || io == CUBE_BUFFER_READ_WRITE;
 }
 
-bool cube__io_is_writable(cube_io io)
+bool cube__io_is_writable(cube_buffer_io io)
 {
-        return io == CUBE_IO_WRITE_ONLY || io == CUBE_IO_READ_WRITE;
+        return io == CUBE_BUFFER_WRITE_ONLY || io == CUBE_BUFFER_READ_WRITE;
 }
 
 /* Whether io is one of the four answers. Anything else — UNKNOWN, or a value
  * no kernel could have produced — takes the over-naming fallback. */
-static bool io_is_answer(cube_io io)
+static bool io_is_answer(cube_buffer_io io)
 {
         switch (io) {
-        case CUBE_IO_READ_ONLY:
-        case CUBE_IO_WRITE_ONLY:
-        case CUBE_IO_READ_WRITE:
-        case CUBE_IO_DEAD:
+        case CUBE_BUFFER_READ_ONLY:
+        case CUBE_BUFFER_WRITE_ONLY:
+        case CUBE_BUFFER_READ_WRITE:
+        case CUBE_BUFFER_DEAD:
                 return true;
         default:
                 return false;
         }
 }
 
-cube_io cube__io_attr(const cube_io *compiled, size_t n_compiled,
-                      const cube_io *declared, size_t n_declared, size_t index) {
+cube_buffer_io cube__io_attr(const cube_buffer_io *compiled, size_t n_compiled,
+                      const cube_buffer_io *declared, size_t n_declared, size_t index) {
         if (compiled && index < n_compiled)
                 return compiled[index];
         if (declared && index < n_declared)
                 return declared[index];
-        return CUBE_IO_UNKNOWN;
+        return CUBE_BUFFER_UNDECLARED;
 }
 
-bool cube__io_written(const cube_io *compiled, size_t n_compiled,
-                      const cube_io *declared, size_t n_declared, size_t index) {
-        cube_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
+bool cube__io_written(const cube_buffer_io *compiled, size_t n_compiled,
+                      const cube_buffer_io *declared, size_t n_declared, size_t index) {
+        cube_buffer_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
 
         return !io_is_answer(io) || cube__io_is_writable(io);
 }
 
-bool cube__io_read(const cube_io *compiled, size_t n_compiled,
-                   const cube_io *declared, size_t n_declared, size_t index) {
-        cube_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
+bool cube__io_read(const cube_buffer_io *compiled, size_t n_compiled,
+                   const cube_buffer_io *declared, size_t n_declared, size_t index) {
+        cube_buffer_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
 
         return !io_is_answer(io) || cube__io_is_readable(io);
 }

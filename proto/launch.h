@@ -10,33 +10,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a kernel does with one buffer, as the compiled kernel or the caller
- * answers it (BufferIOAttr). */
-typedef enum cube_io {
-        CUBE_IO_READ_ONLY = 0,
-        CUBE_IO_WRITE_ONLY,
-        CUBE_IO_READ_WRITE,
-        CUBE_IO_DEAD,
-        CUBE_IO_UNKNOWN = -1,           /* nobody answered for this resource */
-} cube_io;
+#include "cube.h"
 
-bool cube__io_is_readable(cube_io io);
-bool cube__io_is_writable(cube_io io);
+bool cube__io_is_readable(cube_buffer_io io);
+bool cube__io_is_writable(cube_buffer_io io);
 
 /* The answer for resource index: the compiled kernel's when it kept one
  * (compiled != NULL and index < n_compiled), else the caller's declaration
- * (index < n_declared), else CUBE_IO_UNKNOWN. */
-cube_io cube__io_attr(const cube_io *compiled, size_t n_compiled,
-                      const cube_io *declared, size_t n_declared, size_t index);
+ * (index < n_declared), else CUBE_BUFFER_UNDECLARED. */
+cube_buffer_io cube__io_attr(const cube_buffer_io *compiled, size_t n_compiled,
+                      const cube_buffer_io *declared, size_t n_declared, size_t index);
 
 /* Whether resource index is written / read, by the fallback chain above, with
  * an unknown answer reading as both: naming a buffer the kernel only read
  * fails a read that would have been fine, loudly; missing one it writes hands
  * back stale bytes, silently. */
-bool cube__io_written(const cube_io *compiled, size_t n_compiled,
-                      const cube_io *declared, size_t n_declared, size_t index);
-bool cube__io_read(const cube_io *compiled, size_t n_compiled,
-                   const cube_io *declared, size_t n_declared, size_t index);
+bool cube__io_written(const cube_buffer_io *compiled, size_t n_compiled,
+                      const cube_buffer_io *declared, size_t n_declared, size_t index);
+bool cube__io_read(const cube_buffer_io *compiled, size_t n_compiled,
+                   const cube_buffer_io *declared, size_t n_declared, size_t index);
 
 /* Spreads num_cubes over x, then y, then z, halving (rounding up) a dimension
  * and doubling the next until it fits its maximum, as the reference's

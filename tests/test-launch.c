@@ -15,7 +15,7 @@
  * resources it binds and what the caller declared for them. */
 typedef struct launch_args {
         size_t n_resources;
-        cube_io declared[MAX_RESOURCES];
+        cube_buffer_io declared[MAX_RESOURCES];
         size_t n_declared;
 } launch_args;
 
@@ -34,17 +34,17 @@ static void with_buffers(launch_args *a, size_t n)
 
 /* A resource added with a declaration: earlier undeclared resources are
  * padded with READ_WRITE first, so the declaration lands on its own index. */
-static void with_buffer_io(launch_args *a, cube_io io)
+static void with_buffer_io(launch_args *a, cube_buffer_io io)
 {
         ck_assert_uint_lt(a->n_resources, MAX_RESOURCES);
         while (a->n_declared < a->n_resources)
-                a->declared[a->n_declared++] = CUBE_IO_READ_WRITE;
+                a->declared[a->n_declared++] = CUBE_BUFFER_READ_WRITE;
         a->n_resources++;
         a->declared[a->n_declared++] = io;
 }
 
 /* The indices of the resources written (or read), in resource order. */
-static size_t buffers_written(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[])
+static size_t buffers_written(const launch_args *a, const cube_buffer_io *compiled, size_t n_compiled, size_t ret[])
 {
         size_t n = 0;
 
@@ -54,7 +54,7 @@ static size_t buffers_written(const launch_args *a, const cube_io *compiled, siz
         return n;
 }
 
-static size_t buffers_read(const launch_args *a, const cube_io *compiled, size_t n_compiled, size_t ret[])
+static size_t buffers_read(const launch_args *a, const cube_buffer_io *compiled, size_t n_compiled, size_t ret[])
 {
         size_t n = 0;
 
@@ -120,14 +120,14 @@ START_TEST(spread_terminates_on_a_zero_maximum) {
 END_TEST
 
 START_TEST(io_attr_predicates) {
-        ck_assert(cube__io_is_readable(CUBE_IO_READ_ONLY));
-        ck_assert(!cube__io_is_writable(CUBE_IO_READ_ONLY));
-        ck_assert(!cube__io_is_readable(CUBE_IO_WRITE_ONLY));
-        ck_assert(cube__io_is_writable(CUBE_IO_WRITE_ONLY));
-        ck_assert(cube__io_is_readable(CUBE_IO_READ_WRITE));
-        ck_assert(cube__io_is_writable(CUBE_IO_READ_WRITE));
-        ck_assert(!cube__io_is_readable(CUBE_IO_DEAD));
-        ck_assert(!cube__io_is_writable(CUBE_IO_DEAD));
+        ck_assert(cube__io_is_readable(CUBE_BUFFER_READ_ONLY));
+        ck_assert(!cube__io_is_writable(CUBE_BUFFER_READ_ONLY));
+        ck_assert(!cube__io_is_readable(CUBE_BUFFER_WRITE_ONLY));
+        ck_assert(cube__io_is_writable(CUBE_BUFFER_WRITE_ONLY));
+        ck_assert(cube__io_is_readable(CUBE_BUFFER_READ_WRITE));
+        ck_assert(cube__io_is_writable(CUBE_BUFFER_READ_WRITE));
+        ck_assert(!cube__io_is_readable(CUBE_BUFFER_DEAD));
+        ck_assert(!cube__io_is_writable(CUBE_BUFFER_DEAD));
 }
 END_TEST
 
@@ -135,11 +135,11 @@ END_TEST
 START_TEST(buffer_io_drives_the_read_and_write_sets) {
         launch_args args = {};
         size_t written[MAX_RESOURCES], read[MAX_RESOURCES];
-        const cube_io io[] = {
-                CUBE_IO_READ_ONLY,
-                CUBE_IO_WRITE_ONLY,
-                CUBE_IO_READ_WRITE,
-                CUBE_IO_DEAD,
+        const cube_buffer_io io[] = {
+                CUBE_BUFFER_READ_ONLY,
+                CUBE_BUFFER_WRITE_ONLY,
+                CUBE_BUFFER_READ_WRITE,
+                CUBE_BUFFER_DEAD,
         };
 
         with_buffers(&args, 4);
@@ -159,7 +159,7 @@ END_TEST
 START_TEST(missing_io_reads_as_everything_read_and_written) {
         launch_args args = {};
         size_t idx[MAX_RESOURCES];
-        const cube_io short_io[] = { CUBE_IO_DEAD };
+        const cube_buffer_io short_io[] = { CUBE_BUFFER_DEAD };
 
         with_buffers(&args, 2);
 
@@ -177,11 +177,11 @@ END_TEST
 START_TEST(declared_io_answers_when_the_compiled_kernel_kept_none) {
         launch_args args = {};
         size_t idx[MAX_RESOURCES];
-        const cube_io compiled[] = { CUBE_IO_READ_WRITE };
+        const cube_buffer_io compiled[] = { CUBE_BUFFER_READ_WRITE };
 
-        with_buffer_io(&args, CUBE_IO_READ_ONLY);
-        with_buffer_io(&args, CUBE_IO_READ_ONLY);
-        with_buffer_io(&args, CUBE_IO_WRITE_ONLY);
+        with_buffer_io(&args, CUBE_BUFFER_READ_ONLY);
+        with_buffer_io(&args, CUBE_BUFFER_READ_ONLY);
+        with_buffer_io(&args, CUBE_BUFFER_WRITE_ONLY);
 
         /* No compiled answer: only the declared output is written. */
         ck_assert_uint_eq(buffers_written(&args, NULL, 0, idx), 1);
@@ -202,7 +202,7 @@ START_TEST(an_undeclared_resource_among_declared_ones_over_names) {
         size_t idx[MAX_RESOURCES];
 
         with_buffer(&args);
-        with_buffer_io(&args, CUBE_IO_READ_ONLY);
+        with_buffer_io(&args, CUBE_BUFFER_READ_ONLY);
 
         ck_assert_uint_eq(buffers_written(&args, NULL, 0, idx), 1);  /* the undeclared one */
         ck_assert_uint_eq(idx[0], 0);
@@ -211,15 +211,15 @@ START_TEST(an_undeclared_resource_among_declared_ones_over_names) {
 END_TEST
 
 START_TEST(io_attr_falls_back_in_order) {
-        const cube_io compiled[] = { CUBE_IO_DEAD };
-        const cube_io declared[] = { CUBE_IO_WRITE_ONLY, CUBE_IO_READ_ONLY };
+        const cube_buffer_io compiled[] = { CUBE_BUFFER_DEAD };
+        const cube_buffer_io declared[] = { CUBE_BUFFER_WRITE_ONLY, CUBE_BUFFER_READ_ONLY };
 
-        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 0), CUBE_IO_DEAD);
-        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 1), CUBE_IO_READ_ONLY);
-        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 2), CUBE_IO_UNKNOWN);
+        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 0), CUBE_BUFFER_DEAD);
+        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 1), CUBE_BUFFER_READ_ONLY);
+        ck_assert_int_eq(cube__io_attr(compiled, 1, declared, 2, 2), CUBE_BUFFER_UNDECLARED);
         /* An empty compiled answer is no answer at all. */
-        ck_assert_int_eq(cube__io_attr(compiled, 0, declared, 2, 0), CUBE_IO_WRITE_ONLY);
-        ck_assert_int_eq(cube__io_attr(NULL, 5, NULL, 5, 0), CUBE_IO_UNKNOWN);
+        ck_assert_int_eq(cube__io_attr(compiled, 0, declared, 2, 0), CUBE_BUFFER_WRITE_ONLY);
+        ck_assert_int_eq(cube__io_attr(NULL, 5, NULL, 5, 0), CUBE_BUFFER_UNDECLARED);
 
         ck_assert(cube__io_written(NULL, 0, NULL, 0, 0));
         ck_assert(cube__io_read(NULL, 0, NULL, 0, 0));

@@ -16,18 +16,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "driver.h"
+#include "cpu.h"
 #include "errors.h"
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
+#define CPU_MAX_UNITS 1024
 #define CPU_ALIGNMENT 64
 /* Allocations at least this large are mapped straight from the kernel. */
 #define CPU_MMAP_MIN (128 * 1024)
-
-struct cube__storage {
-        uint64_t size;
-        void *bytes;
-};
 
 struct cube__dstream {
         int unused;
@@ -37,6 +33,7 @@ struct cube__device {
         cube__device_config config;
         uint64_t memory_limit;
         uint64_t in_use;                /* loop thread only */
+        cube__cpu_pool *pool;           /* runs kernels; used by the worker only */
 
         pthread_t worker;
         pthread_mutex_t lock;
@@ -74,6 +71,9 @@ static void *cpu_worker(void *arg)
                         break;
                 case CUBE__WORK_FENCE:
                         break;
+                case CUBE__WORK_LAUNCH:
+                        w->error = cube__cpu_run(d->pool, w->launch);
+                        break;
                 }
                 w->next = NULL;
                 d->config.complete(d->config.complete_ctx, w);
@@ -103,7 +103,10 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
         pthread_mutex_init(&d->lock, NULL);
         pthread_cond_init(&d->wake, NULL);
         pthread_cond_init(&d->idle, NULL);
-        if (pthread_create(&d->worker, NULL, cpu_worker, d) != 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        d->pool = cube__cpu_pool_new(cores > 1 ? (unsigned) cores - 1 : 0, CPU_MAX_UNITS);
+        if (!d->pool || pthread_create(&d->worker, NULL, cpu_worker, d) != 0) {
+                cube__cpu_pool_free(d->pool);
                 *ret_why = "could not start the cpu backend's worker thread";
                 pthread_mutex_destroy(&d->lock);
                 pthread_cond_destroy(&d->wake);
@@ -124,6 +127,7 @@ static void cpu_close(cube__device *d)
         pthread_cond_signal(&d->wake);
         pthread_mutex_unlock(&d->lock);
         pthread_join(d->worker, NULL);
+        cube__cpu_pool_free(d->pool);
         pthread_mutex_destroy(&d->lock);
         pthread_cond_destroy(&d->wake);
         pthread_cond_destroy(&d->idle);
@@ -145,7 +149,7 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
                 .max_bindings = 1024,
                 .max_shared_memory_size = l1d > 0 ? (uint32_t) l1d : 64 * 1024,
                 .max_cube_count = { 65535, 65535, 65535 },
-                .max_units_per_cube = 1024,
+                .max_units_per_cube = CPU_MAX_UNITS,
                 .max_cube_dim = { 1024, 1024, 64 },
                 .num_streaming_multiprocessors = cores > 0 ? (uint32_t) cores : 1,
                 .num_cpu_cores = cores > 0 ? (uint32_t) cores : 1,
@@ -246,6 +250,27 @@ static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
         pthread_mutex_unlock(&d->lock);
 }
 
+static const char *cpu_target(cube__device *d)
+{
+        return cube__cpu_target();
+}
+
+static cube_error *cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
+{
+        return cube__cpu_compile(desc, path);
+}
+
+static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
+                            cube__module **ret_module, uint32_t *ret_shared_bytes)
+{
+        return cube__cpu_load(desc, path, ret_module, ret_shared_bytes);
+}
+
+static void cpu_unload(cube__device *d, cube__module *m)
+{
+        cube__cpu_unload(m);
+}
+
 const cube__driver cube__driver_cpu = {
         .name = "cpu",
         .open = cpu_open,
@@ -257,4 +282,9 @@ const cube__driver cube__driver_cpu = {
         .stream_open = cpu_stream_open,
         .stream_close = cpu_stream_close,
         .submit = cpu_submit,
+        .artifact_ext = "so",
+        .target = cpu_target,
+        .compile = cpu_compile,
+        .load = cpu_load,
+        .unload = cpu_unload,
 };

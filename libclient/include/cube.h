@@ -260,6 +260,91 @@ cube_error *cube_free(cube_client *c, const cube_handle *h);
 cube_error *cube_memory_cleanup(cube_client *c);
 
 /* ---------------------------------------------------------------------------
+ * Kernels
+ *
+ * A kernel is C source written against the prelude every backend supplies
+ * (docs/KERNELS.md), plus the name of its entry point. It is registered once
+ * and launched any number of times; the daemon compiles it on first use and
+ * keeps the result in a cache that every session, and every later run of the
+ * daemon, shares. Registering and launching need no round trip: a launch
+ * that fails (a compile error, a resource limit) leaves its failure on the
+ * buffers it was to write, for the next read, sync or check to report.
+ * ------------------------------------------------------------------------- */
+
+/* What a kernel does with one buffer (the reference's BufferIOAttr). A launch
+ * declares it per buffer; the compiled kernel's own answer wins where it has
+ * one (a const pointer parameter is READ_ONLY). An undeclared buffer counts as
+ * both read and written. */
+typedef enum cube_buffer_io {
+        CUBE_BUFFER_READ_ONLY = 0,
+        CUBE_BUFFER_WRITE_ONLY,
+        CUBE_BUFFER_READ_WRITE,
+        CUBE_BUFFER_DEAD,
+        CUBE_BUFFER_UNDECLARED = -1,
+} cube_buffer_io;
+
+typedef enum cube_launch_mode {
+        CUBE_LAUNCH_EXECUTE = 0,        /* compile if needed, then run */
+        CUBE_LAUNCH_COMPILE,            /* compile and validate now, run nothing */
+        CUBE_LAUNCH_QUEUE,              /* queue the compile for cube_compile_queued, run nothing */
+} cube_launch_mode;
+
+/* The info words a kernel reads: scalars first, grouped by type in the order
+ * f32, f64, i32, i64, u32, u64, each group padded to 8 bytes; then the
+ * metadata (buffer lengths, then tensor shape and stride offsets), then the
+ * tensors' shapes and strides, as the reference lays them out. */
+typedef struct cube_info cube_info;
+
+cube_info *cube_info_new(void);
+void cube_info_free(cube_info *info);
+int cube_info_f32(cube_info *info, float v);
+int cube_info_f64(cube_info *info, double v);
+int cube_info_i32(cube_info *info, int32_t v);
+int cube_info_i64(cube_info *info, int64_t v);
+int cube_info_u32(cube_info *info, uint32_t v);
+int cube_info_u64(cube_info *info, uint64_t v);
+/* One per bound buffer, in binding order: its length in elements. */
+int cube_info_buffer_len(cube_info *info, uint32_t len);
+/* A tensor's shape and strides, in elements. */
+int cube_info_tensor(cube_info *info, size_t rank, const uint32_t *shape, const uint32_t *strides);
+
+typedef struct cube_launch {
+        uint64_t kernel;                /* from cube_kernel_register */
+        uint32_t cube_count[3];         /* cubes in x, y, z */
+        const cube_handle *dynamic_count; /* if set: three u32 read from it, in stream order */
+        uint32_t cube_dim[3];           /* units per cube in x, y, z */
+        const cube_handle *buffers;     /* bound in parameter order */
+        const cube_buffer_io *io;       /* declared io per buffer, or NULL */
+        size_t n_buffers;
+        const cube_info *info;          /* or NULL */
+        cube_launch_mode mode;
+} cube_launch;
+
+/* Registers a kernel's source and entry point under a new kernel id. */
+cube_error *cube_kernel_register(cube_client *c, const char *source, const char *entry,
+                                 uint64_t *ret_kernel);
+/* Launches on the calling thread's stream. Only mistakes the library can see
+ * itself are returned here; everything else lands on the written buffers. */
+cube_error *cube_launch_kernel(cube_client *c, const cube_launch *launch);
+/* Compiles every kernel this session queued with CUBE_LAUNCH_QUEUE, and waits
+ * for them. A kernel that failed reports it when it is launched. */
+cube_error *cube_compile_queued(cube_client *c);
+
+/* One entry of the daemon's kernel cache, as cubectl kernels shows it. */
+typedef struct cube_kernel_info {
+        char hash[65];                  /* SHA-256 of what the key covers */
+        char entry[64];
+        char backend[16];
+        char state[16];                 /* "compiled", "failed", "compiling", "new" */
+        bool from_disk;                 /* loaded from the persistent cache */
+        double compile_ms;              /* how long compiling it took, when it was compiled */
+        uint64_t hits;                  /* launches served without compiling */
+} cube_kernel_info;
+
+/* The daemon's kernel cache. *ret_kernels is an array the caller frees. */
+cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n);
+
+/* ---------------------------------------------------------------------------
  * Daemon status (what cubectl status shows)
  * ------------------------------------------------------------------------- */
 typedef struct cube_status {
@@ -271,7 +356,10 @@ typedef struct cube_status {
         uint64_t memory_in_use;         /* bytes of device memory held by sessions */
         uint64_t memory_peak;
         uint64_t allocations;
+        uint64_t compiles;              /* kernels compiled by this run of the daemon */
+        uint64_t kernels;               /* entries in the kernel cache */
         bool poisoned;
+        char poison[256];               /* what poisoned the device, when it is */
 } cube_status;
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);

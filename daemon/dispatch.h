@@ -1,0 +1,50 @@
+/*
+ * dispatch.h - what the method handlers share: the message being handled,
+ * and the ways of answering it.
+ */
+#ifndef CUBED_DISPATCH_H
+#define CUBED_DISPATCH_H
+
+#include "cubed.h"
+
+/* One message being handled. */
+typedef struct cube__msg {
+        cube__conn *conn;
+        cube__session *session;
+        cube__server *server;
+        const cube__envelope *env;
+        const msgpack_object *p;        /* params */
+        uint32_t n;                     /* number of params */
+        void *buf;                      /* the read buffer, for a write to keep */
+} cube__msg;
+
+/* Answers a message whose params have the wrong shape, and closes. */
+bool cube__malformed(cube__msg *k, const char *what);
+void cube__reply_ok_nil(cube__msg *k);
+/* Answers with e (or an out-of-memory error when e is NULL), and frees it. */
+void cube__reply_owned_error(cube__msg *k, cube_error *e);
+/* Reads [stream, [handle, ...]]: the shape of read, sync and check. */
+bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
+                              size_t *ret_n);
+/* Records e as the failure of bytes [start, end) of a: the work that was to
+ * write them did not. Takes e. */
+void cube__fail_range(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
+                      cube_error *e);
+/* ServerError::DevicePoisoned for the poisoned device. */
+cube_error *cube__poisoned(cube__server *srv);
+
+/* memops.c */
+cube__dispatched cube__do_create(cube__msg *k);
+cube__dispatched cube__do_write(cube__msg *k);
+cube__dispatched cube__do_free(cube__msg *k);
+cube__dispatched cube__do_read(cube__msg *k);
+cube__dispatched cube__do_sync(cube__msg *k);
+cube__dispatched cube__do_check(cube__msg *k);
+cube__dispatched cube__do_stream_only(cube__msg *k);
+
+/* launches.c */
+cube__dispatched cube__do_register(cube__msg *k);
+cube__dispatched cube__do_launch(cube__msg *k);
+cube__dispatched cube__do_compile_queued(cube__msg *k);
+
+#endif

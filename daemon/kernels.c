@@ -1,0 +1,340 @@
+/*
+ * kernels.c - the kernel cache every session shares, on disk and in memory.
+ *
+ * A kernel is compiled once for everyone: its cache key is a SHA-256 over the
+ * backend, the compiler and its options (the driver's target), the entry
+ * point and the source, and the compiled artifact is kept in the cache
+ * directory under that key, so a later run of the daemon loads it instead of
+ * compiling. Compiling and loading run on libuv's thread pool; the loop only
+ * learns the outcome. Every entry stays loaded for the daemon's life, as a
+ * module on a device does.
+ *
+ * The core reads a kernel's signature itself, since the dialect is the same
+ * on every backend: how many buffers it binds, which of them are const (the
+ * compiled answer ReadOnly), and whether it has barriers.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cubed.h"
+#include "sha256.h"
+
+static bool is_ident(int ch)
+{
+        return isalnum(ch) || ch == '_';
+}
+
+static const char *skip_space(const char *p, const char *end)
+{
+        while (p < end && isspace((unsigned char) *p))
+                p++;
+        return p;
+}
+
+/* Whether [p, end) starts with the word w followed by a non-identifier. */
+static bool word_at(const char *p, const char *end, const char *w)
+{
+        size_t n = strlen(w);
+        return (size_t) (end - p) > n && memcmp(p, w, n) == 0 && !is_ident((unsigned char) p[n]);
+}
+
+/* Reads `KERNEL void ENTRY(params, INFO)` and fills desc and io from it. */
+static cube_error *read_signature(cube__kernel *k)
+{
+        const char *src = k->source, *end = src + strlen(src), *p = src, *params = NULL;
+        uint32_t n = 0;
+        int depth = 0;
+
+        while ((p = strstr(p, "KERNEL")) != NULL) {
+                const char *q = p + 6;
+                bool standalone = (p == src || !is_ident((unsigned char) p[-1])) &&
+                                  q < end && !is_ident((unsigned char) *q);
+                p = q;
+                if (!standalone)
+                        continue;
+                q = skip_space(q, end);
+                if (!word_at(q, end, "void"))
+                        continue;
+                q = skip_space(q + 4, end);
+                if (!word_at(q, end, k->entry))
+                        continue;
+                q = skip_space(q + strlen(k->entry), end);
+                if (q < end && *q == '(') {
+                        params = q + 1;
+                        break;
+                }
+        }
+        if (!params)
+                return cube__err_text(CUBE_COMPILATION_VALIDATION, "the source defines no "
+                                      "`KERNEL void %s(...)`", k->entry);
+
+        /* Split at the commas of depth 0 up to the closing parenthesis. */
+        const char *start = params;
+        char *last = NULL;
+        for (p = params; p < end; p++) {
+                if (*p == '(')
+                        depth++;
+                else if (*p == ')' && depth > 0)
+                        depth--;
+                else if ((*p == ',' || *p == ')') && depth == 0) {
+                        const char *a = skip_space(start, p), *b = p;
+                        while (b > a && isspace((unsigned char) b[-1]))
+                                b--;
+                        free(last);
+                        last = strndup(a, (size_t) (b - a));
+                        if (!last)
+                                return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                        if (*p == ')')
+                                break;
+                        if (!strchr(last, '*')) {
+                                cube_error *e = cube__err_text(CUBE_COMPILATION_VALIDATION,
+                                        "parameter %u of kernel '%s' (%s) is not a pointer: "
+                                        "buffers come first, then INFO; scalars travel in the "
+                                        "info words", n + 1, k->entry, last);
+                                free(last);
+                                return e;
+                        }
+                        cube_buffer_io *grown = realloc(k->io, (n + 1) * sizeof(*grown));
+                        if (!grown) {
+                                free(last);
+                                return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                        }
+                        k->io = grown;
+                        k->io[n++] = word_at(last, last + strlen(last) + 1, "const") ?
+                                     CUBE_BUFFER_READ_ONLY : CUBE_BUFFER_UNDECLARED;
+                        start = p + 1;
+                }
+        }
+        if (!last || strcmp(last, "INFO") != 0) {
+                free(last);
+                return cube__err_text(CUBE_COMPILATION_VALIDATION, "the last parameter of kernel "
+                                      "'%s' must be INFO", k->entry);
+        }
+        free(last);
+        k->desc.n_buffers = n;
+        k->desc.uses_sync = strstr(src, "sync_cube") != NULL;
+        return NULL;
+}
+
+static uint64_t hash_prefix(const char *hex)
+{
+        return strtoull((char[17]) { hex[0], hex[1], hex[2], hex[3], hex[4], hex[5], hex[6],
+                                     hex[7], hex[8], hex[9], hex[10], hex[11], hex[12], hex[13],
+                                     hex[14], hex[15], 0 }, NULL, 16);
+}
+
+static bool valid_entry(const char *entry, size_t len)
+{
+        if (len == 0 || len > 63 || isdigit((unsigned char) entry[0]))
+                return false;
+        for (size_t i = 0; i < len; i++)
+                if (!is_ident((unsigned char) entry[i]))
+                        return false;
+        return true;
+}
+
+cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
+                                  const char *entry, size_t entry_len)
+{
+        static const char tag[] = "cube kernel v1";
+        const char *target = srv->driver->target(srv->device);
+        cube__sha256 sha;
+        char hash[65];
+        cube__kernel *k;
+
+        cube__sha256_init(&sha);
+        cube__sha256_update(&sha, tag, sizeof(tag));
+        cube__sha256_update(&sha, srv->driver->name, strlen(srv->driver->name) + 1);
+        cube__sha256_update(&sha, target, strlen(target) + 1);
+        cube__sha256_update(&sha, entry, entry_len);
+        cube__sha256_update(&sha, "", 1);
+        cube__sha256_update(&sha, source, source_len);
+        cube__sha256_hex(&sha, hash);
+
+        for (k = cube__idmap_get(&srv->kernel_index, hash_prefix(hash)); k; k = k->next)
+                if (strcmp(k->hash, hash) == 0)
+                        return k;
+
+        k = calloc(1, sizeof(*k));
+        if (!k)
+                return NULL;
+        memcpy(k->hash, hash, sizeof(hash));
+        k->server = srv;
+        k->source = strndup(source, source_len);
+        k->entry = strndup(entry, entry_len);
+        if (!k->source || !k->entry) {
+                free(k->source);
+                free(k->entry);
+                free(k);
+                return NULL;
+        }
+        k->desc.source = k->source;
+        k->desc.entry = k->entry;
+        if (!valid_entry(entry, entry_len) || strlen(k->source) != source_len)
+                k->error = cube__err_text(CUBE_COMPILATION_VALIDATION, "a kernel's entry point "
+                                          "must be a C identifier of at most 63 characters, and "
+                                          "its source may hold no NUL byte");
+        else
+                k->error = read_signature(k);
+        k->state = k->error ? CUBE__KERNEL_FAILED : CUBE__KERNEL_NEW;
+
+        /* Entries sharing a hash prefix chain from the indexed one. */
+        cube__kernel *first = cube__idmap_get(&srv->kernel_index, hash_prefix(hash));
+        if (first) {
+                k->next = first->next;
+                first->next = k;
+        } else if (cube__idmap_put(&srv->kernel_index, hash_prefix(hash), k) < 0) {
+                free(k->source);
+                free(k->entry);
+                free(k->io);
+                cube_error_free(k->error);
+                free(k);
+                return NULL;
+        }
+        k->all_next = srv->kernels;
+        srv->kernels = k;
+        srv->n_kernels++;
+        return k;
+}
+
+static char *artifact_path(const cube__kernel *k)
+{
+        cube__server *srv = k->server;
+        size_t n = strlen(srv->opts.cache_dir) + 80;
+        char *path = malloc(n);
+
+        if (path)
+                snprintf(path, n, "%s/%s.%s", srv->opts.cache_dir, k->hash,
+                         srv->driver->artifact_ext);
+        return path;
+}
+
+static double ms_since(uint64_t start_ns)
+{
+        return (double) (uv_hrtime() - start_ns) / 1e6;
+}
+
+/* On the thread pool: load the artifact a run before left, else compile. */
+static void prepare_work(uv_work_t *w)
+{
+        cube__kernel *k = w->data;
+        cube__server *srv = k->server;
+        char *path = artifact_path(k);
+        cube_error *e;
+
+        if (!path) {
+                k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                return;
+        }
+        if (access(path, R_OK) == 0) {
+                e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
+                if (!e) {
+                        k->from_disk = true;
+                        free(path);
+                        return;
+                }
+                cube_error_free(e);     /* unreadable: build it again */
+        }
+
+        uint64_t start = uv_hrtime();
+        e = srv->driver->compile(srv->device, &k->desc, path);
+        if (!e)
+                e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
+        k->compile_ms = ms_since(start);
+        k->error = e;
+        free(path);
+}
+
+static void prepare_done(uv_work_t *w, int status)
+{
+        cube__kernel *k = w->data;
+        cube__server *srv = k->server;
+        cube__kernel_waiter *waiters = k->waiters;
+        size_t n = k->n_waiters;
+
+        srv->compiling--;
+        if (!k->from_disk && (k->module || k->error))
+                srv->compiles++;
+        k->state = k->module ? CUBE__KERNEL_READY : CUBE__KERNEL_FAILED;
+        if (!k->module && !k->error)
+                k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "the kernel was not built");
+        if (k->error)
+                cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) failed to build: %s", k->entry,
+                          k->hash, cube_error_message(k->error));
+        else
+                cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) %s in %.1f ms", k->entry, k->hash,
+                          k->from_disk ? "loaded from the cache" : "compiled", k->compile_ms);
+        k->waiters = NULL;
+        k->n_waiters = 0;
+        for (size_t i = 0; i < n; i++)
+                waiters[i].ready(waiters[i].ctx);
+        free(waiters);
+        cube__server_check_stopped(srv);
+}
+
+bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
+{
+        cube__server *srv = k->server;
+
+        if (k->state == CUBE__KERNEL_READY || k->state == CUBE__KERNEL_FAILED)
+                return false;
+        if (waiter) {
+                cube__kernel_waiter *grown = realloc(k->waiters,
+                                                     (k->n_waiters + 1) * sizeof(*grown));
+                if (!grown)
+                        return false;
+                k->waiters = grown;
+                k->waiters[k->n_waiters++] = *waiter;
+        }
+        if (k->state == CUBE__KERNEL_NEW) {
+                k->state = CUBE__KERNEL_COMPILING;
+                k->work.data = k;
+                srv->compiling++;
+                if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) < 0) {
+                        srv->compiling--;
+                        k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "could not queue the "
+                                                  "compile");
+                        k->state = CUBE__KERNEL_FAILED;
+                        return false;
+                }
+        }
+        return true;
+}
+
+void cube__kernel_forget(cube__kernel *k, void *ctx)
+{
+        size_t m = 0;
+
+        for (size_t i = 0; i < k->n_waiters; i++)
+                if (k->waiters[i].ctx != ctx)
+                        k->waiters[m++] = k->waiters[i];
+        k->n_waiters = m;
+}
+
+cube_error *cube__kernel_launch_error(const cube__kernel *k)
+{
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(CUBE_LAUNCH_COMPILATION_ERROR,
+                                                                 cube_error_clone(k->error)));
+}
+
+void cube__kernels_free(cube__server *srv)
+{
+        for (cube__kernel *k = srv->kernels, *next; k; k = next) {
+                next = k->all_next;
+                if (k->module)
+                        srv->driver->unload(srv->device, k->module);
+                cube_error_free(k->error);
+                free(k->waiters);
+                free(k->io);
+                free(k->source);
+                free(k->entry);
+                free(k);
+        }
+        srv->kernels = NULL;
+        cube__idmap_free(&srv->kernel_index);
+}

@@ -1,0 +1,517 @@
+/*
+ * launches.c - the kernel methods: register a source, launch it, and compile
+ * what was queued.
+ *
+ * A launch is a notification, so whatever stops it lands on the buffers it
+ * was to write, chosen as the reference chooses them: the compiled kernel's
+ * answer first (a const pointer is only read), then the caller's
+ * declaration, then "read and written". A failure before the kernel was
+ * compiled therefore taints only the declared outputs, and read-only inputs
+ * stay readable. A launch whose input carries a failure does not run: it is
+ * skipped, and its outputs claim the same failure.
+ *
+ * A launch whose kernel is not compiled yet pauses its session until the
+ * kernel is ready, so that everything the session sent after it still runs
+ * after it; other sessions go on meanwhile.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "launch.h"
+
+cube__dispatched cube__do_register(cube__msg *k)
+{
+        cube__session *s = k->session;
+        uint64_t id;
+        cube__kernel *kernel;
+
+        if (k->n != 3 || !cube__obj_u64(&k->p[0], &id) || k->p[1].type != MSGPACK_OBJECT_STR ||
+            k->p[2].type != MSGPACK_OBJECT_STR) {
+                cube__malformed(k, "params must be [kernel, source, entry]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (cube__idmap_get(&s->kernels, id)) {
+                cube__conn_protocol_error(k->conn, -1, "kernel: kernel id %" PRIu64 " is already "
+                                          "registered in this session", id);
+                return CUBE__DISPATCH_DONE;
+        }
+        kernel = cube__kernel_intern(k->server, k->p[1].via.str.ptr, k->p[1].via.str.size,
+                                     k->p[2].via.str.ptr, k->p[2].via.str.size);
+        if (!kernel || cube__idmap_put(&s->kernels, id, kernel) < 0)
+                cube__conn_protocol_error(k->conn, -1, "kernel: out of host memory");
+        return CUBE__DISPATCH_DONE;
+}
+
+/* What one launch message asks for, decoded and resolved. */
+typedef struct launch_req {
+        uint64_t stream;
+        uint64_t kernel_id;
+        bool dynamic;
+        uint32_t count[3];
+        cube_handle count_handle;
+        uint32_t dim[3];
+        cube_handle *handles;
+        size_t n;
+        cube_buffer_io *io;
+        size_t n_io;
+        const void *info;
+        size_t info_len;
+        uint32_t metadata_offset, dynamic_offset;
+        uint32_t mode;
+        cube__alloc **allocs;           /* per buffer; NULL where it did not resolve */
+        uint64_t *start, *end;
+        cube__alloc *count_alloc;
+        uint64_t count_start;
+} launch_req;
+
+static void req_free(launch_req *r)
+{
+        free(r->handles);
+        free(r->io);
+        free(r->allocs);
+        free(r->start);
+        free(r->end);
+}
+
+static bool obj_u32x3(const msgpack_object *o, uint32_t ret[3])
+{
+        if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3)
+                return false;
+        for (int i = 0; i < 3; i++)
+                if (!cube__obj_u32(&o->via.array.ptr[i], &ret[i]))
+                        return false;
+        return true;
+}
+
+static bool parse_launch(cube__msg *k, launch_req *r)
+{
+        const msgpack_object *p = k->p;
+        const msgpack_object_array *arr, *count, *offsets;
+        uint64_t io;
+
+        if (k->n != 9 || !cube__obj_u64(&p[0], &r->stream) || !cube__obj_u64(&p[1], &r->kernel_id) ||
+            !cube__obj_array(&p[2], &count) || count->size != 2 ||
+            count->ptr[0].type != MSGPACK_OBJECT_STR || !obj_u32x3(&p[3], r->dim) ||
+            !cube__obj_array(&p[4], &arr) || p[5].type != MSGPACK_OBJECT_ARRAY ||
+            !cube__obj_bin(&p[6], &r->info, &r->info_len) || r->info_len % 8 != 0 ||
+            !cube__obj_array(&p[7], &offsets) || offsets->size != 2 ||
+            !cube__obj_u32(&offsets->ptr[0], &r->metadata_offset) ||
+            !cube__obj_u32(&offsets->ptr[1], &r->dynamic_offset) ||
+            !cube__obj_u32(&p[8], &r->mode) || r->mode > CUBE_LAUNCH_QUEUE)
+                return cube__malformed(k, "params must be [stream, kernel, count, dim, [handle, "
+                                       "...], [io, ...], info, [metadata_offset, "
+                                       "dynamic_offset], mode]");
+        if (count->ptr[0].via.str.size == 6 && memcmp(count->ptr[0].via.str.ptr, "static", 6) == 0) {
+                if (!obj_u32x3(&count->ptr[1], r->count))
+                        return cube__malformed(k, "a static count must be [x, y, z]");
+        } else if (count->ptr[0].via.str.size == 7 &&
+                   memcmp(count->ptr[0].via.str.ptr, "dynamic", 7) == 0) {
+                if (!cube__obj_handle(&count->ptr[1], &r->count_handle))
+                        return cube__malformed(k, "a dynamic count must name a handle");
+                r->dynamic = true;
+        } else {
+                return cube__malformed(k, "a count must be [\"static\", [x, y, z]] or "
+                                       "[\"dynamic\", handle]");
+        }
+
+        r->n = arr->size;
+        r->n_io = p[5].via.array.size;
+        if (r->n_io > r->n)
+                return cube__malformed(k, "more io declarations than buffers");
+        r->handles = calloc(r->n + 1, sizeof(*r->handles));
+        r->io = calloc(r->n_io + 1, sizeof(*r->io));
+        r->allocs = calloc(r->n + 1, sizeof(*r->allocs));
+        r->start = calloc(r->n + 1, sizeof(*r->start));
+        r->end = calloc(r->n + 1, sizeof(*r->end));
+        if (!r->handles || !r->io || !r->allocs || !r->start || !r->end)
+                return cube__malformed(k, "out of host memory");
+        for (size_t i = 0; i < r->n; i++)
+                if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
+                        return cube__malformed(k, "a handle must be [service, memory, "
+                                               "offset_start, offset_end]");
+        for (size_t i = 0; i < r->n_io; i++) {
+                const msgpack_object *o = &p[5].via.array.ptr[i];
+                if (o->type == MSGPACK_OBJECT_NIL)
+                        r->io[i] = CUBE_BUFFER_UNDECLARED;
+                else if (cube__obj_u64(o, &io) && io <= CUBE_BUFFER_DEAD)
+                        r->io[i] = (cube_buffer_io) io;
+                else
+                        return cube__malformed(k, "an io declaration must be nil or 0..3");
+        }
+        return true;
+}
+
+/* Resolves every buffer; returns the first resolution error. */
+static cube_error *resolve(cube__session *s, launch_req *r)
+{
+        cube_error *first = NULL;
+
+        for (size_t i = 0; i < r->n; i++) {
+                cube_error *e = cube__alloc_resolve(s, &r->handles[i], &r->allocs[i], &r->start[i],
+                                                    &r->end[i]);
+                if (e && !first)
+                        first = e;
+                else
+                        cube_error_free(e);
+        }
+        if (!first && r->dynamic) {
+                uint64_t end;
+                first = cube__alloc_resolve(s, &r->count_handle, &r->count_alloc, &r->count_start,
+                                            &end);
+                if (!first && end - r->count_start < 12)
+                        first = cube__err_validation("a dynamic count needs 12 bytes (three u32); "
+                                                     "its handle covers %" PRIu64,
+                                                     end - r->count_start);
+        }
+        return first;
+}
+
+/* The buffers the launch writes, by the reference's fallback chain. */
+static bool writes(const launch_req *r, const cube__kernel *kernel, size_t i)
+{
+        const cube_buffer_io *compiled = kernel && kernel->state == CUBE__KERNEL_READY ? kernel->io : NULL;
+        size_t n_compiled = compiled ? kernel->desc.n_buffers : 0;
+
+        return cube__io_written(compiled, n_compiled, r->io, r->n_io, i);
+}
+
+static bool reads(const launch_req *r, const cube__kernel *kernel, size_t i)
+{
+        const cube_buffer_io *compiled = kernel && kernel->state == CUBE__KERNEL_READY ? kernel->io : NULL;
+        size_t n_compiled = compiled ? kernel->desc.n_buffers : 0;
+
+        return cube__io_read(compiled, n_compiled, r->io, r->n_io, i);
+}
+
+/* A launch that will not run: its failure lands on what it writes. Launches
+ * that only compile or queue claim nothing. Takes e. */
+static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube_error *e)
+{
+        cube__session *s = k->session;
+        cube__server *srv = k->server;
+        uint64_t failure;
+
+        if (r->mode != CUBE_LAUNCH_EXECUTE || !e) {
+                cube_error_free(e);
+                return;
+        }
+        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a launch of %s failed: %s", s->id,
+                  kernel ? kernel->entry : "an unknown kernel", cube_error_message(e));
+        s->errors++;
+        failure = cube__failures_insert(&srv->failures, e, s->id);
+        for (size_t i = 0; i < r->n; i++)
+                if (r->allocs[i] && writes(r, kernel, i))
+                        cube__claims_taint(&srv->failures, &r->allocs[i]->claims, r->start[i],
+                                           r->end[i], failure);
+        cube__failures_prune(&srv->failures, failure);
+}
+
+/* The first failure an input carries, and which memory carried it. */
+static uint64_t input_failure(const launch_req *r, const cube__kernel *kernel, uint64_t *ret_memory)
+{
+        for (size_t i = 0; i < r->n; i++) {
+                const cube__alloc *a = r->allocs[i];
+                bool needed = reads(r, kernel, i) || !a->storage;
+                uint64_t start = r->start[i], end = r->end[i];
+
+                if (!a->storage && start == end) {
+                        start = 0;      /* the virtual byte of a failed reservation */
+                        end = 1;
+                }
+                for (size_t c = 0; needed && c < a->claims.n; c++)
+                        if (a->claims.v[c].start < end && start < a->claims.v[c].end) {
+                                *ret_memory = a->id;
+                                return a->claims.v[c].failure;
+                        }
+        }
+        if (r->count_alloc) {
+                for (size_t c = 0; c < r->count_alloc->claims.n; c++)
+                        if (r->count_alloc->claims.v[c].start < r->count_start + 12 &&
+                            r->count_start < r->count_alloc->claims.v[c].end) {
+                                *ret_memory = r->count_alloc->id;
+                                return r->count_alloc->claims.v[c].failure;
+                        }
+        }
+        return 0;
+}
+
+/* The launch is skipped: its outputs claim the failure its input carried. */
+static void skip(cube__msg *k, launch_req *r, const cube__kernel *kernel, uint64_t failure,
+                 uint64_t needed)
+{
+        cube__failures *fs = &k->server->failures;
+
+        cube__failures_skipped(fs, failure, kernel->entry, needed);
+        for (size_t i = 0; i < r->n; i++)
+                if (writes(r, kernel, i))
+                        cube__claims_taint(fs, &r->allocs[i]->claims, r->start[i], r->end[i],
+                                           failure);
+}
+
+/* Checks the launch against the device before anything is compiled. */
+static cube_error *validate(const cube__server *srv, const launch_req *r)
+{
+        const cube_device_properties *p = &srv->properties;
+        uint64_t units = (uint64_t) r->dim[0] * r->dim[1] * r->dim[2];
+
+        for (int i = 0; i < 3; i++)
+                if (r->dim[i] == 0 || r->dim[i] > p->max_cube_dim[i])
+                        return cube__err_wrap(CUBE_SERVER_LAUNCH,
+                                cube__err_wrap(CUBE_LAUNCH_TOO_MANY_RESOURCES,
+                                               cube__err_cube_dim(r->dim, p->max_cube_dim)));
+        if (units > p->max_units_per_cube)
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                        CUBE_LAUNCH_TOO_MANY_RESOURCES,
+                        cube__err_resource(CUBE_RESOURCE_UNITS, units, p->max_units_per_cube)));
+        if (r->n > p->max_bindings)
+                return cube__err_validation("a launch binds %zu buffers; the device takes at "
+                                            "most %u", r->n, p->max_bindings);
+        for (int i = 0; !r->dynamic && i < 3; i++)
+                if (r->count[i] > p->max_cube_count[i])
+                        return cube__err_validation("a cube count of (%u, %u, %u) exceeds the "
+                                                    "device's maximum of (%u, %u, %u)",
+                                                    r->count[0], r->count[1], r->count[2],
+                                                    p->max_cube_count[0], p->max_cube_count[1],
+                                                    p->max_cube_count[2]);
+        if (r->metadata_offset > r->info_len / 8 || r->dynamic_offset > r->info_len / 8)
+                return cube__err_validation("the metadata offsets (%u, %u) lie beyond the %zu "
+                                            "info words", r->metadata_offset, r->dynamic_offset,
+                                            r->info_len / 8);
+        return NULL;
+}
+
+/* Builds the device's record of the launch and submits it. */
+static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
+{
+        cube__session *s = k->session;
+        cube__op *o = calloc(1, sizeof(*o));
+        cube__launch_work *l = calloc(1, sizeof(*l));
+        size_t n_uses = r->n + (r->count_alloc ? 1 : 0), w = 0;
+
+        if (o && l) {
+                o->launch = l;
+                l->storages = calloc(r->n + 1, sizeof(*l->storages));
+                l->offsets = calloc(r->n + 1, sizeof(*l->offsets));
+                l->info = malloc(r->info_len + 8);
+                o->uses = calloc(n_uses + 1, sizeof(*o->uses));
+                o->written = calloc(r->n + 1, sizeof(*o->written));
+                o->written_range = calloc(2 * r->n + 2, sizeof(*o->written_range));
+        }
+        if (!o || !l || !l->storages || !l->offsets || !l->info || !o->uses || !o->written ||
+            !o->written_range) {
+                if (l) {
+                        free(l->storages);
+                        free(l->offsets);
+                        free(l->info);
+                }
+                if (o) {
+                        free(o->uses);
+                        free(o->written);
+                        free(o->written_range);
+                }
+                free(l);
+                free(o);
+                refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));
+                return;
+        }
+        l->module = kernel->module;
+        l->kernel = kernel->entry;
+        memcpy(l->count, r->count, sizeof(l->count));
+        memcpy(l->dim, r->dim, sizeof(l->dim));
+        if (r->count_alloc) {
+                l->count_storage = r->count_alloc->storage;
+                l->count_offset = r->count_start;
+        }
+        l->n_buffers = (uint32_t) r->n;
+        memcpy(l->info, r->info, r->info_len);
+        l->n_info = (uint32_t) (r->info_len / 8);
+        l->metadata_offset = r->metadata_offset;
+        l->dynamic_offset = r->dynamic_offset;
+        for (size_t i = 0; i < r->n; i++) {
+                l->storages[i] = r->allocs[i]->storage;
+                l->offsets[i] = r->start[i];
+                o->uses[i] = r->allocs[i];
+                if (writes(r, kernel, i)) {
+                        /* Enqueued: the bytes are the launch's now. */
+                        cube__claims_written(&k->server->failures, &r->allocs[i]->claims,
+                                             r->start[i], r->end[i]);
+                        o->written[w] = r->allocs[i];
+                        o->written_range[2 * w] = r->start[i];
+                        o->written_range[2 * w + 1] = r->end[i];
+                        w++;
+                }
+        }
+        if (r->count_alloc)
+                o->uses[r->n] = r->count_alloc;
+        o->n_uses = n_uses;
+        o->n_written = w;
+        cube__submit_launch(s, st, o);
+}
+
+/* Starts compiling what this session queued, now that a launch loads one. */
+static void compile_queue(cube__session *s)
+{
+        for (size_t i = 0; i < s->n_queued; i++)
+                cube__kernel_prepare(s->queued[i], NULL);
+        free(s->queued);
+        s->queued = NULL;
+        s->n_queued = 0;
+}
+
+static void queue(cube__session *s, cube__kernel *kernel)
+{
+        cube__kernel **grown;
+
+        for (size_t i = 0; i < s->n_queued; i++)
+                if (s->queued[i] == kernel)
+                        return;
+        grown = realloc(s->queued, (s->n_queued + 1) * sizeof(*grown));
+        if (!grown)
+                return;
+        s->queued = grown;
+        s->queued[s->n_queued++] = kernel;
+}
+
+cube__dispatched cube__do_launch(cube__msg *k)
+{
+        cube__session *s = k->session;
+        cube__server *srv = k->server;
+        launch_req r = {0};
+        cube__kernel *kernel;
+        cube__stream *st;
+        cube_error *e;
+        uint64_t failure, needed;
+        cube__dispatched d = CUBE__DISPATCH_DONE;
+
+        if (!parse_launch(k, &r))
+                goto out;
+        kernel = cube__idmap_get(&s->kernels, r.kernel_id);
+        e = resolve(s, &r);
+        if (!e && !kernel)
+                e = cube__err_validation("kernel %" PRIu64 " was never registered in this "
+                                         "session", r.kernel_id);
+        if (!e && srv->poison)
+                e = cube__poisoned(srv);
+        if (!e)
+                e = validate(srv, &r);
+        if (e) {
+                refuse(k, &r, kernel, e);
+                goto out;
+        }
+
+        if (kernel->state == CUBE__KERNEL_NEW || kernel->state == CUBE__KERNEL_COMPILING) {
+                if (r.mode == CUBE_LAUNCH_QUEUE) {
+                        queue(s, kernel);
+                        goto out;
+                }
+                if (r.mode == CUBE_LAUNCH_EXECUTE)
+                        compile_queue(s);
+                if (cube__conn_wait_for(k->conn, kernel)) {
+                        d = CUBE__DISPATCH_PAUSED;
+                        goto out;
+                }
+        } else if (!cube__conn_redispatching(k->conn) && r.mode == CUBE_LAUNCH_EXECUTE) {
+                kernel->hits++;
+        }
+
+        if (kernel->state != CUBE__KERNEL_READY) {
+                refuse(k, &r, kernel, cube__kernel_launch_error(kernel));
+                goto out;
+        }
+        if (r.n != kernel->desc.n_buffers) {
+                refuse(k, &r, NULL, cube__err_validation("kernel '%s' binds %u buffers; the launch "
+                                                         "gave %zu", kernel->entry,
+                                                         kernel->desc.n_buffers, r.n));
+                goto out;
+        }
+        if (kernel->shared_bytes > srv->properties.max_shared_memory_size) {
+                refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                        CUBE_LAUNCH_TOO_MANY_RESOURCES,
+                        cube__err_resource(CUBE_RESOURCE_SHARED_MEMORY, kernel->shared_bytes,
+                                           srv->properties.max_shared_memory_size))));
+                goto out;
+        }
+        if (r.mode != CUBE_LAUNCH_EXECUTE)
+                goto out;
+        if (!r.dynamic && (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0))
+                goto out;       /* nothing runs, and no claim changes */
+
+        failure = input_failure(&r, kernel, &needed);
+        if (failure) {
+                skip(k, &r, kernel, failure, needed);
+                goto out;
+        }
+        st = cube__stream_get(s, r.stream, &e);
+        if (!st) {
+                refuse(k, &r, kernel, e);
+                goto out;
+        }
+        submit(k, &r, kernel, st);
+out:
+        req_free(&r);
+        return d;
+}
+
+/* compile_queued's answer, once every kernel it waits for is ready or failed. */
+typedef struct queued_wait {
+        cube__session *session;
+        uint32_t msgid;
+        size_t remaining;
+} queued_wait;
+
+static void queued_ready(void *ctx)
+{
+        queued_wait *q = ctx;
+        cube__session *s = q->session;
+        cube__server *srv = s->server;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        if (--q->remaining > 0)
+                return;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_response_ok(&pk, q->msgid) == 0 && msgpack_pack_nil(&pk) == 0)
+                cube__reply_sbuffer(s, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        free(q);
+        s->inflight--;
+        srv->inflight--;
+        cube__session_maybe_free(s);
+        cube__server_check_stopped(srv);
+}
+
+cube__dispatched cube__do_compile_queued(cube__msg *k)
+{
+        cube__session *s = k->session;
+        queued_wait *q;
+
+        if (k->n != 0) {
+                cube__malformed(k, "params must be []");
+                return CUBE__DISPATCH_DONE;
+        }
+        q = calloc(1, sizeof(*q));
+        if (!q) {
+                cube__reply_owned_error(k, NULL);
+                return CUBE__DISPATCH_DONE;
+        }
+        q->session = s;
+        q->msgid = k->env->msgid;
+        q->remaining = 1;               /* held until every kernel is asked */
+        s->inflight++;
+        k->server->inflight++;
+        for (size_t i = 0; i < s->n_queued; i++) {
+                cube__kernel_waiter w = { queued_ready, q };
+                if (cube__kernel_prepare(s->queued[i], &w))
+                        q->remaining++;
+        }
+        free(s->queued);
+        s->queued = NULL;
+        s->n_queued = 0;
+        queued_ready(q);
+        return CUBE__DISPATCH_DONE;
+}

@@ -1,0 +1,301 @@
+/*
+ * memops.c - the memory methods: create, write, free, read, sync, check,
+ * flush and memory_cleanup.
+ *
+ * create, write and free are notifications: whatever goes wrong with them
+ * lands on the memory they were to write, and the next read, sync or check of
+ * it reports the failure. Once the device is poisoned, every one of them
+ * reports that instead.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+
+/* Payloads at least this large are kept in the read buffer they arrived in
+ * rather than copied. */
+#define KEEP_BUFFER_MIN (256 * 1024)
+
+cube__dispatched cube__do_create(cube__msg *k)
+{
+        uint64_t stream, memory, size;
+
+        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory) ||
+            !cube__obj_u64(&k->p[2], &size)) {
+                cube__malformed(k, "params must be [stream, memory, size]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (cube__idmap_get(&k->session->memory, memory)) {
+                cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64
+                                          " is already in use in this session", memory);
+                return CUBE__DISPATCH_DONE;
+        }
+        if (cube__alloc_create(k->session, memory, size) < 0)
+                cube__conn_protocol_error(k->conn, -1, "create: out of host memory");
+        return CUBE__DISPATCH_DONE;
+}
+
+void cube__fail_range(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
+                       cube_error *e)
+{
+        cube__server *srv = s->server;
+        uint64_t failure;
+
+        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write to memory %" PRIu64 " failed: %s",
+                  s->id, a->id, e ? cube_error_message(e) : "out of memory");
+        s->errors++;
+        failure = cube__failures_insert(&srv->failures, e, s->id);
+        cube__claims_taint(&srv->failures, &a->claims, start, end, failure);
+        cube__failures_prune(&srv->failures, failure);
+}
+
+cube__dispatched cube__do_write(cube__msg *k)
+{
+        cube__session *s = k->session;
+        uint64_t stream, start, end;
+        cube_handle h;
+        const void *data;
+        size_t len;
+        cube__alloc *a;
+        cube__stream *st;
+        cube_error *e;
+        void *owned;
+        bool keep;
+
+        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_handle(&k->p[1], &h) ||
+            !cube__obj_bin(&k->p[2], &data, &len))
+                {
+                cube__malformed(k, "params must be [stream, handle, bin]");
+                return CUBE__DISPATCH_DONE;
+        }
+
+        e = cube__alloc_resolve(s, &h, &a, &start, &end);
+        if (e) {
+                cube__alloc *named = h.service == k->server->nonce ?
+                                     cube__idmap_get(&s->memory, h.memory) : NULL;
+                if (named) {
+                        /* The handle names our memory with offsets that do
+                         * not fit it: the whole allocation is suspect. */
+                        cube__fail_range(s, named, 0, named->size, e);
+                } else {
+                        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was dropped: %s",
+                                  s->id, cube_error_message(e));
+                        s->errors++;
+                        cube_error_free(e);
+                }
+                return CUBE__DISPATCH_DONE;
+        }
+        if (k->server->poison) {
+                cube__fail_range(s, a, start, end, cube__poisoned(k->server));
+                return CUBE__DISPATCH_DONE;
+        }
+        if (len != end - start) {
+                cube__fail_range(s, a, start, end, cube__err_validation(
+                        "a write of %zu bytes was sent for a handle of %" PRIu64 " bytes", len,
+                        end - start));
+                return CUBE__DISPATCH_DONE;
+        }
+        if (!a->storage || len == 0)
+                return CUBE__DISPATCH_DONE;   /* a failed reservation keeps its claim */
+        st = cube__stream_get(s, stream, &e);
+        if (!st) {
+                cube__fail_range(s, a, start, end, e);
+                return CUBE__DISPATCH_DONE;
+        }
+
+        keep = len >= KEEP_BUFFER_MIN;
+        if (keep) {
+                owned = k->buf;
+        } else {
+                owned = malloc(len);
+                if (!owned) {
+                        cube__fail_range(s, a, start, end, cube__err_generic(
+                                "out of host memory staging a write of %zu bytes", len));
+                        return CUBE__DISPATCH_DONE;
+                }
+                memcpy(owned, data, len);
+                data = owned;
+        }
+        cube__claims_written(&k->server->failures, &a->claims, start, end);
+        cube__submit(s, st, a, CUBE__WORK_COPY_TO_DEVICE, start, (void *) data, len, owned, NULL);
+        return keep ? CUBE__DISPATCH_KEPT : CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_free(cube__msg *k)
+{
+        uint64_t stream, memory;
+        cube__alloc *a;
+
+        if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory)) {
+                cube__malformed(k, "params must be [stream, memory]");
+                return CUBE__DISPATCH_DONE;
+        }
+        a = cube__idmap_get(&k->session->memory, memory);
+        if (!a) {
+                cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": free of unknown memory %" PRIu64,
+                          k->session->id, memory);
+                k->session->errors++;
+                return CUBE__DISPATCH_DONE;
+        }
+        cube__alloc_free(a);
+        return CUBE__DISPATCH_DONE;
+}
+
+/* Packs a bin header; returns its length. */
+static size_t bin_header(uint8_t *p, uint64_t len)
+{
+        if (len <= 0xff) {
+                p[0] = 0xc4;
+                p[1] = (uint8_t) len;
+                return 2;
+        }
+        if (len <= 0xffff) {
+                p[0] = 0xc5;
+                p[1] = (uint8_t) (len >> 8);
+                p[2] = (uint8_t) len;
+                return 3;
+        }
+        p[0] = 0xc6;
+        for (int i = 0; i < 4; i++)
+                p[1 + i] = (uint8_t) (len >> (24 - 8 * i));
+        return 5;
+}
+
+cube__dispatched cube__do_read(cube__msg *k)
+{
+        cube__session *s = k->session;
+        uint64_t stream, total = 16;
+        cube_handle *hs;
+        size_t n;
+        cube__stream *st;
+        cube_error *e;
+        cube__pending_reply *r;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+                return CUBE__DISPATCH_DONE;
+        e = k->server->poison ? cube__poisoned(k->server) : cube__ensure_written(s, hs, n);
+        if (e) {
+                cube__reply_owned_error(k, e);
+                free(hs);
+                return CUBE__DISPATCH_DONE;
+        }
+        for (size_t i = 0; i < n; i++) {
+                cube__alloc *a;
+                uint64_t start, end;
+                cube__alloc_resolve(s, &hs[i], &a, &start, &end);   /* checked above */
+                total += end - start + 5;
+        }
+        if (total > k->server->opts.limits.max_message_bytes) {
+                cube__reply_owned_error(k, cube__err_validation(
+                        "a read of %" PRIu64 " bytes does not fit one reply of at most %" PRIu64
+                        " bytes; read fewer handles at a time", total,
+                        k->server->opts.limits.max_message_bytes));
+                free(hs);
+                return CUBE__DISPATCH_DONE;
+        }
+        st = cube__stream_get(s, stream, &e);
+        r = st ? cube__pending_new(s, k->env->msgid) : NULL;
+        if (!r) {
+                cube__reply_owned_error(k, st ? NULL : e);
+                free(hs);
+                return CUBE__DISPATCH_DONE;
+        }
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_response_ok(&pk, k->env->msgid) < 0 || msgpack_pack_array(&pk, (uint32_t) n) < 0 ||
+            !(r->frame = malloc(total))) {
+                r->error = cube__err_generic("out of host memory preparing a read of %" PRIu64
+                                             " bytes", total);
+        } else {
+                uint8_t *p = (uint8_t *) r->frame;
+                size_t off = sb.size;
+                memcpy(p, sb.data, sb.size);
+                for (size_t i = 0; i < n; i++) {
+                        cube__alloc *a;
+                        uint64_t start, end;
+                        cube__alloc_resolve(s, &hs[i], &a, &start, &end);
+                        off += bin_header(p + off, end - start);
+                        if (end > start)
+                                cube__submit(s, st, a, CUBE__WORK_COPY_TO_HOST, start, p + off,
+                                             end - start, NULL, r);
+                        off += end - start;
+                }
+                r->frame_len = off;
+        }
+        msgpack_sbuffer_destroy(&sb);
+        free(hs);
+        cube__pending_arm(r);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_sync(cube__msg *k)
+{
+        cube__session *s = k->session;
+        uint64_t stream;
+        cube_handle *hs;
+        size_t n;
+        cube__stream *st;
+        cube_error *e;
+        cube__pending_reply *r;
+
+        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+                return CUBE__DISPATCH_DONE;
+        if (k->server->poison) {
+                cube__reply_owned_error(k, cube__poisoned(k->server));
+                free(hs);
+                return CUBE__DISPATCH_DONE;
+        }
+        st = cube__stream_get(s, stream, &e);
+        r = st ? cube__pending_new(s, k->env->msgid) : NULL;
+        if (!r) {
+                cube__reply_owned_error(k, st ? NULL : e);
+                free(hs);
+                return CUBE__DISPATCH_DONE;
+        }
+        r->handles = hs;
+        r->n_handles = n;
+        cube__submit(s, st, NULL, CUBE__WORK_FENCE, 0, NULL, 0, NULL, r);
+        cube__pending_arm(r);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_check(cube__msg *k)
+{
+        uint64_t stream;
+        cube_handle *hs;
+        size_t n;
+        cube_error *e;
+
+        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+                return CUBE__DISPATCH_DONE;
+        e = k->server->poison ? cube__poisoned(k->server) : cube__ensure_written(k->session, hs, n);
+        free(hs);
+        if (e)
+                cube__reply_owned_error(k, e);
+        else
+                cube__reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
+}
+
+/* flush and memory_cleanup: [stream]. The cpu backend queues nothing on the
+ * host side and frees memory as soon as no work uses it, so both answer at
+ * once; a device fault is all flush could report. */
+cube__dispatched cube__do_stream_only(cube__msg *k)
+{
+        uint64_t stream;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
+                cube__malformed(k, "params must be [stream]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (k->server->poison)
+                cube__reply_owned_error(k, cube__poisoned(k->server));
+        else
+                cube__reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
+}

@@ -1,0 +1,201 @@
+/*
+ * kernels.c - libcubeclient's kernel calls: register, launch, compile the
+ * queue, and list the daemon's cache.
+ *
+ * Registering and launching are notifications: they return once the frame is
+ * on the socket. A launch's failure reaches the caller through the buffers it
+ * was to write, as every asynchronous failure does.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "info.h"
+#include "rpc.h"
+
+#define PACK(expr) do { if ((expr) < 0) goto oom; } while (0)
+
+cube_error *cube_kernel_register(cube_client *c, const char *source, const char *entry,
+                                 uint64_t *ret_kernel)
+{
+        uint64_t id = atomic_fetch_add(&c->next_kernel, 1);
+        size_t n = strlen(source);
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        if (n > c->daemon_limits.max_str_bytes)
+                return cube__err_validation("a kernel source of %zu bytes exceeds the daemon's "
+                                            "string limit of %" PRIu64 " bytes", n,
+                                            c->daemon_limits.max_str_bytes);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        PACK(cube__pack_notify(&pk, "kernel", 3));
+        PACK(msgpack_pack_uint64(&pk, id));
+        PACK(cube__pack_str(&pk, source));
+        PACK(cube__pack_str(&pk, entry));
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__send(c, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        if (!e)
+                *ret_kernel = id;
+        return e;
+oom:
+        msgpack_sbuffer_destroy(&sb);
+        return cube__err_generic("out of memory in libcubeclient");
+}
+
+cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
+{
+        uint8_t *words = NULL;
+        size_t words_len = 0;
+        uint32_t meta = 0, dyn = 0;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        for (size_t i = 0; i < l->n_buffers; i++)
+                if ((e = cube__check_handle(c, &l->buffers[i])))
+                        return e;
+        if (l->dynamic_count && (e = cube__check_handle(c, l->dynamic_count)))
+                return e;
+        if (l->mode > CUBE_LAUNCH_QUEUE)
+                return cube__err_validation("unknown launch mode %d", (int) l->mode);
+        if (cube__info_words(l->info, &words, &words_len, &meta, &dyn) < 0)
+                return cube__err_generic("out of memory in libcubeclient");
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        PACK(cube__pack_notify(&pk, "launch", 9));
+        PACK(msgpack_pack_uint64(&pk, cube_stream_current()));
+        PACK(msgpack_pack_uint64(&pk, l->kernel));
+        PACK(msgpack_pack_array(&pk, 2));
+        if (l->dynamic_count) {
+                PACK(cube__pack_str(&pk, "dynamic"));
+                PACK(cube__pack_handle(&pk, l->dynamic_count));
+        } else {
+                PACK(cube__pack_str(&pk, "static"));
+                PACK(msgpack_pack_array(&pk, 3));
+                for (int i = 0; i < 3; i++)
+                        PACK(msgpack_pack_uint32(&pk, l->cube_count[i]));
+        }
+        PACK(msgpack_pack_array(&pk, 3));
+        for (int i = 0; i < 3; i++)
+                PACK(msgpack_pack_uint32(&pk, l->cube_dim[i]));
+        PACK(msgpack_pack_array(&pk, (uint32_t) l->n_buffers));
+        for (size_t i = 0; i < l->n_buffers; i++)
+                PACK(cube__pack_handle(&pk, &l->buffers[i]));
+        PACK(msgpack_pack_array(&pk, l->io ? (uint32_t) l->n_buffers : 0));
+        for (size_t i = 0; l->io && i < l->n_buffers; i++) {
+                if (l->io[i] == CUBE_BUFFER_UNDECLARED)
+                        PACK(msgpack_pack_nil(&pk));
+                else
+                        PACK(msgpack_pack_uint32(&pk, (uint32_t) l->io[i]));
+        }
+        PACK(msgpack_pack_bin(&pk, words_len));
+        PACK(msgpack_pack_bin_body(&pk, words, words_len));
+        PACK(msgpack_pack_array(&pk, 2));
+        PACK(msgpack_pack_uint32(&pk, meta));
+        PACK(msgpack_pack_uint32(&pk, dyn));
+        PACK(msgpack_pack_uint32(&pk, (uint32_t) l->mode));
+        free(words);
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__send(c, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+oom:
+        free(words);
+        msgpack_sbuffer_destroy(&sb);
+        return cube__err_generic("out of memory in libcubeclient");
+}
+
+cube_error *cube_compile_queued(cube_client *c)
+{
+        cube__call call = {0};
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        PACK(cube__pack_request(&pk, call.msgid, "compile_queued", 0));
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+oom:
+        msgpack_sbuffer_destroy(&sb);
+        return cube__err_generic("out of memory in libcubeclient");
+}
+
+typedef struct kernel_list {
+        cube_kernel_info *v;
+        size_t n;
+} kernel_list;
+
+static bool map_str(const msgpack_object *m, const char *key, char *buf, size_t cap)
+{
+        const msgpack_object *v = cube__map_get(m, key);
+        return v && cube__obj_str(v, buf, cap);
+}
+
+static cube_error *deliver_kernels(cube__call *call, const msgpack_object *r)
+{
+        kernel_list *list = call->ctx;
+        const msgpack_object *v;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY)
+                goto bad;
+        list->v = calloc(r->via.array.size + 1, sizeof(*list->v));
+        if (!list->v)
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < r->via.array.size; i++) {
+                const msgpack_object *m = &r->via.array.ptr[i];
+                cube_kernel_info *k = &list->v[i];
+                if (!map_str(m, "hash", k->hash, sizeof(k->hash)) ||
+                    !map_str(m, "entry", k->entry, sizeof(k->entry)) ||
+                    !map_str(m, "backend", k->backend, sizeof(k->backend)) ||
+                    !map_str(m, "state", k->state, sizeof(k->state)) ||
+                    !(v = cube__map_get(m, "from_disk")) || !cube__obj_bool(v, &k->from_disk) ||
+                    !(v = cube__map_get(m, "compile_ms")) || !cube__obj_double(v, &k->compile_ms) ||
+                    !(v = cube__map_get(m, "hits")) || !cube__obj_u64(v, &k->hits)) {
+                        free(list->v);
+                        list->v = NULL;
+                        goto bad;
+                }
+        }
+        list->n = r->via.array.size;
+        return NULL;
+bad:
+        return cube__err_generic("cubed's kernels answer is not protocol version %d's",
+                                 CUBE_PROTOCOL_VERSION);
+}
+
+cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n)
+{
+        kernel_list list = {0};
+        cube__call call = { .deliver = deliver_kernels, .ctx = &list };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        PACK(cube__pack_request(&pk, call.msgid, "kernels", 0));
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        if (e) {
+                free(list.v);
+                return e;
+        }
+        *ret_kernels = list.v;
+        *ret_n = list.n;
+        return NULL;
+oom:
+        msgpack_sbuffer_destroy(&sb);
+        return cube__err_generic("out of memory in libcubeclient");
+}
