@@ -36,6 +36,9 @@ static void pending_finish(cube__pending_reply *r)
         cube__server *srv = s->server;
         cube_error *e = r->error;
 
+        /* The barrier came after a fault: nothing it waited for can be trusted. */
+        if (!e && srv->poison)
+                e = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
         if (!e && r->handles)
                 e = cube__ensure_written(s, r->handles, r->n_handles);
         if (e) {
@@ -149,7 +152,7 @@ static void launch_failed(cube__op *o)
 
         o->work.error = NULL;
         if (cube_error_kind_of(e) == CUBE_DEVICE_POISON) {
-                cube_error *named = cube__err_poison("session %" PRIu64 " (pid %d%s%s) ran %s",
+                cube_error *named = cube__err_poison("session %" PRIu64 " (pid %d%s%s): %s",
                                                      s->id, (int) s->pid, *s->name ? ", " : "",
                                                      s->name, cube_error_reason(e));
                 cube_error_free(e);

@@ -248,9 +248,8 @@ static void participate(cpu_thread *t, cpu_job *job)
                 int expected = 0;
                 fault_jump = NULL;
                 if (atomic_compare_exchange_strong(&job->faulted, &expected, 1))
-                        snprintf(job->fault, sizeof(job->fault), "kernel '%s' faulted: %s at "
-                                 "address %p", job->l->kernel, strsignal(fault_signal),
-                                 fault_address);
+                        snprintf(job->fault, sizeof(job->fault), "%s at address %p in kernel "
+                                 "'%s'", strsignal(fault_signal), fault_address, job->l->kernel);
                 return;
         }
         fault_jump = &jb;
