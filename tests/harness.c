@@ -70,6 +70,7 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         snprintf(d->socket, sizeof(d->socket), "%s/s", d->dir);
         snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
         snprintf(notify, sizeof(notify), "%s/notify", d->dir);
+        snprintf(d->cache, sizeof(d->cache), "%s/cache", d->dir);
 
         fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         strcpy(sa.sun_path, notify);
@@ -83,6 +84,8 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         argv[n++] = d->socket;
         argv[n++] = "--log-level";
         argv[n++] = "info";
+        argv[n++] = "--cache-dir";
+        argv[n++] = d->cache;
         for (const char *const *a = extra_args; a && *a && n < 62; a++)
                 argv[n++] = *a;
         argv[n] = NULL;
@@ -195,11 +198,9 @@ int test_daemon_stop(test_daemon *d, int timeout_ms)
         if (result != 0)
                 test_daemon_dump_log(d);
         if (!getenv("CUBE_TEST_LEAVE")) {
-                unlink(d->socket);
-                unlink(d->log);
-                snprintf(path, sizeof(path), "%s/notify", d->dir);
-                unlink(path);
-                rmdir(d->dir);
+                snprintf(path, sizeof(path), "rm -rf '%s'", d->dir);
+                if (system(path) != 0)
+                        fprintf(stderr, "could not remove %s\n", d->dir);
         }
         return result;
 }

@@ -18,11 +18,13 @@ typedef struct test_daemon {
         char dir[64];
         char socket[96];
         char log[96];
+        char cache[96];                 /* the kernel cache, --cache-dir */
 } test_daemon;
 
-/* Starts $CUBED_BIN on a fresh socket in a new temporary directory, with
- * extra arguments (NULL-terminated, may be NULL), and waits for READY=1 on a
- * fake NOTIFY_SOCKET. $CUBE_TEST_WRAPPER (e.g. "valgrind ...") prefixes the
+/* Starts $CUBED_BIN on a fresh socket in a new temporary directory, with its
+ * kernel cache in that directory and extra arguments (NULL-terminated, may be
+ * NULL; a later --cache-dir wins), and waits for READY=1 on a fake
+ * NOTIFY_SOCKET. $CUBE_TEST_WRAPPER (e.g. "valgrind ...") prefixes the
  * command. Returns 0, or -1 with the daemon's log printed. */
 int test_daemon_start(test_daemon *d, const char *const *extra_args);
 /* Like test_daemon_start, with a wrapper command (NULL-terminated). */
