@@ -23,6 +23,7 @@ static void usage(FILE *f)
 "\n"
 "Commands:\n"
 "  status    the service, backend, device, uptime, sessions and memory in use\n"
+"  kernels   the kernel cache: hash, entry point, backend, state, compile time, hits\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
@@ -82,9 +83,12 @@ static int cmd_status(cube_client *c, bool json)
                 printf(",\"backend\":");
                 print_json_string(st.backend);
                 printf(",\"uptime_seconds\":%.3f,\"sessions\":%u,\"memory_in_use\":%" PRIu64
-                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"poisoned\":%s,",
+                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"kernels\":%"
+                       PRIu64 ",\"compiles\":%" PRIu64 ",\"poisoned\":%s,\"poison\":",
                        st.uptime_seconds, st.sessions, st.memory_in_use, st.memory_peak,
-                       st.allocations, st.poisoned ? "true" : "false");
+                       st.allocations, st.kernels, st.compiles, st.poisoned ? "true" : "false");
+                print_json_string(st.poison);
+                putchar(',');
                 printf("\"device\":{\"name\":");
                 print_json_string(p->name);
                 printf(",\"memory_bytes\":%" PRIu64 ",\"max_page_size\":%" PRIu64
@@ -110,6 +114,54 @@ static int cmd_status(cube_client *c, bool json)
         printf("sessions:    %u (this one included)\n", st.sessions);
         printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
                st.allocations, peak);
+        printf("kernels:     %" PRIu64 " cached, %" PRIu64 " compiled by this run\n", st.kernels,
+               st.compiles);
+        if (st.poisoned)
+                printf("poison:      %s\n", st.poison);
+        return EXIT_OK;
+}
+
+static int cmd_kernels(cube_client *c, bool json)
+{
+        cube_kernel_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_kernels(c, &v, &n);
+
+        if (e) {
+                fprintf(stderr, "cubectl: kernels failed: %s\n", cube_error_message(e));
+                cube_error_free(e);
+                return EXIT_ERROR;
+        }
+        if (json) {
+                putchar('[');
+                for (size_t i = 0; i < n; i++) {
+                        printf("%s{\"hash\":", i ? "," : "");
+                        print_json_string(v[i].hash);
+                        printf(",\"entry\":");
+                        print_json_string(v[i].entry);
+                        printf(",\"backend\":");
+                        print_json_string(v[i].backend);
+                        printf(",\"state\":");
+                        print_json_string(v[i].state);
+                        printf(",\"from_disk\":%s,\"compile_ms\":%.3f,\"hits\":%" PRIu64 "}",
+                               v[i].from_disk ? "true" : "false", v[i].compile_ms, v[i].hits);
+                }
+                printf("]\n");
+        } else {
+                printf("%-12s  %-20s  %-7s  %-9s  %-8s  %10s  %8s\n", "HASH", "ENTRY", "BACKEND",
+                       "STATE", "ORIGIN", "COMPILE", "HITS");
+                for (size_t i = 0; i < n; i++) {
+                        char ms[32];
+                        if (v[i].from_disk || strcmp(v[i].state, "compiled") != 0)
+                                snprintf(ms, sizeof(ms), "-");
+                        else
+                                snprintf(ms, sizeof(ms), "%.1f ms", v[i].compile_ms);
+                        printf("%-12.12s  %-20s  %-7s  %-9s  %-8s  %10s  %8" PRIu64 "\n",
+                               v[i].hash, v[i].entry, v[i].backend, v[i].state,
+                               v[i].from_disk ? "disk" : "compiled", ms, v[i].hits);
+                }
+        }
+        free(v);
         return EXIT_OK;
 }
 
@@ -139,7 +191,7 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return EXIT_USAGE;
         }
-        if (strcmp(argv[optind], "status") != 0) {
+        if (strcmp(argv[optind], "status") != 0 && strcmp(argv[optind], "kernels") != 0) {
                 fprintf(stderr, "cubectl: unknown command '%s'\n", argv[optind]);
                 usage(stderr);
                 return EXIT_USAGE;
@@ -159,7 +211,7 @@ int main(int argc, char **argv)
                 cube_error_free(e);
                 return EXIT_UNREACHABLE;
         }
-        r = cmd_status(c, json);
+        r = strcmp(argv[optind], "status") == 0 ? cmd_status(c, json) : cmd_kernels(c, json);
         cube_disconnect(c);
         return r;
 }

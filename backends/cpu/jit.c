@@ -36,11 +36,14 @@
 
 /* Flags every kernel is built with; part of the cache key. */
 static const char *const cc_flags[] = {
-        "-std=gnu11", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-pthread",
+        "-std=gnu11", "-O3", "-march=native", "-fPIC", "-shared", "-pthread",
 };
 
 /* The CPU prelude: the dialect of docs/KERNELS.md over a per-unit record the
- * executor fills in. */
+ * executor fills in. INFO carries the record as a hidden parameter, so a
+ * kernel's builtins read a local; functions the kernel calls read the same
+ * record through a thread-local, which sync_cube() puts back after other
+ * units ran. */
 static const char prelude[] =
 "#include <stdbool.h>\n"
 "#include <stddef.h>\n"
@@ -53,9 +56,10 @@ static const char prelude[] =
 "        void *sync_ctx;\n"
 "} cube__unit;\n"
 "static __thread const cube__unit *cube__u;\n"
+"static inline void cube__set_unit(const cube__unit *u) { cube__u = u; }\n"
 "#define KERNEL static\n"
 "#define SHARED static __thread\n"
-"#define INFO const uint64_t *cube__info\n"
+"#define INFO const uint64_t *cube__info, const cube__unit *cube__u\n"
 "#define UNIT_POS_X (cube__u->unit_pos[0])\n"
 "#define UNIT_POS_Y (cube__u->unit_pos[1])\n"
 "#define UNIT_POS_Z (cube__u->unit_pos[2])\n"
@@ -77,7 +81,7 @@ static const char prelude[] =
 "#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)\n"
 "#define ABSOLUTE_POS ((uint64_t) CUBE_POS * CUBE_DIM + UNIT_POS)\n"
 "#define sync_cube() do { const cube__unit *cube__self = cube__u; \\\n"
-"        cube__self->sync(cube__self->sync_ctx); cube__u = cube__self; } while (0)\n"
+"        cube__self->sync(cube__self->sync_ctx); cube__set_unit(cube__self); } while (0)\n"
 "#define SCALAR(type, word, i) (((const type *) (cube__info + (word)))[i])\n"
 "#define META_U32(i) (((const uint32_t *) (cube__info + cube__u->metadata_offset))[i])\n"
 "#define DYN_U32(i) (((const uint32_t *) (cube__info + cube__u->dynamic_offset))[i])\n"
@@ -99,6 +103,28 @@ static void first_line(const char *cmd, char *buf, size_t cap)
         pclose(f);
 }
 
+/* Kernels are built with -march=native, so they depend on the processor's
+ * instruction set: a digest of its model and feature flags joins the key. */
+static uint64_t cpu_digest(void)
+{
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[4096];
+        uint64_t h = 1469598103934665603ull;
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f)) {
+                if (strncmp(line, "model name", 10) != 0 && strncmp(line, "flags", 5) != 0)
+                        continue;
+                for (const char *p = line; *p; p++)
+                        h = (h ^ (uint8_t) *p) * 1099511628211ull;
+                if (strncmp(line, "flags", 5) == 0)
+                        break;          /* the first processor says it for all */
+        }
+        fclose(f);
+        return h;
+}
+
 static void find_target(void)
 {
         char version[64], machine[64];
@@ -106,8 +132,9 @@ static void find_target(void)
 
         first_line("cc -dumpfullversion -dumpversion 2>/dev/null", version, sizeof(version));
         first_line("cc -dumpmachine 2>/dev/null", machine, sizeof(machine));
-        n = (size_t) snprintf(target, sizeof(target), "cc %s %s",
-                              *version ? version : "unknown", *machine ? machine : "unknown");
+        n = (size_t) snprintf(target, sizeof(target), "cc %s %s cpu %016llx",
+                              *version ? version : "unknown", *machine ? machine : "unknown",
+                              (unsigned long long) cpu_digest());
         for (size_t i = 0; i < sizeof(cc_flags) / sizeof(cc_flags[0]) && n < sizeof(target); i++)
                 n += (size_t) snprintf(target + n, sizeof(target) - n, " %s", cc_flags[i]);
 }
@@ -158,24 +185,25 @@ static int write_source(const char *path, const cube__kernel_desc *desc)
         }
         for (uint32_t i = 0; i < desc->n_buffers; i++)
                 len += (size_t) sprintf(args + len, "b[%u], ", i);
-        strcpy(args + len, "info");
+        strcpy(args + len, "info, ");
         snprintf(call, sizeof(call), "%s", desc->entry);
 
         dprintf(fd,
                 "void cube__unit_entry(const cube__unit *u, void *const *b, const uint64_t *info);\n"
                 "void cube__unit_entry(const cube__unit *u, void *const *b, const uint64_t *info)\n"
-                "{\n        (void) b;\n        cube__u = u;\n        %s(%s);\n}\n"
+                "{\n        (void) b;\n        cube__set_unit(u);\n        %s(%su);\n}\n"
                 "void cube__cube_entry(cube__unit *u, void *const *b, const uint64_t *info);\n"
                 "void cube__cube_entry(cube__unit *u, void *const *b, const uint64_t *info)\n"
-                "{\n        (void) b;\n"
-                "        for (uint32_t z = 0; z < u->cube_dim[2]; z++)\n"
-                "                for (uint32_t y = 0; y < u->cube_dim[1]; y++)\n"
-                "                        for (uint32_t x = 0; x < u->cube_dim[0]; x++) {\n"
-                "                                u->unit_pos[0] = x;\n"
-                "                                u->unit_pos[1] = y;\n"
-                "                                u->unit_pos[2] = z;\n"
-                "                                cube__u = u;\n"
-                "                                %s(%s);\n"
+                "{\n        cube__unit local = *u;\n"
+                "        (void) b;\n"
+                "        cube__set_unit(&local);\n"
+                "        for (uint32_t z = 0; z < local.cube_dim[2]; z++)\n"
+                "                for (uint32_t y = 0; y < local.cube_dim[1]; y++)\n"
+                "                        for (uint32_t x = 0; x < local.cube_dim[0]; x++) {\n"
+                "                                local.unit_pos[0] = x;\n"
+                "                                local.unit_pos[1] = y;\n"
+                "                                local.unit_pos[2] = z;\n"
+                "                                %s(%s&local);\n"
                 "                        }\n}\n", call, args, call, args);
         free(args);
         if (close(fd) < 0 && r == 0)
