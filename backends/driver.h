@@ -48,8 +48,6 @@ typedef struct cube__launch_work {
         cube__module *module;
         const char *kernel;             /* the entry point, for reports */
         uint32_t count[3];
-        cube__storage *count_storage;   /* dynamic count: three u32 here, read in stream order */
-        uint64_t count_offset;
         uint32_t dim[3];
         uint32_t n_buffers;
         cube__storage **storages;       /* per buffer */

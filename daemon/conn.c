@@ -290,6 +290,12 @@ bool cube__conn_wait_for(cube__conn *c, cube__kernel *k)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret);
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b);
 
+void cube__conn_hold(cube__conn *c)
+{
+        c->paused = true;
+        uv_read_stop((uv_stream_t *) &c->pipe);
+}
+
 void cube__conn_resume(void *conn)
 {
         cube__conn *c = conn;

@@ -145,6 +145,9 @@ struct cube__pending_reply {
         size_t frame_len;
         cube_handle *handles;           /* sync: checked once the barrier passed */
         size_t n_handles;
+        /* When set, called with the outcome (which it takes) instead of
+         * answering msgid: work the daemon does for itself. */
+        void (*finished)(cube__session *s, cube_error *e);
 };
 
 /* Submits one piece of device work on a stream for a session. */
@@ -228,6 +231,10 @@ struct cube__session {
         cube__idmap kernels;            /* kernel id -> cube__kernel */
         cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
         size_t n_queued;
+        /* A dynamic cube count fetched for the launch being dispatched. */
+        bool count_ready;
+        uint32_t count[3];
+        cube_error *count_error;
         uint64_t launches;
         unsigned inflight;              /* submitted work not yet complete */
         uint64_t memory_in_use;
@@ -260,6 +267,8 @@ void cube__conn_close_all(cube__server *srv);
  * being compiled): what c sends meanwhile waits, in order, in the socket.
  * Returns false when k needs no waiting. */
 bool cube__conn_wait_for(cube__conn *c, cube__kernel *k);
+/* Stops taking messages from c until cube__conn_resume. */
+void cube__conn_hold(cube__conn *c);
 void cube__conn_resume(void *conn);
 /* Whether the message being dispatched is one dispatched again on resume. */
 bool cube__conn_redispatching(const cube__conn *c);

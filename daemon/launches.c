@@ -322,10 +322,6 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->kernel = kernel->entry;
         memcpy(l->count, r->count, sizeof(l->count));
         memcpy(l->dim, r->dim, sizeof(l->dim));
-        if (r->count_alloc) {
-                l->count_storage = r->count_alloc->storage;
-                l->count_offset = r->count_start;
-        }
         l->n_buffers = (uint32_t) r->n;
         memcpy(l->info, r->info, r->info_len);
         l->n_info = (uint32_t) (r->info_len / 8);
@@ -350,6 +346,32 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         o->n_uses = n_uses;
         o->n_written = w;
         cube__submit_launch(s, st, o);
+}
+
+/* The dynamic count arrived (or its copy failed): dispatch the launch again. */
+static void count_fetched(cube__session *s, cube_error *e)
+{
+        s->count_ready = true;
+        s->count_error = e;
+        if (s->conn)
+                cube__conn_resume(s->conn);
+}
+
+/* Reads a dynamic count in stream order: a 12-byte copy queued behind
+ * everything the stream has, with the session held until it lands. */
+static bool fetch_count(cube__msg *k, launch_req *r, cube__stream *st)
+{
+        cube__session *s = k->session;
+        cube__pending_reply *p = cube__pending_new(s, 0);
+
+        if (!p)
+                return false;
+        p->finished = count_fetched;
+        cube__submit(s, st, r->count_alloc, CUBE__WORK_COPY_TO_HOST, r->count_start, s->count,
+                     sizeof(s->count), NULL, p);
+        cube__conn_hold(k->conn);
+        cube__pending_arm(p);
+        return true;
 }
 
 /* Starts compiling what this session queued, now that a launch loads one. */
@@ -442,6 +464,7 @@ cube__dispatched cube__do_launch(cube__msg *k)
 
         failure = input_failure(&r, kernel, &needed);
         if (failure) {
+                s->count_ready = false;
                 skip(k, &r, kernel, failure, needed);
                 goto out;
         }
@@ -449,6 +472,31 @@ cube__dispatched cube__do_launch(cube__msg *k)
         if (!st) {
                 refuse(k, &r, kernel, e);
                 goto out;
+        }
+        if (r.dynamic) {
+                if (!s->count_ready) {
+                        if (fetch_count(k, &r, st))
+                                d = CUBE__DISPATCH_PAUSED;
+                        else
+                                refuse(k, &r, kernel, cube__err_generic("out of host memory "
+                                                                        "reading a dynamic count"));
+                        goto out;
+                }
+                s->count_ready = false;
+                if (s->count_error) {
+                        e = s->count_error;
+                        s->count_error = NULL;
+                        refuse(k, &r, kernel, e);
+                        goto out;
+                }
+                memcpy(r.count, s->count, sizeof(r.count));
+                r.dynamic = false;
+                if (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0)
+                        goto out;       /* nothing runs, and no claim changes */
+                if ((e = validate(srv, &r))) {
+                        refuse(k, &r, kernel, e);
+                        goto out;
+                }
         }
         submit(k, &r, kernel, st);
 out:

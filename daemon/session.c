@@ -73,6 +73,7 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_free(&s->streams);
         cube__idmap_free(&s->kernels);  /* the cache keeps the entries */
         free(s->queued);
+        cube_error_free(s->count_error);
 
         if (s->prev)
                 s->prev->next = s->next;

@@ -41,9 +41,10 @@ static void pending_finish(cube__pending_reply *r)
                 e = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
         if (!e && r->handles)
                 e = cube__ensure_written(s, r->handles, r->n_handles);
-        if (e) {
+        if (r->finished) {
+                r->finished(s, e);
+        } else if (e) {
                 cube__reply_error(s, r->msgid, e);
-                cube_error_free(e);
         } else if (r->frame) {
                 if (s->conn) {
                         s->bytes_out += r->frame_len;
@@ -59,6 +60,8 @@ static void pending_finish(cube__pending_reply *r)
                         cube__reply_sbuffer(s, &sb);
                 msgpack_sbuffer_destroy(&sb);
         }
+        if (e && !r->finished)
+                cube_error_free(e);
         free(r->frame);
         free(r->handles);
         free(r);

@@ -353,9 +353,6 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
         cube_error *e = NULL;
 
         memcpy(job.count, l->count, sizeof(job.count));
-        if (l->count_storage)
-                memcpy(job.count, (const char *) l->count_storage->bytes + l->count_offset,
-                       sizeof(job.count));
         job.total = (uint64_t) job.count[0] * job.count[1] * job.count[2];
         if (job.total == 0)
                 return NULL;
