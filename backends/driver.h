@@ -60,7 +60,8 @@ typedef struct cube__launch_work {
 
 /* One unit of device work. The core embeds it in its own bookkeeping and
  * fills the fields; the backend sets error on failure and hands the work back
- * through the completion function, exactly once. */
+ * through the completion function, exactly once. A fence hands back whatever
+ * error it was submitted with, untouched. */
 struct cube__work {
         cube__work *next;               /* free for the backend's queues while it holds the work */
         cube__work_op op;

@@ -84,6 +84,8 @@ void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *ke
 /* ServerError::Unwritten for a failure. */
 cube_error *cube__failures_report(cube__failures *fs, uint64_t failure);
 size_t cube__failures_live(const cube__failures *fs);
+/* Every live failure as [{id, session, report: Unwritten}, ...]. */
+int cube__failures_pack(cube__failures *fs, msgpack_packer *pk);
 void cube__failures_free(cube__failures *fs);
 
 /* ---- allocations and streams (memory.c) --------------------------------- */
@@ -285,6 +287,10 @@ typedef enum cube__dispatched {
  * which the dispatcher may keep when a write's payload is large. */
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
 
+/* ---- fault injection (inject.c) ----------------------------------------- */
+/* The fault injected at site, once (the caller takes it), or NULL. */
+cube_error *cube__inject_take(cube__server *srv, cube_fault_site site);
+
 /* ---- the server (server.c) ---------------------------------------------- */
 typedef struct cube__options {
         const char *socket_path;
@@ -294,7 +300,10 @@ typedef struct cube__options {
         uint64_t memory_limit;
         cube__limits limits;
         int log_level;
+        bool fault_injection;           /* --enable-fault-injection: tests only */
 } cube__options;
+
+#define CUBE__FAULT_SITES (CUBE_FAULT_TEARDOWN + 1)
 
 struct cube__server {
         uv_loop_t *loop;
@@ -328,6 +337,7 @@ struct cube__server {
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
+        cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;
         bool stopping;
 };

@@ -192,6 +192,22 @@ static cube__dispatched do_kernels(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
+static cube__dispatched do_failures(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        r |= cube__failures_pack(&k->server->failures, &pk);
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
 typedef struct method {
         const char *name;
         int type;                       /* CUBE__MSG_REQUEST or CUBE__MSG_NOTIFY */
@@ -213,6 +229,8 @@ static const method methods[] = {
         { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
         { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
         { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },
+        { "failures", CUBE__MSG_REQUEST, do_failures },
+        { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },
 };
 
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)

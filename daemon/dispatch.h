@@ -42,6 +42,9 @@ cube__dispatched cube__do_sync(cube__msg *k);
 cube__dispatched cube__do_check(cube__msg *k);
 cube__dispatched cube__do_stream_only(cube__msg *k);
 
+/* inject.c */
+cube__dispatched cube__do_inject(cube__msg *k);
+
 /* launches.c */
 cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);

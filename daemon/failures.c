@@ -223,6 +223,35 @@ cube_error *cube__failures_report(cube__failures *fs, uint64_t failure)
         return cube__err_unwritten(r->id, r->tagged, chain, n, root);
 }
 
+typedef struct pack_ctx {
+        cube__failures *fs;
+        msgpack_packer *pk;
+        int r;
+} pack_ctx;
+
+static void pack_one(uint64_t key, void *value, void *ctx)
+{
+        pack_ctx *p = ctx;
+        failure_record *rec = value;
+        cube_error *report = cube__failures_report(p->fs, rec->id);
+
+        p->r |= msgpack_pack_map(p->pk, 3);
+        p->r |= cube__pack_kv_u64(p->pk, "id", rec->id);
+        p->r |= cube__pack_kv_u64(p->pk, "session", rec->session);
+        p->r |= cube__pack_str(p->pk, "report");
+        p->r |= report ? cube__err_pack(p->pk, report) : -1;
+        cube_error_free(report);
+}
+
+int cube__failures_pack(cube__failures *fs, msgpack_packer *pk)
+{
+        pack_ctx p = { fs, pk, 0 };
+
+        p.r |= msgpack_pack_array(pk, (uint32_t) fs->records.len);
+        cube__idmap_foreach(&fs->records, pack_one, &p);
+        return p.r ? -1 : 0;
+}
+
 size_t cube__failures_live(const cube__failures *fs)
 {
         return fs->records.len;

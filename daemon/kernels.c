@@ -291,6 +291,13 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
                 k->waiters = grown;
                 k->waiters[k->n_waiters++] = *waiter;
         }
+        if (k->state == CUBE__KERNEL_NEW && (k->error = cube__inject_take(srv, CUBE_FAULT_COMPILE))) {
+                k->state = CUBE__KERNEL_FAILED;
+                free(k->waiters);
+                k->waiters = NULL;
+                k->n_waiters = 0;
+                return false;
+        }
         if (k->state == CUBE__KERNEL_NEW) {
                 k->state = CUBE__KERNEL_COMPILING;
                 k->work.data = k;

@@ -498,6 +498,16 @@ cube__dispatched cube__do_launch(cube__msg *k)
                         goto out;
                 }
         }
+        if ((e = cube__inject_take(srv, CUBE_FAULT_LAUNCH))) {
+                refuse(k, &r, kernel, e);       /* the enqueue failed */
+                goto out;
+        }
+        if ((e = cube__inject_take(srv, CUBE_FAULT_TEARDOWN))) {
+                /* The write scope was entered and never left: its outputs
+                 * keep the provisional TornDown that every scope starts with. */
+                refuse(k, &r, kernel, e);
+                goto out;
+        }
         submit(k, &r, kernel, st);
 out:
         req_free(&r);

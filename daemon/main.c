@@ -29,6 +29,8 @@ static void usage(FILE *f)
 "  --max-str BYTES        longest string accepted (default 1M)\n"
 "  --max-objects N        most objects in one message (default 1048576)\n"
 "  --log-level LEVEL      error, warning, notice, info or debug (default notice)\n"
+"  --enable-fault-injection\n"
+"                         accept debug_inject requests (tests only; off by default)\n"
 "  --help                 show this help\n"
 "  --version              show the version\n"
 "\n"
@@ -73,7 +75,7 @@ int main(int argc, char **argv)
 {
         enum { OPT_SOCKET = 256, OPT_BACKEND, OPT_CACHE_DIR, OPT_DEVICE, OPT_MEMORY, OPT_MAX_MESSAGE,
                OPT_MAX_DEPTH, OPT_MAX_CONTAINER, OPT_MAX_STR, OPT_MAX_OBJECTS, OPT_LOG_LEVEL,
-               OPT_HELP, OPT_VERSION };
+               OPT_HELP, OPT_VERSION, OPT_FAULTS };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "backend", required_argument, NULL, OPT_BACKEND },
@@ -88,6 +90,7 @@ int main(int argc, char **argv)
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "help", no_argument, NULL, OPT_HELP },
                 { "version", no_argument, NULL, OPT_VERSION },
+                { "enable-fault-injection", no_argument, NULL, OPT_FAULTS },
                 {}
         };
         cube__options opts = {
@@ -110,6 +113,7 @@ int main(int argc, char **argv)
                                 goto bad;
                         break;
                 case OPT_HELP: usage(stdout); return 0;
+                case OPT_FAULTS: opts.fault_injection = true; break;
                 case OPT_VERSION: printf("cubed %s, protocol %d\n", CUBE_VERSION,
                                          CUBE_PROTOCOL_VERSION); return 0;
                 case '?': usage(stderr); return 2;

@@ -66,9 +66,11 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
                 return -ENOMEM;
         }
 
-        e = srv->poison ? cube__err_wrap(CUBE_SERVER_IO, cube__err_wrap(CUBE_IO_DEVICE_POISONED,
-                                                                     cube_error_clone(srv->poison)))
-                        : srv->driver->alloc(srv->device, size, &a->storage);
+        if (srv->poison)
+                e = cube__err_wrap(CUBE_SERVER_IO, cube__err_wrap(CUBE_IO_DEVICE_POISONED,
+                                                                  cube_error_clone(srv->poison)));
+        else if (!(e = cube__inject_take(srv, CUBE_FAULT_ALLOC)))
+                e = srv->driver->alloc(srv->device, size, &a->storage);
         if (e) {
                 uint64_t failure;
 

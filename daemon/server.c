@@ -165,6 +165,8 @@ void cube__server_done(cube__server *srv)
                 srv->driver->close(srv->device);
         srv->device = NULL;
         cube_error_free(srv->poison);
+        for (int i = 0; i < CUBE__FAULT_SITES; i++)
+                cube_error_free(srv->inject[i]);
         /* Anything the device completed after the loop stopped. */
         while (srv->completions_head) {
                 cube__work *w = srv->completions_head;

@@ -113,6 +113,8 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
         srv->inflight++;
         if (reply)
                 reply->outstanding++;
+        if (op != CUBE__WORK_FENCE && (o->work.error = cube__inject_take(srv, CUBE_FAULT_COPY)))
+                o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, copying nothing */
         srv->driver->submit(srv->device, st->device, &o->work);
 }
 
@@ -198,7 +200,7 @@ static void op_finish(cube__op *o)
         } else if (o->work.error) {
                 if (o->reply && !o->reply->error) {
                         o->reply->error = o->work.error;
-                } else if (!o->reply && o->alloc && o->work.op == CUBE__WORK_COPY_TO_DEVICE) {
+                } else if (!o->reply && o->alloc) {
                         /* A write has no answer: its failure lands on the
                          * bytes it was to write, for the next read to report. */
                         uint64_t failure = cube__failures_insert(&srv->failures, o->work.error,

@@ -24,6 +24,7 @@ static void usage(FILE *f)
 "Commands:\n"
 "  status    the service, backend, device, uptime, sessions and memory in use\n"
 "  kernels   the kernel cache: hash, entry point, backend, state, compile time, hits\n"
+"  failures  each live failure: id, root error, buffers claimed, session, skip chain\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
@@ -165,6 +166,57 @@ static int cmd_kernels(cube_client *c, bool json)
         return EXIT_OK;
 }
 
+static int cmd_failures(cube_client *c, bool json)
+{
+        cube_failure_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_failures(c, &v, &n);
+
+        if (e) {
+                fprintf(stderr, "cubectl: failures failed: %s\n", cube_error_message(e));
+                cube_error_free(e);
+                return EXIT_ERROR;
+        }
+        if (json)
+                putchar('[');
+        for (size_t i = 0; i < n; i++) {
+                const cube_error *u = v[i].report, *root = cube_error_source(u);
+                if (json) {
+                        printf("%s{\"id\":%" PRIu64 ",\"session\":%" PRIu64 ",\"claimed\":%u,"
+                               "\"root_variant\":", i ? "," : "", v[i].id, v[i].session,
+                               cube_error_claimed(u));
+                        print_json_string(root ? cube_error_variant(root) : "");
+                        printf(",\"root\":");
+                        print_json_string(root ? cube_error_message(root) : "");
+                        printf(",\"chain\":[");
+                        for (size_t h = 0; h < cube_error_chain_len(u); h++) {
+                                if (h)
+                                        putchar(',');
+                                print_json_string(cube_error_chain_at(u, h));
+                        }
+                        printf("]}");
+                        continue;
+                }
+                printf("failure #%" PRIu64 ": session %" PRIu64 ", claiming %u buffer(s)\n",
+                       v[i].id, v[i].session, cube_error_claimed(u));
+                for (size_t h = 0; h < cube_error_chain_len(u); h++)
+                        printf("  %s\n", cube_error_chain_at(u, h));
+                printf("  root: ");
+                for (const char *p = root ? cube_error_message(root) : ""; *p; p++) {
+                        putchar(*p);
+                        if (*p == '\n')
+                                printf("        ");
+                }
+                putchar('\n');
+        }
+        if (json)
+                printf("]\n");
+        else if (n == 0)
+                printf("no live failures\n");
+        cube_failures_free(v, n);
+        return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
         static const struct option options[] = {
@@ -191,7 +243,19 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return EXIT_USAGE;
         }
-        if (strcmp(argv[optind], "status") != 0 && strcmp(argv[optind], "kernels") != 0) {
+        static const struct command {
+                const char *name;
+                int (*run)(cube_client *c, bool json);
+        } commands[] = {
+                { "status", cmd_status },
+                { "kernels", cmd_kernels },
+                { "failures", cmd_failures },
+        };
+        const struct command *cmd = NULL;
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+                if (strcmp(argv[optind], commands[i].name) == 0)
+                        cmd = &commands[i];
+        if (!cmd) {
                 fprintf(stderr, "cubectl: unknown command '%s'\n", argv[optind]);
                 usage(stderr);
                 return EXIT_USAGE;
@@ -211,7 +275,7 @@ int main(int argc, char **argv)
                 cube_error_free(e);
                 return EXIT_UNREACHABLE;
         }
-        r = strcmp(argv[optind], "status") == 0 ? cmd_status(c, json) : cmd_kernels(c, json);
+        r = cmd->run(c, json);
         cube_disconnect(c);
         return r;
 }

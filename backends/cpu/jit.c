@@ -11,12 +11,12 @@
  * Shared memory is thread-local storage: every unit of a cube runs on the one
  * thread that runs the cube, so a SHARED variable is shared by exactly that
  * cube's units, and each thread of the pool has its own copy for its cube.
- * Its size is read from the object's TLS segment once it is loaded.
+ * Its size is read from the object's symbol table once it is built.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
+#include <elf.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -319,30 +319,62 @@ out:
         return e;
 }
 
-typedef struct tls_probe {
-        const char *path;
-        uint64_t size;
-        bool found;
-} tls_probe;
-
-static int probe_tls(struct dl_phdr_info *info, size_t size, void *data)
+/* The bytes of SHARED memory a kernel object declares: the sizes of its
+ * thread-local symbols, the prelude's own unit pointer left out. Read from the
+ * object's symbol table, so alignment padding is not counted as requested. */
+static int shared_bytes_of(const char *path, uint64_t *ret)
 {
-        tls_probe *p = data;
+        FILE *f = fopen(path, "rb");
+        uint8_t *img = NULL;
+        long len;
+        int r = -EINVAL;
 
-        if (!info->dlpi_name || strcmp(info->dlpi_name, p->path) != 0)
-                return 0;
-        p->found = true;
-        for (int i = 0; i < info->dlpi_phnum; i++)
-                if (info->dlpi_phdr[i].p_type == PT_TLS)
-                        p->size = info->dlpi_phdr[i].p_memsz;
-        return 1;
+        if (!f)
+                return -errno;
+        if (fseek(f, 0, SEEK_END) < 0 || (len = ftell(f)) < (long) sizeof(Elf64_Ehdr) ||
+            fseek(f, 0, SEEK_SET) < 0 || !(img = malloc((size_t) len)) ||
+            fread(img, 1, (size_t) len, f) != (size_t) len)
+                goto out;
+
+        const Elf64_Ehdr *eh = (const Elf64_Ehdr *) img;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+            eh->e_shentsize != sizeof(Elf64_Shdr) ||
+            eh->e_shoff + (uint64_t) eh->e_shnum * sizeof(Elf64_Shdr) > (uint64_t) len)
+                goto out;
+        const Elf64_Shdr *sh = (const Elf64_Shdr *) (img + eh->e_shoff);
+        for (unsigned i = 0; i < eh->e_shnum; i++) {
+                if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum)
+                        continue;
+                const Elf64_Shdr *str = &sh[sh[i].sh_link];
+                if (sh[i].sh_offset + sh[i].sh_size > (uint64_t) len ||
+                    str->sh_offset + str->sh_size > (uint64_t) len)
+                        goto out;
+                const Elf64_Sym *sym = (const Elf64_Sym *) (img + sh[i].sh_offset);
+                uint64_t total = 0;
+                for (size_t j = 0; j < sh[i].sh_size / sizeof(Elf64_Sym); j++) {
+                        if (ELF64_ST_TYPE(sym[j].st_info) != STT_TLS || sym[j].st_name >= str->sh_size)
+                                continue;
+                        const char *name = (const char *) img + str->sh_offset + sym[j].st_name;
+                        if (strnlen(name, str->sh_size - sym[j].st_name) == str->sh_size - sym[j].st_name)
+                                continue;
+                        if (strcmp(name, "cube__u") != 0)
+                                total += sym[j].st_size;
+                }
+                *ret = total;
+                r = 0;
+                break;
+        }
+out:
+        free(img);
+        fclose(f);
+        return r;
 }
 
 cube_error *cube__cpu_load(const cube__kernel_desc *desc, const char *artifact_path,
                            cube__module **ret_module, uint32_t *ret_shared_bytes)
 {
         cube__module *m = calloc(1, sizeof(*m));
-        tls_probe probe = { .path = artifact_path };
+        uint64_t shared = 0;
 
         if (!m)
                 return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory loading a kernel");
@@ -361,11 +393,15 @@ cube_error *cube__cpu_load(const cube__kernel_desc *desc, const char *artifact_p
                 return cube__err_text(CUBE_COMPILATION_GENERIC, "%s holds no cube entry points; "
                                       "it was not built by this backend", artifact_path);
         }
+        if (shared_bytes_of(artifact_path, &shared) < 0) {
+                dlclose(m->dl);
+                free(m);
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "cannot read the shared memory "
+                                      "kernel '%s' declares from %s", desc->entry, artifact_path);
+        }
         m->uses_sync = desc->uses_sync;
         m->n_buffers = desc->n_buffers;
-        dl_iterate_phdr(probe_tls, &probe);
-        /* The prelude's own unit pointer takes 8 bytes of it. */
-        *ret_shared_bytes = probe.size > 8 ? (uint32_t) (probe.size - 8) : 0;
+        *ret_shared_bytes = shared > UINT32_MAX ? UINT32_MAX : (uint32_t) shared;
         *ret_module = m;
         return NULL;
 }

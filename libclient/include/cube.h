@@ -345,6 +345,39 @@ typedef struct cube_kernel_info {
 cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n);
 
 /* ---------------------------------------------------------------------------
+ * Failures and fault injection
+ * ------------------------------------------------------------------------- */
+
+/* One live failure of the daemon's store, as cubectl failures shows it. */
+typedef struct cube_failure_info {
+        uint64_t id;
+        uint64_t session;               /* the session whose work failed */
+        cube_error *report;             /* Unwritten{failure, claimed, chain, root} */
+} cube_failure_info;
+
+/* Every live failure of the daemon. Release with cube_failures_free. */
+cube_error *cube_daemon_failures(cube_client *c, cube_failure_info **ret_failures, size_t *ret_n);
+void cube_failures_free(cube_failure_info *failures, size_t n);
+
+/* Where an injected fault strikes: the next one of these, daemon-wide. */
+typedef enum cube_fault_site {
+        CUBE_FAULT_ALLOC = 0,           /* the next reservation fails */
+        CUBE_FAULT_COPY,                /* the next copy on the device fails */
+        CUBE_FAULT_LAUNCH,              /* the next launch fails to enqueue */
+        CUBE_FAULT_COMPILE,             /* the next compile fails */
+        CUBE_FAULT_POISON,              /* the device is poisoned now */
+        CUBE_FAULT_TEARDOWN,            /* the next launch's write scope never ends */
+} cube_fault_site;
+
+/* Makes the daemon fail as asked, for tests. Only a daemon started with
+ * --enable-fault-injection accepts it. kind is the variant to fail with (a
+ * leaf of the taxonomy: CUBE_IO_OUT_OF_MEMORY, CUBE_COMPILATION_GENERIC,
+ * CUBE_LAUNCH_UNKNOWN, ...), wrapped as the site's path wraps it; reason and
+ * size fill its fields. POISON takes reason; TEARDOWN takes nothing. */
+cube_error *cube_debug_inject(cube_client *c, cube_fault_site site, cube_error_kind kind,
+                              const char *reason, uint64_t size);
+
+/* ---------------------------------------------------------------------------
  * Daemon status (what cubectl status shows)
  * ------------------------------------------------------------------------- */
 typedef struct cube_status {

@@ -1,0 +1,107 @@
+/*
+ * failures.c - libcubeclient's view of the daemon's failure store, and fault
+ * injection for tests.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc.h"
+
+typedef struct failure_list {
+        cube_failure_info *v;
+        size_t n;
+} failure_list;
+
+void cube_failures_free(cube_failure_info *failures, size_t n)
+{
+        for (size_t i = 0; failures && i < n; i++)
+                cube_error_free(failures[i].report);
+        free(failures);
+}
+
+static cube_error *deliver_failures(cube__call *call, const msgpack_object *r)
+{
+        failure_list *list = call->ctx;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY)
+                goto bad;
+        list->v = calloc(r->via.array.size + 1, sizeof(*list->v));
+        if (!list->v)
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < r->via.array.size; i++) {
+                const msgpack_object *m = &r->via.array.ptr[i], *v;
+                cube_failure_info *f = &list->v[i];
+                if (!(v = cube__map_get(m, "id")) || !cube__obj_u64(v, &f->id) ||
+                    !(v = cube__map_get(m, "session")) || !cube__obj_u64(v, &f->session) ||
+                    !(v = cube__map_get(m, "report")) ||
+                    cube__err_unpack(v, CUBE__FAMILY_SERVER, &f->report) < 0) {
+                        cube_failures_free(list->v, i);
+                        list->v = NULL;
+                        goto bad;
+                }
+        }
+        list->n = r->via.array.size;
+        return NULL;
+bad:
+        return cube__err_generic("cubed's failures answer is not protocol version %d's",
+                                 CUBE_PROTOCOL_VERSION);
+}
+
+cube_error *cube_daemon_failures(cube_client *c, cube_failure_info **ret_failures, size_t *ret_n)
+{
+        failure_list list = {0};
+        cube__call call = { .deliver = deliver_failures, .ctx = &list };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&pk, call.msgid, "failures", 0) < 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        if (e) {
+                cube_failures_free(list.v, list.n);
+                return e;
+        }
+        *ret_failures = list.v;
+        *ret_n = list.n;
+        return NULL;
+}
+
+cube_error *cube_debug_inject(cube_client *c, cube_fault_site site, cube_error_kind kind,
+                              const char *reason, uint64_t size)
+{
+        static const char *const sites[] = {
+                [CUBE_FAULT_ALLOC] = "alloc", [CUBE_FAULT_COPY] = "copy",
+                [CUBE_FAULT_LAUNCH] = "launch", [CUBE_FAULT_COMPILE] = "compile",
+                [CUBE_FAULT_POISON] = "poison", [CUBE_FAULT_TEARDOWN] = "teardown",
+        };
+        cube__call call = {0};
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        if ((unsigned) site > CUBE_FAULT_TEARDOWN)
+                return cube__err_validation("unknown fault site %d", (int) site);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&pk, call.msgid, "debug_inject", 4) < 0 ||
+            cube__pack_str(&pk, sites[site]) < 0 ||
+            msgpack_pack_uint32(&pk, (uint32_t) kind) < 0 ||
+            cube__pack_str(&pk, reason ? reason : "") < 0 ||
+            msgpack_pack_uint64(&pk, size) < 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+}
