@@ -142,6 +142,8 @@ void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error
         msgpack_packer pk;
 
         s->errors++;
+        if (cube_error_is_device_poisoned(error))
+                cube__server_poison_told(s->server, s);
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_error(&pk, msgid, error) == 0)
@@ -332,7 +334,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
         process(c);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+void cube__on_connection(uv_stream_t *listener, int status)
 {
         cube__server *srv = listener->data;
         cube__conn *c;
@@ -362,7 +364,7 @@ static void on_connection(uv_stream_t *listener, int status)
         if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
                 (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
         c->session = cube__session_new(srv, c, cred.pid, cred.uid, cred.gid);
-        if (!c->session || srv->stopping) {
+        if (!c->session || srv->stopping || srv->reinit_pending) {
                 cube__conn_close(c);
                 return;
         }
@@ -425,7 +427,7 @@ int cube__listen(cube__server *srv, const char *path)
                 uv_close((uv_handle_t *) &srv->listener, NULL);
                 return r;
         }
-        r = uv_listen((uv_stream_t *) &srv->listener, 128, on_connection);
+        r = uv_listen((uv_stream_t *) &srv->listener, 128, cube__on_connection);
         if (r < 0) {
                 cube__log(CUBE__LOG_ERR, "cannot listen on %s: %s", path, uv_strerror(r));
                 uv_close((uv_handle_t *) &srv->listener, NULL);

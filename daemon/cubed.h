@@ -228,6 +228,7 @@ struct cube__session {
         gid_t gid;
         char name[CUBED_NAME_MAX];
         bool greeted;                   /* hello was answered */
+        bool poison_told;               /* has been answered DevicePoisoned */
         cube__idmap memory;             /* memory id -> cube__alloc */
         cube__idmap streams;            /* stream id -> cube__stream */
         cube__idmap kernels;            /* kernel id -> cube__kernel */
@@ -275,6 +276,7 @@ void cube__conn_resume(void *conn);
 /* Whether the message being dispatched is one dispatched again on resume. */
 bool cube__conn_redispatching(const cube__conn *c);
 int cube__listen(cube__server *srv, const char *path);
+void cube__on_connection(uv_stream_t *listener, int status);
 
 /* ---- dispatch (dispatch.c) ---------------------------------------------- */
 typedef enum cube__dispatched {
@@ -292,25 +294,57 @@ cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *
 cube_error *cube__inject_take(cube__server *srv, cube_fault_site site);
 
 /* ---- the server (server.c) ---------------------------------------------- */
+typedef enum cube__poison_policy {
+        CUBE__POISON_EXIT,              /* exit non-zero once sessions were told; systemd restarts */
+        CUBE__POISON_REINIT,            /* bring the device up again once sessions were told */
+} cube__poison_policy;
+
+/* Every option, from defaults, the configuration file and the command line
+ * (config.c). Strings are owned. */
 typedef struct cube__options {
-        const char *socket_path;
-        const char *cache_dir;
-        const char *backend;
+        char *socket_path;
+        char *backend;
         unsigned device_index;
+        char *cache_dir;
+        char *config_path;              /* the file read, or NULL */
         uint64_t memory_limit;
         cube__limits limits;
         int log_level;
-        bool fault_injection;           /* --enable-fault-injection: tests only */
+        cube__poison_policy poison_policy;
+        uint32_t drain_timeout_s;
+        uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
+        bool fault_injection;           /* tests only */
 } cube__options;
+
+void cube__options_default(cube__options *o);
+void cube__options_done(cube__options *o);
+int cube__options_copy(const cube__options *from, cube__options *to);
+/* Sets one option by its key (the long command-line option's name). */
+int cube__option_set(cube__options *o, const char *key, const char *value, const char **ret_why);
+/* Builds the options from defaults, the file at path (may be NULL), then
+ * overrides (key, value pairs). On failure, why says what and where. */
+int cube__config_load(const char *path, char *const *overrides, size_t n_overrides,
+                      cube__options *ret, char *why, size_t why_len);
+/* Applies what a reload may change. */
+void cube__options_reload(cube__options *cur, const cube__options *next);
 
 #define CUBE__FAULT_SITES (CUBE_FAULT_TEARDOWN + 1)
 
 struct cube__server {
         uv_loop_t *loop;
         cube__options opts;
+        char *const *overrides;         /* the command line's options, kept for reloads */
+        size_t n_overrides;
         uv_pipe_t listener;
         bool listening;
-        uv_signal_t sigterm, sigint;
+        uv_signal_t sigterm, sigint, sighup;
+        uv_timer_t watchdog;
+        uv_timer_t drain_timer;
+        uv_timer_t poison_timer;
+        bool socket_inherited;          /* passed by systemd: not ours to unlink */
+        bool reinit_pending;
+        bool poison_grace_over;
+        int exit_code;
         uv_async_t completions_async;
 
         uv_mutex_t completions_lock;
@@ -342,11 +376,17 @@ struct cube__server {
         bool stopping;
 };
 
-int cube__server_init(cube__server *srv, const cube__options *opts);
+/* Takes opts; keeps overrides (the command line's options) for reloads. */
+int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,
+                      size_t n_overrides);
 int cube__server_run(cube__server *srv);
 void cube__server_stop(cube__server *srv);
 void cube__server_done(cube__server *srv);
-/* Called whenever a session or work ends, to finish a shutdown. */
+/* Called whenever a session or work ends, to finish a shutdown or a reinit. */
 void cube__server_check_stopped(cube__server *srv);
+/* The device was just poisoned: start the poison policy's clock. */
+void cube__server_poison_started(cube__server *srv);
+/* Session s has been told the device is poisoned. */
+void cube__server_poison_told(cube__server *srv, cube__session *s);
 
 #endif

@@ -1,17 +1,31 @@
 /*
- * server.c - the daemon's life: bring the device up, serve, and stop cleanly.
+ * server.c - the daemon's life: bring the device up, serve, reload, recover
+ * from a poisoned device, and stop cleanly.
  *
  * Stopping is a drain, not an abort: the listener closes, every connection
  * closes, work already on the device completes, every session's memory is
  * reclaimed, and only then does the loop end. SIGTERM therefore exits 0 with
- * nothing leaked and the socket file removed.
+ * nothing leaked and the socket file removed. The drain is bounded: past
+ * drain-timeout the daemon exits 1 rather than hang on a wedged device.
+ *
+ * A poisoned device is never served forever. Once poison-grace has passed and
+ * every session has been told (or twice the grace has passed), the poison
+ * policy acts: exit exits 3 so that systemd restarts the daemon, reinit
+ * closes every session and brings the device up again under a new service
+ * id. Until then every session hears DevicePoisoned on its next operation,
+ * and hello, status and cubectl keep answering.
+ *
+ * Exit status: 0 after a clean stop, 1 when it could not start or a drain
+ * timed out, 3 when the poison policy ended it.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -23,13 +37,58 @@ static void on_completions(uv_async_t *a)
         cube__server_drain_completions(a->data);
 }
 
+static void reload(cube__server *srv);
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
         cube__server *srv = sig->data;
 
+        if (signum == SIGHUP) {
+                reload(srv);
+                return;
+        }
         cube__log(CUBE__LOG_NOTICE, "%s received: draining and stopping",
                   signum == SIGTERM ? "SIGTERM" : "SIGINT");
         cube__server_stop(srv);
+}
+
+/* SIGHUP: read the configuration again; keep the running one if it fails. */
+static void reload(cube__server *srv)
+{
+        cube__options next;
+        char why[512];
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        sd_notifyf(0, "RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=%llu",
+                   (unsigned long long) ts.tv_sec * 1000000ull + (unsigned long long) ts.tv_nsec / 1000);
+        if (cube__config_load(srv->opts.config_path, srv->overrides, srv->n_overrides, &next, why,
+                              sizeof(why)) < 0) {
+                cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
+                          why);
+        } else {
+                cube__options_reload(&srv->opts, &next);
+                cube__options_done(&next);
+                cube__log(CUBE__LOG_NOTICE, "configuration reloaded%s%s",
+                          srv->opts.config_path ? " from " : "",
+                          srv->opts.config_path ? srv->opts.config_path : "");
+        }
+        sd_notifyf(0, "READY=1\nSTATUS=serving %u session(s)", srv->n_sessions);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+        sd_notify(0, "WATCHDOG=1");
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+        cube__server *srv = t->data;
+
+        cube__log(CUBE__LOG_ERR, "the drain did not finish in %u s (%u operation(s) still on the "
+                  "device); exiting without waiting", srv->opts.drain_timeout_s, srv->inflight);
+        sd_notify(0, "STATUS=drain timed out");
+        _exit(1);
 }
 
 /* Creates the kernel cache directory if needed, and refuses one that others
@@ -66,68 +125,141 @@ static int prepare_cache_dir(const char *dir)
         return 0;
 }
 
-int cube__server_init(cube__server *srv, const cube__options *opts)
+/* Opens the device and what depends on it: the properties and a fresh
+ * service id, so that handles of an earlier incarnation read as foreign. */
+static int open_device(cube__server *srv)
 {
-        cube__device_config config;
+        cube__device_config config = {
+                .index = srv->opts.device_index,
+                .memory_limit = srv->opts.memory_limit,
+                .complete = cube__server_complete,
+                .complete_ctx = srv,
+        };
         const char *why = NULL;
+        int r;
+
+        sd_notifyf(0, "STATUS=opening %s%u", srv->driver->name, srv->opts.device_index);
+        r = srv->driver->open(&config, &srv->device, &why);
+        if (r < 0) {
+                cube__log(CUBE__LOG_ERR, "cannot open %s%u: %s", srv->driver->name,
+                          srv->opts.device_index, why ? why : strerror(-r));
+                srv->device = NULL;
+                return r;
+        }
+        srv->driver->properties(srv->device, &srv->properties);
+        if (getrandom(&srv->nonce, sizeof(srv->nonce), 0) != sizeof(srv->nonce))
+                srv->nonce = uv_hrtime() ^ ((uint64_t) getpid() << 32);
+        snprintf(srv->service, sizeof(srv->service), "%s%u-%016" PRIx64, srv->driver->name,
+                 srv->opts.device_index, srv->nonce);
+        return 0;
+}
+
+/* Uses the listening socket systemd passed (socket activation), if any. */
+static int listen_inherited(cube__server *srv, bool *ret_found)
+{
+        char **names = NULL;
+        int n = sd_listen_fds_with_names(1, &names), fd = -1, r = 0;
+
+        *ret_found = false;
+        for (int i = 0; i < n; i++) {
+                int cand = SD_LISTEN_FDS_START + i;
+                if (fd < 0 && sd_is_socket_unix(cand, SOCK_STREAM, 1, NULL, 0) > 0 &&
+                    (!names || !names[i] || strcmp(names[i], "api") == 0 || n == 1))
+                        fd = cand;
+                else
+                        close(cand);
+        }
+        for (int i = 0; names && i < n; i++)
+                free(names[i]);
+        free(names);
+        if (n < 0)
+                cube__log(CUBE__LOG_WARNING, "cannot read the sockets systemd passed: %s",
+                          strerror(-n));
+        if (fd < 0)
+                return 0;
+
+        uv_pipe_init(srv->loop, &srv->listener, 0);
+        srv->listener.data = srv;
+        if ((r = uv_pipe_open(&srv->listener, fd)) < 0 ||
+            (r = uv_listen((uv_stream_t *) &srv->listener, 128, cube__on_connection)) < 0) {
+                cube__log(CUBE__LOG_ERR, "cannot serve the socket systemd passed: %s",
+                          uv_strerror(r));
+                return r;
+        }
+        srv->listening = true;
+        srv->socket_inherited = true;
+        *ret_found = true;
+        return 0;
+}
+
+int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,
+                      size_t n_overrides)
+{
+        uint64_t watchdog_usec = 0;
+        bool inherited;
         int r;
 
         memset(srv, 0, sizeof(*srv));
         srv->opts = *opts;
+        srv->overrides = overrides;
+        srv->n_overrides = n_overrides;
         srv->loop = uv_default_loop();
         srv->started_ns = uv_hrtime();
+        sd_notify(0, "STATUS=starting");
 
         srv->driver = cube__driver_find(opts->backend);
         if (!srv->driver) {
                 cube__log(CUBE__LOG_ERR, "unknown backend '%s'; this build has: cpu", opts->backend);
                 return -ENODEV;
         }
-        if (getrandom(&srv->nonce, sizeof(srv->nonce), 0) != sizeof(srv->nonce))
-                srv->nonce = uv_hrtime() ^ ((uint64_t) getpid() << 32);
-        snprintf(srv->service, sizeof(srv->service), "%s%u-%016" PRIx64, srv->driver->name,
-                 opts->device_index, srv->nonce);
-
         uv_mutex_init(&srv->completions_lock);
         uv_async_init(srv->loop, &srv->completions_async, on_completions);
         srv->completions_async.data = srv;
-
-        config = (cube__device_config) {
-                .index = opts->device_index,
-                .memory_limit = opts->memory_limit,
-                .complete = cube__server_complete,
-                .complete_ctx = srv,
-        };
-        r = srv->driver->open(&config, &srv->device, &why);
-        if (r < 0) {
-                cube__log(CUBE__LOG_ERR, "cannot open %s%u: %s", srv->driver->name,
-                          opts->device_index, why ? why : strerror(-r));
+        if ((r = open_device(srv)) < 0)
                 return r;
-        }
-        srv->driver->properties(srv->device, &srv->properties);
-        r = prepare_cache_dir(opts->cache_dir);
-        if (r < 0)
+        if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
                 return r;
 
         uv_signal_init(srv->loop, &srv->sigterm);
         uv_signal_init(srv->loop, &srv->sigint);
-        srv->sigterm.data = srv->sigint.data = srv;
+        uv_signal_init(srv->loop, &srv->sighup);
+        srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv;
         uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
         uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        uv_signal_start(&srv->sighup, on_signal, SIGHUP);
+        uv_timer_init(srv->loop, &srv->watchdog);
+        uv_timer_init(srv->loop, &srv->drain_timer);
+        uv_timer_init(srv->loop, &srv->poison_timer);
+        srv->watchdog.data = srv->drain_timer.data = srv->poison_timer.data = srv;
+        if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0)
+                uv_timer_start(&srv->watchdog, on_watchdog, watchdog_usec / 2000 ? watchdog_usec / 2000 : 1,
+                               watchdog_usec / 2000 ? watchdog_usec / 2000 : 1);
 
-        r = cube__listen(srv, opts->socket_path);
-        if (r < 0)
+        if ((r = listen_inherited(srv, &inherited)) < 0)
                 return r;
-        cube__log(CUBE__LOG_NOTICE, "serving %s (%s, %" PRIu64 " bytes of device memory) on %s",
+        if (!inherited && (r = cube__listen(srv, opts->socket_path)) < 0)
+                return r;
+        cube__log(CUBE__LOG_NOTICE, "serving %s (%s, %" PRIu64 " bytes of device memory) on %s%s",
                   srv->service, srv->properties.name, srv->properties.memory_bytes,
-                  opts->socket_path);
+                  opts->socket_path, inherited ? " (passed by systemd)" : "");
         return 0;
 }
 
 int cube__server_run(cube__server *srv)
 {
-        sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s\nMAINPID=%d", srv->service,
-                   srv->opts.socket_path, (int) getpid());
-        return uv_run(srv->loop, UV_RUN_DEFAULT);
+        sd_notifyf(0, "READY=1\nSTATUS=serving %s\nMAINPID=%d", srv->service, (int) getpid());
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+        return srv->exit_code;
+}
+
+static void close_listener(cube__server *srv)
+{
+        if (!srv->listening)
+                return;
+        uv_close((uv_handle_t *) &srv->listener, NULL);
+        if (!srv->socket_inherited)
+                unlink(srv->opts.socket_path);
+        srv->listening = false;
 }
 
 void cube__server_stop(cube__server *srv)
@@ -136,24 +268,116 @@ void cube__server_stop(cube__server *srv)
                 return;
         srv->stopping = true;
         sd_notify(0, "STOPPING=1\nSTATUS=draining");
-        if (srv->listening) {
-                uv_close((uv_handle_t *) &srv->listener, NULL);
-                unlink(srv->opts.socket_path);
-                srv->listening = false;
-        }
+        close_listener(srv);
         cube__conn_close_all(srv);
+        uv_timer_start(&srv->drain_timer, on_drain_timeout,
+                       (uint64_t) srv->opts.drain_timeout_s * 1000, 0);
         cube__server_check_stopped(srv);
+}
+
+/* Everything is idle: no connection, no session, no work, no compile. */
+static bool idle(const cube__server *srv)
+{
+        return !srv->conns && !srv->sessions && srv->inflight == 0 && srv->compiling == 0;
+}
+
+/* reinit, once every session is gone: the device comes up again, clean. */
+static void reinit_device(cube__server *srv)
+{
+        srv->reinit_pending = false;
+        cube__kernels_free(srv);
+        cube__failures_free(&srv->failures);
+        srv->failures = (cube__failures) { .minted = srv->failures.minted };
+        srv->driver->close(srv->device);
+        srv->device = NULL;
+        cube_error_free(srv->poison);
+        srv->poison = NULL;
+        if (open_device(srv) < 0) {
+                srv->exit_code = 3;
+                cube__server_stop(srv);
+                return;
+        }
+        cube__log(CUBE__LOG_NOTICE, "the device was re-initialised after a fault; serving %s",
+                  srv->service);
+        sd_notifyf(0, "STATUS=serving %s (re-initialised after a fault)", srv->service);
 }
 
 void cube__server_check_stopped(cube__server *srv)
 {
-        if (!srv->stopping || srv->conns || srv->sessions || srv->inflight > 0 || srv->compiling > 0)
+        if (srv->reinit_pending && !srv->stopping && idle(srv))
+                reinit_device(srv);
+        if (!srv->stopping || !idle(srv))
                 return;
         if (uv_is_closing((uv_handle_t *) &srv->completions_async))
                 return;
         uv_close((uv_handle_t *) &srv->completions_async, NULL);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);
         uv_close((uv_handle_t *) &srv->sigint, NULL);
+        uv_close((uv_handle_t *) &srv->sighup, NULL);
+        uv_close((uv_handle_t *) &srv->watchdog, NULL);
+        uv_close((uv_handle_t *) &srv->drain_timer, NULL);
+        uv_close((uv_handle_t *) &srv->poison_timer, NULL);
+}
+
+/* The poison policy acts: the grace has passed and every session has been
+ * told, or twice the grace has passed. */
+static void poison_act(cube__server *srv)
+{
+        if (!srv->poison || srv->stopping || srv->reinit_pending)
+                return;
+        uv_timer_stop(&srv->poison_timer);
+        if (srv->opts.poison_policy == CUBE__POISON_EXIT) {
+                cube__log(CUBE__LOG_ERR, "the device is poisoned and the policy is exit: "
+                          "stopping with status 3 so that the service manager restarts cubed");
+                srv->exit_code = 3;
+                cube__server_stop(srv);
+                return;
+        }
+        cube__log(CUBE__LOG_WARNING, "the device is poisoned and the policy is reinit: closing "
+                  "every session and bringing the device up again");
+        srv->reinit_pending = true;
+        cube__conn_close_all(srv);
+        cube__server_check_stopped(srv);
+}
+
+static bool all_told(const cube__server *srv)
+{
+        for (const cube__session *x = srv->sessions; x; x = x->next)
+                if (x->conn && !x->poison_told)
+                        return false;
+        return true;
+}
+
+static void on_poison_timeout(uv_timer_t *t)
+{
+        cube__server *srv = t->data;
+
+        if (srv->poison_grace_over || all_told(srv)) {
+                poison_act(srv);
+                return;
+        }
+        /* Sessions that have not asked again get one more grace, not more:
+         * the daemon does not serve a poisoned device forever. */
+        srv->poison_grace_over = true;
+        uv_timer_start(&srv->poison_timer, on_poison_timeout,
+                       (uint64_t) srv->opts.poison_grace_s * 1000, 0);
+}
+
+void cube__server_poison_told(cube__server *srv, cube__session *s)
+{
+        if (!srv->poison)
+                return;
+        s->poison_told = true;
+        if (srv->poison_grace_over && all_told(srv))
+                poison_act(srv);
+}
+
+void cube__server_poison_started(cube__server *srv)
+{
+        srv->poison_grace_over = false;
+        uv_timer_start(&srv->poison_timer, on_poison_timeout,
+                       (uint64_t) srv->opts.poison_grace_s * 1000, 0);
+        sd_notify(0, "STATUS=the device is poisoned");
 }
 
 void cube__server_done(cube__server *srv)
@@ -178,5 +402,6 @@ void cube__server_done(cube__server *srv)
         if (r < 0)
                 cube__log(CUBE__LOG_WARNING, "the event loop still had open handles at exit");
         uv_mutex_destroy(&srv->completions_lock);
+        cube__options_done(&srv->opts);
         uv_library_shutdown();
 }

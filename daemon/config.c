@@ -1,0 +1,325 @@
+/*
+ * config.c - cubed's options: one table of every option, its default, its
+ * limits and whether a reload may change it, shared by the command line and
+ * the configuration file.
+ *
+ * The file is lines of `key = value`, with `#` starting a comment; the keys
+ * are the long command-line options. Options given on the command line win
+ * over the file, at start and at every reload. A reload builds a whole new set
+ * of options and validates it before anything changes: a file that does not
+ * parse leaves the running configuration exactly as it was.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cubed.h"
+
+enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE };
+
+typedef struct option_spec {
+        const char *key;
+        enum kind kind;
+        size_t offset;
+        uint64_t min, max;
+        bool reloadable;
+} option_spec;
+
+#define OFF(field) offsetof(cube__options, field)
+
+static const option_spec specs[] = {
+        { "instance", K_INSTANCE, 0, 0, 0, false },
+        { "socket", K_STRING, OFF(socket_path), 0, 0, false },
+        { "backend", K_STRING, OFF(backend), 0, 0, false },
+        { "device", K_U32, OFF(device_index), 0, 255, false },
+        { "cache-dir", K_STRING, OFF(cache_dir), 0, 0, false },
+        { "memory-limit", K_SIZE, OFF(memory_limit), 0, UINT64_MAX, false },
+        { "max-message", K_SIZE, OFF(limits.max_message_bytes), 1024, 1ull << 32, true },
+        { "max-depth", K_U32, OFF(limits.max_depth), 1, 32, true },
+        { "max-container", K_U32, OFF(limits.max_container), 1, UINT32_MAX, true },
+        { "max-str", K_SIZE, OFF(limits.max_str_bytes), 1, 1ull << 32, true },
+        { "max-objects", K_SIZE, OFF(limits.max_objects), 16, UINT64_MAX, true },
+        { "log-level", K_LEVEL, OFF(log_level), 0, 0, true },
+        { "poison-policy", K_POLICY, OFF(poison_policy), 0, 0, true },
+        { "drain-timeout", K_SECONDS, OFF(drain_timeout_s), 1, 3600, true },
+        { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
+        { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
+};
+
+static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
+
+void cube__options_default(cube__options *o)
+{
+        *o = (cube__options) {
+                .backend = strdup("cpu"),
+                .log_level = CUBE__LOG_NOTICE,
+                .poison_policy = CUBE__POISON_EXIT,
+                .drain_timeout_s = 10,
+                .poison_grace_s = 5,
+        };
+        cube__limits_daemon_default(&o->limits);
+}
+
+void cube__options_done(cube__options *o)
+{
+        free(o->socket_path);
+        free(o->backend);
+        free(o->cache_dir);
+        free(o->config_path);
+        *o = (cube__options) {0};
+}
+
+int cube__options_copy(const cube__options *from, cube__options *to)
+{
+        *to = *from;
+        to->socket_path = from->socket_path ? strdup(from->socket_path) : NULL;
+        to->backend = from->backend ? strdup(from->backend) : NULL;
+        to->cache_dir = from->cache_dir ? strdup(from->cache_dir) : NULL;
+        to->config_path = from->config_path ? strdup(from->config_path) : NULL;
+        if ((from->socket_path && !to->socket_path) || (from->backend && !to->backend) ||
+            (from->cache_dir && !to->cache_dir) || (from->config_path && !to->config_path)) {
+                cube__options_done(to);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* "64M", "1G", "4096": a whole size in bytes, suffixes in powers of 1024. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+        char *end;
+        unsigned long long v;
+        uint64_t mult = 1;
+
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno || end == s || *s == '-')
+                return -EINVAL;
+        switch (*end) {
+        case 'K': case 'k': mult = 1ull << 10; end++; break;
+        case 'M': case 'm': mult = 1ull << 20; end++; break;
+        case 'G': case 'g': mult = 1ull << 30; end++; break;
+        case 'T': case 't': mult = 1ull << 40; end++; break;
+        default: break;
+        }
+        if (*end != '\0' || (v && mult > UINT64_MAX / v))
+                return -EINVAL;
+        *ret = v * mult;
+        return 0;
+}
+
+static int set_string(char **field, const char *value)
+{
+        char *copy = strdup(value);
+
+        if (!copy)
+                return -ENOMEM;
+        free(*field);
+        *field = copy;
+        return 0;
+}
+
+int cube__option_set(cube__options *o, const char *key, const char *value, const char **ret_why)
+{
+        const option_spec *spec = NULL;
+        char *base = (char *) o;
+        uint64_t v;
+
+        for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+                if (strcmp(specs[i].key, key) == 0)
+                        spec = &specs[i];
+        if (!spec) {
+                *ret_why = "unknown option";
+                return -ENOENT;
+        }
+        switch (spec->kind) {
+        case K_STRING:
+                if (!*value) {
+                        *ret_why = "must not be empty";
+                        return -EINVAL;
+                }
+                return set_string((char **) (base + spec->offset), value);
+        case K_INSTANCE: {
+                /* "cpu0", "cuda1": a backend name and a device index. */
+                size_t n = strlen(value), d = n;
+                char name[32];
+                while (d > 0 && isdigit((unsigned char) value[d - 1]))
+                        d--;
+                if (d == 0 || d == n || d >= sizeof(name) || n - d > 3) {
+                        *ret_why = "must be a backend and an index, such as cpu0";
+                        return -EINVAL;
+                }
+                memcpy(name, value, d);
+                name[d] = '\0';
+                o->device_index = (unsigned) atoi(value + d);
+                return set_string(&o->backend, name);
+        }
+        case K_SIZE:
+        case K_U32:
+        case K_SECONDS:
+                if (parse_size(value, &v) < 0 || v < spec->min || v > spec->max) {
+                        *ret_why = spec->kind == K_SIZE ? "must be a size in range (K, M, G, T "
+                                                          "suffixes allowed)" :
+                                                          "must be a whole number in range";
+                        return -EINVAL;
+                }
+                if (spec->kind == K_SIZE)
+                        *(uint64_t *) (base + spec->offset) = v;
+                else
+                        *(uint32_t *) (base + spec->offset) = (uint32_t) v;
+                return 0;
+        case K_BOOL:
+                if (strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
+                    strcmp(value, "1") == 0)
+                        *(bool *) (base + spec->offset) = true;
+                else if (strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
+                         strcmp(value, "0") == 0)
+                        *(bool *) (base + spec->offset) = false;
+                else {
+                        *ret_why = "must be yes or no";
+                        return -EINVAL;
+                }
+                return 0;
+        case K_LEVEL:
+                for (int i = 0; i < 5; i++)
+                        if (strcmp(value, levels[i]) == 0) {
+                                o->log_level = CUBE__LOG_ERR + i;
+                                return 0;
+                        }
+                *ret_why = "must be error, warning, notice, info or debug";
+                return -EINVAL;
+        case K_POLICY:
+                if (strcmp(value, "exit") == 0)
+                        o->poison_policy = CUBE__POISON_EXIT;
+                else if (strcmp(value, "reinit") == 0)
+                        o->poison_policy = CUBE__POISON_REINIT;
+                else {
+                        *ret_why = "must be exit or reinit";
+                        return -EINVAL;
+                }
+                return 0;
+        }
+        *ret_why = "unknown option";
+        return -ENOENT;
+}
+
+/* Reads `key = value` lines into o. Reports the first bad line. */
+static int read_file(cube__options *o, const char *path, char *why, size_t why_len)
+{
+        FILE *f = fopen(path, "re");
+        char line[1024];
+        unsigned n = 0;
+
+        if (!f) {
+                snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
+                return -errno;
+        }
+        while (fgets(line, sizeof(line), f)) {
+                char *p = line, *eq, *key, *value, *end;
+                const char *reason = NULL;
+                n++;
+                if (!strchr(line, '\n') && !feof(f)) {
+                        snprintf(why, why_len, "%s:%u: line too long", path, n);
+                        fclose(f);
+                        return -EINVAL;
+                }
+                if ((end = strchr(p, '#')))
+                        *end = '\0';
+                while (isspace((unsigned char) *p))
+                        p++;
+                if (!*p)
+                        continue;
+                eq = strchr(p, '=');
+                if (!eq) {
+                        snprintf(why, why_len, "%s:%u: expected `key = value`", path, n);
+                        fclose(f);
+                        return -EINVAL;
+                }
+                key = p;
+                for (end = eq; end > key && isspace((unsigned char) end[-1]); end--)
+                        ;
+                *end = '\0';
+                value = eq + 1;
+                while (isspace((unsigned char) *value))
+                        value++;
+                for (end = value + strlen(value); end > value && isspace((unsigned char) end[-1]); end--)
+                        ;
+                *end = '\0';
+                if (strcmp(key, "instance") != 0 && cube__option_set(o, key, value, &reason) < 0) {
+                        snprintf(why, why_len, "%s:%u: %s: %s", path, n, key,
+                                 reason ? reason : "out of memory");
+                        fclose(f);
+                        return -EINVAL;
+                }
+        }
+        fclose(f);
+        return 0;
+}
+
+int cube__config_load(const char *path, char *const *overrides, size_t n_overrides,
+                      cube__options *ret, char *why, size_t why_len)
+{
+        cube__options o;
+        int r = 0;
+
+        cube__options_default(&o);
+        /* instance first: it sets the backend and device the file may refine. */
+        for (size_t i = 0; i + 1 < n_overrides; i += 2)
+                if (strcmp(overrides[i], "instance") == 0) {
+                        const char *reason = "";
+                        if (cube__option_set(&o, "instance", overrides[i + 1], &reason) < 0) {
+                                snprintf(why, why_len, "--instance: %s", reason);
+                                r = -EINVAL;
+                        }
+                }
+        if (r == 0 && path) {
+                r = read_file(&o, path, why, why_len);
+                if (r == 0 && set_string(&o.config_path, path) < 0)
+                        r = -ENOMEM;
+        }
+        for (size_t i = 0; r == 0 && i + 1 < n_overrides; i += 2) {
+                const char *reason = "out of memory";
+                if (strcmp(overrides[i], "instance") != 0 &&
+                    cube__option_set(&o, overrides[i], overrides[i + 1], &reason) < 0) {
+                        snprintf(why, why_len, "--%s: %s", overrides[i], reason);
+                        r = -EINVAL;
+                }
+        }
+        if (r == 0 && !o.socket_path) {
+                char path_buf[128];
+                snprintf(path_buf, sizeof(path_buf), "/run/cube/%s%u.sock", o.backend,
+                         o.device_index);
+                r = set_string(&o.socket_path, path_buf);
+        }
+        if (r == 0 && !o.cache_dir) {
+                char dir[128];
+                snprintf(dir, sizeof(dir), "/var/cache/cube/%s%u", o.backend, o.device_index);
+                r = set_string(&o.cache_dir, dir);
+        }
+        if (r < 0) {
+                cube__options_done(&o);
+                return r;
+        }
+        *ret = o;
+        return 0;
+}
+
+/* Takes what a reload may change from next into cur; says what it cannot. */
+void cube__options_reload(cube__options *cur, const cube__options *next)
+{
+        if (strcmp(cur->socket_path, next->socket_path) != 0 ||
+            strcmp(cur->backend, next->backend) != 0 || cur->device_index != next->device_index ||
+            strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit)
+                cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory and "
+                          "memory limit change only at a restart; they keep their values");
+        cur->limits = next->limits;
+        cur->log_level = next->log_level;
+        cur->poison_policy = next->poison_policy;
+        cur->drain_timeout_s = next->drain_timeout_s;
+        cur->poison_grace_s = next->poison_grace_s;
+        cur->fault_injection = next->fault_injection;
+        cube__log_init(cur->log_level);
+}
