@@ -343,6 +343,7 @@ struct cube__server {
         uv_timer_t poison_timer;
         bool socket_inherited;          /* passed by systemd: not ours to unlink */
         bool reinit_pending;
+        bool draining;
         bool poison_grace_over;
         int exit_code;
         uv_async_t completions_async;
@@ -381,6 +382,8 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                       size_t n_overrides);
 int cube__server_run(cube__server *srv);
 void cube__server_stop(cube__server *srv);
+/* Takes no new sessions, and stops once the last one has ended. */
+void cube__server_drain(cube__server *srv);
 void cube__server_done(cube__server *srv);
 /* Called whenever a session or work ends, to finish a shutdown or a reinit. */
 void cube__server_check_stopped(cube__server *srv);

@@ -127,86 +127,8 @@ static cube__dispatched do_hello(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
-static cube__dispatched do_status(cube__msg *k)
-{
-        cube__server *srv = k->server;
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        int r = 0;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_map(&pk, 13);
-        r |= cube__pack_kv_str(&pk, "service", srv->service);
-        r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
-        r |= cube__pack_str(&pk, "uptime_seconds");
-        r |= msgpack_pack_double(&pk, (double) (uv_hrtime() - srv->started_ns) / 1e9);
-        r |= cube__pack_kv_u64(&pk, "sessions", srv->n_sessions);
-        r |= cube__pack_kv_u64(&pk, "memory_in_use", srv->memory_in_use);
-        r |= cube__pack_kv_u64(&pk, "memory_peak", srv->memory_peak);
-        r |= cube__pack_kv_u64(&pk, "allocations", srv->allocations);
-        r |= cube__pack_kv_u64(&pk, "failures", cube__failures_live(&srv->failures));
-        r |= cube__pack_kv_u64(&pk, "compiles", srv->compiles);
-        r |= cube__pack_kv_u64(&pk, "kernels", srv->n_kernels);
-        r |= cube__pack_str(&pk, "poisoned");
-        r |= srv->poison ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-        r |= cube__pack_kv_str(&pk, "poison", srv->poison ? cube_error_reason(srv->poison) : "");
-        r |= cube__pack_str(&pk, "properties");
-        r |= cube__pack_properties(&pk, &srv->properties);
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
-}
 
-static cube__dispatched do_kernels(cube__msg *k)
-{
-        cube__server *srv = k->server;
-        static const char *const states[] = { "new", "compiling", "compiled", "failed" };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        int r = 0;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
-        for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
-                r |= msgpack_pack_map(&pk, 9);
-                r |= cube__pack_kv_str(&pk, "hash", kn->hash);
-                r |= cube__pack_kv_str(&pk, "entry", kn->entry);
-                r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
-                r |= cube__pack_kv_str(&pk, "state", states[kn->state]);
-                r |= cube__pack_str(&pk, "from_disk");
-                r |= kn->from_disk ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-                r |= cube__pack_str(&pk, "compile_ms");
-                r |= msgpack_pack_double(&pk, kn->compile_ms);
-                r |= cube__pack_kv_u64(&pk, "hits", kn->hits);
-                r |= cube__pack_kv_u64(&pk, "buffers", kn->desc.n_buffers);
-                r |= cube__pack_kv_u64(&pk, "shared_bytes", kn->shared_bytes);
-        }
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
-}
-
-static cube__dispatched do_failures(cube__msg *k)
-{
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        int r = 0;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= cube__failures_pack(&k->server->failures, &pk);
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
-}
 
 typedef struct method {
         const char *name;
@@ -216,8 +138,8 @@ typedef struct method {
 
 static const method methods[] = {
         { "hello", CUBE__MSG_REQUEST, do_hello },
-        { "status", CUBE__MSG_REQUEST, do_status },
-        { "kernels", CUBE__MSG_REQUEST, do_kernels },
+        { "status", CUBE__MSG_REQUEST, cube__do_status },
+        { "kernels", CUBE__MSG_REQUEST, cube__do_kernels },
         { "create", CUBE__MSG_NOTIFY, cube__do_create },
         { "write", CUBE__MSG_NOTIFY, cube__do_write },
         { "free", CUBE__MSG_NOTIFY, cube__do_free },
@@ -229,7 +151,12 @@ static const method methods[] = {
         { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
         { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
         { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },
-        { "failures", CUBE__MSG_REQUEST, do_failures },
+        { "failures", CUBE__MSG_REQUEST, cube__do_failures },
+        { "sessions", CUBE__MSG_REQUEST, cube__do_sessions },
+        { "streams", CUBE__MSG_REQUEST, cube__do_streams },
+        { "metrics", CUBE__MSG_REQUEST, cube__do_metrics },
+        { "drain", CUBE__MSG_REQUEST, cube__do_drain },
+        { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
         { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },
 };
 

@@ -42,6 +42,16 @@ cube__dispatched cube__do_sync(cube__msg *k);
 cube__dispatched cube__do_check(cube__msg *k);
 cube__dispatched cube__do_stream_only(cube__msg *k);
 
+/* admin.c */
+cube__dispatched cube__do_status(cube__msg *k);
+cube__dispatched cube__do_kernels(cube__msg *k);
+cube__dispatched cube__do_failures(cube__msg *k);
+cube__dispatched cube__do_sessions(cube__msg *k);
+cube__dispatched cube__do_streams(cube__msg *k);
+cube__dispatched cube__do_metrics(cube__msg *k);
+cube__dispatched cube__do_drain(cube__msg *k);
+cube__dispatched cube__do_kill_session(cube__msg *k);
+
 /* inject.c */
 cube__dispatched cube__do_inject(cube__msg *k);
 

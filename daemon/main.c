@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cubed.h"
 
@@ -20,6 +21,7 @@ static void usage(FILE *f)
 "\n"
 "  --config FILE          read options from FILE (`key = value` lines; see\n"
 "                         docs/OPERATIONS.md); reread on SIGHUP\n"
+"  --config-if-exists FILE  the same, when FILE exists\n"
 "  --instance NAME        the device as backend and index, e.g. cpu0\n"
 "  --socket PATH          listen on PATH (default /run/cube/INSTANCE.sock);\n"
 "                         a socket passed by systemd is used instead\n"
@@ -49,6 +51,7 @@ int main(int argc, char **argv)
 {
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
+                { "config-if-exists", required_argument, NULL, 'C' },
                 { "instance", required_argument, NULL, 'o' },
                 { "socket", required_argument, NULL, 'o' },
                 { "backend", required_argument, NULL, 'o' },
@@ -82,6 +85,7 @@ int main(int argc, char **argv)
         while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
                 switch (c) {
                 case 'c': config = optarg; break;
+                case 'C': config = access(optarg, F_OK) == 0 ? optarg : NULL; break;
                 case 'o':
                         overrides[n++] = (char *) options[index].name;
                         overrides[n++] = optarg;

@@ -275,6 +275,18 @@ void cube__server_stop(cube__server *srv)
         cube__server_check_stopped(srv);
 }
 
+void cube__server_drain(cube__server *srv)
+{
+        if (srv->draining || srv->stopping)
+                return;
+        srv->draining = true;
+        cube__log(CUBE__LOG_NOTICE, "draining: no new sessions; stopping once the %u "
+                  "session(s) left have ended", srv->n_sessions);
+        sd_notify(0, "STATUS=draining");
+        close_listener(srv);
+        cube__server_check_stopped(srv);
+}
+
 /* Everything is idle: no connection, no session, no work, no compile. */
 static bool idle(const cube__server *srv)
 {
@@ -306,6 +318,8 @@ void cube__server_check_stopped(cube__server *srv)
 {
         if (srv->reinit_pending && !srv->stopping && idle(srv))
                 reinit_device(srv);
+        if (srv->draining && !srv->stopping && idle(srv))
+                cube__server_stop(srv);
         if (!srv->stopping || !idle(srv))
                 return;
         if (uv_is_closing((uv_handle_t *) &srv->completions_async))

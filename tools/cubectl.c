@@ -18,13 +18,21 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 static void usage(FILE *f)
 {
         fprintf(f,
-"Usage: cubectl [--socket PATH] [--json] COMMAND\n"
+"Usage: cubectl [--socket PATH] [--json] COMMAND [ARG]\n"
 "Inspect a running cubed.\n"
 "\n"
 "Commands:\n"
 "  status    the service, backend, device, uptime, sessions and memory in use\n"
 "  kernels   the kernel cache: hash, entry point, backend, state, compile time, hits\n"
 "  failures  each live failure: id, root error, buffers claimed, session, skip chain\n"
+"  sessions  each session: id, pid, uid, name, streams, memory in use and peak,\n"
+"            launches, bytes in and out, errors\n"
+"  memory    device memory: in use, peak, and per session\n"
+"  streams   each stream of each session, with its queued work\n"
+"  metrics   the daemon's figures in the Prometheus text format\n"
+"  drain     take no new sessions; the daemon stops once the last one ends\n"
+"  kill-session ID\n"
+"            close session ID; everything it held is reclaimed\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
@@ -66,7 +74,7 @@ static void human_bytes(uint64_t n, char *buf, size_t cap)
                 snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
-static int cmd_status(cube_client *c, bool json)
+static int cmd_status(cube_client *c, bool json, const char *arg)
 {
         cube_status st;
         cube_error *e = cube_daemon_status(c, &st);
@@ -122,7 +130,7 @@ static int cmd_status(cube_client *c, bool json)
         return EXIT_OK;
 }
 
-static int cmd_kernels(cube_client *c, bool json)
+static int cmd_kernels(cube_client *c, bool json, const char *arg)
 {
         cube_kernel_info *v;
         size_t n;
@@ -166,7 +174,7 @@ static int cmd_kernels(cube_client *c, bool json)
         return EXIT_OK;
 }
 
-static int cmd_failures(cube_client *c, bool json)
+static int cmd_failures(cube_client *c, bool json, const char *arg)
 {
         cube_failure_info *v;
         size_t n;
@@ -217,6 +225,209 @@ static int cmd_failures(cube_client *c, bool json)
         return EXIT_OK;
 }
 
+static int report(const char *what, cube_error *e)
+{
+        fprintf(stderr, "cubectl: %s failed: %s\n", what, cube_error_message(e));
+        cube_error_free(e);
+        return EXIT_ERROR;
+}
+
+static int cmd_sessions(cube_client *c, bool json, const char *arg)
+{
+        cube_session_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_sessions(c, &v, &n);
+
+        if (e)
+                return report("sessions", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%6s  %7s  %6s  %-16s  %7s  %10s  %10s  %8s  %10s  %10s  %6s\n", "ID", "PID",
+                       "UID", "NAME", "STREAMS", "MEMORY", "PEAK", "LAUNCHES", "IN", "OUT", "ERRORS");
+        for (size_t i = 0; i < n; i++) {
+                if (json) {
+                        printf("%s{\"id\":%" PRIu64 ",\"pid\":%u,\"uid\":%u,\"name\":",
+                               i ? "," : "", v[i].id, v[i].pid, v[i].uid);
+                        print_json_string(v[i].name);
+                        printf(",\"streams\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
+                               ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64
+                               ",\"launches\":%" PRIu64 ",\"bytes_in\":%" PRIu64
+                               ",\"bytes_out\":%" PRIu64 ",\"errors\":%" PRIu64
+                               ",\"connected\":%s,\"self\":%s}",
+                               v[i].streams, v[i].memory_in_use, v[i].memory_peak, v[i].allocations,
+                               v[i].launches, v[i].bytes_in, v[i].bytes_out, v[i].errors,
+                               v[i].connected ? "true" : "false",
+                               v[i].id == cube_client_session(c) ? "true" : "false");
+                        continue;
+                }
+                char mem[32], peak[32], in[32], out[32];
+                human_bytes(v[i].memory_in_use, mem, sizeof(mem));
+                human_bytes(v[i].memory_peak, peak, sizeof(peak));
+                human_bytes(v[i].bytes_in, in, sizeof(in));
+                human_bytes(v[i].bytes_out, out, sizeof(out));
+                printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %7" PRIu64 "  %10s  %10s  %8" PRIu64
+                       "  %10s  %10s  %6" PRIu64 "%s\n", v[i].id, v[i].pid, v[i].uid,
+                       *v[i].name ? v[i].name : "-", v[i].streams, mem, peak, v[i].launches, in,
+                       out, v[i].errors, v[i].id == cube_client_session(c) ? "  (cubectl)" : "");
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
+static int cmd_memory(cube_client *c, bool json, const char *arg)
+{
+        cube_status st;
+        cube_session_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_status(c, &st);
+
+        if (e)
+                return report("memory", e);
+        if ((e = cube_daemon_sessions(c, &v, &n)))
+                return report("memory", e);
+        if (json) {
+                printf("{\"memory_bytes\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
+                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"sessions\":[",
+                       st.properties.memory_bytes, st.memory_in_use, st.memory_peak,
+                       st.allocations);
+                for (size_t i = 0; i < n; i++)
+                        printf("%s{\"id\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
+                               ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 "}",
+                               i ? "," : "", v[i].id, v[i].memory_in_use, v[i].memory_peak,
+                               v[i].allocations);
+                printf("]}\n");
+        } else {
+                char total[32], mem[32], peak[32];
+                human_bytes(st.properties.memory_bytes, total, sizeof(total));
+                human_bytes(st.memory_in_use, mem, sizeof(mem));
+                human_bytes(st.memory_peak, peak, sizeof(peak));
+                printf("device:  %s in use of %s in %" PRIu64 " allocations, peak %s\n", mem,
+                       total, st.allocations, peak);
+                for (size_t i = 0; i < n; i++) {
+                        human_bytes(v[i].memory_in_use, mem, sizeof(mem));
+                        human_bytes(v[i].memory_peak, peak, sizeof(peak));
+                        printf("session %" PRIu64 ": %s in use in %" PRIu64 " allocations, peak %s\n",
+                               v[i].id, mem, v[i].allocations, peak);
+                }
+        }
+        free(v);
+        return EXIT_OK;
+}
+
+static int cmd_streams(cube_client *c, bool json, const char *arg)
+{
+        cube_stream_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_streams(c, &v, &n);
+
+        if (e)
+                return report("streams", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%8s  %20s  %8s\n", "SESSION", "STREAM", "PENDING");
+        for (size_t i = 0; i < n; i++) {
+                if (json)
+                        printf("%s{\"session\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pending\":%"
+                               PRIu64 "}", i ? "," : "", v[i].session, v[i].stream, v[i].pending);
+                else
+                        printf("%8" PRIu64 "  %20" PRIu64 "  %8" PRIu64 "\n", v[i].session,
+                               v[i].stream, v[i].pending);
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
+static int cmd_metrics(cube_client *c, bool json, const char *arg)
+{
+        char *text;
+        cube_error *e = cube_daemon_metrics(c, &text);
+
+        if (e)
+                return report("metrics", e);
+        if (!json) {
+                fputs(text, stdout);
+                free(text);
+                return EXIT_OK;
+        }
+        /* The samples as one JSON object: name -> value. */
+        bool first = true;
+        putchar('{');
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+                char *brace = strchr(line, '{'), *space = strrchr(line, ' ');
+                if (line[0] == '#' || !brace || !space)
+                        continue;
+                printf("%s\"%.*s\":%s", first ? "" : ",", (int) (brace - line), line, space + 1);
+                first = false;
+        }
+        printf("}\n");
+        free(text);
+        return EXIT_OK;
+}
+
+static int cmd_drain(cube_client *c, bool json, const char *arg)
+{
+        cube_error *e = cube_daemon_drain(c);
+
+        if (e)
+                return report("drain", e);
+        if (json)
+                printf("{\"draining\":true}\n");
+        else
+                printf("draining: no new sessions; the daemon stops once the last one ends\n");
+        return EXIT_OK;
+}
+
+static int cmd_kill_session(cube_client *c, bool json, const char *arg)
+{
+        char *end;
+        unsigned long long id = strtoull(arg, &end, 10);
+        cube_error *e;
+
+        if (!*arg || *end) {
+                fprintf(stderr, "cubectl: kill-session takes a session id, not '%s'\n", arg);
+                return EXIT_USAGE;
+        }
+        if ((e = cube_daemon_kill_session(c, id)))
+                return report("kill-session", e);
+        if (json)
+                printf("{\"killed\":%llu}\n", id);
+        else
+                printf("session %llu closed\n", id);
+        return EXIT_OK;
+}
+
+/* Says whether the unit for a socket's instance is installed. */
+static void hint_unit(const char *socket)
+{
+        static const char *const dirs[] = { "/etc/systemd/system", "/usr/lib/systemd/system",
+                                             "/lib/systemd/system" };
+        const char *base = strrchr(socket, '/');
+        char instance[64], path[256];
+        bool installed = false;
+        struct stat st;
+
+        base = base ? base + 1 : socket;
+        snprintf(instance, sizeof(instance), "%s", base);
+        instance[strcspn(instance, ".")] = '\0';
+        for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+                snprintf(path, sizeof(path), "%s/cubed@.service", dirs[i]);
+                installed |= stat(path, &st) == 0;
+        }
+        if (installed)
+                fprintf(stderr, "cubectl: the unit cubed@.service is installed: start it with "
+                        "`systemctl start cubed@%s.socket`, or see `systemctl status cubed@%s`\n",
+                        instance, instance);
+        else
+                fprintf(stderr, "cubectl: no cubed@.service unit is installed here: start the "
+                        "daemon by hand (`cubed --socket %s`) or install cube\n", socket);
+}
+
 int main(int argc, char **argv)
 {
         static const struct option options[] = {
@@ -239,22 +450,34 @@ int main(int argc, char **argv)
                 default: usage(stderr); return EXIT_USAGE;
                 }
         }
-        if (optind + 1 != argc) {
+        if (optind >= argc) {
                 usage(stderr);
                 return EXIT_USAGE;
         }
         static const struct command {
                 const char *name;
-                int (*run)(cube_client *c, bool json);
+                int (*run)(cube_client *c, bool json, const char *arg);
+                bool takes_arg;
         } commands[] = {
-                { "status", cmd_status },
-                { "kernels", cmd_kernels },
-                { "failures", cmd_failures },
+                { "status", cmd_status, false },
+                { "kernels", cmd_kernels, false },
+                { "failures", cmd_failures, false },
+                { "sessions", cmd_sessions, false },
+                { "memory", cmd_memory, false },
+                { "streams", cmd_streams, false },
+                { "metrics", cmd_metrics, false },
+                { "drain", cmd_drain, false },
+                { "kill-session", cmd_kill_session, true },
         };
         const struct command *cmd = NULL;
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
                 if (strcmp(argv[optind], commands[i].name) == 0)
                         cmd = &commands[i];
+        if (cmd && (argc - optind - 1 != (cmd->takes_arg ? 1 : 0))) {
+                fprintf(stderr, "cubectl: %s takes %s\n", cmd->name,
+                        cmd->takes_arg ? "one argument" : "no argument");
+                return EXIT_USAGE;
+        }
         if (!cmd) {
                 fprintf(stderr, "cubectl: unknown command '%s'\n", argv[optind]);
                 usage(stderr);
@@ -269,13 +492,13 @@ int main(int argc, char **argv)
                         tried = CUBE_DEFAULT_SOCKET;
                 fprintf(stderr, "cubectl: %s\n", cube_error_message(e));
                 if (stat(tried, &st) < 0)
-                        fprintf(stderr, "cubectl: no socket exists at %s: start cubed (for "
-                                "example `cubed --socket %s`, or `systemctl start "
-                                "cubed@cpu0.socket`) or pass --socket\n", tried, tried);
+                        fprintf(stderr, "cubectl: no socket exists at %s (pass another with "
+                                "--socket or $CUBE_SOCKET)\n", tried);
+                hint_unit(tried);
                 cube_error_free(e);
                 return EXIT_UNREACHABLE;
         }
-        r = cmd->run(c, json);
+        r = cmd->run(c, json, cmd->takes_arg ? argv[optind + 1] : NULL);
         cube_disconnect(c);
         return r;
 }

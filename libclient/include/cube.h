@@ -345,6 +345,45 @@ typedef struct cube_kernel_info {
 cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n);
 
 /* ---------------------------------------------------------------------------
+ * Inspecting and operating a daemon (what cubectl does)
+ * ------------------------------------------------------------------------- */
+
+/* This connection's session id, as cubectl sessions lists it. */
+uint64_t cube_client_session(const cube_client *c);
+
+typedef struct cube_session_info {
+        uint64_t id;
+        uint32_t pid, uid;
+        char name[64];
+        uint64_t streams;
+        uint64_t memory_in_use, memory_peak; /* bytes */
+        uint64_t allocations;
+        uint64_t launches;
+        uint64_t bytes_in, bytes_out;
+        uint64_t errors;
+        bool connected;                 /* false while its last work drains */
+} cube_session_info;
+
+/* Every session of the daemon. *ret_sessions is an array the caller frees. */
+cube_error *cube_daemon_sessions(cube_client *c, cube_session_info **ret_sessions, size_t *ret_n);
+
+typedef struct cube_stream_info {
+        uint64_t session;
+        uint64_t stream;
+        uint64_t pending;               /* work queued on the device */
+} cube_stream_info;
+
+cube_error *cube_daemon_streams(cube_client *c, cube_stream_info **ret_streams, size_t *ret_n);
+/* The daemon's figures in the Prometheus text format; the caller frees it. */
+cube_error *cube_daemon_metrics(cube_client *c, char **ret_text);
+/* Takes no new sessions, and stops once the last one ends (the daemon's own
+ * user and root only). */
+cube_error *cube_daemon_drain(cube_client *c);
+/* Closes a session; everything it held is reclaimed (the daemon's own user
+ * and root only). */
+cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session);
+
+/* ---------------------------------------------------------------------------
  * Failures and fault injection
  * ------------------------------------------------------------------------- */
 

@@ -1,0 +1,295 @@
+/*
+ * admin.c - what cubectl asks of a running daemon: status, sessions, streams,
+ * kernels, failures and metrics to look at, and drain and kill_session to act.
+ *
+ * Looking is open to every session (its peer may use the socket already).
+ * Acting is for the daemon's own user and root only, checked against the
+ * peer's credentials taken at accept.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+
+/* Starts an answer: [1, msgid, nil, ...]. */
+static void begin(msgpack_sbuffer *sb, msgpack_packer *pk, cube__msg *k)
+{
+        msgpack_sbuffer_init(sb);
+        msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+        (void) cube__pack_response_ok(pk, k->env->msgid);
+}
+
+static cube__dispatched finish(msgpack_sbuffer *sb, cube__msg *k, int r)
+{
+        if (r == 0)
+                cube__reply_sbuffer(k->session, sb);
+        else
+                cube__reply_owned_error(k, NULL);
+        msgpack_sbuffer_destroy(sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+static bool admin_allowed(cube__msg *k)
+{
+        uid_t uid = k->session->uid;
+
+        if (uid == 0 || uid == geteuid())
+                return true;
+        cube__reply_owned_error(k, cube__err_validation(
+                "%.*s is for the daemon's own user and root; uid %u may only look",
+                (int) k->env->method_len, k->env->method, (unsigned) uid));
+        return false;
+}
+
+cube__dispatched cube__do_status(cube__msg *k)
+{
+        cube__server *srv = k->server;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        r |= msgpack_pack_map(&pk, 13);
+        r |= cube__pack_kv_str(&pk, "service", srv->service);
+        r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
+        r |= cube__pack_str(&pk, "uptime_seconds");
+        r |= msgpack_pack_double(&pk, (double) (uv_hrtime() - srv->started_ns) / 1e9);
+        r |= cube__pack_kv_u64(&pk, "sessions", srv->n_sessions);
+        r |= cube__pack_kv_u64(&pk, "memory_in_use", srv->memory_in_use);
+        r |= cube__pack_kv_u64(&pk, "memory_peak", srv->memory_peak);
+        r |= cube__pack_kv_u64(&pk, "allocations", srv->allocations);
+        r |= cube__pack_kv_u64(&pk, "failures", cube__failures_live(&srv->failures));
+        r |= cube__pack_kv_u64(&pk, "compiles", srv->compiles);
+        r |= cube__pack_kv_u64(&pk, "kernels", srv->n_kernels);
+        r |= cube__pack_str(&pk, "poisoned");
+        r |= srv->poison ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        r |= cube__pack_kv_str(&pk, "poison", srv->poison ? cube_error_reason(srv->poison) : "");
+        r |= cube__pack_str(&pk, "properties");
+        r |= cube__pack_properties(&pk, &srv->properties);
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_kernels(cube__msg *k)
+{
+        cube__server *srv = k->server;
+        static const char *const states[] = { "new", "compiling", "compiled", "failed" };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
+        for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
+                r |= msgpack_pack_map(&pk, 9);
+                r |= cube__pack_kv_str(&pk, "hash", kn->hash);
+                r |= cube__pack_kv_str(&pk, "entry", kn->entry);
+                r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
+                r |= cube__pack_kv_str(&pk, "state", states[kn->state]);
+                r |= cube__pack_str(&pk, "from_disk");
+                r |= kn->from_disk ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+                r |= cube__pack_str(&pk, "compile_ms");
+                r |= msgpack_pack_double(&pk, kn->compile_ms);
+                r |= cube__pack_kv_u64(&pk, "hits", kn->hits);
+                r |= cube__pack_kv_u64(&pk, "buffers", kn->desc.n_buffers);
+                r |= cube__pack_kv_u64(&pk, "shared_bytes", kn->shared_bytes);
+        }
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_failures(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        r |= cube__failures_pack(&k->server->failures, &pk);
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+static void count_stream(uint64_t key, void *value, void *ctx)
+{
+        (*(uint64_t *) ctx)++;
+}
+
+cube__dispatched cube__do_sessions(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, k->server->n_sessions);
+        for (cube__session *s = k->server->sessions; s; s = s->next) {
+                uint64_t streams = 0;
+                cube__idmap_foreach(&s->streams, count_stream, &streams);
+                r |= msgpack_pack_map(&pk, 13);
+                r |= cube__pack_kv_u64(&pk, "id", s->id);
+                r |= cube__pack_kv_u64(&pk, "pid", (uint64_t) s->pid);
+                r |= cube__pack_kv_u64(&pk, "uid", (uint64_t) s->uid);
+                r |= cube__pack_kv_str(&pk, "name", s->name);
+                r |= cube__pack_kv_u64(&pk, "streams", streams);
+                r |= cube__pack_kv_u64(&pk, "memory_in_use", s->memory_in_use);
+                r |= cube__pack_kv_u64(&pk, "memory_peak", s->memory_peak);
+                r |= cube__pack_kv_u64(&pk, "allocations", s->memory.len);
+                r |= cube__pack_kv_u64(&pk, "launches", s->launches);
+                r |= cube__pack_kv_u64(&pk, "bytes_in", s->bytes_in);
+                r |= cube__pack_kv_u64(&pk, "bytes_out", s->bytes_out);
+                r |= cube__pack_kv_u64(&pk, "errors", s->errors);
+                r |= cube__pack_str(&pk, "connected");
+                r |= s->conn ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        }
+        return finish(&sb, k, r);
+}
+
+typedef struct stream_ctx {
+        msgpack_packer *pk;
+        uint64_t session;
+        int r;
+} stream_ctx;
+
+static void pack_stream(uint64_t key, void *value, void *ctx)
+{
+        stream_ctx *c = ctx;
+        cube__stream *st = value;
+
+        c->r |= msgpack_pack_map(c->pk, 3);
+        c->r |= cube__pack_kv_u64(c->pk, "session", c->session);
+        c->r |= cube__pack_kv_u64(c->pk, "stream", st->id);
+        c->r |= cube__pack_kv_u64(c->pk, "pending", st->pending);
+}
+
+cube__dispatched cube__do_streams(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint64_t n = 0;
+        stream_ctx c = { &pk, 0, 0 };
+
+        for (cube__session *s = k->server->sessions; s; s = s->next)
+                n += s->streams.len;
+        begin(&sb, &pk, k);
+        c.r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (cube__session *s = k->server->sessions; s; s = s->next) {
+                c.session = s->id;
+                cube__idmap_foreach(&s->streams, pack_stream, &c);
+        }
+        return finish(&sb, k, c.r);
+}
+
+/* The daemon's figures in the Prometheus text exposition format. */
+cube__dispatched cube__do_metrics(cube__msg *k)
+{
+        cube__server *srv = k->server;
+        uint64_t launches = 0, bytes_in = 0, bytes_out = 0, errors = 0;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        if (!f) {
+                cube__reply_owned_error(k, NULL);
+                return CUBE__DISPATCH_DONE;
+        }
+        for (cube__session *s = srv->sessions; s; s = s->next) {
+                launches += s->launches;
+                bytes_in += s->bytes_in;
+                bytes_out += s->bytes_out;
+                errors += s->errors;
+        }
+#define METRIC(name, type, help, fmt, value) \
+        fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n" name "{service=\"%s\"} " fmt "\n", \
+                srv->service, value)
+        METRIC("cube_up", "gauge", "Whether the daemon serves.", "%d", 1);
+        METRIC("cube_uptime_seconds", "gauge", "Seconds since the daemon started.", "%.3f",
+               (double) (uv_hrtime() - srv->started_ns) / 1e9);
+        METRIC("cube_sessions", "gauge", "Sessions alive.", "%u", srv->n_sessions);
+        METRIC("cube_device_memory_bytes", "gauge", "Device memory the daemon may hand out.",
+               "%" PRIu64, srv->properties.memory_bytes);
+        METRIC("cube_memory_in_use_bytes", "gauge", "Device memory held by sessions.", "%" PRIu64,
+               srv->memory_in_use);
+        METRIC("cube_memory_peak_bytes", "gauge", "The most device memory held at once.",
+               "%" PRIu64, srv->memory_peak);
+        METRIC("cube_allocations", "gauge", "Live allocations.", "%" PRIu64, srv->allocations);
+        METRIC("cube_work_in_flight", "gauge", "Device work submitted and not yet complete.",
+               "%u", srv->inflight);
+        METRIC("cube_kernels", "gauge", "Entries in the kernel cache.", "%" PRIu64, srv->n_kernels);
+        METRIC("cube_compiles_total", "counter", "Kernels compiled by this run.", "%" PRIu64,
+               srv->compiles);
+        METRIC("cube_failures", "gauge", "Live failures in the failure store.", "%zu",
+               cube__failures_live(&srv->failures));
+        METRIC("cube_poisoned", "gauge", "Whether the device is poisoned.", "%d",
+               srv->poison ? 1 : 0);
+        METRIC("cube_launches_total", "counter", "Launches by live sessions.", "%" PRIu64, launches);
+        METRIC("cube_received_bytes_total", "counter", "Bytes received from live sessions.",
+               "%" PRIu64, bytes_in);
+        METRIC("cube_sent_bytes_total", "counter", "Bytes sent to live sessions.", "%" PRIu64,
+               bytes_out);
+        METRIC("cube_errors_total", "counter", "Errors answered to live sessions.", "%" PRIu64,
+               errors);
+#undef METRIC
+        fclose(f);
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_str(&pk, len);
+        r |= msgpack_pack_str_body(&pk, text, len);
+        free(text);
+        return finish(&sb, k, r);
+}
+
+cube__dispatched cube__do_drain(cube__msg *k)
+{
+        if (!admin_allowed(k))
+                return CUBE__DISPATCH_DONE;
+        cube__server_drain(k->server);
+        cube__reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_kill_session(cube__msg *k)
+{
+        uint64_t id;
+        cube__session *s;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &id)) {
+                cube__malformed(k, "params must be [session]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (!admin_allowed(k))
+                return CUBE__DISPATCH_DONE;
+        for (s = k->server->sessions; s; s = s->next)
+                if (s->id == id && s->conn)
+                        break;
+        if (!s) {
+                cube__reply_owned_error(k, cube__err_validation("no connected session %" PRIu64,
+                                                                id));
+                return CUBE__DISPATCH_DONE;
+        }
+        cube__log(CUBE__LOG_NOTICE, "session %" PRIu64 " (pid %d) killed by session %" PRIu64
+                  " (pid %d)", s->id, (int) s->pid, k->session->id, (int) k->session->pid);
+        if (s != k->session)
+                cube__conn_close(s->conn);
+        cube__reply_ok_nil(k);
+        if (s == k->session)
+                cube__conn_close(k->conn);
+        return CUBE__DISPATCH_DONE;
+}
