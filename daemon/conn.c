@@ -184,7 +184,7 @@ void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ..
         va_start(ap, fmt);
         vsnprintf(reason, sizeof(reason), fmt, ap);
         va_end(ap);
-        cube__log(CUBE__LOG_WARNING, "session %" PRIu64 " (pid %d): protocol error, closing: %s",
+        cube__log_session(CUBE__LOG_WARNING, c->session, 0, "session %" PRIu64 " (pid %d): protocol error, closing: %s",
                   c->session->id, (int) c->session->pid, reason);
         c->session->errors++;
 
@@ -324,7 +324,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
 
         if (nread < 0) {
                 if (nread != UV_EOF)
-                        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": read failed: %s",
+                        cube__log_session(CUBE__LOG_INFO, c->session, 0, "session %" PRIu64 ": read failed: %s",
                                   c->session->id, uv_strerror((int) nread));
                 cube__conn_close(c);
                 return;

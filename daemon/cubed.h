@@ -34,6 +34,10 @@ enum { CUBE__LOG_ERR = 3, CUBE__LOG_WARNING = 4, CUBE__LOG_NOTICE = 5, CUBE__LOG
        CUBE__LOG_DEBUG = 7 };
 void cube__log_init(int max_level);
 void cube__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, about session s (and failure, when not 0): under journald these
+ * become fields of the entry. */
+void cube__log_session(int level, const struct cube__session *s, uint64_t failure,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ---- a map from u64 ids to pointers (idmap.c) --------------------------- */
 typedef struct cube__idmap {

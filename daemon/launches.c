@@ -198,10 +198,12 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
                 cube_error_free(e);
                 return;
         }
-        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a launch of %s failed: %s", s->id,
-                  kernel ? kernel->entry : "an unknown kernel", cube_error_message(e));
         s->errors++;
         failure = cube__failures_insert(&srv->failures, e, s->id);
+        cube__log_session(CUBE__LOG_INFO, s, failure, "session %" PRIu64 ": a launch of %s "
+                          "failed (failure #%" PRIu64 "): %s", s->id,
+                          kernel ? kernel->entry : "an unknown kernel", failure,
+                          failure ? cube_error_message(e) : "out of memory");
         for (size_t i = 0; i < r->n; i++)
                 if (r->allocs[i] && writes(r, kernel, i))
                         cube__claims_taint(&srv->failures, &r->allocs[i]->claims, r->start[i],

@@ -43,10 +43,14 @@ void cube__fail_range(cube__session *s, cube__alloc *a, uint64_t start, uint64_t
         cube__server *srv = s->server;
         uint64_t failure;
 
-        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write to memory %" PRIu64 " failed: %s",
-                  s->id, a->id, e ? cube_error_message(e) : "out of memory");
+        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": a write to memory %" PRIu64
+                          " failed: %s", s->id, a->id, e ? cube_error_message(e) : "out of memory");
         s->errors++;
         failure = cube__failures_insert(&srv->failures, e, s->id);
+        if (failure)
+                cube__log_session(CUBE__LOG_INFO, s, failure, "failure #%" PRIu64 " claims bytes "
+                                  "[%" PRIu64 ", %" PRIu64 ") of memory %" PRIu64, failure, start,
+                                  end, a->id);
         cube__claims_taint(&srv->failures, &a->claims, start, end, failure);
         cube__failures_prune(&srv->failures, failure);
 }

@@ -29,7 +29,7 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
                 srv->sessions->prev = s;
         srv->sessions = s;
         srv->n_sessions++;
-        cube__log(CUBE__LOG_INFO, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
+        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
                   (int) pid, (unsigned) uid);
         return s;
 }
@@ -82,7 +82,7 @@ void cube__session_maybe_free(cube__session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->n_sessions--;
-        cube__log(CUBE__LOG_INFO, "session %" PRIu64 " closed (pid %d): peak memory %" PRIu64
+        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " closed (pid %d): peak memory %" PRIu64
                   " bytes, %" PRIu64 " bytes in, %" PRIu64 " out", s->id, (int) s->pid,
                   s->memory_peak, s->bytes_in, s->bytes_out);
         free(s);

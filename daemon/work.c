@@ -170,6 +170,10 @@ static void launch_failed(cube__op *o)
         }
         s->errors++;
         failure = cube__failures_insert(&srv->failures, root, s->id);
+        if (failure)
+                cube__log_session(CUBE__LOG_WARNING, s, failure, "session %" PRIu64 ": kernel '%s' "
+                                  "failed on the device (failure #%" PRIu64 ")", s->id,
+                                  o->launch->kernel, failure);
         for (size_t i = 0; i < o->n_written; i++)
                 cube__claims_taint(&srv->failures, &o->written[i]->claims,
                                    o->written_range[2 * i], o->written_range[2 * i + 1], failure);
