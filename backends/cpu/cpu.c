@@ -84,6 +84,7 @@ static void *cpu_worker(void *arg)
                         pthread_cond_broadcast(&d->idle);
         }
         pthread_mutex_unlock(&d->lock);
+        cube__cpu_pool_leave(d->pool);
         return NULL;
 }
 

@@ -33,6 +33,8 @@ typedef struct cube__cpu_pool cube__cpu_pool;
 
 cube__cpu_pool *cube__cpu_pool_new(unsigned threads, uint32_t max_units);
 void cube__cpu_pool_free(cube__cpu_pool *pool);
+/* Called by the thread that runs launches (cube__cpu_run), before it ends. */
+void cube__cpu_pool_leave(cube__cpu_pool *pool);
 /* Runs a launch to completion on the pool, the calling thread included.
  * Returns NULL, or the DevicePoison of a kernel that faulted. */
 cube_error *cube__cpu_run(cube__cpu_pool *pool, const cube__launch_work *l);

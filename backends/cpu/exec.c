@@ -129,6 +129,17 @@ static cpu_thread *thread_new(uint32_t max_units)
         return t;
 }
 
+/* Turns the alternate signal stack off; called on the thread that set it,
+ * before that thread ends (a thread must not leave it pointing at freed
+ * memory, and sanitizers unmap whatever is left set). */
+static void thread_leave(cpu_thread *t)
+{
+        stack_t ss = { .ss_flags = SS_DISABLE };
+
+        if (t)
+                sigaltstack(&ss, NULL);
+}
+
 static void thread_free(cpu_thread *t)
 {
         if (!t)
@@ -195,30 +206,39 @@ static void unit_main(void)
         t->state[i] = UNIT_DONE;
 }
 
+/* Gives unit i a fresh context on its own stack, starting at unit_main.
+ * Kept apart from the scheduling loop: getcontext returns twice, and no local
+ * of that loop may live across it. */
+__attribute__((noinline))
+static void prepare_unit(cpu_thread *t, const cpu_job *job, const uint32_t cube_pos[3], uint32_t i)
+{
+        const uint32_t *dim = job->l->dim;
+        cube__cpu_unit *u = &t->units[i];
+
+        fill_unit(u, job, cube_pos);
+        u->unit_pos[0] = i % dim[0];
+        u->unit_pos[1] = (i / dim[0]) % dim[1];
+        u->unit_pos[2] = i / (dim[0] * dim[1]);
+        u->sync = unit_sync;
+        u->sync_ctx = t;
+        t->state[i] = UNIT_RUNNING;
+        getcontext(&t->uctx[i]);
+        t->uctx[i].uc_stack.ss_sp = t->stacks + (size_t) i * UNIT_STACK + 4096;
+        t->uctx[i].uc_stack.ss_size = UNIT_STACK - 4096;
+        t->uctx[i].uc_link = &t->sched;
+        makecontext(&t->uctx[i], unit_main, 0);
+}
+
 /* Runs one cube of a kernel that has barriers: round after round, every
  * unit that is not done runs until its next barrier or its end. */
 __attribute__((noinline))
 static void run_cube_with_barriers(cpu_thread *t, const cpu_job *job, const uint32_t cube_pos[3])
 {
         const uint32_t *dim = job->l->dim;
-        uint32_t n = dim[0] * dim[1] * dim[2];
-        volatile uint32_t remaining = n;      /* live across getcontext */
+        uint32_t n = dim[0] * dim[1] * dim[2], remaining = n;
 
-        for (uint32_t i = 0; i < n; i++) {
-                cube__cpu_unit *u = &t->units[i];
-                fill_unit(u, job, cube_pos);
-                u->unit_pos[0] = i % dim[0];
-                u->unit_pos[1] = (i / dim[0]) % dim[1];
-                u->unit_pos[2] = i / (dim[0] * dim[1]);
-                u->sync = unit_sync;
-                u->sync_ctx = t;
-                t->state[i] = UNIT_RUNNING;
-                getcontext(&t->uctx[i]);
-                t->uctx[i].uc_stack.ss_sp = t->stacks + (size_t) i * UNIT_STACK + 4096;
-                t->uctx[i].uc_stack.ss_size = UNIT_STACK - 4096;
-                t->uctx[i].uc_link = &t->sched;
-                makecontext(&t->uctx[i], unit_main, 0);
-        }
+        for (uint32_t i = 0; i < n; i++)
+                prepare_unit(t, job, cube_pos, i);
         while (remaining > 0) {
                 for (uint32_t i = 0; i < n; i++) {
                         if (t->state[i] == UNIT_DONE)
@@ -302,6 +322,7 @@ static void *pool_thread(void *arg)
                         pthread_cond_signal(&p->done);
         }
         pthread_mutex_unlock(&p->lock);
+        thread_leave(t);
         thread_free(t);
         return NULL;
 }
@@ -327,6 +348,15 @@ cube__cpu_pool *cube__cpu_pool_new(unsigned threads, uint32_t max_units)
                 p->n_threads++;
         }
         return p;
+}
+
+void cube__cpu_pool_leave(cube__cpu_pool *p)
+{
+        if (!p || !p->caller)
+                return;
+        thread_leave(p->caller);
+        thread_free(p->caller);
+        p->caller = NULL;
 }
 
 void cube__cpu_pool_free(cube__cpu_pool *p)

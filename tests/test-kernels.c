@@ -1,0 +1,1195 @@
+/*
+ * test-kernels.c - kernels end to end: the examples, barriers and shared
+ * memory, the refusals of every resource limit, compile errors, the launch
+ * modes, the kernel cache across sessions and restarts, a faulting kernel,
+ * dynamic cube counts, and the info words.
+ *
+ * Every test starts its own daemon, with a kernel cache of its own, and ends
+ * by stopping it with SIGTERM, which must exit 0 and remove the socket file.
+ */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static test_daemon D;
+static char shared_cache[64];           /* a --cache-dir outlasting one daemon */
+
+static void start_default(void)
+{
+        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
+}
+
+static void stop_clean(void)
+{
+        int status = test_daemon_stop(&D, 10000);
+
+        if (*shared_cache) {
+                char rm[96];
+                snprintf(rm, sizeof(rm), "rm -rf '%s'", shared_cache);
+                if (system(rm) != 0)
+                        fprintf(stderr, "could not remove %s\n", shared_cache);
+                *shared_cache = '\0';
+        }
+        ck_assert_int_eq(status, 0);
+        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
+}
+
+/* ---------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------- */
+
+static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
+{
+        uint64_t id;
+
+        ck_ok(cube_kernel_register(c, source, entry, &id));
+        return id;
+}
+
+/* Launches l by value, so that a test can write the launch in place; the
+ * library itself must accept it (what it cannot see lands on the buffers). */
+static void launch(cube_client *c, cube_launch l)
+{
+        ck_ok(cube_launch_kernel(c, &l));
+}
+
+/* Runs a program to its end; returns its exit status, or -1 on a signal. */
+static int run_program(const char *const *argv)
+{
+        int status;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                execv(argv[0], (char *const *) argv);
+                fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+                _exit(127);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The failure a buffer's read reports, which must be exactly one Unwritten
+ * claim; returns the whole error, which the caller frees. */
+static cube_error *read_failure(cube_client *c, const cube_handle *h)
+{
+        size_t n = cube_handle_len(h);
+        void *buf = malloc(n ? n : 1);
+        cube_error *e = cube_read(c, h, buf, n);
+
+        free(buf);
+        ck_assert_msg(e != NULL, "the read succeeded; a failure was expected");
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_SEVERAL, "expected Several, got %s",
+                      cube_error_message(e));
+        ck_assert_uint_eq(cube_error_count(e), 1);
+        ck_assert_int_eq(cube_error_kind_of(cube_error_at(e, 0)), CUBE_SERVER_UNWRITTEN);
+        return e;
+}
+
+/* The root of read_failure's one Unwritten claim. */
+static const cube_error *root_of(const cube_error *e)
+{
+        return cube_error_source(cube_error_at(e, 0));
+}
+
+/* Asserts that the error's wrapping chain is exactly kinds[0] -> kinds[1] ->
+ * ... (n of them) and returns the innermost. */
+static const cube_error *expect_chain(const cube_error *e, const cube_error_kind *kinds, size_t n,
+                                      const char *whole)
+{
+        for (size_t i = 0; i < n; i++) {
+                ck_assert_msg(e != NULL, "the chain ends at level %zu: %s", i, whole);
+                ck_assert_msg(cube_error_kind_of(e) == kinds[i], "level %zu is %s, not kind %d: %s",
+                              i, cube_error_variant(e), (int) kinds[i], whole);
+                if (i + 1 < n)
+                        e = cube_error_source(e);
+        }
+        return e;
+}
+
+/* Reads h and compares with want. */
+static void expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
+{
+        void *got = malloc(n ? n : 1);
+
+        ck_assert_uint_eq(cube_handle_len(h), n);
+        ck_ok(cube_read(c, h, got, n));
+        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
+        free(got);
+}
+
+static cube_status session_status(cube_client *c)
+{
+        cube_status st;
+
+        ck_ok(cube_daemon_status(c, &st));
+        return st;
+}
+
+/* The cache entry for entry; there must be exactly one. */
+static cube_kernel_info kernel_entry(cube_client *c, const char *entry)
+{
+        cube_kernel_info *v, found = {0};
+        size_t n, matches = 0;
+
+        ck_ok(cube_daemon_kernels(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].entry, entry) == 0) {
+                        found = v[i];
+                        matches++;
+                }
+        free(v);
+        ck_assert_msg(matches == 1, "%zu cache entries for kernel '%s'", matches, entry);
+        return found;
+}
+
+static cube_info *info_with_lens(size_t n, const uint32_t *lens)
+{
+        cube_info *info = cube_info_new();
+
+        ck_assert_ptr_nonnull(info);
+        for (size_t i = 0; i < n; i++)
+                ck_assert_int_eq(cube_info_buffer_len(info, lens[i]), 0);
+        return info;
+}
+
+/* out[i] = in[i] * 3 + 1 over BUFFER_LEN(1) elements; the kernel most tests
+ * launch when what it computes is beside the point. */
+static const char triple_source[] =
+        "KERNEL void triple(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] * 3u + 1u;\n"
+        "}\n";
+
+#define TRIPLE_N 1000u          /* not a multiple of the cube dim, 64 */
+
+/* A triple launch over in and out, each TRIPLE_N u32. */
+static void launch_triple(cube_client *c, uint64_t kernel, const cube_handle *in,
+                          const cube_handle *out, cube_launch_mode mode)
+{
+        static const uint32_t lens[2] = { TRIPLE_N, TRIPLE_N };
+        cube_handle bufs[2] = { *in, *out };
+        cube_info *info = info_with_lens(2, lens);
+
+        launch(c, (cube_launch) {
+                .kernel = kernel, .cube_count = { (TRIPLE_N + 63) / 64, 1, 1 },
+                .cube_dim = { 64, 1, 1 }, .buffers = bufs, .n_buffers = 2, .info = info,
+                .mode = mode,
+        });
+        cube_info_free(info);
+}
+
+/* Random input, and an output full of a pattern the kernel never writes. */
+static void triple_buffers(cube_client *c, uint64_t seed, uint32_t *in, cube_handle *ret_in,
+                           cube_handle *ret_out)
+{
+        uint32_t pattern[TRIPLE_N];
+
+        fill_random(in, TRIPLE_N * sizeof(uint32_t), seed);
+        memset(pattern, 0xa5, sizeof(pattern));
+        ck_ok(cube_create(c, in, TRIPLE_N * sizeof(uint32_t), ret_in));
+        ck_ok(cube_create(c, pattern, sizeof(pattern), ret_out));
+}
+
+static void expect_tripled(cube_client *c, const uint32_t *in, const cube_handle *out)
+{
+        uint32_t got[TRIPLE_N];
+
+        ck_ok(cube_read(c, out, got, sizeof(got)));
+        for (uint32_t i = 0; i < TRIPLE_N; i++)
+                ck_assert_msg(got[i] == in[i] * 3u + 1u, "out[%u] = %#x, expected %#x", i, got[i],
+                              in[i] * 3u + 1u);
+}
+
+static void expect_pattern(cube_client *c, const cube_handle *out)
+{
+        uint32_t got[TRIPLE_N], pattern[TRIPLE_N];
+
+        memset(pattern, 0xa5, sizeof(pattern));
+        ck_ok(cube_read(c, out, got, sizeof(got)));
+        ck_assert_msg(memcmp(got, pattern, sizeof(got)) == 0, "the output was written");
+}
+
+/* ---------------------------------------------------------------------------
+ * The examples
+ * ------------------------------------------------------------------------- */
+
+/* Runs the example that $var names twice, with different seeds. */
+static void run_example(const char *var)
+{
+        const char *bin = getenv(var);
+        static const char *const seeds[] = { "1", "20240917" };
+
+        ck_assert_msg(bin != NULL, "%s is not set", var);
+        for (size_t i = 0; i < 2; i++) {
+                const char *argv[] = { bin, D.socket, seeds[i], NULL };
+                ck_assert_msg(run_program(argv) == 0, "%s with seed %s failed", bin, seeds[i]);
+        }
+}
+
+START_TEST(the_vector_add_example_matches_its_reference)
+{
+        run_example("EXAMPLE_VECTOR_ADD");
+}
+END_TEST
+
+START_TEST(the_reduce_example_matches_its_reference)
+{
+        run_example("EXAMPLE_REDUCE");
+}
+END_TEST
+
+START_TEST(the_matmul_example_matches_its_reference)
+{
+        run_example("EXAMPLE_MATMUL");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Barriers and shared memory
+ * ------------------------------------------------------------------------- */
+
+/* Unit t publishes a value unique to its cube, and after a barrier reads its
+ * neighbour's; after a second barrier it overwrites its own slot, and after a
+ * third reads the other neighbour's. Units that ran one after another without
+ * real barriers would read slots not yet written (or already overwritten). */
+static const char rotate_source[] =
+        "KERNEL void rotate(uint32_t *out, INFO)\n"
+        "{\n"
+        "        SHARED uint32_t slot[1024];\n"
+        "        uint32_t t = UNIT_POS, dim = CUBE_DIM;\n"
+        "        uint32_t base = CUBE_POS * dim;\n"
+        "        uint32_t next;\n"
+        "\n"
+        "        slot[t] = base + t;\n"
+        "        sync_cube();\n"
+        "        next = slot[(t + 1) % dim];\n"
+        "        sync_cube();\n"
+        "        slot[t] = next ^ 0x80000000u;\n"
+        "        sync_cube();\n"
+        "        out[2 * (base + t)] = next;\n"
+        "        out[2 * (base + t) + 1] = slot[(t + dim - 1) % dim];\n"
+        "}\n";
+
+static void check_rotate(cube_client *c, uint64_t kernel, const uint32_t count[3],
+                         const uint32_t dim[3])
+{
+        uint32_t units = dim[0] * dim[1] * dim[2], cubes = count[0] * count[1] * count[2];
+        size_t n = (size_t) 2 * units * cubes;
+        uint32_t *got = malloc(n * sizeof(uint32_t));
+        cube_handle out;
+
+        memset(got, 0xa5, n * sizeof(uint32_t));
+        ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
+        launch(c, (cube_launch) {
+                .kernel = kernel, .cube_count = { count[0], count[1], count[2] },
+                .cube_dim = { dim[0], dim[1], dim[2] }, .buffers = &out, .n_buffers = 1,
+        });
+        ck_ok(cube_read(c, &out, got, n * sizeof(uint32_t)));
+        for (uint32_t cube = 0; cube < cubes; cube++)
+                for (uint32_t t = 0; t < units; t++) {
+                        uint32_t g = cube * units + t;
+                        ck_assert_msg(got[2 * g] == cube * units + (t + 1) % units,
+                                      "dim (%u, %u, %u): cube %u unit %u read %#x from its "
+                                      "neighbour after the first barrier, expected %#x", dim[0],
+                                      dim[1], dim[2], cube, t, got[2 * g],
+                                      cube * units + (t + 1) % units);
+                        ck_assert_msg(got[2 * g + 1] == ((cube * units + t) ^ 0x80000000u),
+                                      "dim (%u, %u, %u): cube %u unit %u read %#x after the "
+                                      "third barrier, expected %#x", dim[0], dim[1], dim[2], cube,
+                                      t, got[2 * g + 1], (cube * units + t) ^ 0x80000000u);
+                }
+        ck_ok(cube_free(c, &out));
+        free(got);
+}
+
+START_TEST(sync_cube_holds_every_unit_until_the_whole_cube_arrives)
+{
+        static const uint32_t shapes[][2][3] = {
+                { { 6, 1, 1 }, { 1024, 1, 1 } },        /* the most units a cube holds */
+                { { 3, 2, 1 }, { 16, 8, 4 } },          /* three dimensions, both ways */
+                { { 5, 1, 2 }, { 7, 5, 3 } },           /* nothing a power of two */
+                { { 4, 1, 1 }, { 2, 1, 1 } },
+        };
+        cube_client *c;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "barriers", &c));
+        k = register_kernel(c, rotate_source, "rotate");
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+                check_rotate(c, k, shapes[i][0], shapes[i][1]);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* Every unit writes its cube's position into its slot, and after a barrier
+ * counts the slots of its cube that hold anything else. */
+static const char owner_source[] =
+        "KERNEL void owner(uint32_t *out, INFO)\n"
+        "{\n"
+        "        SHARED uint32_t mine[256];\n"
+        "        uint32_t t = UNIT_POS, foreign = 0;\n"
+        "\n"
+        "        mine[t] = CUBE_POS;\n"
+        "        sync_cube();\n"
+        "        for (uint32_t i = 0; i < CUBE_DIM; i++)\n"
+        "                foreign += mine[i] != CUBE_POS;\n"
+        "        out[2 * ABSOLUTE_POS] = mine[(t + 1) % CUBE_DIM];\n"
+        "        out[2 * ABSOLUTE_POS + 1] = foreign;\n"
+        "}\n";
+
+START_TEST(shared_memory_belongs_to_one_cube)
+{
+        const uint32_t count[3] = { 16, 8, 2 }, units = 256, cubes = 16 * 8 * 2;
+        size_t n = (size_t) 2 * units * cubes;
+        uint32_t *got = malloc(n * sizeof(uint32_t));
+        cube_client *c;
+        cube_handle out;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "shared", &c));
+        k = register_kernel(c, owner_source, "owner");
+        memset(got, 0xa5, n * sizeof(uint32_t));
+        ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
+        launch(c, (cube_launch) {
+                .kernel = k, .cube_count = { count[0], count[1], count[2] },
+                .cube_dim = { 16, 16, 1 }, .buffers = &out, .n_buffers = 1,
+        });
+        ck_ok(cube_read(c, &out, got, n * sizeof(uint32_t)));
+        for (uint32_t g = 0; g < units * cubes; g++) {
+                ck_assert_msg(got[2 * g] == g / units, "unit %u of cube %u saw %#x in its "
+                              "cube's shared memory", g % units, g / units, got[2 * g]);
+                ck_assert_msg(got[2 * g + 1] == 0, "unit %u of cube %u found %u slots written "
+                              "by another cube", g % units, g / units, got[2 * g + 1]);
+        }
+        cube_disconnect(c);
+        free(got);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Refusals
+ * ------------------------------------------------------------------------- */
+
+/* A refused launch of triple (or of a kernel with its signature): the
+ * declared output reads back an Unwritten whose root is
+ * Launch(TooManyResources(variant)); the const input stays readable with the
+ * bytes it had. Returns the failure for the caller to inspect and free. */
+static cube_error *refused_launch(cube_client *c, uint64_t kernel, const uint32_t dim[3],
+                                  const cube_handle *in, const uint32_t *in_data,
+                                  const cube_handle *out, cube_error_kind variant,
+                                  const cube_error **ret_limit)
+{
+        static const cube_buffer_io io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
+        static const uint32_t lens[2] = { TRIPLE_N, TRIPLE_N };
+        const cube_error_kind chain[] = {
+                CUBE_SERVER_LAUNCH, CUBE_LAUNCH_TOO_MANY_RESOURCES, variant,
+        };
+        cube_handle bufs[2] = { *in, *out };
+        cube_info *info = info_with_lens(2, lens);
+        cube_error *e;
+
+        launch(c, (cube_launch) {
+                .kernel = kernel, .cube_count = { 2, 1, 1 }, .cube_dim = { dim[0], dim[1], dim[2] },
+                .buffers = bufs, .io = io, .n_buffers = 2, .info = info,
+        });
+        cube_info_free(info);
+        e = read_failure(c, out);
+        *ret_limit = expect_chain(root_of(e), chain, 3, cube_error_message(e));
+        ck_assert(cube_error_is_refusal(e));
+        ck_assert(cube_error_is_refusal(root_of(e)));
+        ck_assert(!cube_error_is_device_poisoned(e));
+        expect_bytes(c, in, in_data, TRIPLE_N * sizeof(uint32_t));
+        return e;
+}
+
+START_TEST(a_cube_dim_beyond_the_device_is_refused)
+{
+        uint32_t in[TRIPLE_N], requested[3], max[3], dim[3];
+        const cube_device_properties *p;
+        const cube_error *limit;
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "cube-dim", &c));
+        p = cube_client_properties(c);
+        /* Within the unit limit, one past the z limit. */
+        dim[0] = 1;
+        dim[1] = 1;
+        dim[2] = p->max_cube_dim[2] + 1;
+        ck_assert_uint_le(dim[2], p->max_units_per_cube);
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 1, in, &hin, &hout);
+        e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_CUBE_DIM, &limit);
+        ck_assert(cube_error_requested_dim(limit, requested));
+        ck_assert(cube_error_max_dim(limit, max));
+        for (int i = 0; i < 3; i++) {
+                ck_assert_uint_eq(requested[i], dim[i]);
+                ck_assert_uint_eq(max[i], p->max_cube_dim[i]);
+        }
+        cube_error_free(e);
+
+        /* The daemon goes on: the same kernel within limits runs. */
+        ck_ok(cube_write(c, &hout, in, sizeof(in)));
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(c, in, &hout);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(too_many_units_per_cube_are_refused)
+{
+        uint32_t in[TRIPLE_N], dim[3];
+        const cube_device_properties *p;
+        const cube_error *limit;
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "units", &c));
+        p = cube_client_properties(c);
+        /* Every dimension within its own limit, the product beyond the total. */
+        dim[0] = p->max_cube_dim[0] < p->max_units_per_cube ? p->max_cube_dim[0] :
+                 p->max_units_per_cube;
+        dim[1] = p->max_units_per_cube / dim[0] + 1;
+        dim[2] = 1;
+        ck_assert_uint_le(dim[1], p->max_cube_dim[1]);
+        ck_assert_uint_gt((uint64_t) dim[0] * dim[1], p->max_units_per_cube);
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 2, in, &hin, &hout);
+        e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_UNITS, &limit);
+        ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) dim[0] * dim[1]);
+        ck_assert_uint_eq(cube_error_max(limit), p->max_units_per_cube);
+        cube_error_free(e);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A kernel whose SHARED array holds words u32, every one of them used:
+ * out[i] = in[i] + (words - 1 - UNIT_POS). */
+static void hoard_source(char *buf, size_t cap, uint32_t words)
+{
+        snprintf(buf, cap,
+                 "KERNEL void hoard(const uint32_t *in, uint32_t *out, INFO)\n"
+                 "{\n"
+                 "        SHARED uint32_t big[%u];\n"
+                 "        uint64_t i = ABSOLUTE_POS;\n"
+                 "\n"
+                 "        for (uint32_t j = UNIT_POS; j < %u; j += CUBE_DIM)\n"
+                 "                big[j] = j;\n"
+                 "        sync_cube();\n"
+                 "        if (i < BUFFER_LEN(1))\n"
+                 "                out[i] = in[i] + big[%u - 1 - UNIT_POS];\n"
+                 "}\n", words, words, words);
+}
+
+START_TEST(shared_memory_beyond_the_device_is_refused)
+{
+        static const uint32_t dim[3] = { 64, 1, 1 };
+        uint32_t in[TRIPLE_N], words;
+        const cube_device_properties *p;
+        const cube_error *limit;
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        char source[1024];
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "shared-memory", &c));
+        p = cube_client_properties(c);
+        ck_assert_uint_gt(p->max_shared_memory_size, 0);
+        /* A quarter more than the device holds. */
+        words = p->max_shared_memory_size / 4 + p->max_shared_memory_size / 16;
+        hoard_source(source, sizeof(source), words);
+        k = register_kernel(c, source, "hoard");
+        triple_buffers(c, 3, in, &hin, &hout);
+        e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_SHARED_MEMORY, &limit);
+        ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) words * 4);
+        ck_assert_uint_eq(cube_error_max(limit), p->max_shared_memory_size);
+        cube_error_free(e);
+
+        /* Once compiled, the kernel's own answer protects the const input
+         * even when the launch declares nothing. */
+        ck_ok(cube_write(c, &hout, in, sizeof(in)));
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        cube_error_free(read_failure(c, &hout));
+        expect_bytes(c, &hin, in, sizeof(in));
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(the_shared_memory_limit_is_exact)
+{
+        static const uint32_t dim[3] = { 64, 1, 1 };
+        uint32_t in[TRIPLE_N], got[TRIPLE_N], words;
+        const cube_device_properties *p;
+        const cube_error *limit;
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        char source[1024];
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "shared-limit", &c));
+        p = cube_client_properties(c);
+        ck_assert_uint_eq(p->max_shared_memory_size % 4, 0);
+        words = p->max_shared_memory_size / 4;
+
+        /* All of it: the launch runs. */
+        hoard_source(source, sizeof(source), words);
+        k = register_kernel(c, source, "hoard");
+        triple_buffers(c, 7, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        ck_ok(cube_read(c, &hout, got, sizeof(got)));
+        for (uint32_t i = 0; i < TRIPLE_N; i++)
+                ck_assert_uint_eq(got[i], in[i] + (words - 1 - i % 64));
+
+        /* Four bytes more: refused, for exactly those bytes. */
+        hoard_source(source, sizeof(source), words + 1);
+        k = register_kernel(c, source, "hoard");
+        e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_SHARED_MEMORY, &limit);
+        ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) words * 4 + 4);
+        ck_assert_uint_eq(cube_error_max(limit), p->max_shared_memory_size);
+        cube_error_free(e);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Compile and signature errors
+ * ------------------------------------------------------------------------- */
+
+static const char broken_source[] =
+        "KERNEL void broken(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] + undeclared_cube_thing;\n"
+        "}\n";
+
+/* A launch of a kernel that cannot be built: the declared output carries
+ * Launch(CompilationError(kind)), a refusal; the declared input does not. */
+static cube_error *expect_compilation_error(cube_client *c, uint64_t kernel,
+                                            cube_error_kind kind, uint32_t seed)
+{
+        static const cube_buffer_io io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
+        static const uint32_t lens[2] = { TRIPLE_N, TRIPLE_N };
+        const cube_error_kind chain[] = {
+                CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR, kind,
+        };
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout, bufs[2];
+        cube_info *info = info_with_lens(2, lens);
+        cube_error *e;
+
+        triple_buffers(c, seed, in, &hin, &hout);
+        bufs[0] = hin;
+        bufs[1] = hout;
+        launch(c, (cube_launch) {
+                .kernel = kernel, .cube_count = { 16, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = bufs, .io = io, .n_buffers = 2, .info = info,
+        });
+        cube_info_free(info);
+        e = read_failure(c, &hout);
+        expect_chain(root_of(e), chain, 3, cube_error_message(e));
+        ck_assert(cube_error_is_refusal(e));
+        ck_assert(!cube_error_is_device_poisoned(e));
+        expect_bytes(c, &hin, in, sizeof(in));
+        return e;
+}
+
+START_TEST(a_kernel_that_does_not_compile_is_refused_with_the_compilers_words)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "broken", &c));
+        k = register_kernel(c, broken_source, "broken");
+        e = expect_compilation_error(c, k, CUBE_COMPILATION_GENERIC, 4);
+        ck_assert_msg(strstr(cube_error_message(e), "undeclared_cube_thing") != NULL,
+                      "the compiler's diagnostic is missing: %s", cube_error_message(e));
+        cube_error_free(e);
+        ck_assert_str_eq(kernel_entry(c, "broken").state, "failed");
+
+        /* A second launch gets the same answer, without a second compile. */
+        uint64_t compiles = session_status(c).compiles;
+        cube_error_free(expect_compilation_error(c, k, CUBE_COMPILATION_GENERIC, 5));
+        ck_assert_uint_eq(session_status(c).compiles, compiles);
+
+        /* The daemon keeps serving, this session and others. */
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 6, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(c, in, &hout);
+        cube_disconnect(c);
+        ck_assert(!status_of(D.socket).poisoned);
+}
+END_TEST
+
+START_TEST(a_kernel_with_a_bad_signature_fails_validation)
+{
+        static const char *const sources[] = {
+                /* The last parameter is not INFO. */
+                "KERNEL void nosig(const uint32_t *in, uint32_t *out)\n"
+                "{\n"
+                "        out[0] = in[0];\n"
+                "}\n",
+                /* A scalar among the buffers. */
+                "KERNEL void nosig(const uint32_t *in, uint32_t n, INFO)\n"
+                "{\n"
+                "        (void) in;\n"
+                "        (void) n;\n"
+                "}\n",
+                /* No kernel of that name at all. */
+                "KERNEL void something_else(const uint32_t *in, uint32_t *out, INFO)\n"
+                "{\n"
+                "        out[0] = in[0];\n"
+                "}\n",
+        };
+        cube_client *c;
+
+        ck_ok(cube_connect(D.socket, "signature", &c));
+        for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+                uint64_t k = register_kernel(c, sources[i], "nosig");
+                cube_error_free(expect_compilation_error(c, k, CUBE_COMPILATION_VALIDATION,
+                                                         (uint32_t) i + 10));
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Launch modes
+ * ------------------------------------------------------------------------- */
+
+START_TEST(compile_mode_fills_the_cache_and_runs_nothing)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_kernel_info ki;
+        cube_client *c;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "compile-mode", &c));
+        ck_assert_uint_eq(session_status(c).compiles, 0);
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 20, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_COMPILE);
+
+        ck_assert_uint_eq(session_status(c).compiles, 1);
+        ki = kernel_entry(c, "triple");
+        ck_assert_str_eq(ki.state, "compiled");
+        ck_assert(!ki.from_disk);
+        ck_assert_uint_eq(ki.hits, 0);
+        expect_pattern(c, &hout);
+
+        /* The launch that runs it compiles nothing more. */
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(c, in, &hout);
+        ck_assert_uint_eq(session_status(c).compiles, 1);
+        ck_assert_uint_eq(kernel_entry(c, "triple").hits, ki.hits + 1);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(queue_mode_compiles_only_when_asked)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        uint64_t k, bad;
+
+        ck_ok(cube_connect(D.socket, "queue-mode", &c));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 30, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_QUEUE);
+        ck_assert_uint_eq(session_status(c).compiles, 0);
+        ck_assert_str_eq(kernel_entry(c, "triple").state, "new");
+        expect_pattern(c, &hout);
+
+        ck_ok(cube_compile_queued(c));
+        ck_assert_uint_eq(session_status(c).compiles, 1);
+        ck_assert_str_eq(kernel_entry(c, "triple").state, "compiled");
+        expect_pattern(c, &hout);
+
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(c, in, &hout);
+        ck_assert_uint_eq(session_status(c).compiles, 1);
+
+        /* A queued kernel that fails says so at its own launch, not before. */
+        bad = register_kernel(c, broken_source, "broken");
+        launch_triple(c, bad, &hin, &hout, CUBE_LAUNCH_QUEUE);
+        ck_assert_str_eq(kernel_entry(c, "broken").state, "new");
+        ck_ok(cube_compile_queued(c));
+        ck_assert_str_eq(kernel_entry(c, "broken").state, "failed");
+        expect_tripled(c, in, &hout);   /* the queue launch touched nothing */
+        e = expect_compilation_error(c, bad, CUBE_COMPILATION_GENERIC, 31);
+        ck_assert_msg(strstr(cube_error_message(e), "undeclared_cube_thing") != NULL, "%s",
+                      cube_error_message(e));
+        cube_error_free(e);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * The kernel cache
+ * ------------------------------------------------------------------------- */
+
+/* Connects, runs triple once on fresh data and checks it; returns the
+ * session's view of the daemon afterwards. */
+static cube_status triple_session(const char *socket, uint64_t seed)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_status st;
+        uint64_t k;
+
+        ck_ok(cube_connect(socket, "cache", &c));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, seed, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(c, in, &hout);
+        st = session_status(c);
+        cube_disconnect(c);
+        return st;
+}
+
+static cube_kernel_info triple_entry(const char *socket)
+{
+        cube_client *c;
+        cube_kernel_info ki;
+
+        ck_ok(cube_connect(socket, "kernels", &c));
+        ki = kernel_entry(c, "triple");
+        cube_disconnect(c);
+        return ki;
+}
+
+START_TEST(a_second_session_hits_the_first_sessions_compile)
+{
+        cube_kernel_info before, after;
+        cube_status st;
+
+        st = triple_session(D.socket, 40);
+        ck_assert_uint_eq(st.compiles, 1);
+        ck_assert_uint_eq(st.kernels, 1);
+        before = triple_entry(D.socket);
+
+        st = triple_session(D.socket, 41);
+        ck_assert_uint_eq(st.compiles, 1);
+        ck_assert_uint_eq(st.kernels, 1);
+        after = triple_entry(D.socket);
+        ck_assert_str_eq(after.hash, before.hash);
+        ck_assert_uint_eq(after.hits, before.hits + 1);
+}
+END_TEST
+
+START_TEST(a_restarted_daemon_loads_the_kernel_from_its_cache_dir)
+{
+        const char *args[] = { "--cache-dir", shared_cache, NULL };
+        cube_kernel_info first, ki;
+        cube_status st;
+
+        strcpy(shared_cache, "/tmp/cube-kernel-cache-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(shared_cache));
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+        st = triple_session(D.socket, 50);
+        ck_assert_uint_eq(st.compiles, 1);
+        first = triple_entry(D.socket);
+        ck_assert(!first.from_disk);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+        st = triple_session(D.socket, 51);
+        ck_assert_uint_eq(st.compiles, 0);
+        ki = triple_entry(D.socket);
+        ck_assert_str_eq(ki.hash, first.hash);
+        ck_assert_str_eq(ki.state, "compiled");
+        ck_assert(ki.from_disk);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * A faulting kernel
+ * ------------------------------------------------------------------------- */
+
+static const char null_write_source[] =
+        "KERNEL void scribble(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile uint32_t *volatile nowhere = NULL;\n"
+        "\n"
+        "        out[ABSOLUTE_POS] = 1;\n"
+        "        if (ABSOLUTE_POS == 77)\n"
+        "                *nowhere = 1;\n"
+        "}\n";
+
+/* The same fault from a unit running on its own stack, between barriers,
+ * at an address far past its buffer. */
+static const char far_write_source[] =
+        "KERNEL void scribble(uint32_t *out, INFO)\n"
+        "{\n"
+        "        SHARED uint32_t s[64];\n"
+        "\n"
+        "        s[UNIT_POS] = UNIT_POS;\n"
+        "        sync_cube();\n"
+        "        out[ABSOLUTE_POS] = s[(UNIT_POS + 1) % CUBE_DIM];\n"
+        "        if (ABSOLUTE_POS == 77)\n"
+        "                out[(uint64_t) 1 << 44] = 1;\n"
+        "        sync_cube();\n"
+        "}\n";
+
+static void fault_poisons_the_device(const char *source)
+{
+        uint32_t data[256], *back;
+        cube_client *bystander, *faulter, *late;
+        cube_handle mine, out;
+        cube_status st;
+        cube_error *e;
+        uint64_t k;
+
+        fill_random(data, sizeof(data), 60);
+        ck_ok(cube_connect(D.socket, "bystander", &bystander));
+        ck_ok(cube_create(bystander, data, sizeof(data), &mine));
+        expect_bytes(bystander, &mine, data, sizeof(data));
+
+        ck_ok(cube_connect(D.socket, "faulter", &faulter));
+        k = register_kernel(faulter, source, "scribble");
+        ck_ok(cube_empty(faulter, 64 * 4 * sizeof(uint32_t), &out));
+        launch(faulter, (cube_launch) {
+                .kernel = k, .cube_count = { 4, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = &out, .n_buffers = 1,
+        });
+        e = cube_sync(faulter, NULL, 0);
+        ck_assert_msg(e != NULL, "the sync after a faulting kernel succeeded");
+        ck_assert_msg(cube_error_is_device_poisoned(e), "not a poisoned device: %s",
+                      cube_error_message(e));
+        ck_assert_msg(strstr(cube_error_message(e), "scribble") != NULL,
+                      "the kernel is not named: %s", cube_error_message(e));
+        ck_assert(!cube_error_is_refusal(e));
+        cube_error_free(e);
+
+        /* What it wrote carries the poison too. */
+        back = malloc(cube_handle_len(&out));
+        e = cube_read(faulter, &out, back, cube_handle_len(&out));
+        free(back);
+        ck_assert_ptr_nonnull(e);
+        ck_assert(cube_error_is_device_poisoned(e));
+        cube_error_free(e);
+
+        /* A session that was there before learns it on its next read. */
+        e = cube_read(bystander, &mine, data, sizeof(data));
+        ck_assert_msg(e != NULL, "the bystander's read succeeded on a poisoned device");
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_DEVICE_POISONED, "not DevicePoisoned: "
+                      "%s", cube_error_message(e));
+        ck_assert(cube_error_is_device_poisoned(e));
+        ck_assert_msg(strstr(cube_error_message(e), "scribble") != NULL,
+                      "the kernel is not named: %s", cube_error_message(e));
+        cube_error_free(e);
+
+        /* A new session still connects, and the daemon says what happened. */
+        ck_ok(cube_connect(D.socket, "late", &late));
+        st = session_status(late);
+        ck_assert(st.poisoned);
+        ck_assert_msg(strstr(st.poison, "faulter") != NULL && strstr(st.poison, "session") &&
+                      strstr(st.poison, "scribble"), "poison: %s", st.poison);
+        cube_disconnect(late);
+        cube_disconnect(faulter);
+        cube_disconnect(bystander);
+}
+
+START_TEST(a_null_write_poisons_the_device_and_the_daemon_keeps_answering)
+{
+        fault_poisons_the_device(null_write_source);
+}
+END_TEST
+
+START_TEST(a_wild_write_between_barriers_poisons_the_device_too)
+{
+        fault_poisons_the_device(far_write_source);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Dynamic cube counts, bindings, and the info words
+ * ------------------------------------------------------------------------- */
+
+/* Unit 0 of every cube records where its cube is and how many there are. */
+static const char mark_source[] =
+        "KERNEL void mark(uint32_t *out, INFO)\n"
+        "{\n"
+        "        if (UNIT_POS == 0)\n"
+        "                out[CUBE_POS] = 0x80000000u | CUBE_POS_X | CUBE_POS_Y << 4 |\n"
+        "                                CUBE_POS_Z << 8 | CUBE_COUNT_X << 12 |\n"
+        "                                CUBE_COUNT_Y << 16 | CUBE_COUNT_Z << 20;\n"
+        "}\n";
+
+#define MARK_N 64
+
+START_TEST(a_dynamic_count_read_from_a_buffer_runs_that_many_cubes)
+{
+        static const uint32_t zeros[][3] = { { 0, 2, 2 }, { 2, 0, 2 }, { 2, 2, 0 } };
+        const uint32_t stale[3] = { 1, 1, 1 }, count[3] = { 3, 2, 2 };
+        uint32_t pattern[MARK_N], got[MARK_N];
+        cube_handle hcount, out;
+        cube_client *c;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "dynamic", &c));
+        k = register_kernel(c, mark_source, "mark");
+        memset(pattern, 0xa5, sizeof(pattern));
+        ck_ok(cube_create(c, pattern, sizeof(pattern), &out));
+        /* The count is read in stream order: the write after the create wins. */
+        ck_ok(cube_create(c, stale, sizeof(stale), &hcount));
+        ck_ok(cube_write(c, &hcount, count, sizeof(count)));
+        launch(c, (cube_launch) {
+                .kernel = k, .dynamic_count = &hcount, .cube_dim = { 8, 1, 1 },
+                .buffers = &out, .n_buffers = 1,
+        });
+        ck_ok(cube_read(c, &out, got, sizeof(got)));
+        for (uint32_t i = 0; i < MARK_N; i++) {
+                uint32_t want = 0xa5a5a5a5u;
+                if (i < 12)
+                        want = 0x80000000u | i % 3 | (i / 3 % 2) << 4 | (i / 6) << 8 |
+                               3u << 12 | 2u << 16 | 2u << 20;
+                ck_assert_msg(got[i] == want, "slot %u holds %#x, expected %#x", i, got[i], want);
+        }
+
+        /* Zero cubes in any dimension run nothing. */
+        for (size_t z = 0; z < sizeof(zeros) / sizeof(zeros[0]); z++) {
+                ck_ok(cube_write(c, &out, pattern, sizeof(pattern)));
+                ck_ok(cube_write(c, &hcount, zeros[z], sizeof(zeros[z])));
+                launch(c, (cube_launch) {
+                        .kernel = k, .dynamic_count = &hcount, .cube_dim = { 8, 1, 1 },
+                        .buffers = &out, .n_buffers = 1,
+                });
+                ck_ok(cube_read(c, &out, got, sizeof(got)));
+                ck_assert_msg(memcmp(got, pattern, sizeof(got)) == 0, "a count of (%u, %u, %u) "
+                              "ran cubes", zeros[z][0], zeros[z][1], zeros[z][2]);
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_launch_binding_the_wrong_number_of_buffers_fails_validation)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout, extra, three[3];
+        cube_client *c;
+        cube_error *e;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "bindings", &c));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 70, in, &hin, &hout);
+
+        /* One buffer short. */
+        launch(c, (cube_launch) {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = &hout, .n_buffers = 1,
+        });
+        e = read_failure(c, &hout);
+        ck_assert_int_eq(cube_error_kind_of(root_of(e)), CUBE_SERVER_VALIDATION);
+        ck_assert_msg(strstr(cube_error_message(e), "triple") != NULL, "%s",
+                      cube_error_message(e));
+        ck_assert(!cube_error_is_refusal(e));
+        ck_assert(!cube_error_is_device_poisoned(e));
+        cube_error_free(e);
+
+        /* One too many: every undeclared buffer counts as written. */
+        ck_ok(cube_write(c, &hout, in, sizeof(in)));
+        ck_ok(cube_create(c, in, sizeof(in), &extra));
+        three[0] = hin;
+        three[1] = hout;
+        three[2] = extra;
+        launch(c, (cube_launch) {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = three, .n_buffers = 3,
+        });
+        for (int i = 0; i < 3; i++) {
+                e = read_failure(c, &three[i]);
+                ck_assert_int_eq(cube_error_kind_of(root_of(e)), CUBE_SERVER_VALIDATION);
+                cube_error_free(e);
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
+/* Two f32 scalars fill word 0; the u32 group starts at word 1. */
+static const char affine_source[] =
+        "KERNEL void affine(const float *x, float *y, INFO)\n"
+        "{\n"
+        "        float scale = SCALAR(float, 0, 0);\n"
+        "        float shift = SCALAR(float, 0, 1);\n"
+        "        uint32_t n = SCALAR(uint32_t, 1, 0);\n"
+        "        uint32_t stride = SCALAR(uint32_t, 1, 1);\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "\n"
+        "        if (i < n)\n"
+        "                y[i] = x[i * stride] * scale + shift;\n"
+        "}\n";
+
+START_TEST(f32_and_u32_scalars_arrive_where_the_layout_puts_them)
+{
+        enum { N = 777, STRIDE = 3 };
+        const float scale = -2.5f, shift = 0.375f;
+        float *x = malloc(N * STRIDE * sizeof(float)), y[N];
+        cube_handle bufs[2];
+        cube_info *info = cube_info_new();
+        cube_client *c;
+        uint64_t k;
+
+        /* Quarters times -2.5 are exact in a float, so a fused multiply-add
+         * on the device rounds exactly as the separate steps here do. */
+        for (int i = 0; i < N * STRIDE; i++)
+                x[i] = (float) (i % 101) * 0.25f - 12.0f;
+        ck_ok(cube_connect(D.socket, "scalars", &c));
+        k = register_kernel(c, affine_source, "affine");
+        memset(y, 0xff, sizeof(y));
+        ck_ok(cube_create(c, x, N * STRIDE * sizeof(float), &bufs[0]));
+        ck_ok(cube_create(c, y, sizeof(y), &bufs[1]));
+        /* Added out of group order on purpose: the builder groups them. */
+        ck_assert_int_eq(cube_info_u32(info, N), 0);
+        ck_assert_int_eq(cube_info_f32(info, scale), 0);
+        ck_assert_int_eq(cube_info_u32(info, STRIDE), 0);
+        ck_assert_int_eq(cube_info_f32(info, shift), 0);
+        launch(c, (cube_launch) {
+                .kernel = k, .cube_count = { (N + 127) / 128, 1, 1 },
+                .cube_dim = { 128, 1, 1 }, .buffers = bufs, .n_buffers = 2, .info = info,
+        });
+        ck_ok(cube_read(c, &bufs[1], y, sizeof(y)));
+        for (int i = 0; i < N; i++) {
+                float want = x[i * STRIDE] * scale + shift;
+                ck_assert_msg(y[i] == want, "y[%d] = %g, expected %g", i, (double) y[i],
+                              (double) want);
+        }
+        cube_info_free(info);
+        cube_disconnect(c);
+        free(x);
+}
+END_TEST
+
+/* Writes out every metadata word a kernel can reach, by the formulas of
+ * docs/KERNELS.md: two buffers, two tensors of ranks 2 and 3, and an i64
+ * and a u32 scalar in front of them all; then each tensor's rank. */
+static const char layout_source[] =
+        "KERNEL void layout(uint32_t *out, const uint32_t *unused, INFO)\n"
+        "{\n"
+        "        const uint32_t n_buffers = 2, n_tensors = 2;\n"
+        "        uint32_t j = 0;\n"
+        "\n"
+        "        if (ABSOLUTE_POS != 0)\n"
+        "                return;\n"
+        "        out[j++] = (uint32_t) SCALAR(int64_t, 0, 0);\n"
+        "        out[j++] = SCALAR(uint32_t, 1, 0);\n"
+        "        out[j++] = BUFFER_LEN(0);\n"
+        "        out[j++] = BUFFER_LEN(1);\n"
+        "        for (uint32_t t = 0; t < n_tensors; t++)\n"
+        "                for (uint32_t d = 0; d < 2 + t; d++) {\n"
+        "                        out[j++] = DYN_U32(META_U32(n_buffers + t) + d);\n"
+        "                        out[j++] = DYN_U32(META_U32(n_buffers + n_tensors + t) + d);\n"
+        "                }\n"
+        "        for (uint32_t t = 0; t < n_tensors; t++)\n"
+        "                out[j++] = META_U32(n_buffers + t + 1) - META_U32(n_buffers + t);\n"
+        "}\n";
+
+START_TEST(buffer_lengths_shapes_and_strides_follow_the_scalars)
+{
+        static const uint32_t shape0[2] = { 5, 7 }, strides0[2] = { 7, 1 };
+        static const uint32_t shape1[3] = { 2, 3, 4 }, strides1[3] = { 1, 2, 6 };
+        const uint32_t want[] = {
+                0xfedcba98u, 4242, 32, 9,
+                5, 7, 7, 1,
+                2, 1, 3, 2, 4, 6,
+                2, 3,                   /* the ranks */
+        };
+        uint32_t got[32], nine[9] = {0};
+        cube_handle bufs[2];
+        cube_info *info = cube_info_new();
+        cube_client *c;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "layout", &c));
+        k = register_kernel(c, layout_source, "layout");
+        memset(got, 0xa5, sizeof(got));
+        ck_ok(cube_create(c, got, sizeof(got), &bufs[0]));
+        ck_ok(cube_create(c, nine, sizeof(nine), &bufs[1]));
+        ck_assert_int_eq(cube_info_u32(info, 4242), 0);
+        ck_assert_int_eq(cube_info_i64(info, (int64_t) 0x12345678fedcba98ll), 0);
+        ck_assert_int_eq(cube_info_buffer_len(info, 32), 0);
+        ck_assert_int_eq(cube_info_buffer_len(info, 9), 0);
+        ck_assert_int_eq(cube_info_tensor(info, 2, shape0, strides0), 0);
+        ck_assert_int_eq(cube_info_tensor(info, 3, shape1, strides1), 0);
+        launch(c, (cube_launch) {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                .buffers = bufs, .n_buffers = 2, .info = info,
+        });
+        ck_ok(cube_read(c, &bufs[0], got, sizeof(got)));
+        for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+                ck_assert_msg(got[i] == want[i], "word %zu is %u, expected %u", i, got[i], want[i]);
+        ck_assert_uint_eq(got[sizeof(want) / sizeof(want[0])], 0xa5a5a5a5u);
+        cube_info_free(info);
+        cube_disconnect(c);
+}
+END_TEST
+
+static Suite *kernels_suite(void)
+{
+        Suite *s = suite_create("kernels");
+        TCase *tc = tcase_create("kernels");
+
+        tcase_add_checked_fixture(tc, start_default, stop_clean);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, the_vector_add_example_matches_its_reference);
+        tcase_add_test(tc, the_reduce_example_matches_its_reference);
+        tcase_add_test(tc, the_matmul_example_matches_its_reference);
+        tcase_add_test(tc, sync_cube_holds_every_unit_until_the_whole_cube_arrives);
+        tcase_add_test(tc, shared_memory_belongs_to_one_cube);
+        tcase_add_test(tc, a_cube_dim_beyond_the_device_is_refused);
+        tcase_add_test(tc, too_many_units_per_cube_are_refused);
+        tcase_add_test(tc, shared_memory_beyond_the_device_is_refused);
+        tcase_add_test(tc, the_shared_memory_limit_is_exact);
+        tcase_add_test(tc, a_kernel_that_does_not_compile_is_refused_with_the_compilers_words);
+        tcase_add_test(tc, a_kernel_with_a_bad_signature_fails_validation);
+        tcase_add_test(tc, compile_mode_fills_the_cache_and_runs_nothing);
+        tcase_add_test(tc, queue_mode_compiles_only_when_asked);
+        tcase_add_test(tc, a_second_session_hits_the_first_sessions_compile);
+        tcase_add_test(tc, a_restarted_daemon_loads_the_kernel_from_its_cache_dir);
+        tcase_add_test(tc, a_null_write_poisons_the_device_and_the_daemon_keeps_answering);
+        tcase_add_test(tc, a_wild_write_between_barriers_poisons_the_device_too);
+        tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);
+        tcase_add_test(tc, a_launch_binding_the_wrong_number_of_buffers_fails_validation);
+        tcase_add_test(tc, f32_and_u32_scalars_arrive_where_the_layout_puts_them);
+        tcase_add_test(tc, buffer_lengths_shapes_and_strides_follow_the_scalars);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(kernels_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}
