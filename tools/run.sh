@@ -10,7 +10,7 @@ tools/setup.sh build
 
 dir=$(mktemp -d /tmp/cube-run-XXXXXX)
 sock=$dir/cube.sock
-build/daemon/cubed --socket "$sock" 2>"$dir/cubed.log" &
+build/daemon/cubed --socket "$sock" --cache-dir "$dir/cache" 2>"$dir/cubed.log" &
 pid=$!
 cleanup() {
         kill "$pid" 2>/dev/null || true
@@ -25,8 +25,12 @@ done
 
 echo "== example: write a buffer, read it back, compare"
 build/examples/roundtrip "$sock"
+echo "== example: a kernel adds two vectors of a million floats, checked against the host"
+build/examples/vector_add "$sock"
 echo "== cubectl status"
 build/tools/cubectl --socket "$sock" status
+echo "== cubectl kernels"
+build/tools/cubectl --socket "$sock" kernels
 
 kill -TERM "$pid"
 status=0
