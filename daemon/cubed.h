@@ -82,11 +82,13 @@ void cube__claims_clear(cube__failures *fs, cube__claims *c);
 /* Drops a record that no allocation carries. */
 void cube__failures_prune(cube__failures *fs, uint64_t failure);
 /* Records that a launch of kernel was skipped because memory needed carried
- * failure: the hop a read downstream reports in its chain. */
+ * failure, and that the memory it was to write claims it now: the hop a read
+ * downstream reports in its chain. */
 void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
-                            uint64_t needed);
-/* ServerError::Unwritten for a failure. */
-cube_error *cube__failures_report(cube__failures *fs, uint64_t failure);
+                            uint64_t needed, const uint64_t *produced, size_t n_produced);
+/* ServerError::Unwritten for a failure, its chain walked back from memory
+ * (0: every hop, newest first). */
+cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t memory);
 size_t cube__failures_live(const cube__failures *fs);
 /* Every live failure as [{id, session, report: Unwritten}, ...]. */
 int cube__failures_pack(cube__failures *fs, msgpack_packer *pk);

@@ -17,20 +17,35 @@
 
 #define SKIPS_KEPT 16
 
+/* A launch skipped because memory `needed` carried the failure; the memory
+ * it was to write (`produced`) claims the failure now. */
+typedef struct skip_record {
+        char *hop;
+        uint64_t needed;
+        uint64_t *produced;
+        size_t n_produced;
+} skip_record;
+
 typedef struct failure_record {
         uint64_t id;
         uint64_t session;
         cube_error *root;
         uint32_t tagged;                /* allocations that carry it */
-        char *skips[SKIPS_KEPT];        /* newest first */
+        skip_record skips[SKIPS_KEPT];  /* newest first */
         size_t n_skips;
         uint64_t skips_dropped;
 } failure_record;
 
+static void skip_free(skip_record *k)
+{
+        free(k->hop);
+        free(k->produced);
+}
+
 static void record_free(failure_record *r)
 {
         for (size_t i = 0; i < r->n_skips; i++)
-                free(r->skips[i]);
+                skip_free(&r->skips[i]);
         cube_error_free(r->root);
         free(r);
 }
@@ -178,24 +193,38 @@ void cube__claims_clear(cube__failures *fs, cube__claims *c)
 }
 
 void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
-                            uint64_t needed)
+                            uint64_t needed, const uint64_t *produced, size_t n_produced)
 {
         failure_record *r = cube__idmap_get(&fs->records, failure);
-        char *hop;
+        skip_record k = { .needed = needed, .n_produced = n_produced };
 
-        if (!r || asprintf(&hop, "skipped `%s`: it needed memory %llu, which carried the failure",
-                           kernel, (unsigned long long) needed) < 0)
+        if (!r)
                 return;
+        k.produced = malloc((n_produced ? n_produced : 1) * sizeof(*k.produced));
+        if (!k.produced || asprintf(&k.hop, "skipped `%s`: it needed memory %llu, which carried "
+                                    "the failure", kernel, (unsigned long long) needed) < 0) {
+                free(k.produced);
+                return;
+        }
+        memcpy(k.produced, produced, n_produced * sizeof(*produced));
         if (r->n_skips == SKIPS_KEPT) {
-                free(r->skips[--r->n_skips]);
+                skip_free(&r->skips[--r->n_skips]);
                 r->skips_dropped++;
         }
         memmove(r->skips + 1, r->skips, r->n_skips * sizeof(*r->skips));
-        r->skips[0] = hop;
+        r->skips[0] = k;
         r->n_skips++;
 }
 
-cube_error *cube__failures_report(cube__failures *fs, uint64_t failure)
+static bool produced(const skip_record *k, uint64_t memory)
+{
+        for (size_t i = 0; i < k->n_produced; i++)
+                if (k->produced[i] == memory)
+                        return true;
+        return false;
+}
+
+cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t memory)
 {
         failure_record *r = cube__idmap_get(&fs->records, failure);
         cube_error *root;
@@ -212,13 +241,19 @@ cube_error *cube__failures_report(cube__failures *fs, uint64_t failure)
                 free(chain);
                 return NULL;
         }
-        for (size_t i = 0; i < r->n_skips; i++)
-                if ((chain[n] = strdup(r->skips[i])))
+        /* Newest first, from the memory asked about back toward the root:
+         * each hop's needed memory is what an older hop produced. */
+        for (size_t i = 0; i < r->n_skips; i++) {
+                if (memory && !produced(&r->skips[i], memory))
+                        continue;
+                if ((chain[n] = strdup(r->skips[i].hop)))
                         n++;
-        if (r->skips_dropped &&
-            asprintf(&chain[n], "(%llu older skip record(s) were dropped; the root below is "
-                     "still the failure that started it)",
-                     (unsigned long long) r->skips_dropped) >= 0)
+                if (memory)
+                        memory = r->skips[i].needed;
+        }
+        if (r->skips_dropped && n > 0 &&
+            asprintf(&chain[n], "(%llu older skip record(s) were dropped; the walk may stop "
+                     "before the root)", (unsigned long long) r->skips_dropped) >= 0)
                 n++;
         return cube__err_unwritten(r->id, r->tagged, chain, n, root);
 }
@@ -233,7 +268,7 @@ static void pack_one(uint64_t key, void *value, void *ctx)
 {
         pack_ctx *p = ctx;
         failure_record *rec = value;
-        cube_error *report = cube__failures_report(p->fs, rec->id);
+        cube_error *report = cube__failures_report(p->fs, rec->id, 0);
 
         p->r |= msgpack_pack_map(p->pk, 3);
         p->r |= cube__pack_kv_u64(p->pk, "id", rec->id);

@@ -246,11 +246,19 @@ static void skip(cube__msg *k, launch_req *r, const cube__kernel *kernel, uint64
 {
         cube__failures *fs = &k->server->failures;
 
-        cube__failures_skipped(fs, failure, kernel->entry, needed);
+        uint64_t *ids = calloc(r->n + 1, sizeof(*ids));
+        size_t n = 0;
+
         for (size_t i = 0; i < r->n; i++)
-                if (writes(r, kernel, i))
+                if (writes(r, kernel, i)) {
                         cube__claims_taint(fs, &r->allocs[i]->claims, r->start[i], r->end[i],
                                            failure);
+                        if (ids)
+                                ids[n++] = r->allocs[i]->id;
+                }
+        if (ids)
+                cube__failures_skipped(fs, failure, kernel->entry, needed, ids, n);
+        free(ids);
 }
 
 /* Checks the launch against the device before anything is compiled. */

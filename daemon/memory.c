@@ -155,14 +155,15 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
 }
 
 /* Adds the failure to the group unless it is there already. */
-static int add_failure(cube__failures *fs, cube_error **several, uint64_t failure)
+static int add_failure(cube__failures *fs, cube_error **several, uint64_t failure,
+                       uint64_t memory)
 {
         for (size_t i = 0; *several && i < cube_error_count(*several); i++)
                 if (cube_error_failure(cube_error_at(*several, i)) == failure)
                         return 0;
         if (!*several && !(*several = cube__err_several()))
                 return -ENOMEM;
-        return cube__err_several_add(*several, cube__failures_report(fs, failure));
+        return cube__err_several_add(*several, cube__failures_report(fs, failure, memory));
 }
 
 cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n)
@@ -186,7 +187,7 @@ cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, s
                 for (size_t k = 0; k < a->claims.n; k++) {
                         const cube__claim *c = &a->claims.v[k];
                         if (c->start < end && start < c->end &&
-                            add_failure(&srv->failures, &several, c->failure) < 0) {
+                            add_failure(&srv->failures, &several, c->failure, a->id) < 0) {
                                 cube_error_free(several);
                                 return cube__err_generic("out of host memory reporting failures");
                         }

@@ -641,7 +641,8 @@ cube_error *cube__err_storage_mapping_failed(uint64_t size, cube_error *io_sourc
 }
 
 cube_error *cube__err_unwritten(uint64_t failure, uint32_t claimed, char **chain, size_t n_chain,
-                                cube_error *root) {
+                                cube_error *root)
+{
         cube_error *e = NULL;
 
         if (!root || cube__err_family_of(root->kind) != CUBE__FAMILY_SERVER ||
@@ -1424,7 +1425,8 @@ static int obj_operation(const msgpack_object *o, int *ret)
 /* Decodes the one error a wrapping variant, StorageMappingFailed or
  * Unwritten stands on, into members[0]. */
 static int unpack_source(cube_error *e, const msgpack_object *o, cube__err_family family,
-                         unsigned depth) {
+                         unsigned depth)
+{
         cube_error *source = NULL;
         int r;
 
@@ -1485,7 +1487,8 @@ static int unpack_members(cube_error *e, const msgpack_object *o, unsigned depth
 /* Fills e's fields from its payload p. On failure e may hold part of them;
  * the caller frees it whole. */
 static int unpack_payload(cube_error *e, const struct kind_info *info, const msgpack_object *p,
-                          unsigned depth) {
+                          unsigned depth)
+{
         uint64_t v;
         int r;
 
@@ -1555,7 +1558,8 @@ static int unpack_payload(cube_error *e, const struct kind_info *info, const msg
 
 /* depth counts error levels, the top one being 1. */
 static int unpack_value(const msgpack_object *o, cube__err_family family, unsigned depth,
-                        cube_error **ret) {
+                        cube_error **ret)
+{
         const struct kind_info *info;
         const msgpack_object *name;
         cube_error_kind kind;

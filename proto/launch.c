@@ -32,8 +32,9 @@ static bool io_is_answer(cube_buffer_io io)
 }
 
 cube_buffer_io cube__io_attr(const cube_buffer_io *compiled, size_t n_compiled,
-                      const cube_buffer_io *declared, size_t n_declared, size_t index) {
-        if (compiled && index < n_compiled)
+                      const cube_buffer_io *declared, size_t n_declared, size_t index)
+{
+        if (compiled && index < n_compiled && io_is_answer(compiled[index]))
                 return compiled[index];
         if (declared && index < n_declared)
                 return declared[index];
@@ -41,14 +42,16 @@ cube_buffer_io cube__io_attr(const cube_buffer_io *compiled, size_t n_compiled,
 }
 
 bool cube__io_written(const cube_buffer_io *compiled, size_t n_compiled,
-                      const cube_buffer_io *declared, size_t n_declared, size_t index) {
+                      const cube_buffer_io *declared, size_t n_declared, size_t index)
+{
         cube_buffer_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
 
         return !io_is_answer(io) || cube__io_is_writable(io);
 }
 
 bool cube__io_read(const cube_buffer_io *compiled, size_t n_compiled,
-                   const cube_buffer_io *declared, size_t n_declared, size_t index) {
+                   const cube_buffer_io *declared, size_t n_declared, size_t index)
+{
         cube_buffer_io io = cube__io_attr(compiled, n_compiled, declared, n_declared, index);
 
         return !io_is_answer(io) || cube__io_is_readable(io);
