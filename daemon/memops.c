@@ -27,6 +27,14 @@ cube__dispatched cube__do_create(cube__msg *k)
                 cube__malformed(k, "params must be [stream, memory, size]");
                 return CUBE__DISPATCH_DONE;
         }
+        if (CUBE__MEMORY_SESSION(memory) != k->session->id ||
+            (memory & ((1ull << CUBE__MEMORY_SESSION_SHIFT) - 1)) == 0) {
+                cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64 " is not one "
+                                          "of this session's: ids are (session << 40) | n with "
+                                          "n > 0, and this session is %" PRIu64, memory,
+                                          k->session->id);
+                return CUBE__DISPATCH_DONE;
+        }
         if (cube__idmap_get(&k->session->memory, memory)) {
                 cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64
                                           " is already in use in this session", memory);

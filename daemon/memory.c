@@ -139,6 +139,11 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
                          h->service);
                 return cube__err_foreign_handle(handle, srv->service);
         }
+        if (CUBE__MEMORY_SESSION(h->memory) != s->id)
+                return cube__err_not_found("memory %" PRIu64 " belongs to session %" PRIu64 ", not "
+                                           "to this one (%" PRIu64 "): a session reaches only its "
+                                           "own memory", h->memory,
+                                           (uint64_t) CUBE__MEMORY_SESSION(h->memory), s->id);
         a = cube__idmap_get(&s->memory, h->memory);
         if (!a)
                 return cube__err_not_found("memory %" PRIu64 " was never created in this session,"

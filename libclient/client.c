@@ -191,6 +191,8 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
                 client_free(c);
                 return e;
         }
+        /* Memory ids carry the session, so they are never another's. */
+        atomic_store(&c->next_memory, (c->session << CUBE__MEMORY_SESSION_SHIFT) | 1);
         /* A read reply is as large as the daemon lets a message be. */
         if (c->daemon_limits.max_message_bytes + (1u << 20) > c->limits.max_message_bytes)
                 c->limits.max_message_bytes = c->daemon_limits.max_message_bytes + (1u << 20);

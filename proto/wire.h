@@ -51,6 +51,12 @@ bool cube__obj_array(const msgpack_object *o, const msgpack_object_array **ret);
 /* The value under key in a map with str keys, or NULL. */
 const msgpack_object *cube__map_get(const msgpack_object *map, const char *key);
 
+/* Memory ids carry the session that minted them: (session << 40) | n, n > 0.
+ * A session reaches only ids of its own, so one session's id used in another
+ * is unknown there rather than an alias of that session's memory. */
+#define CUBE__MEMORY_SESSION_SHIFT 40
+#define CUBE__MEMORY_SESSION(id) ((id) >> CUBE__MEMORY_SESSION_SHIFT)
+
 /* A handle travels as [service, memory, offset_start, offset_end]; the
  * daemon knows each allocation's size. */
 bool cube__obj_handle(const msgpack_object *o, cube_handle *ret);

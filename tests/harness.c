@@ -320,10 +320,17 @@ bool raw_wait_closed(int fd, int timeout_ms)
 
 uint64_t raw_hello(int fd)
 {
+        uint64_t nonce = 0, session = 0;
+
+        raw_greet(fd, &nonce, &session);
+        return nonce;
+}
+
+void raw_greet(int fd, uint64_t *ret_nonce, uint64_t *ret_session)
+{
         msgpack_sbuffer sb;
         msgpack_packer pk;
         msgpack_unpacked up;
-        uint64_t nonce = 0;
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -345,11 +352,13 @@ uint64_t raw_hello(int fd)
                         for (uint32_t i = 0; i < m->size; i++)
                                 if (m->ptr[i].key.via.str.size == 5 &&
                                     memcmp(m->ptr[i].key.via.str.ptr, "nonce", 5) == 0)
-                                        nonce = m->ptr[i].val.via.u64;
+                                        *ret_nonce = m->ptr[i].val.via.u64;
+                                else if (m->ptr[i].key.via.str.size == 7 &&
+                                         memcmp(m->ptr[i].key.via.str.ptr, "session", 7) == 0)
+                                        *ret_session = m->ptr[i].val.via.u64;
                 }
         }
         msgpack_unpacked_destroy(&up);
-        return nonce;
 }
 
 void fill_random(void *buf, size_t n, uint64_t seed)

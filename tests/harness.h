@@ -50,6 +50,8 @@ int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms);
 bool raw_wait_closed(int fd, int timeout_ms);
 /* Sends hello and checks the answer; returns the service nonce, or 0. */
 uint64_t raw_hello(int fd);
+/* The same, also giving the session id (memory ids are session << 40 | n). */
+void raw_greet(int fd, uint64_t *ret_nonce, uint64_t *ret_session);
 
 /* Fills buf with bytes from a seeded generator that never yields long runs. */
 void fill_random(void *buf, size_t n, uint64_t seed);

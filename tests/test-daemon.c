@@ -122,6 +122,39 @@ START_TEST(a_memory_id_never_created_is_not_found)
 }
 END_TEST
 
+START_TEST(another_sessions_handle_is_not_found_never_aliased)
+{
+        cube_client *a, *b;
+        cube_handle ha, hb;
+        unsigned char da[64], db[64], back[64];
+        cube_error *e;
+
+        fill_random(da, sizeof(da), 21);
+        fill_random(db, sizeof(db), 22);
+        ck_ok(cube_connect(D.socket, "a", &a));
+        ck_ok(cube_connect(D.socket, "b", &b));
+        ck_ok(cube_create(a, da, sizeof(da), &ha));
+        ck_ok(cube_create(b, db, sizeof(db), &hb));
+        /* Both are their session's first allocation. */
+        ck_assert_uint_eq(ha.memory & 0xffffffffffull, hb.memory & 0xffffffffffull);
+        ck_assert_uint_ne(ha.memory, hb.memory);
+
+        e = cube_read(b, &ha, back, sizeof(back));
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_IO);
+        ck_assert_int_eq(cube_error_kind_of(cube_error_source(e)), CUBE_IO_NOT_FOUND);
+        ck_assert_ptr_nonnull(strstr(cube_error_message(e), "belongs to session"));
+        cube_error_free(e);
+        e = cube_write(b, &ha, db, sizeof(db));
+        ck_assert_ptr_null(e);          /* a notification: dropped by the daemon */
+        ck_ok(cube_read(a, &ha, back, sizeof(back)));
+        ck_assert(memcmp(back, da, sizeof(back)) == 0);
+        ck_ok(cube_read(b, &hb, back, sizeof(back)));
+        ck_assert(memcmp(back, db, sizeof(back)) == 0);
+        cube_disconnect(a);
+        cube_disconnect(b);
+}
+END_TEST
+
 START_TEST(a_handle_from_another_daemon_is_foreign)
 {
         test_daemon other;
@@ -322,8 +355,10 @@ static void raw_bad_write(int fd, const cube_handle *h)
 START_TEST(failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes)
 {
         int fd = raw_connect(D.socket);
-        uint64_t nonce = raw_hello(fd);
-        cube_handle h = { .service = nonce, .memory = 1, .size = 1000 };
+        uint64_t nonce = 0, session = 0;
+        raw_greet(fd, &nonce, &session);
+        uint64_t mem = session << 40 | 1;
+        cube_handle h = { .service = nonce, .memory = mem, .size = 1000 };
         msgpack_sbuffer sb;
         msgpack_packer pk;
         msgpack_unpacked up;
@@ -335,11 +370,11 @@ START_TEST(failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         cube__pack_notify(&pk, "create", 3);
         msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, mem);
         msgpack_pack_uint64(&pk, 1000);
         raw_send_sbuffer(fd, &sb);
-        raw_bad_write(fd, &(cube_handle) { nonce, 1, 0, 0, 900, 1000 });     /* [0, 100) */
-        raw_bad_write(fd, &(cube_handle) { nonce, 1, 0, 200, 700, 1000 });   /* [200, 300) */
+        raw_bad_write(fd, &(cube_handle) { nonce, mem, 0, 0, 900, 1000 });   /* [0, 100) */
+        raw_bad_write(fd, &(cube_handle) { nonce, mem, 0, 200, 700, 1000 }); /* [200, 300) */
 
         msgpack_sbuffer_clear(&sb);
         cube__pack_request(&pk, 4, "check", 2);
@@ -363,7 +398,7 @@ START_TEST(failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes
         msgpack_sbuffer_clear(&sb);
         cube__pack_notify(&pk, "write", 3);
         msgpack_pack_uint64(&pk, 1);
-        cube__pack_handle(&pk, &(cube_handle) { nonce, 1, 0, 0, 850, 1000 });
+        cube__pack_handle(&pk, &(cube_handle) { nonce, mem, 0, 0, 850, 1000 });
         msgpack_pack_bin(&pk, sizeof(good));
         msgpack_pack_bin_body(&pk, good, sizeof(good));
         cube__pack_request(&pk, 5, "check", 2);
@@ -501,17 +536,18 @@ START_TEST(a_client_killed_mid_write_leaves_no_memory)
                 /* A raw client: hello, create 64 MiB, then half a 64 MiB write. */
                 const size_t n = 64u << 20;
                 int fd = raw_connect(D.socket);
-                uint64_t nonce = raw_hello(fd);
+                uint64_t nonce = 0, session = 0;
+                raw_greet(fd, &nonce, &session);
                 msgpack_sbuffer sb;
                 msgpack_packer pk;
-                cube_handle h = { .service = nonce, .memory = 1, .size = n };
+                cube_handle h = { .service = nonce, .memory = session << 40 | 1, .size = n };
                 char *junk = calloc(1, n / 2);
 
                 msgpack_sbuffer_init(&sb);
                 msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
                 cube__pack_notify(&pk, "create", 3);
                 msgpack_pack_uint64(&pk, 1);
-                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_uint64(&pk, h.memory);
                 msgpack_pack_uint64(&pk, n);
                 cube__pack_notify(&pk, "write", 3);
                 msgpack_pack_uint64(&pk, 1);
@@ -653,6 +689,7 @@ static Suite *daemon_suite(void)
         tcase_add_test(tc, write_read_round_trips);
         tcase_add_test(tc, partial_handles_read_and_write_their_range);
         tcase_add_test(tc, a_memory_id_never_created_is_not_found);
+        tcase_add_test(tc, another_sessions_handle_is_not_found_never_aliased);
         tcase_add_test(tc, a_handle_from_another_daemon_is_foreign);
         tcase_add_test(tc, a_failed_reservation_is_carried_by_the_memory);
         tcase_add_test(tc, sync_check_flush_and_cleanup_answer);
