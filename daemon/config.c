@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cubed.h"
 
@@ -259,7 +260,7 @@ static int read_file(cube__options *o, const char *path, char *why, size_t why_l
         return 0;
 }
 
-int cube__config_load(const char *path, char *const *overrides, size_t n_overrides,
+int cube__config_load(const char *path, bool optional, char *const *overrides, size_t n_overrides,
                       cube__options *ret, char *why, size_t why_len)
 {
         cube__options o;
@@ -276,7 +277,11 @@ int cube__config_load(const char *path, char *const *overrides, size_t n_overrid
                         }
                 }
         if (r == 0 && path) {
-                r = read_file(&o, path, why, why_len);
+                /* An optional file is remembered even while it is missing,
+                 * so that a reload reads it once it exists. */
+                o.config_optional = optional;
+                if (!optional || access(path, F_OK) == 0)
+                        r = read_file(&o, path, why, why_len);
                 if (r == 0 && set_string(&o.config_path, path) < 0)
                         r = -ENOMEM;
         }

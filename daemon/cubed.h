@@ -313,6 +313,7 @@ typedef struct cube__options {
         unsigned device_index;
         char *cache_dir;
         char *config_path;              /* the file read, or NULL */
+        bool config_optional;           /* --config-if-exists: a missing file is no error */
         uint64_t memory_limit;
         cube__limits limits;
         int log_level;
@@ -329,7 +330,7 @@ int cube__options_copy(const cube__options *from, cube__options *to);
 int cube__option_set(cube__options *o, const char *key, const char *value, const char **ret_why);
 /* Builds the options from defaults, the file at path (may be NULL), then
  * overrides (key, value pairs). On failure, why says what and where. */
-int cube__config_load(const char *path, char *const *overrides, size_t n_overrides,
+int cube__config_load(const char *path, bool optional, char *const *overrides, size_t n_overrides,
                       cube__options *ret, char *why, size_t why_len);
 /* Applies what a reload may change. */
 void cube__options_reload(cube__options *cur, const cube__options *next);

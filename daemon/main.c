@@ -75,6 +75,7 @@ int main(int argc, char **argv)
         char **overrides = calloc((size_t) argc * 2 + 2, sizeof(char *));
         size_t n = 0;
         const char *config = NULL;
+        bool config_optional = false;
         char why[512];
         cube__options opts;
         cube__server srv;
@@ -85,7 +86,7 @@ int main(int argc, char **argv)
         while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
                 switch (c) {
                 case 'c': config = optarg; break;
-                case 'C': config = access(optarg, F_OK) == 0 ? optarg : NULL; break;
+                case 'C': config = optarg; config_optional = true; break;
                 case 'o':
                         overrides[n++] = (char *) options[index].name;
                         overrides[n++] = optarg;
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
                 free(overrides);
                 return 2;
         }
-        if (cube__config_load(config, overrides, n, &opts, why, sizeof(why)) < 0) {
+        if (cube__config_load(config, config_optional, overrides, n, &opts, why, sizeof(why)) < 0) {
                 fprintf(stderr, "cubed: %s\n", why);
                 free(overrides);
                 return 2;

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -62,16 +63,18 @@ static void reload(cube__server *srv)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         sd_notifyf(0, "RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=%llu",
                    (unsigned long long) ts.tv_sec * 1000000ull + (unsigned long long) ts.tv_nsec / 1000);
-        if (cube__config_load(srv->opts.config_path, srv->overrides, srv->n_overrides, &next, why,
-                              sizeof(why)) < 0) {
+        if (cube__config_load(srv->opts.config_path, srv->opts.config_optional, srv->overrides,
+                              srv->n_overrides, &next, why, sizeof(why)) < 0) {
                 cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
                           why);
         } else {
                 cube__options_reload(&srv->opts, &next);
                 cube__options_done(&next);
-                cube__log(CUBE__LOG_NOTICE, "configuration reloaded%s%s",
-                          srv->opts.config_path ? " from " : "",
-                          srv->opts.config_path ? srv->opts.config_path : "");
+                const char *path = srv->opts.config_path;
+                bool missing = path && access(path, F_OK) != 0;
+                cube__log(CUBE__LOG_NOTICE, "configuration reloaded%s%s%s",
+                          path ? " from " : " (no configuration file)", path ? path : "",
+                          missing ? " (missing: defaults and the command line only)" : "");
         }
         sd_notifyf(0, "READY=1\nSTATUS=serving %u session(s)", srv->n_sessions);
 }
@@ -239,9 +242,13 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                 return r;
         if (!inherited && (r = cube__listen(srv, opts->socket_path)) < 0)
                 return r;
+        char where[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+        size_t where_len = sizeof(where);
+        if (!inherited || uv_pipe_getsockname(&srv->listener, where, &where_len) < 0)
+                snprintf(where, sizeof(where), "%s", opts->socket_path);
         cube__log(CUBE__LOG_NOTICE, "serving %s (%s, %" PRIu64 " bytes of device memory) on %s%s",
-                  srv->service, srv->properties.name, srv->properties.memory_bytes,
-                  opts->socket_path, inherited ? " (passed by systemd)" : "");
+                  srv->service, srv->properties.name, srv->properties.memory_bytes, where,
+                  inherited ? " (passed by systemd)" : "");
         return 0;
 }
 

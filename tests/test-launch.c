@@ -65,7 +65,8 @@ static size_t buffers_read(const launch_args *a, const cube_buffer_io *compiled,
 }
 
 static void check_spread(uint32_t mx, uint32_t my, uint32_t mz, uint32_t num_cubes,
-                         uint32_t ex, uint32_t ey, uint32_t ez) {
+                         uint32_t ex, uint32_t ey, uint32_t ez)
+{
         const uint32_t max[3] = { mx, my, mz };
         uint32_t actual[3];
 

@@ -1,0 +1,1481 @@
+/*
+ * test-operations.c - cubed as systemd and an operator see it: the units lint
+ * clean and are hardened, socket activation, the sd_notify lifecycle and the
+ * watchdog, the configuration file and SIGHUP reload, the poison policies,
+ * cubectl's commands and exit statuses, and who may act on a daemon.
+ *
+ * Every test starts its own daemon with a fake NOTIFY_SOCKET whose datagrams
+ * are all recorded for the daemon's whole life, and ends by asserting how the
+ * daemon exited. Each daemon lives in a directory of its own under one
+ * directory for the run; a test that passes removes its directory, so what is
+ * left at the end belongs to failed tests, and its logs are shown.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "errors.h"
+#include "wire.h"
+
+extern char **environ;
+
+#define MAX_NOTES 2048
+
+typedef struct daemon_proc {
+        pid_t pid;                      /* 0 once reaped */
+        int exit_status;                /* as proc_wait_exit returns it */
+        char dir[64];
+        char socket[96];
+        char notify[96];
+        char log[96];
+        char cache[96];
+        int notify_fd;
+        int record_fd;                  /* the datagrams, also kept on disk */
+        pthread_t listener;
+        bool listening, quit;
+        pthread_mutex_t lock;
+        char *notes[MAX_NOTES];         /* every datagram, in order */
+        size_t n_notes;
+} daemon_proc;
+
+/* Where every directory of this run goes; made before the tests fork. */
+static char run_dir[32];
+
+static long now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits scale with $CUBE_TEST_TIMEOUT_MULT (sanitizer builds are slower). */
+static int scaled(int ms)
+{
+        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
+        int v = m ? atoi(m) : 1;
+
+        return ms * (v > 0 ? v : 1);
+}
+
+static void dump_file(const char *what, const char *path)
+{
+        char line[1024];
+        FILE *f = fopen(path, "r");
+
+        if (!f)
+                return;
+        fprintf(stderr, "---- %s (%s) ----\n", what, path);
+        while (fgets(line, sizeof(line), f))
+                fputs(line, stderr);
+        fprintf(stderr, "---- end ----\n");
+        fclose(f);
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+        char buf[65536];
+        FILE *f = fopen(path, "r");
+        size_t n;
+
+        if (!f)
+                return false;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return strstr(buf, needle) != NULL;
+}
+
+static bool path_exists(const char *path)
+{
+        struct stat st;
+
+        return lstat(path, &st) == 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+
+        ck_assert_msg(f, "cannot write %s: %s", path, strerror(errno));
+        fputs(text, f);
+        ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Whether a datagram holds exactly this line ("READY=1", "STOPPING=1"). */
+static bool has_line(const char *text, const char *line)
+{
+        size_t n = strlen(line);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
+                        return true;
+        return false;
+}
+
+/* The fake NOTIFY_SOCKET's reader. It runs on its own thread so that the
+ * daemon never blocks on a full datagram queue, whatever the test is doing,
+ * and it closes any descriptor sent along, as systemd-notify's barrier does. */
+static void *notify_listener(void *arg)
+{
+        daemon_proc *p = arg;
+
+        for (;;) {
+                struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
+                char buf[4096];
+                char ctl[CMSG_SPACE(sizeof(int) * 16)];
+                struct iovec iov = { buf, sizeof(buf) - 1 };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                                     .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+                ssize_t r;
+                bool quit;
+
+                if (poll(&pfd, 1, 20) <= 0) {
+                        pthread_mutex_lock(&p->lock);
+                        quit = p->quit;
+                        pthread_mutex_unlock(&p->lock);
+                        if (quit)
+                                return NULL;
+                        continue;
+                }
+                r = recvmsg(p->notify_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+                if (r < 0)
+                        continue;
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                                int *fds = (int *) CMSG_DATA(cm);
+                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                                for (size_t i = 0; i < k; i++)
+                                        close(fds[i]);
+                        }
+                buf[r] = '\0';
+                dprintf(p->record_fd, "[%ld] %s\n", now_ms(), buf);
+                pthread_mutex_lock(&p->lock);
+                if (p->n_notes < MAX_NOTES)
+                        p->notes[p->n_notes++] = strdup(buf);
+                pthread_mutex_unlock(&p->lock);
+        }
+}
+
+/* Waits up to timeout_ms for a datagram at index from or later holding the
+ * line; returns its index, or -1. */
+static long wait_note(daemon_proc *p, size_t from, const char *line, int timeout_ms)
+{
+        long deadline = now_ms() + timeout_ms;
+
+        for (;;) {
+                pthread_mutex_lock(&p->lock);
+                for (size_t i = from; i < p->n_notes; i++)
+                        if (has_line(p->notes[i], line)) {
+                                pthread_mutex_unlock(&p->lock);
+                                return (long) i;
+                        }
+                pthread_mutex_unlock(&p->lock);
+                if (now_ms() > deadline)
+                        return -1;
+                usleep(5000);
+        }
+}
+
+/* How many datagrams from index from on hold the line. */
+static size_t count_notes(daemon_proc *p, size_t from, const char *line)
+{
+        size_t n = 0;
+
+        pthread_mutex_lock(&p->lock);
+        for (size_t i = from; i < p->n_notes; i++)
+                n += has_line(p->notes[i], line);
+        pthread_mutex_unlock(&p->lock);
+        return n;
+}
+
+static size_t n_notes(daemon_proc *p)
+{
+        size_t n;
+
+        pthread_mutex_lock(&p->lock);
+        n = p->n_notes;
+        pthread_mutex_unlock(&p->lock);
+        return n;
+}
+
+/* A copy of datagram i (caller frees). */
+static char *note_text(daemon_proc *p, long i)
+{
+        char *t;
+
+        pthread_mutex_lock(&p->lock);
+        t = strdup(p->notes[i]);
+        pthread_mutex_unlock(&p->lock);
+        return t;
+}
+
+/* Waits up to timeout_ms for the process to end. Returns its exit status,
+ * -1 when a signal ended it, or -2 while it still runs. */
+static int proc_wait_exit(daemon_proc *p, int timeout_ms)
+{
+        long deadline = now_ms() + timeout_ms;
+        int status;
+
+        if (p->pid <= 0)
+                return p->exit_status;
+        for (;;) {
+                if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+                        p->pid = 0;
+                        p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                        return p->exit_status;
+                }
+                if (now_ms() > deadline)
+                        return -2;
+                usleep(2000);
+        }
+}
+
+/* SIGTERM, then the exit status; a daemon that does not stop in time is
+ * killed and reads as -1. */
+static int proc_stop(daemon_proc *p, int timeout_ms)
+{
+        int r;
+
+        if (p->pid <= 0)
+                return p->exit_status;
+        kill(p->pid, SIGTERM);
+        r = proc_wait_exit(p, timeout_ms);
+        if (r == -2) {
+                fprintf(stderr, "the daemon did not stop within %d ms\n", timeout_ms);
+                kill(p->pid, SIGKILL);
+                waitpid(p->pid, NULL, 0);
+                p->pid = 0;
+                r = p->exit_status = -1;
+        }
+        return r;
+}
+
+/* Ends recording, and removes the directory unless $CUBE_TEST_LEAVE. */
+static void proc_done(daemon_proc *p)
+{
+        char cmd[160];
+
+        if (p->pid > 0) {
+                kill(p->pid, SIGKILL);
+                waitpid(p->pid, NULL, 0);
+                p->pid = 0;
+        }
+        if (p->listening) {
+                pthread_mutex_lock(&p->lock);
+                p->quit = true;
+                pthread_mutex_unlock(&p->lock);
+                pthread_join(p->listener, NULL);
+                p->listening = false;
+                close(p->notify_fd);
+                close(p->record_fd);
+                for (size_t i = 0; i < p->n_notes; i++)
+                        free(p->notes[i]);
+                p->n_notes = 0;
+        }
+        if (p->dir[0] && !getenv("CUBE_TEST_LEAVE")) {
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p->dir);
+                if (system(cmd) != 0)
+                        fprintf(stderr, "could not remove %s\n", p->dir);
+        }
+        p->dir[0] = '\0';
+}
+
+/* A temporary directory with the fake NOTIFY_SOCKET bound and recorded. */
+static void proc_init(daemon_proc *p)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char path[128];
+
+        memset(p, 0, sizeof(*p));
+        p->exit_status = -1;
+        snprintf(p->dir, sizeof(p->dir), "%s/XXXXXX", run_dir);
+        ck_assert_ptr_nonnull(mkdtemp(p->dir));
+        snprintf(p->socket, sizeof(p->socket), "%s/s", p->dir);
+        snprintf(p->notify, sizeof(p->notify), "%s/notify", p->dir);
+        snprintf(p->log, sizeof(p->log), "%s/log", p->dir);
+        snprintf(p->cache, sizeof(p->cache), "%s/cache", p->dir);
+        snprintf(path, sizeof(path), "%s/notifications", p->dir);
+        p->record_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        ck_assert_int_ge(p->record_fd, 0);
+        p->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(p->notify_fd, 0);
+        strcpy(sa.sun_path, p->notify);
+        ck_assert_int_eq(bind(p->notify_fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        pthread_mutex_init(&p->lock, NULL);
+        ck_assert_int_eq(pthread_create(&p->listener, NULL, notify_listener, p), 0);
+        p->listening = true;
+}
+
+/* The environment for a child: ours without anything systemd would pass,
+ * then NOTIFY_SOCKET (when given) and the extra "VAR=value" entries. Built
+ * before fork, so that the child only has to exec. */
+static char **child_env(const char *notify, const char *const *extra)
+{
+        static const char *const drop[] = { "NOTIFY_SOCKET=", "LISTEN_FDS=", "LISTEN_PID=",
+                                            "LISTEN_FDNAMES=", "WATCHDOG_USEC=",
+                                            "WATCHDOG_PID=", NULL };
+        size_t n = 0, k = 0;
+        char **env;
+
+        while (environ[n])
+                n++;
+        for (const char *const *e = extra; e && *e; e++)
+                n++;
+        env = calloc(n + 2, sizeof(char *));
+        ck_assert_ptr_nonnull(env);
+        for (char **e = environ; *e; e++) {
+                bool keep = true;
+                for (const char *const *d = drop; *d; d++)
+                        keep &= strncmp(*e, *d, strlen(*d)) != 0;
+                if (keep)
+                        env[k++] = strdup(*e);
+        }
+        if (notify) {
+                env[k] = malloc(strlen(notify) + sizeof("NOTIFY_SOCKET="));
+                sprintf(env[k++], "NOTIFY_SOCKET=%s", notify);
+        }
+        for (const char *const *e = extra; e && *e; e++)
+                env[k++] = strdup(*e);
+        env[k] = NULL;
+        return env;
+}
+
+static void free_env(char **env)
+{
+        for (char **e = env; *e; e++)
+                free(*e);
+        free(env);
+}
+
+/* Forks argv (argv[0] looked up in PATH) with stdout and stderr in the log.
+ * The child dies with the test process. */
+static void proc_exec(daemon_proc *p, const char *const *argv, const char *const *env)
+{
+        char **envp = child_env(p->notify, env);
+        int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+        ck_assert_int_ge(log, 0);
+        p->pid = fork();
+        ck_assert_int_ge(p->pid, 0);
+        if (p->pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(log, 1);
+                dup2(log, 2);
+                execvpe(argv[0], (char *const *) argv, envp);
+                dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+                _exit(127);
+        }
+        close(log);
+        free_env(envp);
+}
+
+/* Starts $CUBED_BIN (after $CUBE_TEST_WRAPPER, if set) with args. */
+static void proc_spawn_cubed(daemon_proc *p, const char *const *args, const char *const *env)
+{
+        const char *bin = getenv("CUBED_BIN"), *wrapper = getenv("CUBE_TEST_WRAPPER");
+        const char *argv[64];
+        char *copy = NULL;
+        int n = 0;
+
+        ck_assert_msg(bin, "CUBED_BIN is not set");
+        if (wrapper && *wrapper) {
+                copy = strdup(wrapper);
+                for (char *tok = strtok(copy, " "); tok && n < 16; tok = strtok(NULL, " "))
+                        argv[n++] = tok;
+        }
+        argv[n++] = bin;
+        for (const char *const *a = args; a && *a && n < 63; a++)
+                argv[n++] = *a;
+        argv[n] = NULL;
+        proc_exec(p, argv, env);
+        free(copy);
+}
+
+/* Waits for READY=1 (the daemon must not have died); returns its index. */
+static long wait_ready(daemon_proc *p, size_t from)
+{
+        long deadline = now_ms() + scaled(10000);
+
+        for (;;) {
+                long i = wait_note(p, from, "READY=1", 20);
+                if (i >= 0)
+                        return i;
+                if (proc_wait_exit(p, 0) != -2) {
+                        ck_abort_msg("cubed exited with status %d before READY=1",
+                                     p->exit_status);
+                }
+                ck_assert_msg(now_ms() < deadline, "no READY=1 from cubed");
+        }
+}
+
+/* The usual daemon on the directory's socket and cache, extra args after. */
+static void start_daemon(daemon_proc *p, const char *const *extra, const char *const *env)
+{
+        const char *args[48] = { "--socket", p->socket, "--cache-dir", p->cache, "--log-level",
+                                 "info" };
+        int n = 6;
+
+        for (const char *const *a = extra; a && *a && n < 47; a++)
+                args[n++] = *a;
+        args[n] = NULL;
+        proc_spawn_cubed(p, args, env);
+        wait_ready(p, 0);
+}
+
+/* A program's exit status and what it printed. */
+typedef struct output {
+        int status;                     /* -1 when a signal ended it */
+        char out[32768];
+        char err[32768];
+} output;
+
+/* Runs argv in dir (NULL: here) with the extra environment, capturing
+ * stdout and stderr apart. */
+static void run_program(output *o, const char *dir, const char *const *env,
+                        const char *const *argv)
+{
+        char **envp = child_env(NULL, env);
+        int out[2], err[2], status;
+        size_t n_out = 0, n_err = 0;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(out[1], 1);
+                dup2(err[1], 2);
+                if (dir && chdir(dir) < 0)
+                        _exit(126);
+                execvpe(argv[0], (char *const *) argv, envp);
+                dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+                _exit(127);
+        }
+        free_env(envp);
+        close(out[1]);
+        close(err[1]);
+        for (int open_fds = 2; open_fds > 0;) {
+                struct pollfd pfd[2] = { { out[0], POLLIN, 0 }, { err[0], POLLIN, 0 } };
+                ck_assert_int_gt(poll(pfd, 2, -1), 0);
+                for (int i = 0; i < 2; i++) {
+                        char *buf = i ? o->err : o->out;
+                        size_t *n = i ? &n_err : &n_out;
+                        ssize_t r;
+                        if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP)))
+                                continue;
+                        r = read(pfd[i].fd, buf + *n, sizeof(o->out) - 1 - *n);
+                        if (r > 0) {
+                                *n += (size_t) r;
+                                continue;
+                        }
+                        close(i ? err[0] : out[0]);
+                        if (i)
+                                err[0] = -1;
+                        else
+                                out[0] = -1;
+                        open_fds--;
+                }
+        }
+        o->out[n_out] = '\0';
+        o->err[n_err] = '\0';
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        o->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Asserts cond about a program's output. Check's messages are short, so the
+ * output itself goes to stderr. */
+#define ck_assert_out(o, cond, ...) do { \
+        if (!(cond)) { \
+                fprintf(stderr, "---- stdout ----\n%s---- stderr ----\n%s---- end ----\n", \
+                        (o)->out, (o)->err); \
+                ck_abort_msg(__VA_ARGS__); \
+        } \
+} while (0)
+
+/* cubectl against a socket, with arguments after --socket. */
+static void cubectl(output *o, const char *socket, const char *const *args)
+{
+        const char *argv[16];
+        const char *bin = getenv("CUBECTL_BIN");
+        int n = 0;
+
+        ck_assert_msg(bin, "CUBECTL_BIN is not set");
+        argv[n++] = bin;
+        argv[n++] = "--socket";
+        argv[n++] = socket;
+        for (const char *const *a = args; *a && n < 15; a++)
+                argv[n++] = *a;
+        argv[n] = NULL;
+        run_program(o, NULL, NULL, argv);
+}
+
+/* ------------------------------------------------------------------------
+ * The units
+ * ------------------------------------------------------------------------ */
+
+/* The units as an installation would have them, for instance cpu0, in a new
+ * directory: @SBINDIR@ is where the built cubed lies, so ExecStart exists. */
+static void write_units(char *dir)
+{
+        const char *tmpl = getenv("CUBE_UNIT_TEMPLATE"), *sock = getenv("CUBE_SOCKET_UNIT");
+        char *bin = strdup(getenv("CUBED_BIN") ? getenv("CUBED_BIN") : "");
+        const char *sbindir = dirname(bin);
+        char path[160], text[16384], out[20000], *o = out;
+        int substituted = 0;
+        FILE *f;
+        size_t n;
+
+        ck_assert_msg(tmpl && sock, "CUBE_UNIT_TEMPLATE and CUBE_SOCKET_UNIT must be set");
+        snprintf(dir, 64, "%s/XXXXXX", run_dir);
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+
+        f = fopen(tmpl, "r");
+        ck_assert_msg(f, "cannot read %s", tmpl);
+        n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        for (const char *p = text; *p;) {
+                if (strncmp(p, "@SBINDIR@", 9) == 0) {
+                        o += sprintf(o, "%s", sbindir);
+                        p += 9;
+                        substituted++;
+                } else if (strncmp(p, "@DOCDIR@", 8) == 0) {
+                        o += sprintf(o, "/usr/share/doc/cube");
+                        p += 8;
+                } else {
+                        *o++ = *p++;
+                }
+                ck_assert_uint_lt((size_t) (o - out), sizeof(out) - 512);
+        }
+        *o = '\0';
+        ck_assert_msg(substituted > 0, "%s has no @SBINDIR@", tmpl);
+        snprintf(path, sizeof(path), "%s/cubed@cpu0.service", dir);
+        write_file(path, out);
+
+        f = fopen(sock, "r");
+        ck_assert_msg(f, "cannot read %s", sock);
+        n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        snprintf(path, sizeof(path), "%s/cubed@cpu0.socket", dir);
+        write_file(path, text);
+        free(bin);
+}
+
+static void remove_dir(const char *dir)
+{
+        char cmd[128];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* systemd-analyze verify exits 0 even when it warns, so any output fails. */
+START_TEST(the_units_verify_without_a_word)
+{
+        static const char *const argv[] = { "systemd-analyze", "verify", "./cubed@cpu0.service",
+                                             "./cubed@cpu0.socket", NULL };
+        output *o = calloc(1, sizeof(*o));
+        char dir[64];
+
+        write_units(dir);
+        run_program(o, dir, NULL, argv);
+        remove_dir(dir);
+        ck_assert_out(o, o->status == 0 && !o->out[0] && !o->err[0],
+                      "systemd-analyze verify exited %d and said something", o->status);
+        free(o);
+}
+END_TEST
+
+/* The exposure is 0.7 ("SAFE") on systemd 252; 2.0 is the most accepted. */
+START_TEST(the_service_is_hardened)
+{
+        static const char *const argv[] = { "systemd-analyze", "security", "--offline=true",
+                                             "--threshold=20", "./cubed@cpu0.service", NULL };
+        output *o = calloc(1, sizeof(*o));
+        char dir[64];
+
+        write_units(dir);
+        run_program(o, dir, NULL, argv);
+        remove_dir(dir);
+        ck_assert_out(o, o->status == 0, "systemd-analyze security exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "Overall exposure level for cubed@cpu0.service"),
+                      "no exposure level");
+        free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * Lifecycle: socket activation, notifications, the watchdog
+ * ------------------------------------------------------------------------ */
+
+static void round_trip(cube_client *c, size_t n, uint64_t seed)
+{
+        unsigned char *data = malloc(n), *back = calloc(1, n);
+        cube_handle h;
+
+        fill_random(data, n, seed);
+        ck_ok(cube_create(c, data, n, &h));
+        ck_ok(cube_read(c, &h, back, n));
+        ck_assert_msg(memcmp(data, back, n) == 0, "%zu bytes came back different", n);
+        ck_ok(cube_free(c, &h));
+        free(data);
+        free(back);
+}
+
+START_TEST(socket_activation)
+{
+        daemon_proc p;
+        char notify_env[128], mainpid[32], *ready;
+        const char *bin = getenv("CUBED_BIN");
+        cube_client *c = NULL;
+        cube_error *e = NULL;
+        cube_status st;
+        long deadline, r;
+
+        proc_init(&p);
+        snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", p.notify);
+        const char *argv[] = { "systemd-socket-activate", "-l", p.socket, "--fdname=api", "-E",
+                               notify_env, bin, "--instance", "cpu0", "--cache-dir", p.cache,
+                               "--log-level", "info", NULL };
+        proc_exec(&p, argv, NULL);
+
+        /* The daemon is executed on the first connection, so connect first;
+         * retry while systemd-socket-activate has yet to listen. */
+        deadline = now_ms() + scaled(10000);
+        for (;;) {
+                if (path_exists(p.socket) && !(e = cube_connect(p.socket, "activated", &c)))
+                        break;
+                ck_assert_msg(now_ms() < deadline, "could not connect to %s: %s", p.socket,
+                              e ? cube_error_message(e) : "no socket");
+                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
+                cube_error_free(e);
+                e = NULL;
+                usleep(10000);
+        }
+        round_trip(c, 100000, 1);
+        ck_ok(cube_daemon_status(c, &st));
+        ck_assert_str_eq(st.service, cube_client_service(c));
+        ck_assert(!st.poisoned);
+
+        r = wait_note(&p, 0, "READY=1", scaled(5000));
+        ck_assert_msg(r >= 0, "no READY=1 on the notify socket");
+        /* systemd-socket-activate executes cubed in its own process. */
+        snprintf(mainpid, sizeof(mainpid), "MAINPID=%d", (int) p.pid);
+        ready = note_text(&p, r);
+        ck_assert_msg(has_line(ready, mainpid), "READY=1 without %s: %s", mainpid, ready);
+        free(ready);
+        ck_assert(file_contains(p.log, "passed by systemd"));
+
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_msg(path_exists(p.socket), "cubed removed the socket systemd had bound");
+        proc_done(&p);
+}
+END_TEST
+
+START_TEST(notifications_from_start_to_stop)
+{
+        daemon_proc p;
+        char *ready;
+        long r, stopping;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        r = wait_note(&p, 0, "READY=1", 0);
+        ready = note_text(&p, r);
+        ck_assert_msg(strstr(ready, "STATUS="), "READY=1 without a STATUS=: %s", ready);
+        free(ready);
+        ck_assert_uint_eq(count_notes(&p, 0, "READY=1"), 1);
+        ck_assert_uint_eq(count_notes(&p, 0, "STOPPING=1"), 0);
+
+        kill(p.pid, SIGTERM);
+        ck_assert_int_eq(proc_wait_exit(&p, scaled(10000)), 0);
+        /* Sent before the exit, so already queued: it arrives at once. */
+        stopping = wait_note(&p, 0, "STOPPING=1", scaled(2000));
+        ck_assert_msg(stopping > r, "STOPPING=1 came at %ld, READY=1 at %ld", stopping, r);
+        ck_assert_uint_eq(count_notes(&p, 0, "READY=1"), 1);
+        ck_assert(!path_exists(p.socket));
+        proc_done(&p);
+}
+END_TEST
+
+START_TEST(the_watchdog_is_fed_only_when_asked)
+{
+        static const char *const watchdog[] = { "WATCHDOG_USEC=200000", NULL };
+        daemon_proc p, q;
+        long ready, deadline;
+        size_t fed;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, watchdog);
+        ready = wait_note(&p, 0, "READY=1", 0);
+        deadline = now_ms() + scaled(1500);
+        while ((fed = count_notes(&p, (size_t) ready, "WATCHDOG=1")) < 3 && now_ms() < deadline)
+                usleep(10000);
+        ck_assert_msg(fed >= 3, "only %zu WATCHDOG=1 in 1.5 s with WATCHDOG_USEC=200000", fed);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+
+        proc_init(&q);
+        start_daemon(&q, NULL, NULL);
+        usleep(500000);
+        ck_assert_uint_eq(count_notes(&q, 0, "WATCHDOG=1"), 0);
+        ck_assert_int_eq(proc_stop(&q, scaled(10000)), 0);
+        proc_done(&q);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * The configuration file and reload
+ * ------------------------------------------------------------------------ */
+
+/* Whether the daemon takes a request whose one param is an array of n nils.
+ * The method is unknown, so a message within the limits is answered with
+ * "unknown method" on a connection that stays open, while one beyond
+ * max-container is refused as a protocol error and the connection closed. */
+static bool container_accepted(const char *socket, int n)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_unpacked up;
+        cube__envelope env;
+        cube_error *e = NULL;
+        const char *why;
+        bool accepted;
+        int fd = raw_connect(socket);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_msg(raw_hello(fd) != 0, "hello was not answered");
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 7, "no_such_method", 1);
+        msgpack_pack_array(&pk, (size_t) n);
+        for (int i = 0; i < n; i++)
+                msgpack_pack_nil(&pk);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+
+        ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+        ck_assert_uint_eq(env.msgid, 7);
+        ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &e), 0);
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_VALIDATION);
+        accepted = strstr(cube_error_message(e), "unknown method 'no_such_method'") != NULL;
+        ck_assert_msg(accepted || strstr(cube_error_message(e), "protocol error"),
+                      "%d elements: unexpected answer: %s", n, cube_error_message(e));
+        cube_error_free(e);
+        msgpack_unpacked_destroy(&up);
+        if (!accepted)
+                ck_assert_msg(raw_wait_closed(fd, 5000), "a refused message left it open");
+        close(fd);
+        return accepted;
+}
+
+static void expect_max_container(const char *socket, int limit)
+{
+        cube_client *c;
+
+        ck_assert_msg(container_accepted(socket, limit), "%d elements refused", limit);
+        ck_assert_msg(!container_accepted(socket, limit + 1), "%d elements accepted",
+                      limit + 1);
+        ck_ok(cube_connect(socket, "limits", &c));
+        ck_assert_uint_eq(cube_client_limits(c)->max_container, (uint32_t) limit);
+        cube_disconnect(c);
+}
+
+/* SIGHUP, then RELOADING=1 and a READY=1 after it. */
+static void reload(daemon_proc *p)
+{
+        size_t from = n_notes(p);
+        long reloading, ready;
+
+        kill(p->pid, SIGHUP);
+        reloading = wait_note(p, from, "RELOADING=1", scaled(5000));
+        ck_assert_msg(reloading >= 0, "no RELOADING=1 after SIGHUP");
+        ready = wait_note(p, (size_t) reloading + 1, "READY=1", scaled(5000));
+        ck_assert_msg(ready > reloading, "no READY=1 after RELOADING=1");
+}
+
+START_TEST(reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad)
+{
+        daemon_proc p;
+        char conf[128], where[160];
+
+        proc_init(&p);
+        snprintf(conf, sizeof(conf), "%s/cubed.conf", p.dir);
+        write_file(conf, "# limits for the test\nmax-container = 100\nlog-level = info\n");
+        const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, "--config", conf,
+                               NULL };
+        proc_spawn_cubed(&p, args, NULL);
+        wait_ready(&p, 0);
+        /* The level came from the file: info shows sessions opening. */
+        expect_max_container(p.socket, 100);
+        ck_assert(file_contains(p.log, "session 1 opened"));
+
+        write_file(conf, "log-level = info\nmax-container = lots\n");
+        reload(&p);
+        snprintf(where, sizeof(where), "%s:2", conf);
+        ck_assert_msg(file_contains(p.log, "reload failed"), "no 'reload failed' in the log");
+        ck_assert_msg(file_contains(p.log, where), "the log does not name %s", where);
+        expect_max_container(p.socket, 100);
+
+        write_file(conf, "max-container = 50\nlog-level = info\n");
+        reload(&p);
+        expect_max_container(p.socket, 50);
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+START_TEST(the_command_line_wins_over_the_file_across_reloads)
+{
+        daemon_proc p;
+        char conf[128];
+
+        proc_init(&p);
+        snprintf(conf, sizeof(conf), "%s/cubed.conf", p.dir);
+        write_file(conf, "max-container = 100\n");
+        const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, "--config", conf,
+                               "--max-container", "30", NULL };
+        proc_spawn_cubed(&p, args, NULL);
+        wait_ready(&p, 0);
+        expect_max_container(p.socket, 30);
+
+        write_file(conf, "max-container = 50\n");
+        reload(&p);
+        ck_assert(file_contains(p.log, "configuration reloaded"));
+        expect_max_container(p.socket, 30);
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+/* cubed with this configuration file must refuse to start: status 2, a
+ * message naming file:line and the word, and no socket. */
+static void expect_refused(const char *text, int line, const char *word)
+{
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        char conf[128], where[160];
+        const char *bin = getenv("CUBED_BIN");
+
+        proc_init(&p);
+        snprintf(conf, sizeof(conf), "%s/cubed.conf", p.dir);
+        snprintf(where, sizeof(where), "%s:%d", conf, line);
+        write_file(conf, text);
+        const char *argv[] = { bin, "--socket", p.socket, "--cache-dir", p.cache, "--config",
+                               conf, NULL };
+        run_program(o, NULL, NULL, argv);
+        ck_assert_out(o, o->status == 2, "cubed exited %d with\n%s", o->status, text);
+        ck_assert_out(o, strstr(o->err, where) && strstr(o->err, word),
+                      "the message does not name %s and %s", where, word);
+        ck_assert(!path_exists(p.socket));
+        proc_done(&p);
+        free(o);
+}
+
+START_TEST(a_bad_configuration_file_stops_the_start)
+{
+        expect_refused("# a comment\nmax-container = 100\nfrobnicate = yes\n", 3, "frobnicate");
+        expect_refused("\nmax-depth = 99\n", 2, "max-depth");
+        expect_refused("poison-policy = explode\n", 1, "poison-policy");
+        expect_refused("log-level info\n", 1, "key = value");
+}
+END_TEST
+
+START_TEST(config_if_exists_reads_the_file_once_it_exists)
+{
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        char missing[128];
+        const char *bin = getenv("CUBED_BIN");
+
+        proc_init(&p);
+        snprintf(missing, sizeof(missing), "%s/absent.conf", p.dir);
+        const char *extra[] = { "--config-if-exists", missing, NULL };
+        start_daemon(&p, extra, NULL);
+        expect_max_container(p.socket, 65536);
+
+        /* Created after the start, the file is read by the next reload. */
+        write_file(missing, "max-container = 50\n");
+        reload(&p);
+        expect_max_container(p.socket, 50);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(unlink(missing), 0);
+
+        /* Where the file is required, its absence is an error. */
+        const char *argv[] = { bin, "--socket", p.socket, "--cache-dir", p.cache, "--config",
+                               missing, NULL };
+        run_program(o, NULL, NULL, argv);
+        ck_assert_out(o, o->status == 2 && strstr(o->err, missing), "cubed exited %d",
+                      o->status);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * A poisoned device
+ * ------------------------------------------------------------------------ */
+
+static void expect_poisoned(cube_error *e)
+{
+        ck_assert_msg(e, "no error from a poisoned device");
+        ck_assert_msg(cube_error_is_device_poisoned(e), "not DevicePoisoned: %s",
+                      cube_error_message(e));
+        cube_error_free(e);
+}
+
+START_TEST(poison_policy_exit_ends_with_status_3)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "exit", "--poison-grace", "1", NULL };
+        daemon_proc p;
+        cube_client *c;
+        long start;
+        int r;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "victim", &c));
+        round_trip(c, 4096, 3);
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
+        start = now_ms();
+        expect_poisoned(cube_sync(c, NULL, 0));
+        r = proc_wait_exit(&p, scaled(5000));
+        ck_assert_msg(r == 3, "cubed ended with %d, not 3, %ld ms after the poison", r,
+                      now_ms() - start);
+        ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
+        ck_assert(!path_exists(p.socket));
+        cube_disconnect(c);
+        proc_done(&p);
+}
+END_TEST
+
+/* A session that never asks again does not keep a poisoned daemon alive. */
+START_TEST(poison_policy_exit_does_not_wait_for_a_silent_session)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "exit", "--poison-grace", "1", NULL };
+        daemon_proc p;
+        cube_client *c;
+        int r;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "silent", &c));
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
+        r = proc_wait_exit(&p, scaled(6000));
+        ck_assert_msg(r == 3, "cubed ended with %d, not 3", r);
+        cube_disconnect(c);
+        proc_done(&p);
+}
+END_TEST
+
+START_TEST(poison_policy_reinit_serves_a_new_device)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "reinit", "--poison-grace", "1", NULL };
+        daemon_proc p;
+        cube_client *c, *n = NULL;
+        cube_handle old;
+        unsigned char data[64] = { 1, 2, 3 };
+        char before[64];
+        cube_status st;
+        cube_error *e;
+        long deadline;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "before", &c));
+        snprintf(before, sizeof(before), "%s", cube_client_service(c));
+        ck_ok(cube_create(c, data, sizeof(data), &old));
+        ck_ok(cube_sync(c, &old, 1));
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
+        expect_poisoned(cube_sync(c, NULL, 0));
+
+        /* Until the policy acts, a new session still meets the old device. */
+        deadline = now_ms() + scaled(6000);
+        for (;;) {
+                ck_ok(cube_connect(p.socket, "after", &n));
+                if (strcmp(cube_client_service(n), before) != 0)
+                        break;
+                cube_disconnect(n);
+                ck_assert_msg(now_ms() < deadline, "the device was not re-initialised");
+                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
+                usleep(50000);
+        }
+        ck_ok(cube_daemon_status(n, &st));
+        ck_assert_msg(!st.poisoned, "still poisoned after reinit: %s", st.poison);
+        ck_assert_str_eq(st.service, cube_client_service(n));
+        round_trip(n, 10000, 4);
+        e = cube_read(n, &old, data, sizeof(data));
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_FOREIGN_HANDLE,
+                      "a handle from before the reinit: %s", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+
+        /* The session from before was closed. */
+        e = cube_read(c, &old, data, sizeof(data));
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_GENERIC,
+                      "the old session still answers: %s", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_disconnect(c);
+        cube_disconnect(n);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+START_TEST(a_poisoned_device_is_reported_during_the_grace)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-grace", "60",
+                                             NULL };
+        daemon_proc p;
+        cube_client *c, *n;
+        cube_status st;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "victim", &c));
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
+        ck_ok(cube_daemon_status(c, &st));
+        ck_assert(st.poisoned);
+        ck_assert_msg(strstr(st.poison, "a test poisoned it"), "the reason is '%s'", st.poison);
+        expect_poisoned(cube_sync(c, NULL, 0));
+
+        ck_ok(cube_connect(p.socket, "newcomer", &n));
+        ck_assert_str_eq(cube_client_service(n), cube_client_service(c));
+        ck_ok(cube_daemon_status(n, &st));
+        ck_assert(st.poisoned);
+        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", scaled(2000)) >= 0);
+        ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
+
+        cube_disconnect(n);
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * cubectl
+ * ------------------------------------------------------------------------ */
+
+/* The line of text that holds needle (copied into line), or false. */
+static bool line_with(const char *text, const char *needle, char *line, size_t cap)
+{
+        const char *hit = strstr(text, needle), *start, *end;
+
+        if (!hit)
+                return false;
+        for (start = hit; start > text && start[-1] != '\n'; start--)
+                ;
+        end = strchr(hit, '\n');
+        if (!end)
+                end = hit + strlen(hit);
+        snprintf(line, cap, "%.*s", (int) (end - start), start);
+        return true;
+}
+
+/* Whether cubectl streams printed a row "SESSION STREAM PENDING" for this
+ * session and stream, with nothing pending. */
+static bool has_stream_row(const char *text, uint64_t session, uint64_t stream)
+{
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+                uint64_t a, b, pending;
+                if (sscanf(p, "%" SCNu64 " %" SCNu64 " %" SCNu64, &a, &b, &pending) == 3 &&
+                    a == session && b == stream && pending == 0)
+                        return true;
+        }
+        return false;
+}
+
+START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
+{
+        static const char *const sessions[] = { "sessions", NULL };
+        static const char *const json_sessions[] = { "--json", "sessions", NULL };
+        static const char *const json_memory[] = { "--json", "memory", NULL };
+        static const char *const memory[] = { "memory", NULL };
+        static const char *const json_streams[] = { "--json", "streams", NULL };
+        static const char *const streams[] = { "streams", NULL };
+        static const char *const metrics[] = { "metrics", NULL };
+        static const char *const json_metrics[] = { "--json", "metrics", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        unsigned char data[4096];
+        char line[512], want[256];
+        cube_client *c;
+        cube_handle h;
+        uint64_t id, sid;
+        unsigned pid, uid;
+        char name[64];
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "opsclient", &c));
+        sid = cube_client_session(c);
+        fill_random(data, sizeof(data), 5);
+        ck_ok(cube_create(c, data, sizeof(data), &h));
+        ck_ok(cube_write(c, &h, data, sizeof(data)));
+        ck_ok(cube_sync(c, &h, 1));
+
+        cubectl(o, p.socket, sessions);
+        ck_assert_out(o, o->status == 0, "cubectl sessions exited %d", o->status);
+        ck_assert_out(o, line_with(o->out, "opsclient", line, sizeof(line)), "no opsclient");
+        ck_assert_int_eq(sscanf(line, "%" SCNu64 " %u %u %63s", &id, &pid, &uid, name), 4);
+        ck_assert_uint_eq(id, sid);
+        ck_assert_uint_eq(pid, (unsigned) getpid());
+        ck_assert_uint_eq(uid, (unsigned) getuid());
+        ck_assert_str_eq(name, "opsclient");
+        ck_assert_msg(!strstr(line, "(cubectl)"), "the client's session marked as cubectl's");
+        ck_assert_out(o, line_with(o->out, "(cubectl)", line, sizeof(line)),
+                      "cubectl's own session is not marked");
+        ck_assert_int_eq(sscanf(line, "%" SCNu64 " %u %u %63s", &id, &pid, &uid, name), 4);
+        ck_assert_str_eq(name, "cubectl");
+        ck_assert_uint_ne(id, sid);
+
+        cubectl(o, p.socket, json_sessions);
+        ck_assert_out(o, o->status == 0, "cubectl --json sessions exited %d", o->status);
+        ck_assert_out(o, o->out[0] == '[' && strstr(o->out, "]\n"), "not a JSON array");
+        snprintf(want, sizeof(want), "{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,"
+                 "\"name\":\"opsclient\"", sid, (int) getpid(), (unsigned) getuid());
+        ck_assert_out(o, strstr(o->out, want), "no %s", want);
+        ck_assert_out(o, strstr(o->out, "\"name\":\"cubectl\""), "no cubectl session");
+        ck_assert_out(o, strstr(o->out, "\"self\":true") && strstr(o->out, "\"self\":false"),
+                      "self is not marked");
+        ck_assert_out(o, strstr(o->out, "\"memory_in_use\":4096"), "no memory in use");
+
+        cubectl(o, p.socket, json_memory);
+        ck_assert_out(o, o->status == 0, "cubectl --json memory exited %d", o->status);
+        ck_assert_out(o, o->out[0] == '{' && strstr(o->out, "\"memory_in_use\":4096,"),
+                      "no memory in use");
+        snprintf(want, sizeof(want), "{\"id\":%" PRIu64 ",\"memory_in_use\":4096", sid);
+        ck_assert_out(o, strstr(o->out, want), "no %s", want);
+        cubectl(o, p.socket, memory);
+        ck_assert_out(o, o->status == 0, "cubectl memory exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "4.0 KiB in use"), "no 4.0 KiB in use");
+
+        cubectl(o, p.socket, json_streams);
+        ck_assert_out(o, o->status == 0, "cubectl --json streams exited %d", o->status);
+        snprintf(want, sizeof(want), "{\"session\":%" PRIu64 ",\"stream\":%" PRIu64
+                 ",\"pending\":0}", sid, cube_stream_current());
+        ck_assert_out(o, strstr(o->out, want), "no %s", want);
+        cubectl(o, p.socket, streams);
+        ck_assert_out(o, o->status == 0, "cubectl streams exited %d", o->status);
+        ck_assert_out(o, has_stream_row(o->out, sid, cube_stream_current()),
+                      "no row for stream %" PRIu64 " of session %" PRIu64,
+                      cube_stream_current(), sid);
+
+        cubectl(o, p.socket, metrics);
+        ck_assert_out(o, o->status == 0, "cubectl metrics exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "# TYPE cube_sessions gauge\n"), "no cube_sessions type");
+        snprintf(want, sizeof(want), "\ncube_memory_in_use_bytes{service=\"%s\"} 4096\n",
+                 cube_client_service(c));
+        ck_assert_out(o, strstr(o->out, want), "no %s", want + 1);
+        cubectl(o, p.socket, json_metrics);
+        ck_assert_out(o, o->status == 0, "cubectl --json metrics exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "\"cube_memory_in_use_bytes\":4096"),
+                      "no cube_memory_in_use_bytes");
+        ck_assert_out(o, strstr(o->out, "\"cube_sessions\":2"), "no cube_sessions");
+
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+START_TEST(cubectl_kill_session)
+{
+        static const char *const unknown[] = { "kill-session", "999999", NULL };
+        static const char *const no_id[] = { "kill-session", NULL };
+        static const char *const not_a_number[] = { "kill-session", "seven", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        unsigned char data[4096] = { 9 };
+        char id[32];
+        cube_client *c, *bystander;
+        cube_handle h, hb;
+        cube_error *e;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "doomed", &c));
+        ck_ok(cube_connect(p.socket, "bystander", &bystander));
+        ck_ok(cube_create(c, data, sizeof(data), &h));
+        ck_ok(cube_create(bystander, data, 100, &hb));
+        ck_ok(cube_sync(c, &h, 1));
+        ck_ok(cube_sync(bystander, &hb, 1));
+        ck_assert_uint_eq(status_of(p.socket).memory_in_use, sizeof(data) + 100);
+
+        snprintf(id, sizeof(id), "%" PRIu64, cube_client_session(c));
+        const char *kill_it[] = { "kill-session", id, NULL };
+        cubectl(o, p.socket, kill_it);
+        ck_assert_out(o, o->status == 0, "kill-session exited %d", o->status);
+        e = cube_read(c, &h, data, sizeof(data));
+        ck_assert_msg(e, "a killed session still reads");
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_GENERIC);
+        ck_assert_msg(strstr(cube_error_message(e), "was lost"), "%s", cube_error_message(e));
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_assert(wait_memory_in_use(p.socket, 100, 5000));
+        ck_ok(cube_read(bystander, &hb, data, 100));
+
+        cubectl(o, p.socket, unknown);
+        ck_assert_out(o, o->status == 1, "kill-session of an unknown id exited %d", o->status);
+        ck_assert_out(o, strstr(o->err, "999999"), "the message does not name the id");
+        cubectl(o, p.socket, no_id);
+        ck_assert_out(o, o->status == 2, "kill-session without an id exited %d", o->status);
+        cubectl(o, p.socket, not_a_number);
+        ck_assert_out(o, o->status == 2, "kill-session seven exited %d", o->status);
+
+        cube_disconnect(bystander);
+        ck_assert(wait_memory_in_use(p.socket, 0, 5000));
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+START_TEST(cubectl_drain)
+{
+        static const char *const drain[] = { "drain", NULL };
+        static const char *const status[] = { "status", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *last, *late = NULL;
+        cube_error *e;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "last", &last));
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
+
+        e = cube_connect(p.socket, "late", &late);
+        ck_assert_msg(e, "a draining daemon took a new session");
+        cube_error_free(e);
+        cubectl(o, p.socket, status);
+        ck_assert_out(o, o->status == 3, "status of a draining daemon exited %d", o->status);
+        ck_assert_int_eq(proc_wait_exit(&p, 200), -2);
+        round_trip(last, 5000, 6);
+        ck_assert(wait_note(&p, 0, "STATUS=draining", scaled(2000)) >= 0);
+
+        cube_disconnect(last);
+        ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
+        ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
+        ck_assert(!path_exists(p.socket));
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+START_TEST(cubectl_without_a_daemon_exits_3)
+{
+        static const char *const status[] = { "status", NULL };
+        output *o = calloc(1, sizeof(*o));
+        const char *socket = "/tmp/cube-ops-nonexistent/cpu7.sock";
+        char env[128];
+
+        cubectl(o, socket, status);
+        ck_assert_out(o, o->status == 3, "status exited %d", o->status);
+        ck_assert_out(o, strstr(o->err, socket), "the message does not name the socket");
+
+        /* The same through $CUBE_SOCKET. */
+        snprintf(env, sizeof(env), "CUBE_SOCKET=%s", socket);
+        const char *envs[] = { env, NULL };
+        const char *argv[] = { getenv("CUBECTL_BIN"), "sessions", NULL };
+        run_program(o, NULL, envs, argv);
+        ck_assert_out(o, o->status == 3, "sessions exited %d", o->status);
+        ck_assert_out(o, strstr(o->err, socket), "the message does not name the socket");
+        free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * Who may act
+ * ------------------------------------------------------------------------ */
+
+/* Steps of the unprivileged child; its exit status names the one that failed. */
+enum { NOBODY_OK, NOBODY_SETUID, NOBODY_CONNECT, NOBODY_KILL, NOBODY_DRAIN, NOBODY_SESSIONS };
+
+static bool refused_as_not_owner(cube_error *e)
+{
+        bool ok = e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+                  strstr(cube_error_message(e), "for the daemon's own user and root");
+
+        if (!ok)
+                dprintf(2, "not refused as expected: %s\n", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        return ok;
+}
+
+/* Runs as nobody in a child; never returns. */
+static _Noreturn void as_nobody(const char *socket, uint64_t victim)
+{
+        cube_session_info *v;
+        cube_client *c;
+        cube_error *e;
+        size_t n;
+
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0 ||
+            geteuid() != 65534)
+                _exit(NOBODY_SETUID);
+        if ((e = cube_connect(socket, "nobody", &c))) {
+                dprintf(2, "connect as nobody: %s\n", cube_error_message(e));
+                _exit(NOBODY_CONNECT);
+        }
+        if (!refused_as_not_owner(cube_daemon_kill_session(c, victim)))
+                _exit(NOBODY_KILL);
+        if (!refused_as_not_owner(cube_daemon_drain(c)))
+                _exit(NOBODY_DRAIN);
+        if ((e = cube_daemon_sessions(c, &v, &n)) || n != 2) {
+                dprintf(2, "sessions as nobody: %s (%zu)\n", e ? cube_error_message(e) : "ok", n);
+                _exit(NOBODY_SESSIONS);
+        }
+        free(v);
+        cube_disconnect(c);
+        _exit(NOBODY_OK);
+}
+
+START_TEST(only_the_owner_and_root_may_act)
+{
+        static const char *const what[] = { "ok", "setuid", "connect", "kill_session",
+                                            "drain", "sessions" };
+        daemon_proc p;
+        cube_client *c, *again;
+        int status;
+        pid_t child;
+
+        /* Acting needs a peer of another uid, which only root can become. */
+        if (geteuid() != 0) {
+                fprintf(stderr, "not root: the check of other users is skipped\n");
+                return;
+        }
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_assert_int_eq(chmod(run_dir, 0755), 0);
+        ck_assert_int_eq(chmod(p.dir, 0755), 0);
+        ck_assert_int_eq(chmod(p.socket, 0666), 0);
+        ck_ok(cube_connect(p.socket, "owner", &c));
+
+        child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0)
+                as_nobody(p.socket, cube_client_session(c));
+        ck_assert_int_eq(waitpid(child, &status, 0), child);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == NOBODY_OK,
+                      "as nobody, %s failed (status %d)",
+                      WIFEXITED(status) && WEXITSTATUS(status) < 6 ?
+                      what[WEXITSTATUS(status)] : "the child", status);
+        ck_assert(file_contains(p.log, "uid 65534"));
+
+        /* Neither took effect. */
+        round_trip(c, 1000, 7);
+        ck_ok(cube_connect(p.socket, "again", &again));
+        cube_disconnect(again);
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+/* Shows what failed tests left in the run's directory (their daemons died
+ * with them), then removes it unless $CUBE_TEST_LEAVE. */
+static void show_leftovers(void)
+{
+        DIR *d = opendir(run_dir);
+        struct dirent *de;
+        char path[192], cmd[96];
+
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                fprintf(stderr, "==== left by a failed test: %s/%s ====\n", run_dir, de->d_name);
+                snprintf(path, sizeof(path), "%s/%.32s/log", run_dir, de->d_name);
+                dump_file("daemon log", path);
+                snprintf(path, sizeof(path), "%s/%.32s/notifications", run_dir, de->d_name);
+                dump_file("notifications", path);
+        }
+        if (d)
+                closedir(d);
+        if (getenv("CUBE_TEST_LEAVE")) {
+                fprintf(stderr, "left in %s\n", run_dir);
+                return;
+        }
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+        if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", run_dir);
+}
+
+int main(void)
+{
+        Suite *s = suite_create("operations");
+        TCase *units = tcase_create("units"), *life = tcase_create("lifecycle");
+        TCase *config = tcase_create("config"), *poison = tcase_create("poison");
+        TCase *ctl = tcase_create("cubectl"), *admin = tcase_create("admin");
+        TCase *all[] = { units, life, config, poison, ctl, admin };
+        SRunner *sr;
+        int failed;
+
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+                tcase_set_timeout(all[i], 60);
+                suite_add_tcase(s, all[i]);
+        }
+        tcase_add_test(units, the_units_verify_without_a_word);
+        tcase_add_test(units, the_service_is_hardened);
+        tcase_add_test(life, socket_activation);
+        tcase_add_test(life, notifications_from_start_to_stop);
+        tcase_add_test(life, the_watchdog_is_fed_only_when_asked);
+        tcase_add_test(config, reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad);
+        tcase_add_test(config, the_command_line_wins_over_the_file_across_reloads);
+        tcase_add_test(config, a_bad_configuration_file_stops_the_start);
+        tcase_add_test(config, config_if_exists_reads_the_file_once_it_exists);
+        tcase_add_test(poison, poison_policy_exit_ends_with_status_3);
+        tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
+        tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
+        tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
+        tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
+        tcase_add_test(ctl, cubectl_kill_session);
+        tcase_add_test(ctl, cubectl_drain);
+        tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
+        tcase_add_test(admin, only_the_owner_and_root_may_act);
+
+        strcpy(run_dir, "/tmp/cube-ops-XXXXXX");
+        if (!mkdtemp(run_dir)) {
+                perror("mkdtemp");
+                return 1;
+        }
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        show_leftovers();
+        return failed ? 1 : 0;
+}
