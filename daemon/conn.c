@@ -31,6 +31,8 @@ struct cube__conn {
         cube__rbuf rb;
         unsigned writes_pending;
         bool paused;                    /* waiting for a kernel; see cube__conn_wait_for */
+        bool held;                      /* accepted during a reinit: no session yet */
+        struct ucred cred;
         cube__kernel *waiting_on;
         bool redispatching;
         bool closing;
@@ -334,6 +336,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
         process(c);
 }
 
+static void conn_start(cube__conn *c);
+
 void cube__on_connection(uv_stream_t *listener, int status)
 {
         cube__server *srv = listener->data;
@@ -363,12 +367,45 @@ void cube__on_connection(uv_stream_t *listener, int status)
         }
         if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
                 (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
-        c->session = cube__session_new(srv, c, cred.pid, cred.uid, cred.gid);
-        if (!c->session || srv->stopping || srv->reinit_pending) {
+        c->cred = cred;
+        if (srv->stopping) {
+                cube__conn_close(c);
+                return;
+        }
+        if (srv->reinit_pending) {
+                /* The device is being brought up again: this client is served
+                 * by the new one, once it is up. */
+                c->held = true;
+                return;
+        }
+        conn_start(c);
+}
+
+/* Opens the connection's session and starts reading its messages. */
+static void conn_start(cube__conn *c)
+{
+        c->held = false;
+        c->session = cube__session_new(c->server, c, c->cred.pid, c->cred.uid, c->cred.gid);
+        if (!c->session) {
                 cube__conn_close(c);
                 return;
         }
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+}
+
+void cube__conn_start_held(cube__server *srv)
+{
+        for (cube__conn *c = srv->conns; c; c = c->next)
+                if (c->held && !c->closing)
+                        conn_start(c);
+}
+
+bool cube__conn_any_active(const cube__server *srv)
+{
+        for (const cube__conn *c = srv->conns; c; c = c->next)
+                if (!c->held)
+                        return true;
+        return false;
 }
 
 /* Whether a daemon answers on path: tells a live socket from a stale file. */

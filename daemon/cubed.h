@@ -283,6 +283,10 @@ void cube__conn_resume(void *conn);
 bool cube__conn_redispatching(const cube__conn *c);
 int cube__listen(cube__server *srv, const char *path);
 void cube__on_connection(uv_stream_t *listener, int status);
+/* Connections accepted while the device was re-initialised start now. */
+void cube__conn_start_held(cube__server *srv);
+/* Whether any connection is served (held ones are not). */
+bool cube__conn_any_active(const cube__server *srv);
 
 /* ---- dispatch (dispatch.c) ---------------------------------------------- */
 typedef enum cube__dispatched {

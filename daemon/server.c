@@ -294,10 +294,11 @@ void cube__server_drain(cube__server *srv)
         cube__server_check_stopped(srv);
 }
 
-/* Everything is idle: no connection, no session, no work, no compile. */
+/* Everything is idle: no connection served, no session, no work, no compile. */
 static bool idle(const cube__server *srv)
 {
-        return !srv->conns && !srv->sessions && srv->inflight == 0 && srv->compiling == 0;
+        return !cube__conn_any_active(srv) && !srv->sessions && srv->inflight == 0 &&
+               srv->compiling == 0;
 }
 
 /* reinit, once every session is gone: the device comes up again, clean. */
@@ -318,6 +319,7 @@ static void reinit_device(cube__server *srv)
         }
         cube__log(CUBE__LOG_NOTICE, "the device was re-initialised after a fault; serving %s",
                   srv->service);
+        cube__conn_start_held(srv);
         sd_notifyf(0, "STATUS=serving %s (re-initialised after a fault)", srv->service);
 }
 
