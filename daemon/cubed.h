@@ -95,20 +95,37 @@ int cube__failures_pack(cube__failures *fs, msgpack_packer *pk);
 void cube__failures_free(cube__failures *fs);
 
 /* ---- allocations and streams (memory.c) --------------------------------- */
+struct cube__op;
+
+/* One piece of work's use of one allocation, kept on the allocation in the
+ * order the work was queued: what orders work of different streams. */
+typedef struct cube__use {
+        struct cube__op *op;
+        struct cube__alloc *alloc;
+        bool writes;
+        struct cube__use *prev, *next;
+} cube__use;
+
 typedef struct cube__alloc {
         uint64_t id;                    /* the client's memory id */
         uint64_t size;
         cube__session *session;
         cube__storage *storage;         /* NULL: the reservation failed */
         cube__claims claims;
-        unsigned pending;               /* submitted work that uses it */
+        unsigned pending;               /* queued or submitted work that uses it */
         bool freed;
+        cube__use *uses_head, *uses_tail;
 } cube__alloc;
 
 typedef struct cube__stream {
         uint64_t id;
+        cube__session *session;
         cube__dstream *device;
-        unsigned pending;
+        unsigned pending;               /* queued and submitted work */
+        unsigned submitted;
+        struct cube__op *head, *tail;   /* queued, not yet submitted */
+        bool active;                    /* on the session's list of streams with queued work */
+        struct cube__stream *active_next;
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
@@ -132,15 +149,17 @@ typedef struct cube__op {
         cube__work work;
         cube__session *session;
         cube__stream *stream;
-        cube__alloc *alloc;             /* NULL for fences */
+        struct cube__op *next;          /* in its stream's queue */
+        cube__alloc *alloc;             /* a copy's allocation; NULL for fences */
         cube__pending_reply *reply;     /* the answer this work counts toward, or NULL */
         void *owned;                    /* freed once the work completes */
-        cube__launch_work *launch;      /* a launch's own record, and what it uses */
-        cube__alloc **uses;
+        cube__launch_work *launch;      /* a launch's own record */
+        cube__use *uses;                /* every allocation the work touches */
         size_t n_uses;
         cube__alloc **written;          /* what a launch writes, to claim if it faults */
         size_t n_written;
         uint64_t *written_range;        /* [start, end) per written buffer */
+        bool submitted;
 } cube__op;
 
 /* A request whose answer waits for device work. */
@@ -158,12 +177,24 @@ struct cube__pending_reply {
         void (*finished)(cube__session *s, cube_error *e);
 };
 
-/* Submits one piece of device work on a stream for a session. */
+/* Queues one copy (or, with a NULL allocation, a fence) on a stream. */
 void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
                   uint64_t offset, void *host, uint64_t len, void *owned,
                   cube__pending_reply *reply);
-/* Submits a launch: takes l and the arrays of the op it fills. */
-void cube__submit_launch(cube__session *s, cube__stream *st, cube__op *o);
+
+/* ---- the executor (executor.c) ------------------------------------------ */
+/* A new piece of work on st that will touch n_uses allocations, or NULL. */
+cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses);
+/* Declares the next allocation o touches, and whether it writes it. */
+void cube__op_use(cube__op *o, cube__alloc *a, bool writes);
+/* Queues o: it runs after everything queued before it on its stream, and
+ * after everything queued before it on other streams that touches the same
+ * allocations (unless both only read). */
+void cube__op_enqueue(cube__op *o);
+/* Submits what may run now, one piece of work per session in turn. */
+void cube__schedule(cube__server *srv);
+/* The work is done: it no longer orders anything. */
+void cube__op_retire(cube__op *o);
 /* Marks the device poisoned (once) with why; every later operation reports it. */
 void cube__server_poison(cube__server *srv, cube_error *poison);
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
@@ -245,7 +276,8 @@ struct cube__session {
         uint32_t count[3];
         cube_error *count_error;
         uint64_t launches;
-        unsigned inflight;              /* submitted work not yet complete */
+        unsigned inflight;              /* queued or submitted work not yet complete */
+        cube__stream *active_head, *active_tail; /* streams with queued work */
         uint64_t memory_in_use;
         uint64_t memory_peak;
         uint64_t bytes_in, bytes_out;
@@ -377,6 +409,9 @@ struct cube__server {
         uint64_t memory_peak;
         uint64_t allocations;
         unsigned inflight;
+        unsigned submitted;             /* work on the device now */
+        cube__session *rr;              /* the session the executor serves first next */
+        bool scheduling, reschedule;
         cube__kernel *kernels;          /* every cache entry of this run */
         cube__idmap kernel_index;       /* hash prefix -> first entry with it */
         uint64_t n_kernels;

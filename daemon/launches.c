@@ -293,24 +293,24 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
         return NULL;
 }
 
-/* Builds the device's record of the launch and submits it. */
+/* Builds the device's record of the launch and queues it. */
 static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
 {
         cube__session *s = k->session;
-        cube__op *o = calloc(1, sizeof(*o));
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, r->n + (r->count_alloc ? 1 : 0));
         cube__launch_work *l = calloc(1, sizeof(*l));
-        size_t n_uses = r->n + (r->count_alloc ? 1 : 0), w = 0;
+        size_t w = 0;
 
         if (o && l) {
                 o->launch = l;
+                o->work.launch = l;
                 l->storages = calloc(r->n + 1, sizeof(*l->storages));
                 l->offsets = calloc(r->n + 1, sizeof(*l->offsets));
                 l->info = malloc(r->info_len + 8);
-                o->uses = calloc(n_uses + 1, sizeof(*o->uses));
                 o->written = calloc(r->n + 1, sizeof(*o->written));
                 o->written_range = calloc(2 * r->n + 2, sizeof(*o->written_range));
         }
-        if (!o || !l || !l->storages || !l->offsets || !l->info || !o->uses || !o->written ||
+        if (!o || !l || !l->storages || !l->offsets || !l->info || !o->written ||
             !o->written_range) {
                 if (l) {
                         free(l->storages);
@@ -338,10 +338,11 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
         for (size_t i = 0; i < r->n; i++) {
+                bool written = writes(r, kernel, i);
                 l->storages[i] = r->allocs[i]->storage;
                 l->offsets[i] = r->start[i];
-                o->uses[i] = r->allocs[i];
-                if (writes(r, kernel, i)) {
+                cube__op_use(o, r->allocs[i], written);
+                if (written) {
                         /* Enqueued: the bytes are the launch's now. */
                         cube__claims_written(&k->server->failures, &r->allocs[i]->claims,
                                              r->start[i], r->end[i]);
@@ -352,10 +353,10 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                 }
         }
         if (r->count_alloc)
-                o->uses[r->n] = r->count_alloc;
-        o->n_uses = n_uses;
+                cube__op_use(o, r->count_alloc, false);
         o->n_written = w;
-        cube__submit_launch(s, st, o);
+        s->launches++;
+        cube__op_enqueue(o);
 }
 
 /* The dynamic count arrived (or its copy failed): dispatch the launch again. */

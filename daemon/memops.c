@@ -271,7 +271,24 @@ cube__dispatched cube__do_sync(cube__msg *k)
         }
         r->handles = hs;
         r->n_handles = n;
-        cube__submit(s, st, NULL, CUBE__WORK_FENCE, 0, NULL, 0, NULL, r);
+        /* The barrier also waits for work of other streams on the named
+         * buffers, as a read of them would. */
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, n);
+        if (!o) {
+                r->error = cube__err_generic("out of host memory queueing a sync");
+        } else {
+                o->reply = r;
+                for (size_t i = 0; i < n; i++) {
+                        cube__alloc *a;
+                        uint64_t start, end;
+                        cube_error *bad = cube__alloc_resolve(s, &hs[i], &a, &start, &end);
+                        if (bad)
+                                cube_error_free(bad);   /* reported by the claim check */
+                        else
+                                cube__op_use(o, a, false);
+                }
+                cube__op_enqueue(o);
+        }
         cube__pending_arm(r);
         return CUBE__DISPATCH_DONE;
 }

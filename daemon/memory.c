@@ -34,6 +34,7 @@ cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_e
                 return NULL;
         }
         st->id = id;
+        st->session = s;
         e = srv->driver->stream_open(srv->device, &st->device);
         if (e) {
                 free(st);

@@ -75,6 +75,8 @@ void cube__session_maybe_free(cube__session *s)
         free(s->queued);
         cube_error_free(s->count_error);
 
+        if (srv->rr == s)
+                srv->rr = s->next;
         if (s->prev)
                 s->prev->next = s->next;
         else

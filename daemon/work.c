@@ -1,9 +1,10 @@
 /*
  * work.c - device work in flight, and the answers that wait for it.
  *
- * The loop thread submits cube__op items to the backend and counts them on
- * their session, stream and allocation, so none of those can go away under
- * the device. The backend hands each item back from its own thread; the
+ * The loop thread queues cube__op items (executor.c decides when each goes
+ * to the device) and counts them on their session, stream and allocations,
+ * so none of those can go away under the device. The backend hands each item
+ * back from its own thread; the
  * completion queue carries it to the loop thread (uv_async coalesces wakeups,
  * so every wakeup drains the whole queue), where the counts drop and any
  * answer whose last piece of work finished is sent.
@@ -87,7 +88,7 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
                   cube__pending_reply *reply)
 {
         cube__server *srv = s->server;
-        cube__op *o = calloc(1, sizeof(*o));
+        cube__op *o = cube__op_new(s, st, op, a ? 1 : 0);
 
         if (!o) {
                 /* Nothing was queued: the work's target must not read as written. */
@@ -96,43 +97,18 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
                 free(owned);
                 return;
         }
-        o->work.op = op;
         o->work.storage = a ? a->storage : NULL;
         o->work.offset = offset;
         o->work.host = host;
         o->work.len = len;
-        o->session = s;
-        o->stream = st;
         o->alloc = a;
         o->reply = reply;
         o->owned = owned;
         if (a)
-                a->pending++;
-        st->pending++;
-        s->inflight++;
-        srv->inflight++;
-        if (reply)
-                reply->outstanding++;
+                cube__op_use(o, a, op == CUBE__WORK_COPY_TO_DEVICE);
         if (op != CUBE__WORK_FENCE && (o->work.error = cube__inject_take(srv, CUBE_FAULT_COPY)))
                 o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, copying nothing */
-        srv->driver->submit(srv->device, st->device, &o->work);
-}
-
-void cube__submit_launch(cube__session *s, cube__stream *st, cube__op *o)
-{
-        cube__server *srv = s->server;
-
-        o->work.op = CUBE__WORK_LAUNCH;
-        o->work.launch = o->launch;
-        o->session = s;
-        o->stream = st;
-        for (size_t i = 0; i < o->n_uses; i++)
-                o->uses[i]->pending++;
-        st->pending++;
-        s->inflight++;
-        srv->inflight++;
-        s->launches++;
-        srv->driver->submit(srv->device, st->device, &o->work);
+        cube__op_enqueue(o);
 }
 
 void cube__server_poison(cube__server *srv, cube_error *poison)
@@ -218,10 +194,9 @@ static void op_finish(cube__op *o)
                 }
         }
         free(o->owned);
-        if (o->alloc)
-                cube__alloc_unref(o->alloc);
+        cube__op_retire(o);
         for (size_t i = 0; i < o->n_uses; i++)
-                cube__alloc_unref(o->uses[i]);
+                cube__alloc_unref(o->uses[i].alloc);
         if (o->launch) {
                 free(o->launch->storages);
                 free(o->launch->offsets);
@@ -231,7 +206,6 @@ static void op_finish(cube__op *o)
         free(o->uses);
         free(o->written);
         free(o->written_range);
-        o->stream->pending--;
         if (o->reply)
                 pending_put(o->reply);
         free(o);
@@ -255,4 +229,6 @@ void cube__server_drain_completions(cube__server *srv)
                 op_finish((cube__op *) ((char *) w - offsetof(cube__op, work)));
                 w = next;
         }
+        /* Room on the device, and work that waited on what finished. */
+        cube__schedule(srv);
 }

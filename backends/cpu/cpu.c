@@ -4,8 +4,9 @@
  *
  * It exists so that the whole system runs, and is tested, on a machine with
  * no GPU. It keeps the asynchronous contract of a real device: work is queued
- * and completes later, off the caller's thread, in stream order. The worker
- * serves one queue for every stream, so order within a stream holds trivially.
+ * and completes later, off the caller's thread, in stream order, and work on
+ * different streams runs at the same time, on as many workers as there are
+ * cores. Kernels run on the kernel pool, one launch at a time.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,63 +26,95 @@
 /* Allocations at least this large are mapped straight from the kernel. */
 #define CPU_MMAP_MIN (128 * 1024)
 
+/* A stream: its work in order. A stream is on the ready list while it has
+ * work and no worker runs it, so one stream's work never overlaps itself. */
 struct cube__dstream {
-        int unused;
+        cube__work *head, *tail;
+        bool busy;
+        bool ready;
+        cube__dstream *next_ready;
 };
 
 struct cube__device {
         cube__device_config config;
         uint64_t memory_limit;
         uint64_t in_use;                /* loop thread only */
-        cube__cpu_pool *pool;           /* runs kernels; used by the worker only */
+        cube__cpu_pool *pool;           /* runs kernels, one launch at a time */
+        pthread_mutex_t launch_lock;
 
-        pthread_t worker;
+        pthread_t *workers;
+        unsigned n_workers;
         pthread_mutex_t lock;
         pthread_cond_t wake;
-        pthread_cond_t idle;
-        cube__work *head, *tail;        /* the queue, under lock */
-        bool busy;
+        cube__dstream *ready_head, *ready_tail; /* under lock */
         bool stopping;
 };
 
-/* The worker: takes work in submission order, performs it, hands it back. */
+static void make_ready(cube__device *d, cube__dstream *s)
+{
+        if (s->ready || s->busy || !s->head)
+                return;
+        s->ready = true;
+        s->next_ready = NULL;
+        if (d->ready_tail)
+                d->ready_tail->next_ready = s;
+        else
+                d->ready_head = s;
+        d->ready_tail = s;
+        pthread_cond_signal(&d->wake);
+}
+
+static void perform(cube__device *d, cube__work *w)
+{
+        switch (w->op) {
+        case CUBE__WORK_COPY_TO_DEVICE:
+                memcpy((char *) w->storage->bytes + w->offset, w->host, w->len);
+                break;
+        case CUBE__WORK_COPY_TO_HOST:
+                memcpy(w->host, (const char *) w->storage->bytes + w->offset, w->len);
+                break;
+        case CUBE__WORK_FENCE:
+                break;
+        case CUBE__WORK_LAUNCH:
+                /* The pool runs one launch at a time, on every core. */
+                pthread_mutex_lock(&d->launch_lock);
+                w->error = cube__cpu_run(d->pool, w->launch);
+                pthread_mutex_unlock(&d->launch_lock);
+                break;
+        }
+}
+
+/* A worker: takes a ready stream, performs the work at its head, hands it
+ * back, and puts the stream back on the ready list if more is queued. */
 static void *cpu_worker(void *arg)
 {
         cube__device *d = arg;
 
         pthread_mutex_lock(&d->lock);
         for (;;) {
-                while (!d->head && !d->stopping)
+                while (!d->ready_head && !d->stopping)
                         pthread_cond_wait(&d->wake, &d->lock);
-                if (!d->head)
+                if (!d->ready_head)
                         break;
-                cube__work *w = d->head;
-                d->head = w->next;
-                if (!d->head)
-                        d->tail = NULL;
-                d->busy = true;
+                cube__dstream *s = d->ready_head;
+                d->ready_head = s->next_ready;
+                if (!d->ready_head)
+                        d->ready_tail = NULL;
+                s->ready = false;
+                s->busy = true;
+                cube__work *w = s->head;
+                s->head = w->next;
+                if (!s->head)
+                        s->tail = NULL;
                 pthread_mutex_unlock(&d->lock);
 
-                switch (w->op) {
-                case CUBE__WORK_COPY_TO_DEVICE:
-                        memcpy((char *) w->storage->bytes + w->offset, w->host, w->len);
-                        break;
-                case CUBE__WORK_COPY_TO_HOST:
-                        memcpy(w->host, (const char *) w->storage->bytes + w->offset, w->len);
-                        break;
-                case CUBE__WORK_FENCE:
-                        break;
-                case CUBE__WORK_LAUNCH:
-                        w->error = cube__cpu_run(d->pool, w->launch);
-                        break;
-                }
+                perform(d, w);
                 w->next = NULL;
                 d->config.complete(d->config.complete_ctx, w);
 
                 pthread_mutex_lock(&d->lock);
-                d->busy = false;
-                if (!d->head)
-                        pthread_cond_broadcast(&d->idle);
+                s->busy = false;
+                make_ready(d, s);
         }
         pthread_mutex_unlock(&d->lock);
         cube__cpu_pool_leave(d->pool);
@@ -102,16 +135,24 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
         d->config = *config;
         d->memory_limit = config->memory_limit ? config->memory_limit : CPU_DEFAULT_MEMORY;
         pthread_mutex_init(&d->lock, NULL);
+        pthread_mutex_init(&d->launch_lock, NULL);
         pthread_cond_init(&d->wake, NULL);
-        pthread_cond_init(&d->idle, NULL);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned n = cores > 1 ? (unsigned) cores : 2;
         d->pool = cube__cpu_pool_new(cores > 1 ? (unsigned) cores - 1 : 0, CPU_MAX_UNITS);
-        if (!d->pool || pthread_create(&d->worker, NULL, cpu_worker, d) != 0) {
+        d->workers = calloc(n, sizeof(*d->workers));
+        for (unsigned i = 0; d->pool && d->workers && i < n; i++) {
+                if (pthread_create(&d->workers[i], NULL, cpu_worker, d) != 0)
+                        break;
+                d->n_workers++;
+        }
+        if (d->n_workers == 0) {
+                *ret_why = "could not start the cpu backend's worker threads";
                 cube__cpu_pool_free(d->pool);
-                *ret_why = "could not start the cpu backend's worker thread";
+                free(d->workers);
                 pthread_mutex_destroy(&d->lock);
+                pthread_mutex_destroy(&d->launch_lock);
                 pthread_cond_destroy(&d->wake);
-                pthread_cond_destroy(&d->idle);
                 free(d);
                 return -EAGAIN;
         }
@@ -125,13 +166,15 @@ static void cpu_close(cube__device *d)
                 return;
         pthread_mutex_lock(&d->lock);
         d->stopping = true;
-        pthread_cond_signal(&d->wake);
+        pthread_cond_broadcast(&d->wake);
         pthread_mutex_unlock(&d->lock);
-        pthread_join(d->worker, NULL);
+        for (unsigned i = 0; i < d->n_workers; i++)
+                pthread_join(d->workers[i], NULL);
+        free(d->workers);
         cube__cpu_pool_free(d->pool);
         pthread_mutex_destroy(&d->lock);
+        pthread_mutex_destroy(&d->launch_lock);
         pthread_cond_destroy(&d->wake);
-        pthread_cond_destroy(&d->idle);
         free(d);
 }
 
@@ -242,12 +285,12 @@ static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
 {
         w->next = NULL;
         pthread_mutex_lock(&d->lock);
-        if (d->tail)
-                d->tail->next = w;
+        if (s->tail)
+                s->tail->next = w;
         else
-                d->head = w;
-        d->tail = w;
-        pthread_cond_signal(&d->wake);
+                s->head = w;
+        s->tail = w;
+        make_ready(d, s);
         pthread_mutex_unlock(&d->lock);
 }
 

@@ -33,10 +33,11 @@ typedef struct cube__cpu_pool cube__cpu_pool;
 
 cube__cpu_pool *cube__cpu_pool_new(unsigned threads, uint32_t max_units);
 void cube__cpu_pool_free(cube__cpu_pool *pool);
-/* Called by the thread that runs launches (cube__cpu_run), before it ends. */
+/* Called by every thread that ran launches (cube__cpu_run), before it ends. */
 void cube__cpu_pool_leave(cube__cpu_pool *pool);
-/* Runs a launch to completion on the pool, the calling thread included.
- * Returns NULL, or the DevicePoison of a kernel that faulted. */
+/* Runs a launch to completion on the pool, the calling thread included; one
+ * launch at a time per pool. Returns NULL, or the DevicePoison of a kernel
+ * that faulted. */
 cube_error *cube__cpu_run(cube__cpu_pool *pool, const cube__launch_work *l);
 
 /* What compiled kernels depend on: "gcc 12.2.0 x86_64-linux-gnu -O2 ...". */

@@ -70,10 +70,10 @@ struct cube__cpu_pool {
         uint64_t generation;
         unsigned active;
         bool stopping;
-        cpu_thread *caller;             /* the submitting thread's own state */
 };
 
 static __thread cpu_thread *self;
+static __thread cpu_thread *caller;     /* a submitting thread's own state */
 static __thread sigjmp_buf *fault_jump;
 static __thread int fault_signal;
 static __thread void *fault_address;
@@ -352,11 +352,11 @@ cube__cpu_pool *cube__cpu_pool_new(unsigned threads, uint32_t max_units)
 
 void cube__cpu_pool_leave(cube__cpu_pool *p)
 {
-        if (!p || !p->caller)
+        if (!caller)
                 return;
-        thread_leave(p->caller);
-        thread_free(p->caller);
-        p->caller = NULL;
+        thread_leave(caller);
+        thread_free(caller);
+        caller = NULL;
 }
 
 void cube__cpu_pool_free(cube__cpu_pool *p)
@@ -370,7 +370,6 @@ void cube__cpu_pool_free(cube__cpu_pool *p)
         for (unsigned i = 0; i < p->n_threads; i++)
                 pthread_join(p->threads[i], NULL);
         free(p->threads);
-        thread_free(p->caller);
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->wake);
         pthread_cond_destroy(&p->done);
@@ -393,12 +392,12 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
         for (uint32_t i = 0; i < l->n_buffers; i++)
                 job.bufs[i] = l->storages[i] ? (char *) l->storages[i]->bytes + l->offsets[i] : NULL;
 
-        if (!p->caller && !(p->caller = thread_new(p->max_units))) {
+        if (!caller && !(caller = thread_new(p->max_units))) {
                 free(job.bufs);
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                       "out of host memory launching kernel '%s'", l->kernel));
         }
-        if (l->module->uses_sync && thread_prepare_units(p->caller) < 0) {
+        if (l->module->uses_sync && thread_prepare_units(caller) < 0) {
                 free(job.bufs);
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                       "cannot map unit stacks for kernel '%s'", l->kernel));
@@ -411,7 +410,7 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
 
-        participate(p->caller, &job);
+        participate(caller, &job);
 
         pthread_mutex_lock(&p->lock);
         while (p->active > 0)

@@ -1,0 +1,200 @@
+/*
+ * executor.c - what runs when: stream order, cross-stream order by buffer,
+ * and fairness between sessions.
+ *
+ * Work is queued per stream in the daemon and handed to the device a little
+ * at a time. A stream's work runs in the order it was queued. Work of two
+ * streams is ordered only where it touches the same allocation: every piece
+ * of work is recorded on each allocation it uses, in queue order, and may be
+ * submitted only once no earlier work of another stream on those allocations
+ * conflicts with it (a write conflicts with anything; two reads do not). So a
+ * read on stream B of a buffer written on stream A sees A's write, and
+ * independent streams run side by side.
+ *
+ * Fairness: the device holds at most DEVICE_WINDOW pieces of work, and each
+ * stream at most STREAM_WINDOW. When there is room, the executor serves the
+ * sessions in turn, one piece of work each, starting after the last one it
+ * served. A session that queues 100k launches therefore delays another
+ * session's next piece of work by at most one round: at most one piece of
+ * work of every other session with ready work, plus what the device already
+ * holds (at most DEVICE_WINDOW pieces), runs before it.
+ */
+#include <stdlib.h>
+
+#include "cubed.h"
+
+#define DEVICE_WINDOW 16
+#define STREAM_WINDOW 4
+
+cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses)
+{
+        cube__op *o = calloc(1, sizeof(*o));
+
+        if (!o)
+                return NULL;
+        o->uses = calloc(n_uses ? n_uses : 1, sizeof(*o->uses));
+        if (!o->uses) {
+                free(o);
+                return NULL;
+        }
+        o->session = s;
+        o->stream = st;
+        o->work.op = kind;
+        return o;
+}
+
+void cube__op_use(cube__op *o, cube__alloc *a, bool writes)
+{
+        cube__use *u = &o->uses[o->n_uses++];
+
+        u->op = o;
+        u->alloc = a;
+        u->writes = writes;
+}
+
+/* Whether o may be submitted: no earlier work of another stream on the
+ * allocations it touches conflicts with it. */
+static bool ready(const cube__op *o)
+{
+        for (size_t i = 0; i < o->n_uses; i++) {
+                const cube__use *u = &o->uses[i];
+                for (const cube__use *x = u->alloc->uses_head; x && x != u; x = x->next)
+                        if (x->op->stream != o->stream && (u->writes || x->writes))
+                                return false;
+        }
+        return true;
+}
+
+static void activate(cube__stream *st)
+{
+        cube__session *s = st->session;
+
+        if (st->active)
+                return;
+        st->active = true;
+        st->active_next = NULL;
+        if (s->active_tail)
+                s->active_tail->active_next = st;
+        else
+                s->active_head = st;
+        s->active_tail = st;
+}
+
+void cube__op_enqueue(cube__op *o)
+{
+        cube__session *s = o->session;
+        cube__server *srv = s->server;
+        cube__stream *st = o->stream;
+
+        for (size_t i = 0; i < o->n_uses; i++) {
+                cube__use *u = &o->uses[i];
+                cube__alloc *a = u->alloc;
+                u->prev = a->uses_tail;
+                u->next = NULL;
+                if (a->uses_tail)
+                        a->uses_tail->next = u;
+                else
+                        a->uses_head = u;
+                a->uses_tail = u;
+                a->pending++;
+        }
+        o->next = NULL;
+        if (st->tail)
+                st->tail->next = o;
+        else
+                st->head = o;
+        st->tail = o;
+        st->pending++;
+        s->inflight++;
+        srv->inflight++;
+        if (o->reply)
+                o->reply->outstanding++;
+        activate(st);
+        cube__schedule(srv);
+}
+
+/* Submits one piece of this session's work, taking its streams in turn. */
+static bool submit_one(cube__session *s)
+{
+        cube__server *srv = s->server;
+        cube__stream *prev = NULL;
+
+        for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
+                cube__op *o = st->head;
+
+                if (!o || st->submitted >= STREAM_WINDOW || !ready(o))
+                        continue;
+                st->head = o->next;
+                if (!st->head)
+                        st->tail = NULL;
+                /* This stream goes to the back of the line, or off it. */
+                if (prev)
+                        prev->active_next = st->active_next;
+                else
+                        s->active_head = st->active_next;
+                if (s->active_tail == st)
+                        s->active_tail = prev;
+                st->active = false;
+                if (st->head)
+                        activate(st);
+                o->submitted = true;
+                st->submitted++;
+                srv->submitted++;
+                srv->driver->submit(srv->device, st->device, &o->work);
+                return true;
+        }
+        return false;
+}
+
+void cube__schedule(cube__server *srv)
+{
+        if (srv->scheduling) {
+                srv->reschedule = true;
+                return;
+        }
+        srv->scheduling = true;
+        do {
+                bool progress = true;
+
+                srv->reschedule = false;
+                while (progress && srv->submitted < DEVICE_WINDOW && srv->sessions) {
+                        cube__session *start = srv->rr ? srv->rr : srv->sessions, *s = start;
+
+                        progress = false;
+                        do {
+                                cube__session *next = s->next ? s->next : srv->sessions;
+                                if (submit_one(s)) {
+                                        progress = true;
+                                        srv->rr = next;
+                                        if (srv->submitted >= DEVICE_WINDOW)
+                                                break;
+                                }
+                                s = next;
+                        } while (s != start);
+                }
+        } while (srv->reschedule);
+        srv->scheduling = false;
+}
+
+void cube__op_retire(cube__op *o)
+{
+        cube__server *srv = o->session->server;
+
+        for (size_t i = 0; i < o->n_uses; i++) {
+                cube__use *u = &o->uses[i];
+                cube__alloc *a = u->alloc;
+                if (u->prev)
+                        u->prev->next = u->next;
+                else
+                        a->uses_head = u->next;
+                if (u->next)
+                        u->next->prev = u->prev;
+                else
+                        a->uses_tail = u->prev;
+        }
+        if (o->submitted) {
+                o->stream->submitted--;
+                srv->submitted--;
+        }
+        o->stream->pending--;
+}
