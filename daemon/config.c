@@ -19,7 +19,7 @@
 
 #include "cubed.h"
 
-enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE };
+enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE, K_LIST };
 
 typedef struct option_spec {
         const char *key;
@@ -48,6 +48,16 @@ static const option_spec specs[] = {
         { "drain-timeout", K_SECONDS, OFF(drain_timeout_s), 1, 3600, true },
         { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
+        { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
+        { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
+        { "max-sessions", K_U32, OFF(max_sessions), 0, UINT32_MAX, true },
+        { "max-sessions-per-uid", K_U32, OFF(max_sessions_per_uid), 0, UINT32_MAX, true },
+        { "max-streams", K_U32, OFF(max_streams), 1, 1u << 20, true },
+        { "max-requests", K_U32, OFF(max_requests), 1, UINT32_MAX, true },
+        { "max-queued-bytes", K_SIZE, OFF(max_queued_bytes), 1u << 20, UINT64_MAX, true },
+        { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
+        { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
+        { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
 };
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
@@ -59,6 +69,11 @@ void cube__options_default(cube__options *o)
                 .log_level = CUBE__LOG_NOTICE,
                 .poison_policy = CUBE__POISON_EXIT,
                 .drain_timeout_s = 10,
+                .max_sessions = 4096,
+                .max_sessions_per_uid = 1024,
+                .max_streams = 1024,
+                .max_requests = 4096,
+                .max_queued_bytes = 256ull << 20,
                 .poison_grace_s = 5,
         };
         cube__limits_daemon_default(&o->limits);
@@ -70,6 +85,9 @@ void cube__options_done(cube__options *o)
         free(o->backend);
         free(o->cache_dir);
         free(o->config_path);
+        free(o->socket_group);
+        free(o->allow_uids);
+        free(o->allow_groups);
         *o = (cube__options) {0};
 }
 
@@ -80,8 +98,13 @@ int cube__options_copy(const cube__options *from, cube__options *to)
         to->backend = from->backend ? strdup(from->backend) : NULL;
         to->cache_dir = from->cache_dir ? strdup(from->cache_dir) : NULL;
         to->config_path = from->config_path ? strdup(from->config_path) : NULL;
+        to->socket_group = from->socket_group ? strdup(from->socket_group) : NULL;
+        to->allow_uids = from->allow_uids ? strdup(from->allow_uids) : NULL;
+        to->allow_groups = from->allow_groups ? strdup(from->allow_groups) : NULL;
         if ((from->socket_path && !to->socket_path) || (from->backend && !to->backend) ||
-            (from->cache_dir && !to->cache_dir) || (from->config_path && !to->config_path)) {
+            (from->cache_dir && !to->cache_dir) || (from->config_path && !to->config_path) ||
+            (from->socket_group && !to->socket_group) || (from->allow_uids && !to->allow_uids) ||
+            (from->allow_groups && !to->allow_groups)) {
                 cube__options_done(to);
                 return -ENOMEM;
         }
@@ -137,6 +160,8 @@ int cube__option_set(cube__options *o, const char *key, const char *value, const
                 return -ENOENT;
         }
         switch (spec->kind) {
+        case K_LIST:
+                return set_string((char **) (base + spec->offset), value);
         case K_STRING:
                 if (!*value) {
                         *ret_why = "must not be empty";
@@ -325,6 +350,17 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->poison_policy = next->poison_policy;
         cur->drain_timeout_s = next->drain_timeout_s;
         cur->poison_grace_s = next->poison_grace_s;
+        cur->session_memory = next->session_memory;
+        cur->uid_memory = next->uid_memory;
+        cur->max_sessions = next->max_sessions;
+        cur->max_sessions_per_uid = next->max_sessions_per_uid;
+        cur->max_streams = next->max_streams;
+        cur->max_requests = next->max_requests;
+        cur->max_queued_bytes = next->max_queued_bytes;
+        free(cur->allow_uids);
+        free(cur->allow_groups);
+        cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;
+        cur->allow_groups = next->allow_groups ? strdup(next->allow_groups) : NULL;
         cur->fault_injection = next->fault_injection;
         cube__log_init(cur->log_level);
 }

@@ -32,6 +32,7 @@ struct cube__conn {
         unsigned writes_pending;
         bool paused;                    /* waiting for a kernel; see cube__conn_wait_for */
         bool held;                      /* accepted during a reinit: no session yet */
+        bool throttled;                 /* over max-requests or max-queued-bytes: not read */
         struct ucred cred;
         cube__kernel *waiting_on;
         bool redispatching;
@@ -96,6 +97,8 @@ static void on_written(uv_write_t *req, int status)
         c->writes_pending--;
         if (c->close_after_write && c->writes_pending == 0)
                 cube__conn_close(c);
+        else
+                cube__conn_unthrottle(c);
 }
 
 void cube__conn_send(cube__conn *c, char *frame, size_t len)
@@ -221,6 +224,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret)
         *ret = uv_buf_init((char *) c->rb.p + c->rb.len, (unsigned) (c->rb.cap - c->rb.len));
 }
 
+/* Whether the session has more in flight than its quotas let it queue. */
+static bool over_limits(const cube__conn *c)
+{
+        const cube__options *o = &c->server->opts;
+        const cube__session *s = c->session;
+
+        return s->inflight >= o->max_requests ||
+               s->queued_bytes + uv_stream_get_write_queue_size((const uv_stream_t *) &c->pipe) >=
+               o->max_queued_bytes;
+}
+
 /* Decodes and dispatches every whole message buffered. */
 static void process(cube__conn *c)
 {
@@ -229,6 +243,14 @@ static void process(cube__conn *c)
 
         while (!c->closing && !c->close_after_write && !c->paused && b->len > b->pos) {
                 const uint8_t *msg = b->p + b->pos;
+
+                if (over_limits(c)) {
+                        /* Backpressure: what the session sends waits in its
+                         * socket until its work drains. */
+                        c->throttled = true;
+                        uv_read_stop((uv_stream_t *) &c->pipe);
+                        return;
+                }
                 size_t avail = b->len - b->pos, mlen = 0, off = 0;
                 cube__scan scan;
 
@@ -311,7 +333,25 @@ void cube__conn_resume(void *conn)
         c->redispatching = true;
         process(c);
         c->redispatching = false;
-        if (!c->paused && !c->closing && !c->close_after_write)
+        if (!c->paused && !c->throttled && !c->closing && !c->close_after_write)
+                uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+}
+
+void cube__conn_unthrottle(cube__conn *c)
+{
+        const cube__options *o;
+
+        if (!c || !c->throttled || c->closing)
+                return;
+        o = &c->server->opts;
+        /* Resume at half the limits, so a session is not woken per reply. */
+        if (c->session->inflight > o->max_requests / 2 ||
+            c->session->queued_bytes + uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) >
+            o->max_queued_bytes / 2)
+                return;
+        c->throttled = false;
+        process(c);
+        if (!c->paused && !c->throttled && !c->closing && !c->close_after_write)
                 uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
 }
 
@@ -381,16 +421,26 @@ void cube__on_connection(uv_stream_t *listener, int status)
         conn_start(c);
 }
 
-/* Opens the connection's session and starts reading its messages. */
+/* Opens the connection's session and starts reading its messages, unless
+ * the peer may not connect or a session quota is full: then it is told why
+ * and closed. */
 static void conn_start(cube__conn *c)
 {
+        cube__server *srv = c->server;
+        char why[256];
+        bool refused;
+
         c->held = false;
-        c->session = cube__session_new(c->server, c, c->cred.pid, c->cred.uid, c->cred.gid);
+        refused = cube__access_refused(srv, &c->cred, why, sizeof(why)) ||
+                  cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
+        c->session = cube__session_new(srv, c, c->cred.pid, c->cred.uid, c->cred.gid);
         if (!c->session) {
                 cube__conn_close(c);
                 return;
         }
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+        if (refused)
+                cube__conn_protocol_error(c, -1, "%s", why);
 }
 
 void cube__conn_start_held(cube__server *srv)
@@ -462,6 +512,11 @@ int cube__listen(cube__server *srv, const char *path)
         if (r < 0) {
                 cube__log(CUBE__LOG_ERR, "cannot bind %s: %s", path, uv_strerror(r));
                 uv_close((uv_handle_t *) &srv->listener, NULL);
+                return r;
+        }
+        if (srv->opts.socket_group && (r = cube__socket_set_group(path, srv->opts.socket_group)) < 0) {
+                uv_close((uv_handle_t *) &srv->listener, NULL);
+                unlink(path);
                 return r;
         }
         r = uv_listen((uv_stream_t *) &srv->listener, 128, cube__on_connection);

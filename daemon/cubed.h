@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <uv.h>
 #include <msgpack.h>
@@ -86,6 +87,9 @@ void cube__failures_prune(cube__failures *fs, uint64_t failure);
  * downstream reports in its chain. */
 void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
                             uint64_t needed, const uint64_t *produced, size_t n_produced);
+/* Adds a line to what a failure's reports say after the chain: why the root
+ * happened, when the root alone does not say (a quota). */
+void cube__failures_note(cube__failures *fs, uint64_t failure, const char *note);
 /* ServerError::Unwritten for a failure, its chain walked back from memory
  * (0: every hop, newest first). */
 cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t memory);
@@ -106,16 +110,35 @@ typedef struct cube__use {
         struct cube__use *prev, *next;
 } cube__use;
 
+/* Device memory: one reservation, its claims and its ordering, named by one
+ * or more sessions (its creator, and those that imported it). */
 typedef struct cube__alloc {
-        uint64_t id;                    /* the client's memory id */
+        uint64_t id;                    /* the creator's memory id */
         uint64_t size;
-        cube__session *session;
+        cube__server *server;
+        cube__session *charged;         /* the holder its bytes count against */
+        uid_t charged_uid;
         cube__storage *storage;         /* NULL: the reservation failed */
         cube__claims claims;
         unsigned pending;               /* queued or submitted work that uses it */
-        bool freed;
+        unsigned holders;               /* names */
+        struct cube__name *names;
+        bool freed;                     /* no name is left */
         cube__use *uses_head, *uses_tail;
+        char token[33];                 /* its export token, or "" */
 } cube__alloc;
+
+/* A session's name for an allocation. A read-only import may not be
+ * written; a write it refused is a failure of this name alone (local), so
+ * no other holder ever sees it. */
+typedef struct cube__name {
+        uint64_t id;
+        cube__session *session;
+        cube__alloc *alloc;
+        bool read_only;
+        cube__claims local;
+        struct cube__name *next_holder;
+} cube__name;
 
 typedef struct cube__stream {
         uint64_t id;
@@ -132,15 +155,30 @@ cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_e
 /* Creates memory id of size bytes. A failed reservation is recorded on the
  * allocation, as the reference's initialize_memory does. */
 int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size);
-/* Marks the allocation freed; its storage goes once no work uses it. */
-void cube__alloc_free(cube__alloc *a);
+/* Drops a session's name; the storage goes once no name and no work uses it. */
+void cube__name_free(cube__name *n);
 void cube__alloc_unref(cube__alloc *a);
-/* Resolves a handle to this session's allocation, checking the service stamp
- * and the range. */
+/* Resolves a handle to this session's name for an allocation, checking the
+ * service stamp, the session and the range. */
+cube_error *cube__name_resolve(cube__session *s, const cube_handle *h, cube__name **ret_name,
+                               uint64_t *ret_start, uint64_t *ret_end);
 cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__alloc **ret_alloc,
                                 uint64_t *ret_start, uint64_t *ret_end);
 /* The claim check a read makes over resolved handles: NULL or Several. */
 cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n);
+/* Export: a token another session imports the allocation with. */
+const char *cube__alloc_export(cube__name *n);
+/* Import: a new name in s for the exported allocation, or an error. */
+cube_error *cube__alloc_import(cube__session *s, const char *token, uint64_t id, bool read_only,
+                               cube__name **ret_name);
+
+/* What one user holds across its sessions, for the per-user quotas. */
+typedef struct cube__uid {
+        uint32_t sessions;
+        uint64_t memory;
+} cube__uid;
+
+cube__uid *cube__uid_get(cube__server *srv, uid_t uid);
 
 /* ---- device work (work.c) ----------------------------------------------- */
 typedef struct cube__pending_reply cube__pending_reply;
@@ -159,6 +197,7 @@ typedef struct cube__op {
         cube__alloc **written;          /* what a launch writes, to claim if it faults */
         size_t n_written;
         uint64_t *written_range;        /* [start, end) per written buffer */
+        uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         bool submitted;
 } cube__op;
 
@@ -255,6 +294,15 @@ void cube__kernel_forget(cube__kernel *k, void *ctx);
 cube_error *cube__kernel_launch_error(const cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
 
+/* ---- access and session quotas (access.c) ------------------------------ */
+/* Whether the peer may not connect (allow-uids, allow-groups); why says why. */
+bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len);
+/* Whether another session of uid would cross max-sessions or
+ * max-sessions-per-uid; why names the quota. */
+bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len);
+/* Gives the socket the configured group, when cubed bound it. */
+int cube__socket_set_group(const char *path, const char *group);
+
 /* ---- sessions (session.c) ----------------------------------------------- */
 struct cube__session {
         uint64_t id;
@@ -266,7 +314,7 @@ struct cube__session {
         char name[CUBED_NAME_MAX];
         bool greeted;                   /* hello was answered */
         bool poison_told;               /* has been answered DevicePoisoned */
-        cube__idmap memory;             /* memory id -> cube__alloc */
+        cube__idmap memory;             /* memory id -> cube__name */
         cube__idmap streams;            /* stream id -> cube__stream */
         cube__idmap kernels;            /* kernel id -> cube__kernel */
         cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
@@ -280,6 +328,7 @@ struct cube__session {
         cube__stream *active_head, *active_tail; /* streams with queued work */
         uint64_t memory_in_use;
         uint64_t memory_peak;
+        uint64_t queued_bytes;          /* write payloads held by queued work */
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
         cube__session *prev, *next;
@@ -311,6 +360,8 @@ bool cube__conn_wait_for(cube__conn *c, cube__kernel *k);
 /* Stops taking messages from c until cube__conn_resume. */
 void cube__conn_hold(cube__conn *c);
 void cube__conn_resume(void *conn);
+/* Takes messages again once the session is under half its quotas. */
+void cube__conn_unthrottle(cube__conn *c);
 /* Whether the message being dispatched is one dispatched again on resume. */
 bool cube__conn_redispatching(const cube__conn *c);
 int cube__listen(cube__server *srv, const char *path);
@@ -355,6 +406,18 @@ typedef struct cube__options {
         int log_level;
         cube__poison_policy poison_policy;
         uint32_t drain_timeout_s;
+        /* Quotas (0: none). */
+        uint64_t session_memory;        /* device memory one session may hold */
+        uint64_t uid_memory;            /* device memory one user's sessions may hold */
+        uint32_t max_sessions;
+        uint32_t max_sessions_per_uid;
+        uint32_t max_streams;           /* per session */
+        uint32_t max_requests;          /* per session: work queued and answers owed */
+        uint64_t max_queued_bytes;      /* per session: payloads held and replies unsent */
+        /* Access. */
+        char *socket_group;             /* the socket's group, when we bind it */
+        char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
+        char *allow_groups;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         bool fault_injection;           /* tests only */
 } cube__options;
@@ -402,6 +465,8 @@ struct cube__server {
         uint64_t started_ns;
 
         cube__failures failures;
+        cube__idmap exports;            /* token prefix -> cube__alloc */
+        cube__idmap uids;               /* uid -> cube__uid: what each user holds */
         cube__session *sessions;
         uint32_t n_sessions;
         uint64_t next_session_id;

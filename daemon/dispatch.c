@@ -148,6 +148,8 @@ static const method methods[] = {
         { "check", CUBE__MSG_REQUEST, cube__do_check },
         { "flush", CUBE__MSG_REQUEST, cube__do_stream_only },
         { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_stream_only },
+        { "export", CUBE__MSG_REQUEST, cube__do_export },
+        { "import", CUBE__MSG_REQUEST, cube__do_import },
         { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
         { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
         { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },

@@ -28,7 +28,7 @@ bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **
                               size_t *ret_n);
 /* Records e as the failure of bytes [start, end) of a: the work that was to
  * write them did not. Takes e. */
-void cube__fail_range(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
+void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
 /* ServerError::DevicePoisoned for the poisoned device. */
 cube_error *cube__poisoned(cube__server *srv);
@@ -51,6 +51,10 @@ cube__dispatched cube__do_streams(cube__msg *k);
 cube__dispatched cube__do_metrics(cube__msg *k);
 cube__dispatched cube__do_drain(cube__msg *k);
 cube__dispatched cube__do_kill_session(cube__msg *k);
+
+/* share.c */
+cube__dispatched cube__do_export(cube__msg *k);
+cube__dispatched cube__do_import(cube__msg *k);
 
 /* inject.c */
 cube__dispatched cube__do_inject(cube__msg *k);

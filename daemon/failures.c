@@ -31,6 +31,7 @@ typedef struct failure_record {
         uint64_t session;
         cube_error *root;
         uint32_t tagged;                /* allocations that carry it */
+        char *note;                     /* why the root happened, when there is more to say */
         skip_record skips[SKIPS_KEPT];  /* newest first */
         size_t n_skips;
         uint64_t skips_dropped;
@@ -46,6 +47,7 @@ static void record_free(failure_record *r)
 {
         for (size_t i = 0; i < r->n_skips; i++)
                 skip_free(&r->skips[i]);
+        free(r->note);
         cube_error_free(r->root);
         free(r);
 }
@@ -216,6 +218,14 @@ void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *ke
         r->n_skips++;
 }
 
+void cube__failures_note(cube__failures *fs, uint64_t failure, const char *note)
+{
+        failure_record *r = cube__idmap_get(&fs->records, failure);
+
+        if (r && !r->note)
+                r->note = strdup(note);
+}
+
 static bool produced(const skip_record *k, uint64_t memory)
 {
         for (size_t i = 0; i < k->n_produced; i++)
@@ -235,7 +245,7 @@ cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t
                 return cube__err_not_found("failure #%llu is no longer recorded",
                                            (unsigned long long) failure);
         root = cube_error_clone(r->root);
-        chain = calloc(r->n_skips + 1, sizeof(*chain));
+        chain = calloc(r->n_skips + 2, sizeof(*chain));
         if (!root || !chain) {
                 cube_error_free(root);
                 free(chain);
@@ -254,6 +264,8 @@ cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t
         if (r->skips_dropped && n > 0 &&
             asprintf(&chain[n], "(%llu older skip record(s) were dropped; the walk may stop "
                      "before the root)", (unsigned long long) r->skips_dropped) >= 0)
+                n++;
+        if (r->note && (chain[n] = strdup(r->note)))
                 n++;
         return cube__err_unwritten(r->id, r->tagged, chain, n, root);
 }

@@ -61,7 +61,8 @@ typedef struct launch_req {
         size_t info_len;
         uint32_t metadata_offset, dynamic_offset;
         uint32_t mode;
-        cube__alloc **allocs;           /* per buffer; NULL where it did not resolve */
+        cube__name **names;             /* per buffer; NULL where it did not resolve */
+        cube__alloc **allocs;
         uint64_t *start, *end;
         cube__alloc *count_alloc;
         uint64_t count_start;
@@ -72,6 +73,7 @@ static void req_free(launch_req *r)
         free(r->handles);
         free(r->io);
         free(r->allocs);
+        free(r->names);
         free(r->start);
         free(r->end);
 }
@@ -124,9 +126,10 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         r->handles = calloc(r->n + 1, sizeof(*r->handles));
         r->io = calloc(r->n_io + 1, sizeof(*r->io));
         r->allocs = calloc(r->n + 1, sizeof(*r->allocs));
+        r->names = calloc(r->n + 1, sizeof(*r->names));
         r->start = calloc(r->n + 1, sizeof(*r->start));
         r->end = calloc(r->n + 1, sizeof(*r->end));
-        if (!r->handles || !r->io || !r->allocs || !r->start || !r->end)
+        if (!r->handles || !r->io || !r->allocs || !r->names || !r->start || !r->end)
                 return cube__malformed(k, "out of host memory");
         for (size_t i = 0; i < r->n; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
@@ -150,8 +153,10 @@ static cube_error *resolve(cube__session *s, launch_req *r)
         cube_error *first = NULL;
 
         for (size_t i = 0; i < r->n; i++) {
-                cube_error *e = cube__alloc_resolve(s, &r->handles[i], &r->allocs[i], &r->start[i],
-                                                    &r->end[i]);
+                cube_error *e = cube__name_resolve(s, &r->handles[i], &r->names[i], &r->start[i],
+                                                   &r->end[i]);
+                if (!e)
+                        r->allocs[i] = r->names[i]->alloc;
                 if (e && !first)
                         first = e;
                 else
@@ -205,9 +210,10 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
                           kernel ? kernel->entry : "an unknown kernel", failure,
                           failure ? cube_error_message(e) : "out of memory");
         for (size_t i = 0; i < r->n; i++)
-                if (r->allocs[i] && writes(r, kernel, i))
-                        cube__claims_taint(&srv->failures, &r->allocs[i]->claims, r->start[i],
-                                           r->end[i], failure);
+                if (r->names[i] && writes(r, kernel, i))
+                        cube__claims_taint(&srv->failures, r->names[i]->read_only ?
+                                           &r->names[i]->local : &r->allocs[i]->claims,
+                                           r->start[i], r->end[i], failure);
         cube__failures_prune(&srv->failures, failure);
 }
 
@@ -473,6 +479,14 @@ cube__dispatched cube__do_launch(cube__msg *k)
         if (!r.dynamic && (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0))
                 goto out;       /* nothing runs, and no claim changes */
 
+        for (size_t i = 0; i < r.n; i++)
+                if (r.names[i]->read_only && writes(&r, kernel, i)) {
+                        refuse(k, &r, kernel, cube__err_validation(
+                                "a launch of %s would write memory %" PRIu64 ", a read-only "
+                                "import; declare it READ_ONLY or pass it as a const pointer",
+                                kernel->entry, r.names[i]->id));
+                        goto out;
+                }
         failure = input_failure(&r, kernel, &needed);
         if (failure) {
                 s->count_ready = false;

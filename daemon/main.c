@@ -39,6 +39,21 @@ static void usage(FILE *f)
 "  --drain-timeout S      seconds a stop waits for work in flight (default 10)\n"
 "  --poison-grace S       seconds a poisoned device is reported before the policy\n"
 "                         acts, once every session was told (default 5)\n"
+"Quotas (0: none):\n"
+"  --session-memory BYTES device memory one session may hold (default 0)\n"
+"  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
+"  --max-sessions N       sessions in all (default 4096)\n"
+"  --max-sessions-per-uid N  sessions of one user (default 1024)\n"
+"  --max-streams N        streams of one session (default 1024)\n"
+"  --max-requests N       work and answers one session may have in flight before\n"
+"                         the daemon stops reading it (default 4096)\n"
+"  --max-queued-bytes BYTES  payloads and unsent answers of one session before the\n"
+"                         daemon stops reading it (default 256M)\n"
+"Access:\n"
+"  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
+"  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
+"  --allow-groups LIST    groups whose members may connect (names or gids)\n"
+"\n"
 "  --enable-fault-injection\n"
 "                         accept debug_inject requests (tests only; off by default)\n"
 "  --help                 show this help\n"
@@ -67,6 +82,16 @@ int main(int argc, char **argv)
                 { "poison-policy", required_argument, NULL, 'o' },
                 { "drain-timeout", required_argument, NULL, 'o' },
                 { "poison-grace", required_argument, NULL, 'o' },
+                { "session-memory", required_argument, NULL, 'o' },
+                { "uid-memory", required_argument, NULL, 'o' },
+                { "max-sessions", required_argument, NULL, 'o' },
+                { "max-sessions-per-uid", required_argument, NULL, 'o' },
+                { "max-streams", required_argument, NULL, 'o' },
+                { "max-requests", required_argument, NULL, 'o' },
+                { "max-queued-bytes", required_argument, NULL, 'o' },
+                { "socket-group", required_argument, NULL, 'o' },
+                { "allow-uids", required_argument, NULL, 'o' },
+                { "allow-groups", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'v' },

@@ -45,21 +45,24 @@ cube__dispatched cube__do_create(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
-void cube__fail_range(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
-                       cube_error *e)
+void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
+                      cube_error *e)
 {
         cube__server *srv = s->server;
         uint64_t failure;
 
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": a write to memory %" PRIu64
-                          " failed: %s", s->id, a->id, e ? cube_error_message(e) : "out of memory");
+                          " failed: %s", s->id, n->id, e ? cube_error_message(e) : "out of memory");
         s->errors++;
         failure = cube__failures_insert(&srv->failures, e, s->id);
         if (failure)
                 cube__log_session(CUBE__LOG_INFO, s, failure, "failure #%" PRIu64 " claims bytes "
                                   "[%" PRIu64 ", %" PRIu64 ") of memory %" PRIu64, failure, start,
-                                  end, a->id);
-        cube__claims_taint(&srv->failures, &a->claims, start, end, failure);
+                                  end, n->id);
+        /* A read-only name's refused write is its own: the memory it shares
+         * was not touched, and no other holder may see a failure. */
+        cube__claims_taint(&srv->failures, n->read_only ? &n->local : &n->alloc->claims, start,
+                           end, failure);
         cube__failures_prune(&srv->failures, failure);
 }
 
@@ -70,6 +73,7 @@ cube__dispatched cube__do_write(cube__msg *k)
         cube_handle h;
         const void *data;
         size_t len;
+        cube__name *n;
         cube__alloc *a;
         cube__stream *st;
         cube_error *e;
@@ -83,14 +87,14 @@ cube__dispatched cube__do_write(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
 
-        e = cube__alloc_resolve(s, &h, &a, &start, &end);
+        e = cube__name_resolve(s, &h, &n, &start, &end);
         if (e) {
-                cube__alloc *named = h.service == k->server->nonce ?
-                                     cube__idmap_get(&s->memory, h.memory) : NULL;
+                cube__name *named = h.service == k->server->nonce ?
+                                    cube__idmap_get(&s->memory, h.memory) : NULL;
                 if (named) {
                         /* The handle names our memory with offsets that do
                          * not fit it: the whole allocation is suspect. */
-                        cube__fail_range(s, named, 0, named->size, e);
+                        cube__fail_range(s, named, 0, named->alloc->size, e);
                 } else {
                         cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was dropped: %s",
                                   s->id, cube_error_message(e));
@@ -99,12 +103,19 @@ cube__dispatched cube__do_write(cube__msg *k)
                 }
                 return CUBE__DISPATCH_DONE;
         }
+        a = n->alloc;
         if (k->server->poison) {
-                cube__fail_range(s, a, start, end, cube__poisoned(k->server));
+                cube__fail_range(s, n, start, end, cube__poisoned(k->server));
+                return CUBE__DISPATCH_DONE;
+        }
+        if (n->read_only) {
+                cube__fail_range(s, n, start, end, cube__err_validation(
+                        "memory %" PRIu64 " is a read-only import: it may not be written",
+                        n->id));
                 return CUBE__DISPATCH_DONE;
         }
         if (len != end - start) {
-                cube__fail_range(s, a, start, end, cube__err_validation(
+                cube__fail_range(s, n, start, end, cube__err_validation(
                         "a write of %zu bytes was sent for a handle of %" PRIu64 " bytes", len,
                         end - start));
                 return CUBE__DISPATCH_DONE;
@@ -113,7 +124,7 @@ cube__dispatched cube__do_write(cube__msg *k)
                 return CUBE__DISPATCH_DONE;   /* a failed reservation keeps its claim */
         st = cube__stream_get(s, stream, &e);
         if (!st) {
-                cube__fail_range(s, a, start, end, e);
+                cube__fail_range(s, n, start, end, e);
                 return CUBE__DISPATCH_DONE;
         }
 
@@ -123,7 +134,7 @@ cube__dispatched cube__do_write(cube__msg *k)
         } else {
                 owned = malloc(len);
                 if (!owned) {
-                        cube__fail_range(s, a, start, end, cube__err_generic(
+                        cube__fail_range(s, n, start, end, cube__err_generic(
                                 "out of host memory staging a write of %zu bytes", len));
                         return CUBE__DISPATCH_DONE;
                 }
@@ -138,20 +149,20 @@ cube__dispatched cube__do_write(cube__msg *k)
 cube__dispatched cube__do_free(cube__msg *k)
 {
         uint64_t stream, memory;
-        cube__alloc *a;
+        cube__name *n;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory)) {
                 cube__malformed(k, "params must be [stream, memory]");
                 return CUBE__DISPATCH_DONE;
         }
-        a = cube__idmap_get(&k->session->memory, memory);
-        if (!a) {
+        n = cube__idmap_get(&k->session->memory, memory);
+        if (!n) {
                 cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": free of unknown memory %" PRIu64,
                           k->session->id, memory);
                 k->session->errors++;
                 return CUBE__DISPATCH_DONE;
         }
-        cube__alloc_free(a);
+        cube__name_free(n);
         return CUBE__DISPATCH_DONE;
 }
 

@@ -1,18 +1,25 @@
 /*
- * memory.c - a session's allocations and streams, over the driver.
+ * memory.c - allocations, the names sessions give them, and streams.
  *
  * Memory ids are minted by the client, so creating memory is a notification
  * with no answer: a reservation that fails is kept on the allocation as a
  * failure claiming all of it, and the next read, sync or check reports it,
  * as the reference's initialize_memory does.
+ *
+ * An allocation is named by the session that created it and by every session
+ * that imported it with its export token. It lives until the last name is
+ * dropped and no work uses it. Its bytes count against one holder at a time
+ * (its creator, then, if the creator lets go first, another holder), so the
+ * daemon's memory in use is always what live sessions hold.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
 
 #include "cubed.h"
 
-#define CUBED_STREAMS_MAX 1024
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error)
 {
@@ -22,10 +29,10 @@ cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_e
 
         if (st)
                 return st;
-        if (s->streams.len >= CUBED_STREAMS_MAX) {
+        if (s->streams.len >= srv->opts.max_streams) {
                 *ret_error = cube__err_validation(
-                        "a session may use at most %d streams; stream %" PRIu64
-                        " would be one more", CUBED_STREAMS_MAX, id);
+                        "a session may use at most %u streams (max-streams); stream %" PRIu64
+                        " would be one more", srv->opts.max_streams, id);
                 return NULL;
         }
         st = calloc(1, sizeof(*st));
@@ -50,19 +57,100 @@ cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_e
         return st;
 }
 
+cube__uid *cube__uid_get(cube__server *srv, uid_t uid)
+{
+        cube__uid *u = cube__idmap_get(&srv->uids, uid);
+
+        if (u)
+                return u;
+        u = calloc(1, sizeof(*u));
+        if (u && cube__idmap_put(&srv->uids, uid, u) < 0) {
+                free(u);
+                u = NULL;
+        }
+        return u;
+}
+
+/* Moves an allocation's bytes onto session s (or off every session). */
+static void charge(cube__alloc *a, cube__session *s)
+{
+        cube__server *srv = a->server;
+        cube__uid *u;
+
+        if (!a->storage || a->charged == s)
+                return;
+        if (a->charged) {
+                a->charged->memory_in_use -= a->size;
+                if ((u = cube__idmap_get(&srv->uids, a->charged_uid)))
+                        u->memory -= a->size;
+        }
+        a->charged = s;
+        if (!s)
+                return;
+        a->charged_uid = s->uid;
+        s->memory_in_use += a->size;
+        if (s->memory_in_use > s->memory_peak)
+                s->memory_peak = s->memory_in_use;
+        if ((u = cube__uid_get(srv, s->uid)))
+                u->memory += a->size;
+}
+
+static cube__name *name_new(cube__session *s, uint64_t id, cube__alloc *a, bool read_only)
+{
+        cube__name *n = calloc(1, sizeof(*n));
+
+        if (!n)
+                return NULL;
+        n->id = id;
+        n->session = s;
+        n->alloc = a;
+        n->read_only = read_only;
+        if (cube__idmap_put(&s->memory, id, n) < 0) {
+                free(n);
+                return NULL;
+        }
+        n->next_holder = a->names;
+        a->names = n;
+        a->holders++;
+        return n;
+}
+
+/* Why a reservation of size bytes is over a quota, or NULL. */
+static const char *over_quota(cube__session *s, uint64_t size, char *why, size_t len)
+{
+        cube__server *srv = s->server;
+        cube__uid *u = cube__uid_get(srv, s->uid);
+
+        if (srv->opts.session_memory && size > srv->opts.session_memory - s->memory_in_use) {
+                snprintf(why, len, "the session's memory quota (session-memory, %" PRIu64
+                         " bytes) would be exceeded: the session holds %" PRIu64 " bytes",
+                         srv->opts.session_memory, s->memory_in_use);
+                return why;
+        }
+        if (srv->opts.uid_memory && u && size > srv->opts.uid_memory - u->memory) {
+                snprintf(why, len, "uid %u's memory quota (uid-memory, %" PRIu64 " bytes) would "
+                         "be exceeded: its sessions hold %" PRIu64 " bytes", (unsigned) s->uid,
+                         srv->opts.uid_memory, u->memory);
+                return why;
+        }
+        return NULL;
+}
+
 int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
 {
         cube__server *srv = s->server;
         cube__alloc *a;
         cube_error *e;
+        const char *quota = NULL;
+        char why[256];
 
         a = calloc(1, sizeof(*a));
         if (!a)
                 return -ENOMEM;
         a->id = id;
         a->size = size;
-        a->session = s;
-        if (cube__idmap_put(&s->memory, id, a) < 0) {
+        a->server = srv;
+        if (!name_new(s, id, a, false)) {
                 free(a);
                 return -ENOMEM;
         }
@@ -70,17 +158,22 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
         if (srv->poison)
                 e = cube__err_wrap(CUBE_SERVER_IO, cube__err_wrap(CUBE_IO_DEVICE_POISONED,
                                                                   cube_error_clone(srv->poison)));
+        else if ((quota = over_quota(s, size, why, sizeof(why))))
+                e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         else if (!(e = cube__inject_take(srv, CUBE_FAULT_ALLOC)))
                 e = srv->driver->alloc(srv->device, size, &a->storage);
         if (e) {
                 uint64_t failure;
 
-                cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": memory %" PRIu64 " of %" PRIu64
-                          " bytes could not be reserved: %s", s->id, id, size,
-                          cube_error_message(e));
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": memory %" PRIu64
+                                  " of %" PRIu64 " bytes could not be reserved: %s%s%s", s->id, id,
+                                  size, cube_error_message(e), quota ? ": " : "",
+                                  quota ? quota : "");
                 s->errors++;
                 a->storage = NULL;
                 failure = cube__failures_insert(&srv->failures, e, s->id);
+                if (quota)
+                        cube__failures_note(&srv->failures, failure, quota);
                 /* An empty allocation has no bytes to claim; mark its one
                  * virtual byte so a read still reports the failure. */
                 if (cube__claims_taint(&srv->failures, &a->claims, 0, size ? size : 1, failure) < 0)
@@ -88,38 +181,60 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
                 cube__failures_prune(&srv->failures, failure);
                 return 0;
         }
-        s->memory_in_use += size;
-        if (s->memory_in_use > s->memory_peak)
-                s->memory_peak = s->memory_in_use;
         srv->memory_in_use += size;
         if (srv->memory_in_use > srv->memory_peak)
                 srv->memory_peak = srv->memory_in_use;
         srv->allocations++;
+        charge(a, s);
         return 0;
 }
 
-/* Gives the storage back once the allocation is freed and idle. */
+static uint64_t token_key(const char *token);
+
+/* Gives the storage back once no name and no work is left. */
 static void alloc_release(cube__alloc *a)
 {
-        cube__session *s = a->session;
-        cube__server *srv = s->server;
+        cube__server *srv = a->server;
 
         cube__claims_clear(&srv->failures, &a->claims);
+        if (a->token[0])
+                cube__idmap_remove(&srv->exports, token_key(a->token));
         if (a->storage) {
+                charge(a, NULL);
                 srv->driver->release(srv->device, a->storage);
-                s->memory_in_use -= a->size;
                 srv->memory_in_use -= a->size;
                 srv->allocations--;
         }
         free(a);
 }
 
-void cube__alloc_free(cube__alloc *a)
+void cube__name_free(cube__name *n)
 {
-        cube__idmap_remove(&a->session->memory, a->id);
-        a->freed = true;
-        if (a->pending == 0)
-                alloc_release(a);
+        cube__alloc *a = n->alloc;
+        cube__server *srv = a->server;
+
+        cube__idmap_remove(&n->session->memory, n->id);
+        for (cube__name **p = &a->names; *p; p = &(*p)->next_holder)
+                if (*p == n) {
+                        *p = n->next_holder;
+                        break;
+                }
+        a->holders--;
+        if (a->charged == n->session) {
+                /* Another holder keeps the bytes now, if any holds them. */
+                cube__session *heir = NULL;
+                for (cube__name *h = a->names; h && !heir; h = h->next_holder)
+                        if (h->session != n->session)
+                                heir = h->session;
+                charge(a, heir);
+        }
+        cube__claims_clear(&srv->failures, &n->local);
+        free(n);
+        if (a->holders == 0) {
+                a->freed = true;
+                if (a->pending == 0)
+                        alloc_release(a);
+        }
 }
 
 void cube__alloc_unref(cube__alloc *a)
@@ -128,11 +243,12 @@ void cube__alloc_unref(cube__alloc *a)
                 alloc_release(a);
 }
 
-cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__alloc **ret_alloc,
-                                uint64_t *ret_start, uint64_t *ret_end)
+cube_error *cube__name_resolve(cube__session *s, const cube_handle *h, cube__name **ret_name,
+                               uint64_t *ret_start, uint64_t *ret_end)
 {
         cube__server *srv = s->server;
-        cube__alloc *a;
+        cube__name *n;
+        uint64_t size;
 
         if (h->service != srv->nonce) {
                 char handle[64];
@@ -143,21 +259,34 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
         if (CUBE__MEMORY_SESSION(h->memory) != s->id)
                 return cube__err_not_found("memory %" PRIu64 " belongs to session %" PRIu64 ", not "
                                            "to this one (%" PRIu64 "): a session reaches only its "
-                                           "own memory", h->memory,
+                                           "own memory, and memory shared with it by export and "
+                                           "import", h->memory,
                                            (uint64_t) CUBE__MEMORY_SESSION(h->memory), s->id);
-        a = cube__idmap_get(&s->memory, h->memory);
-        if (!a)
+        n = cube__idmap_get(&s->memory, h->memory);
+        if (!n)
                 return cube__err_not_found("memory %" PRIu64 " was never created in this session,"
                                            " or was freed", h->memory);
-        if (h->offset_start > a->size || h->offset_end > a->size - h->offset_start)
+        size = n->alloc->size;
+        if (h->offset_start > size || h->offset_end > size - h->offset_start)
                 return cube__err_validation(
                         "the handle's offsets (start %" PRIu64 ", end %" PRIu64 ") do not fit"
                         " memory %" PRIu64 " of %" PRIu64 " bytes",
-                        h->offset_start, h->offset_end, h->memory, a->size);
-        *ret_alloc = a;
+                        h->offset_start, h->offset_end, h->memory, size);
+        *ret_name = n;
         *ret_start = h->offset_start;
-        *ret_end = a->size - h->offset_end;
+        *ret_end = size - h->offset_end;
         return NULL;
+}
+
+cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__alloc **ret_alloc,
+                                uint64_t *ret_start, uint64_t *ret_end)
+{
+        cube__name *n;
+        cube_error *e = cube__name_resolve(s, h, &n, ret_start, ret_end);
+
+        if (!e)
+                *ret_alloc = n->alloc;
+        return e;
 }
 
 /* Adds the failure to the group unless it is there already. */
@@ -172,32 +301,92 @@ static int add_failure(cube__failures *fs, cube_error **several, uint64_t failur
         return cube__err_several_add(*several, cube__failures_report(fs, failure, memory));
 }
 
+static int add_claims(cube__failures *fs, cube_error **several, const cube__claims *claims,
+                      uint64_t start, uint64_t end, uint64_t memory)
+{
+        for (size_t k = 0; k < claims->n; k++) {
+                const cube__claim *c = &claims->v[k];
+                if (c->start < end && start < c->end &&
+                    add_failure(fs, several, c->failure, memory) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n)
 {
         cube__server *srv = s->server;
         cube_error *several = NULL;
 
         for (size_t i = 0; i < n; i++) {
-                cube__alloc *a;
+                cube__name *nm;
                 uint64_t start, end;
-                cube_error *e = cube__alloc_resolve(s, &handles[i], &a, &start, &end);
+                cube_error *e = cube__name_resolve(s, &handles[i], &nm, &start, &end);
 
                 if (e) {
                         cube_error_free(several);
                         return e;
                 }
-                if (!a->storage && start == end) {
+                if (!nm->alloc->storage && start == end) {
                         start = 0;      /* the virtual byte of a failed reservation */
                         end = 1;
                 }
-                for (size_t k = 0; k < a->claims.n; k++) {
-                        const cube__claim *c = &a->claims.v[k];
-                        if (c->start < end && start < c->end &&
-                            add_failure(&srv->failures, &several, c->failure, a->id) < 0) {
-                                cube_error_free(several);
-                                return cube__err_generic("out of host memory reporting failures");
-                        }
+                if (add_claims(&srv->failures, &several, &nm->alloc->claims, start, end,
+                               nm->alloc->id) < 0 ||
+                    add_claims(&srv->failures, &several, &nm->local, start, end, nm->id) < 0) {
+                        cube_error_free(several);
+                        return cube__err_generic("out of host memory reporting failures");
                 }
         }
         return several;
+}
+
+static uint64_t token_key(const char *token)
+{
+        char prefix[17];
+
+        memcpy(prefix, token, 16);
+        prefix[16] = '\0';
+        return strtoull(prefix, NULL, 16);
+}
+
+const char *cube__alloc_export(cube__name *n)
+{
+        cube__alloc *a = n->alloc;
+        cube__server *srv = a->server;
+        uint8_t bytes[16];
+
+        if (a->token[0])
+                return a->token;
+        if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes))
+                return NULL;
+        for (int i = 0; i < 16; i++)
+                snprintf(a->token + 2 * i, 3, "%02x", bytes[i]);
+        if (cube__idmap_get(&srv->exports, token_key(a->token)) ||
+            cube__idmap_put(&srv->exports, token_key(a->token), a) < 0) {
+                a->token[0] = '\0';
+                return NULL;
+        }
+        return a->token;
+}
+
+cube_error *cube__alloc_import(cube__session *s, const char *token, uint64_t id, bool read_only,
+                               cube__name **ret_name)
+{
+        cube__server *srv = s->server;
+        cube__alloc *a;
+        cube__name *n;
+
+        if (strlen(token) != 32 || !(a = cube__idmap_get(&srv->exports, token_key(token))) ||
+            strcmp(a->token, token) != 0 || a->freed)
+                return cube__err_not_found("no exported memory has that token (it was never "
+                                           "exported, or every holder has freed it)");
+        if (CUBE__MEMORY_SESSION(id) != s->id || cube__idmap_get(&s->memory, id))
+                return cube__err_validation("memory id %" PRIu64 " is not a free id of this "
+                                            "session", id);
+        n = name_new(s, id, a, read_only);
+        if (!n)
+                return cube__err_generic("out of host memory importing memory");
+        *ret_name = n;
+        return NULL;
 }

@@ -403,6 +403,11 @@ void cube__server_poison_started(cube__server *srv)
         sd_notify(0, "STATUS=the device is poisoned");
 }
 
+static void free_value(uint64_t key, void *value, void *ctx)
+{
+        free(value);
+}
+
 void cube__server_done(cube__server *srv)
 {
         int r;
@@ -421,6 +426,9 @@ void cube__server_done(cube__server *srv)
                 cube_error_free(w->error);
         }
         cube__failures_free(&srv->failures);
+        cube__idmap_foreach(&srv->uids, free_value, NULL);
+        cube__idmap_free(&srv->uids);
+        cube__idmap_free(&srv->exports);
         r = uv_loop_close(srv->loop);
         if (r < 0)
                 cube__log(CUBE__LOG_WARNING, "the event loop still had open handles at exit");

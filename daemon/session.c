@@ -29,6 +29,9 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
                 srv->sessions->prev = s;
         srv->sessions = s;
         srv->n_sessions++;
+        cube__uid *u = cube__uid_get(srv, uid);
+        if (u)
+                u->sessions++;
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
                   (int) pid, (unsigned) uid);
         return s;
@@ -40,9 +43,9 @@ void cube__session_detach(cube__session *s)
         cube__session_maybe_free(s);
 }
 
-static void free_alloc(uint64_t key, void *value, void *ctx)
+static void free_name(uint64_t key, void *value, void *ctx)
 {
-        cube__alloc_free(value);
+        cube__name_free(value);
 }
 
 static void close_stream(uint64_t key, void *value, void *ctx)
@@ -62,11 +65,11 @@ void cube__session_maybe_free(cube__session *s)
         if (s->conn || s->inflight > 0)
                 return;
 
-        /* cube__alloc_free removes entries from the map it is called for, so
+        /* cube__name_free removes entries from the map it is called for, so
          * walk a moved-out copy. */
         memory = s->memory;
         s->memory = (cube__idmap) {0};
-        cube__idmap_foreach(&memory, free_alloc, NULL);
+        cube__idmap_foreach(&memory, free_name, NULL);
         cube__idmap_free(&memory);
         cube__idmap_free(&s->memory);
         cube__idmap_foreach(&s->streams, close_stream, s);
@@ -77,6 +80,9 @@ void cube__session_maybe_free(cube__session *s)
 
         if (srv->rr == s)
                 srv->rr = s->next;
+        cube__uid *u = cube__idmap_get(&srv->uids, s->uid);
+        if (u)
+                u->sessions--;
         if (s->prev)
                 s->prev->next = s->next;
         else

@@ -68,6 +68,8 @@ static void pending_finish(cube__pending_reply *r)
         free(r);
         s->inflight--;
         srv->inflight--;
+        if (s->conn)
+                cube__conn_unthrottle(s->conn);
         cube__session_maybe_free(s);
         cube__server_check_stopped(srv);
 }
@@ -104,6 +106,10 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
         o->alloc = a;
         o->reply = reply;
         o->owned = owned;
+        if (owned && op == CUBE__WORK_COPY_TO_DEVICE) {
+                o->held_bytes = len;
+                s->queued_bytes += len;
+        }
         if (a)
                 cube__op_use(o, a, op == CUBE__WORK_COPY_TO_DEVICE);
         if (op != CUBE__WORK_FENCE && (o->work.error = cube__inject_take(srv, CUBE_FAULT_COPY)))
@@ -194,6 +200,7 @@ static void op_finish(cube__op *o)
                 }
         }
         free(o->owned);
+        s->queued_bytes -= o->held_bytes;
         cube__op_retire(o);
         for (size_t i = 0; i < o->n_uses; i++)
                 cube__alloc_unref(o->uses[i].alloc);
@@ -211,6 +218,8 @@ static void op_finish(cube__op *o)
         free(o);
         s->inflight--;
         srv->inflight--;
+        if (s->conn)
+                cube__conn_unthrottle(s->conn);
         cube__session_maybe_free(s);
         cube__server_check_stopped(srv);
 }

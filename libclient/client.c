@@ -449,3 +449,64 @@ cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status)
                 *ret_status = st;
         return e;
 }
+
+static cube_error *deliver_token(cube__call *call, const msgpack_object *r)
+{
+        if (!cube__obj_str(r, call->ctx, 33))
+                return cube__err_generic("cubed's answer to export is not a token");
+        return NULL;
+}
+
+cube_error *cube_export(cube_client *c, const cube_handle *h, char ret_token[33])
+{
+        char token[33];
+        cube__call call = { .deliver = deliver_token, .ctx = token };
+        cube_error *e = cube__check_handle(c, h);
+        frame f;
+
+        if (e)
+                return e;
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, "export", 1) < 0 ||
+            msgpack_pack_uint64(&f.pk, h->memory) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        e = frame_call(c, &f, &call);
+        if (!e)
+                memcpy(ret_token, token, 33);
+        return e;
+}
+
+static cube_error *deliver_size(cube__call *call, const msgpack_object *r)
+{
+        if (!cube__obj_u64(r, call->ctx))
+                return cube__err_generic("cubed's answer to import is not a size");
+        return NULL;
+}
+
+cube_error *cube_import(cube_client *c, const char *token, bool read_only, cube_handle *ret_handle)
+{
+        cube_handle h = {
+                .service = c->nonce,
+                .memory = atomic_fetch_add(&c->next_memory, 1),
+                .stream = cube_stream_current(),
+        };
+        cube__call call = { .deliver = deliver_size, .ctx = &h.size };
+        cube_error *e;
+        frame f;
+
+        frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, "import", 3) < 0 ||
+            cube__pack_str(&f.pk, token) < 0 || msgpack_pack_uint64(&f.pk, h.memory) < 0 ||
+            (read_only ? msgpack_pack_true(&f.pk) : msgpack_pack_false(&f.pk)) < 0) {
+                msgpack_sbuffer_destroy(&f.sb);
+                return oom();
+        }
+        e = frame_call(c, &f, &call);
+        if (!e)
+                *ret_handle = h;
+        return e;
+}

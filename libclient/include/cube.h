@@ -259,6 +259,13 @@ cube_error *cube_free(cube_client *c, const cube_handle *h);
 /* Returns every page that holds no live allocation. */
 cube_error *cube_memory_cleanup(cube_client *c);
 
+/* Sharing. export gives an unguessable token for the handle's allocation;
+ * another session imports it under a handle of its own, optionally
+ * read-only (then a write or a launch that would write it is refused). The
+ * memory lives until every holder has freed it or ended. */
+cube_error *cube_export(cube_client *c, const cube_handle *h, char ret_token[33]);
+cube_error *cube_import(cube_client *c, const char *token, bool read_only, cube_handle *ret_handle);
+
 /* ---------------------------------------------------------------------------
  * Kernels
  *
