@@ -54,7 +54,7 @@ cube__dispatched cube__do_status(cube__msg *k)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_map(&pk, 13);
+        r |= msgpack_pack_map(&pk, 14);
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
         r |= cube__pack_str(&pk, "uptime_seconds");
@@ -62,6 +62,7 @@ cube__dispatched cube__do_status(cube__msg *k)
         r |= cube__pack_kv_u64(&pk, "sessions", srv->n_sessions);
         r |= cube__pack_kv_u64(&pk, "memory_in_use", srv->memory_in_use);
         r |= cube__pack_kv_u64(&pk, "memory_peak", srv->memory_peak);
+        r |= cube__pack_kv_u64(&pk, "memory_reserved", srv->memory_reserved);
         r |= cube__pack_kv_u64(&pk, "allocations", srv->allocations);
         r |= cube__pack_kv_u64(&pk, "failures", cube__failures_live(&srv->failures));
         r |= cube__pack_kv_u64(&pk, "compiles", srv->compiles);
@@ -195,6 +196,50 @@ cube__dispatched cube__do_streams(cube__msg *k)
         return finish(&sb, k, c.r);
 }
 
+typedef struct memory_ctx {
+        msgpack_packer *pk;
+        uint64_t session;
+        int r;
+} memory_ctx;
+
+static void count_reports(uint64_t key, void *value, void *ctx)
+{
+        (*(uint64_t *) ctx)++;
+}
+
+static void pack_report(uint64_t key, void *value, void *ctx)
+{
+        memory_ctx *c = ctx;
+        cube__stream *st = value;
+        cube__memory *m = st->memory ? st->memory : cube__memory_new(st->session->server);
+
+        c->r |= msgpack_pack_map(c->pk, 2);
+        c->r |= cube__pack_kv_u64(c->pk, "session", c->session);
+        c->r |= cube__pack_str(c->pk, "report");
+        c->r |= m ? cube__memory_pack(m, st->id, c->pk) : -1;
+        if (m != st->memory)
+                cube__memory_close(m);
+}
+
+/* Every session's streams' memory reports: the device-wide view. */
+cube__dispatched cube__do_memory(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint64_t n = 0;
+        memory_ctx c = { &pk, 0, 0 };
+
+        for (cube__session *s = k->server->sessions; s; s = s->next)
+                cube__idmap_foreach(&s->streams, count_reports, &n);
+        begin(&sb, &pk, k);
+        c.r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (cube__session *s = k->server->sessions; s; s = s->next) {
+                c.session = s->id;
+                cube__idmap_foreach(&s->streams, pack_report, &c);
+        }
+        return finish(&sb, k, c.r);
+}
+
 /* The daemon's figures in the Prometheus text exposition format. */
 cube__dispatched cube__do_metrics(cube__msg *k)
 {
@@ -231,6 +276,8 @@ cube__dispatched cube__do_metrics(cube__msg *k)
         METRIC("cube_memory_peak_bytes", "gauge", "The most device memory held at once.",
                "%" PRIu64, srv->memory_peak);
         METRIC("cube_allocations", "gauge", "Live allocations.", "%" PRIu64, srv->allocations);
+        METRIC("cube_memory_reserved_bytes", "gauge", "Device memory held in pages.", "%" PRIu64,
+               srv->memory_reserved);
         METRIC("cube_work_in_flight", "gauge", "Device work submitted and not yet complete.",
                "%u", srv->inflight);
         METRIC("cube_kernels", "gauge", "Entries in the kernel cache.", "%" PRIu64, srv->n_kernels);

@@ -100,6 +100,7 @@ void cube__failures_free(cube__failures *fs);
 
 /* ---- allocations and streams (memory.c) --------------------------------- */
 struct cube__op;
+struct cube__memory;
 
 /* One piece of work's use of one allocation, kept on the allocation in the
  * order the work was queued: what orders work of different streams. */
@@ -118,7 +119,11 @@ typedef struct cube__alloc {
         cube__server *server;
         cube__session *charged;         /* the holder its bytes count against */
         uid_t charged_uid;
-        cube__storage *storage;         /* NULL: the reservation failed */
+        cube__storage *storage;         /* its page's storage; NULL: the reservation failed */
+        struct cube__memory *memory;    /* the pools it was carved from */
+        struct cube__page *page;
+        uint64_t base;                  /* where it starts in its page */
+        uint64_t padding;               /* bytes after it the alignment costs */
         cube__claims claims;
         unsigned pending;               /* queued or submitted work that uses it */
         unsigned holders;               /* names */
@@ -143,6 +148,7 @@ typedef struct cube__name {
 typedef struct cube__stream {
         uint64_t id;
         cube__session *session;
+        struct cube__memory *memory;    /* its pools, from its first allocation */
         cube__dstream *device;
         unsigned pending;               /* queued and submitted work */
         unsigned submitted;
@@ -152,9 +158,9 @@ typedef struct cube__stream {
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
-/* Creates memory id of size bytes. A failed reservation is recorded on the
- * allocation, as the reference's initialize_memory does. */
-int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size);
+/* Creates memory id of size bytes on stream's pools. A failed reservation is
+ * recorded on the allocation, as the reference's initialize_memory does. */
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream);
 /* Drops a session's name; the storage goes once no name and no work uses it. */
 void cube__name_free(cube__name *n);
 void cube__alloc_unref(cube__alloc *a);
@@ -171,6 +177,59 @@ const char *cube__alloc_export(cube__name *n);
 /* Import: a new name in s for the exported allocation, or an error. */
 cube_error *cube__alloc_import(cube__session *s, const char *token, uint64_t id, bool read_only,
                                cube__name **ret_name);
+
+/* ---- pools of pages and slices (pools.c) -------------------------------- */
+enum { CUBE__POOL_SMALL, CUBE__POOL_LARGE, CUBE__POOL_PERSISTENT, CUBE__POOL_DEDICATED,
+       CUBE__POOLS };
+enum { CUBE__MODE_AUTO = 0, CUBE__MODE_PERSISTENT = 1, CUBE__MODE_DEDICATED = 2 };
+
+typedef struct cube__slice {
+        uint64_t offset, size;
+        bool free;
+        struct cube__slice *next;
+} cube__slice;
+
+typedef struct cube__page {
+        struct cube__pool *pool;
+        cube__storage *storage;
+        uint64_t size;
+        uint32_t live;                  /* allocations on it */
+        cube__slice *slices;            /* small pages: every slice, in order */
+        struct cube__page *next;
+} cube__page;
+
+typedef struct cube__pool {
+        int kind;
+        uint64_t page_size;             /* small pool: its pages' size */
+        uint64_t max_slice;
+        cube__page *pages;
+        uint32_t n_pages, pages_peak;
+        uint64_t allocations, bytes_in_use, bytes_padding, bytes_reserved, largest_alloc;
+} cube__pool;
+
+/* One stream's memory. */
+typedef struct cube__memory {
+        cube__server *server;
+        cube__pool pools[CUBE__POOLS];
+        int modes[16];                  /* MemoryAllocationMode, nested */
+        int n_modes;
+        unsigned refs;                  /* live allocations, and the stream while it lives */
+} cube__memory;
+
+cube__memory *cube__memory_new(cube__server *srv);
+/* The stream is gone: its empty pages go, the rest once their allocations do. */
+void cube__memory_close(cube__memory *m);
+/* Carves size bytes for a: IoError::BufferTooBig, OutOfMemory (after one
+ * reclaim of every empty page of the device) or PageSizesExhausted. */
+cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a);
+void cube__memory_release(cube__alloc *a);
+/* Gives back every page of m that holds no allocation; returns the bytes. */
+uint64_t cube__memory_cleanup(cube__memory *m);
+/* The same for every stream of every session. */
+void cube__memory_reclaim(cube__server *srv);
+void cube__memory_mode(cube__memory *m, int mode);
+/* The stream's report: {stream, pools: [...]} (PROTOCOL.md, memory_report). */
+int cube__memory_pack(const cube__memory *m, uint64_t stream, msgpack_packer *pk);
 
 /* What one user holds across its sessions, for the per-user quotas. */
 typedef struct cube__uid {
@@ -472,6 +531,7 @@ struct cube__server {
         uint64_t next_session_id;
         uint64_t memory_in_use;
         uint64_t memory_peak;
+        uint64_t memory_reserved;       /* pages taken from the device */
         uint64_t allocations;
         unsigned inflight;
         unsigned submitted;             /* work on the device now */

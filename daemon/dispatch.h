@@ -40,7 +40,11 @@ cube__dispatched cube__do_free(cube__msg *k);
 cube__dispatched cube__do_read(cube__msg *k);
 cube__dispatched cube__do_sync(cube__msg *k);
 cube__dispatched cube__do_check(cube__msg *k);
-cube__dispatched cube__do_stream_only(cube__msg *k);
+cube__dispatched cube__do_flush(cube__msg *k);
+cube__dispatched cube__do_memory_cleanup(cube__msg *k);
+cube__dispatched cube__do_memory_report(cube__msg *k);
+cube__dispatched cube__do_stream_ids(cube__msg *k);
+cube__dispatched cube__do_allocation_mode(cube__msg *k);
 
 /* admin.c */
 cube__dispatched cube__do_status(cube__msg *k);
@@ -48,6 +52,7 @@ cube__dispatched cube__do_kernels(cube__msg *k);
 cube__dispatched cube__do_failures(cube__msg *k);
 cube__dispatched cube__do_sessions(cube__msg *k);
 cube__dispatched cube__do_streams(cube__msg *k);
+cube__dispatched cube__do_memory(cube__msg *k);
 cube__dispatched cube__do_metrics(cube__msg *k);
 cube__dispatched cube__do_drain(cube__msg *k);
 cube__dispatched cube__do_kill_session(cube__msg *k);

@@ -346,7 +346,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         for (size_t i = 0; i < r->n; i++) {
                 bool written = writes(r, kernel, i);
                 l->storages[i] = r->allocs[i]->storage;
-                l->offsets[i] = r->start[i];
+                l->offsets[i] = r->allocs[i]->base + r->start[i];
                 cube__op_use(o, r->allocs[i], written);
                 if (written) {
                         /* Enqueued: the bytes are the launch's now. */

@@ -40,7 +40,7 @@ cube__dispatched cube__do_create(cube__msg *k)
                                           " is already in use in this session", memory);
                 return CUBE__DISPATCH_DONE;
         }
-        if (cube__alloc_create(k->session, memory, size) < 0)
+        if (cube__alloc_create(k->session, memory, size, stream) < 0)
                 cube__conn_protocol_error(k->conn, -1, "create: out of host memory");
         return CUBE__DISPATCH_DONE;
 }
@@ -322,10 +322,9 @@ cube__dispatched cube__do_check(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
-/* flush and memory_cleanup: [stream]. The cpu backend queues nothing on the
- * host side and frees memory as soon as no work uses it, so both answer at
- * once; a device fault is all flush could report. */
-cube__dispatched cube__do_stream_only(cube__msg *k)
+/* flush: [stream]. The cpu backend queues nothing on the host side that a
+ * flush would push, so a device fault is all it can report. */
+cube__dispatched cube__do_flush(cube__msg *k)
 {
         uint64_t stream;
 
@@ -337,5 +336,109 @@ cube__dispatched cube__do_stream_only(cube__msg *k)
                 cube__reply_owned_error(k, cube__poisoned(k->server));
         else
                 cube__reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
+}
+
+/* memory_cleanup: [stream]. Gives back every page of the stream's pools that
+ * holds no live allocation. */
+cube__dispatched cube__do_memory_cleanup(cube__msg *k)
+{
+        uint64_t stream;
+        cube__stream *st;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
+                cube__malformed(k, "params must be [stream]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (k->server->poison) {
+                cube__reply_owned_error(k, cube__poisoned(k->server));
+                return CUBE__DISPATCH_DONE;
+        }
+        st = cube__idmap_get(&k->session->streams, stream);
+        if (st && st->memory)
+                cube__memory_cleanup(st->memory);
+        cube__reply_ok_nil(k);
+        return CUBE__DISPATCH_DONE;
+}
+
+/* memory_report: [stream]. nil for a stream that was never created. */
+cube__dispatched cube__do_memory_report(cube__msg *k)
+{
+        uint64_t stream;
+        cube__stream *st;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r = 0;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
+                cube__malformed(k, "params must be [stream]");
+                return CUBE__DISPATCH_DONE;
+        }
+        st = cube__idmap_get(&k->session->streams, stream);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        if (st && st->memory)
+                r |= cube__memory_pack(st->memory, stream, &pk);
+        else if (st) {
+                /* Created, and nothing allocated on it yet: empty pools. */
+                cube__memory *m = cube__memory_new(k->server);
+                r |= m ? cube__memory_pack(m, stream, &pk) : -1;
+                cube__memory_close(m);
+        } else
+                r |= msgpack_pack_nil(&pk);
+        if (r == 0)
+                cube__reply_sbuffer(k->session, &sb);
+        else
+                cube__reply_owned_error(k, NULL);
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+static void pack_id(uint64_t key, void *value, void *ctx)
+{
+        msgpack_pack_uint64(ctx, key);
+}
+
+/* stream_ids: []. The streams this session has created. */
+cube__dispatched cube__do_stream_ids(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_response_ok(&pk, k->env->msgid) == 0 &&
+            msgpack_pack_array(&pk, (uint32_t) k->session->streams.len) == 0) {
+                cube__idmap_foreach(&k->session->streams, pack_id, &pk);
+                cube__reply_sbuffer(k->session, &sb);
+        }
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+/* allocation_mode: [stream, mode], a notification. Persistent (1) and
+ * Dedicated (2) push a mode, Auto (0) pops one. */
+cube__dispatched cube__do_allocation_mode(cube__msg *k)
+{
+        uint64_t stream;
+        uint32_t mode;
+        cube__stream *st;
+        cube_error *e = NULL;
+
+        if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u32(&k->p[1], &mode) ||
+            mode > CUBE__MODE_DEDICATED) {
+                cube__malformed(k, "params must be [stream, mode] with mode 0, 1 or 2");
+                return CUBE__DISPATCH_DONE;
+        }
+        st = cube__stream_get(k->session, stream, &e);
+        if (st && !st->memory)
+                st->memory = cube__memory_new(k->server);
+        if (st && st->memory)
+                cube__memory_mode(st->memory, (int) mode);
+        else
+                cube__log_session(CUBE__LOG_INFO, k->session, 0, "allocation_mode dropped: %s",
+                                  e ? cube_error_message(e) : "out of host memory");
+        cube_error_free(e);
         return CUBE__DISPATCH_DONE;
 }

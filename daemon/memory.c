@@ -136,9 +136,10 @@ static const char *over_quota(cube__session *s, uint64_t size, char *why, size_t
         return NULL;
 }
 
-int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream)
 {
         cube__server *srv = s->server;
+        cube__stream *st;
         cube__alloc *a;
         cube_error *e;
         const char *quota = NULL;
@@ -160,8 +161,12 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size)
                                                                   cube_error_clone(srv->poison)));
         else if ((quota = over_quota(s, size, why, sizeof(why))))
                 e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-        else if (!(e = cube__inject_take(srv, CUBE_FAULT_ALLOC)))
-                e = srv->driver->alloc(srv->device, size, &a->storage);
+        else if (!(e = cube__inject_take(srv, CUBE_FAULT_ALLOC)) &&
+                 (st = cube__stream_get(s, stream, &e)) &&
+                 (st->memory || (st->memory = cube__memory_new(srv))))
+                e = cube__memory_reserve(st->memory, size, a);
+        else if (!e)
+                e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         if (e) {
                 uint64_t failure;
 
@@ -201,7 +206,7 @@ static void alloc_release(cube__alloc *a)
                 cube__idmap_remove(&srv->exports, token_key(a->token));
         if (a->storage) {
                 charge(a, NULL);
-                srv->driver->release(srv->device, a->storage);
+                cube__memory_release(a);
                 srv->memory_in_use -= a->size;
                 srv->allocations--;
         }

@@ -53,6 +53,7 @@ static void close_stream(uint64_t key, void *value, void *ctx)
         cube__session *s = ctx;
         cube__stream *st = value;
 
+        cube__memory_close(st->memory);
         s->server->driver->stream_close(s->server->device, st->device);
         free(st);
 }

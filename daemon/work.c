@@ -100,7 +100,7 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
                 return;
         }
         o->work.storage = a ? a->storage : NULL;
-        o->work.offset = offset;
+        o->work.offset = (a ? a->base : 0) + offset;
         o->work.host = host;
         o->work.len = len;
         o->alloc = a;

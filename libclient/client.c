@@ -413,6 +413,7 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
             !(v = cube__map_get(r, "sessions")) || !cube__obj_u64(v, &sessions) ||
             !(v = cube__map_get(r, "memory_in_use")) || !cube__obj_u64(v, &st->memory_in_use) ||
             !(v = cube__map_get(r, "memory_peak")) || !cube__obj_u64(v, &st->memory_peak) ||
+            !(v = cube__map_get(r, "memory_reserved")) || !cube__obj_u64(v, &st->memory_reserved) ||
             !(v = cube__map_get(r, "allocations")) || !cube__obj_u64(v, &st->allocations) ||
             !(v = cube__map_get(r, "compiles")) || !cube__obj_u64(v, &st->compiles) ||
             !(v = cube__map_get(r, "kernels")) || !cube__obj_u64(v, &st->kernels) ||

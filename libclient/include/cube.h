@@ -259,6 +259,46 @@ cube_error *cube_free(cube_client *c, const cube_handle *h);
 /* Returns every page that holds no live allocation. */
 cube_error *cube_memory_cleanup(cube_client *c);
 
+/* How allocations on the calling thread's stream are made, nested as in the
+ * reference: PERSISTENT (reused only by exact size) and DEDICATED (a page of
+ * their own, given back at the next cleanup) push a mode, AUTO pops one. */
+typedef enum cube_allocation_mode {
+        CUBE_ALLOCATION_AUTO = 0,
+        CUBE_ALLOCATION_PERSISTENT,
+        CUBE_ALLOCATION_DEDICATED,
+} cube_allocation_mode;
+
+cube_error *cube_set_allocation_mode(cube_client *c, cube_allocation_mode mode);
+
+/* One pool of a stream's memory, as memory_report gives it. */
+typedef struct cube_pool_report {
+        char kind[16];                  /* "sliced", "exclusive", "persistent", "dedicated" */
+        uint64_t page_size;             /* sliced: the page size */
+        uint64_t max_slice;             /* sliced: the largest slice */
+        uint64_t allocations;
+        uint64_t bytes_in_use;          /* as requested */
+        uint64_t bytes_padding;         /* what alignment added */
+        uint64_t bytes_reserved;        /* pages taken from the device */
+        uint64_t pages, pages_peak;
+        uint64_t largest_alloc;         /* ever */
+} cube_pool_report;
+
+typedef struct cube_memory_report {
+        uint64_t session;
+        uint64_t stream;
+        size_t n_pools;
+        cube_pool_report pools[4];      /* in routing order */
+} cube_memory_report;
+
+/* The report of one of this session's streams; *ret_exists is false (and
+ * ret_report untouched) for a stream that was never created. */
+cube_error *cube_stream_memory_report(cube_client *c, uint64_t stream, bool *ret_exists,
+                               cube_memory_report *ret_report);
+/* The streams this session has created, to iterate for a device-wide view. */
+cube_error *cube_stream_ids(cube_client *c, uint64_t **ret_ids, size_t *ret_n);
+/* Every session's streams' reports (what cubectl memory shows). */
+cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports, size_t *ret_n);
+
 /* Sharing. export gives an unguessable token for the handle's allocation;
  * another session imports it under a handle of its own, optionally
  * read-only (then a write or a launch that would write it is refused). The
@@ -434,6 +474,7 @@ typedef struct cube_status {
         uint32_t sessions;
         uint64_t memory_in_use;         /* bytes of device memory held by sessions */
         uint64_t memory_peak;
+        uint64_t memory_reserved;       /* bytes in pages taken from the device */
         uint64_t allocations;
         uint64_t compiles;              /* kernels compiled by this run of the daemon */
         uint64_t kernels;               /* entries in the kernel cache */

@@ -1,0 +1,203 @@
+/*
+ * reports.c - libcubeclient's view of device memory: per-stream pool
+ * reports, the stream ids to iterate, the device-wide view, and allocation
+ * modes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc.h"
+
+static bool get_u64(const msgpack_object *m, const char *key, uint64_t *ret)
+{
+        const msgpack_object *v = cube__map_get(m, key);
+        return v && cube__obj_u64(v, ret);
+}
+
+/* Reads {stream, pools: [...]} into ret. */
+static bool parse_report(const msgpack_object *o, cube_memory_report *ret)
+{
+        const msgpack_object *pools = cube__map_get(o, "pools");
+        cube_memory_report r = {0};
+
+        if (!get_u64(o, "stream", &r.stream) || !pools || pools->type != MSGPACK_OBJECT_ARRAY ||
+            pools->via.array.size > 4)
+                return false;
+        for (uint32_t i = 0; i < pools->via.array.size; i++) {
+                const msgpack_object *p = &pools->via.array.ptr[i], *kind = cube__map_get(p, "kind");
+                cube_pool_report *q = &r.pools[i];
+                if (!kind || !cube__obj_str(kind, q->kind, sizeof(q->kind)) ||
+                    !get_u64(p, "page_size", &q->page_size) ||
+                    !get_u64(p, "max_slice", &q->max_slice) ||
+                    !get_u64(p, "allocations", &q->allocations) ||
+                    !get_u64(p, "bytes_in_use", &q->bytes_in_use) ||
+                    !get_u64(p, "bytes_padding", &q->bytes_padding) ||
+                    !get_u64(p, "bytes_reserved", &q->bytes_reserved) ||
+                    !get_u64(p, "pages", &q->pages) || !get_u64(p, "pages_peak", &q->pages_peak) ||
+                    !get_u64(p, "largest_alloc", &q->largest_alloc))
+                        return false;
+        }
+        r.n_pools = pools->via.array.size;
+        *ret = r;
+        return true;
+}
+
+static cube_error *malformed(const char *what)
+{
+        return cube__err_generic("cubed's %s answer is not protocol version %d's", what,
+                                 CUBE_PROTOCOL_VERSION);
+}
+
+static cube_error *request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
+                           cube__deliver_fn deliver, void *ctx)
+{
+        cube__call call = { .deliver = deliver, .ctx = ctx };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+        int r;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        r = cube__pack_request(&pk, call.msgid, method, n);
+        for (uint32_t i = 0; r == 0 && i < n; i++)
+                r = msgpack_pack_uint64(&pk, params[i]);
+        if (r < 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+}
+
+typedef struct one_report {
+        bool exists;
+        cube_memory_report report;
+} one_report;
+
+static cube_error *deliver_report(cube__call *call, const msgpack_object *r)
+{
+        one_report *o = call->ctx;
+
+        if (r->type == MSGPACK_OBJECT_NIL)
+                return NULL;
+        if (!parse_report(r, &o->report))
+                return malformed("memory_report");
+        o->exists = true;
+        return NULL;
+}
+
+cube_error *cube_stream_memory_report(cube_client *c, uint64_t stream, bool *ret_exists,
+                               cube_memory_report *ret_report)
+{
+        one_report o = {0};
+        cube_error *e = request(c, "memory_report", &stream, 1, deliver_report, &o);
+
+        if (e)
+                return e;
+        *ret_exists = o.exists;
+        if (o.exists) {
+                o.report.session = cube_client_session(c);
+                *ret_report = o.report;
+        }
+        return NULL;
+}
+
+typedef struct id_list {
+        uint64_t *v;
+        size_t n;
+} id_list;
+
+static cube_error *deliver_ids(cube__call *call, const msgpack_object *r)
+{
+        id_list *l = call->ctx;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY)
+                return malformed("stream_ids");
+        l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
+        if (!l->v)
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < r->via.array.size; i++)
+                if (!cube__obj_u64(&r->via.array.ptr[i], &l->v[i])) {
+                        free(l->v);
+                        l->v = NULL;
+                        return malformed("stream_ids");
+                }
+        l->n = r->via.array.size;
+        return NULL;
+}
+
+cube_error *cube_stream_ids(cube_client *c, uint64_t **ret_ids, size_t *ret_n)
+{
+        id_list l = {0};
+        cube_error *e = request(c, "stream_ids", NULL, 0, deliver_ids, &l);
+
+        if (e)
+                return e;
+        *ret_ids = l.v;
+        *ret_n = l.n;
+        return NULL;
+}
+
+typedef struct report_list {
+        cube_memory_report *v;
+        size_t n;
+} report_list;
+
+static cube_error *deliver_reports(cube__call *call, const msgpack_object *r)
+{
+        report_list *l = call->ctx;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY)
+                return malformed("memory");
+        l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
+        if (!l->v)
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < r->via.array.size; i++) {
+                const msgpack_object *m = &r->via.array.ptr[i], *rep = cube__map_get(m, "report");
+                if (!rep || !parse_report(rep, &l->v[i]) || !get_u64(m, "session", &l->v[i].session)) {
+                        free(l->v);
+                        l->v = NULL;
+                        return malformed("memory");
+                }
+        }
+        l->n = r->via.array.size;
+        return NULL;
+}
+
+cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports, size_t *ret_n)
+{
+        report_list l = {0};
+        cube_error *e = request(c, "memory", NULL, 0, deliver_reports, &l);
+
+        if (e)
+                return e;
+        *ret_reports = l.v;
+        *ret_n = l.n;
+        return NULL;
+}
+
+cube_error *cube_set_allocation_mode(cube_client *c, cube_allocation_mode mode)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+
+        if ((unsigned) mode > CUBE_ALLOCATION_DEDICATED)
+                return cube__err_validation("unknown allocation mode %d", (int) mode);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_notify(&pk, "allocation_mode", 2) < 0 ||
+            msgpack_pack_uint64(&pk, cube_stream_current()) < 0 ||
+            msgpack_pack_uint32(&pk, (uint32_t) mode) < 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__send(c, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+}
