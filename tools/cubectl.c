@@ -27,7 +27,7 @@ static void usage(FILE *f)
 "  failures  each live failure: id, root error, buffers claimed, session, skip chain\n"
 "  sessions  each session: id, pid, uid, name, streams, memory in use and peak,\n"
 "            launches, bytes in and out, errors\n"
-"  memory    device memory: in use, peak, and per session\n"
+"  memory    device memory in use, in pages and at peak, and each stream's pools\n"
 "  streams   each stream of each session, with its queued work\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
 "  drain     take no new sessions; the daemon stops once the last one ends\n"
@@ -280,40 +280,85 @@ static int cmd_sessions(cube_client *c, bool json, const char *arg)
 static int cmd_memory(cube_client *c, bool json, const char *arg)
 {
         cube_status st;
-        cube_session_info *v;
+        cube_memory_report *v;
         size_t n;
         cube_error *e = cube_daemon_status(c, &st);
 
         if (e)
                 return report("memory", e);
-        if ((e = cube_daemon_sessions(c, &v, &n)))
+        cube_session_info *ss;
+        size_t ns;
+        if ((e = cube_daemon_memory(c, &v, &n)))
                 return report("memory", e);
+        if ((e = cube_daemon_sessions(c, &ss, &ns))) {
+                free(v);
+                return report("memory", e);
+        }
         if (json) {
                 printf("{\"memory_bytes\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
-                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"sessions\":[",
+                       ",\"memory_peak\":%" PRIu64 ",\"memory_reserved\":%" PRIu64
+                       ",\"allocations\":%" PRIu64 ",\"sessions\":[",
                        st.properties.memory_bytes, st.memory_in_use, st.memory_peak,
-                       st.allocations);
-                for (size_t i = 0; i < n; i++)
+                       st.memory_reserved, st.allocations);
+                for (size_t i = 0; i < ns; i++)
                         printf("%s{\"id\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
                                ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 "}",
-                               i ? "," : "", v[i].id, v[i].memory_in_use, v[i].memory_peak,
-                               v[i].allocations);
+                               i ? "," : "", ss[i].id, ss[i].memory_in_use, ss[i].memory_peak,
+                               ss[i].allocations);
+                printf("],\"streams\":[");
+                for (size_t i = 0; i < n; i++) {
+                        printf("%s{\"session\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pools\":[",
+                               i ? "," : "", v[i].session, v[i].stream);
+                        for (size_t p = 0; p < v[i].n_pools; p++) {
+                                const cube_pool_report *q = &v[i].pools[p];
+                                printf("%s{\"kind\":\"%s\",\"page_size\":%" PRIu64
+                                       ",\"max_slice\":%" PRIu64 ",\"allocations\":%" PRIu64
+                                       ",\"bytes_in_use\":%" PRIu64 ",\"bytes_padding\":%" PRIu64
+                                       ",\"bytes_reserved\":%" PRIu64 ",\"pages\":%" PRIu64
+                                       ",\"pages_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64 "}",
+                                       p ? "," : "", q->kind, q->page_size, q->max_slice,
+                                       q->allocations, q->bytes_in_use, q->bytes_padding,
+                                       q->bytes_reserved, q->pages, q->pages_peak,
+                                       q->largest_alloc);
+                        }
+                        printf("]}");
+                }
                 printf("]}\n");
         } else {
-                char total[32], mem[32], peak[32];
+                char total[32], mem[32], peak[32], reserved[32];
                 human_bytes(st.properties.memory_bytes, total, sizeof(total));
                 human_bytes(st.memory_in_use, mem, sizeof(mem));
                 human_bytes(st.memory_peak, peak, sizeof(peak));
-                printf("device:  %s in use of %s in %" PRIu64 " allocations, peak %s\n", mem,
-                       total, st.allocations, peak);
-                for (size_t i = 0; i < n; i++) {
-                        human_bytes(v[i].memory_in_use, mem, sizeof(mem));
-                        human_bytes(v[i].memory_peak, peak, sizeof(peak));
+                human_bytes(st.memory_reserved, reserved, sizeof(reserved));
+                printf("device: %s in use in %" PRIu64 " allocations, %s in pages, of %s; "
+                       "peak %s\n", mem, st.allocations, reserved, total, peak);
+                for (size_t i = 0; i < ns; i++) {
+                        human_bytes(ss[i].memory_in_use, mem, sizeof(mem));
+                        human_bytes(ss[i].memory_peak, peak, sizeof(peak));
                         printf("session %" PRIu64 ": %s in use in %" PRIu64 " allocations, peak %s\n",
-                               v[i].id, mem, v[i].allocations, peak);
+                               ss[i].id, mem, ss[i].allocations, peak);
+                }
+                for (size_t i = 0; i < n; i++) {
+                        printf("session %" PRIu64 ", stream %" PRIu64 ":\n", v[i].session,
+                               v[i].stream);
+                        for (size_t p = 0; p < v[i].n_pools; p++) {
+                                const cube_pool_report *q = &v[i].pools[p];
+                                char in[32], pad[32], res[32], big[32];
+                                if (!q->pages_peak)
+                                        continue;
+                                human_bytes(q->bytes_in_use, in, sizeof(in));
+                                human_bytes(q->bytes_padding, pad, sizeof(pad));
+                                human_bytes(q->bytes_reserved, res, sizeof(res));
+                                human_bytes(q->largest_alloc, big, sizeof(big));
+                                printf("  %-10s %6" PRIu64 " allocation(s), %s in use, %s padding, "
+                                       "%s in %" PRIu64 " pages (peak %" PRIu64 "), largest %s\n",
+                                       q->kind, q->allocations, in, pad, res, q->pages,
+                                       q->pages_peak, big);
+                        }
                 }
         }
         free(v);
+        free(ss);
         return EXIT_OK;
 }
 
