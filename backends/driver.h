@@ -68,7 +68,9 @@ struct cube__work {
         cube__storage *storage;
         uint64_t offset;
         void *host;                     /* source or destination in host memory */
-        uint64_t len;
+        uint64_t len;                   /* bytes, or bytes per row */
+        uint64_t rows;                  /* copies: rows of len bytes, pitch apart on the device */
+        uint64_t pitch;                 /* (0 or 1 row: one linear copy); packed on the host */
         cube__launch_work *launch;      /* CUBE__WORK_LAUNCH */
         cube_error *error;              /* set by the backend; the core takes it */
 };

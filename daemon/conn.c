@@ -45,6 +45,7 @@ typedef struct write_req {
         uv_write_t req;
         cube__conn *conn;
         char *frame;
+        uv_pipe_t *fd_handle;           /* a descriptor sent along, closed once sent */
 } write_req;
 
 static void on_closed(uv_handle_t *h)
@@ -93,6 +94,8 @@ static void on_written(uv_write_t *req, int status)
         cube__conn *c = w->conn;
 
         free(w->frame);
+        if (w->fd_handle)
+                uv_close((uv_handle_t *) w->fd_handle, (uv_close_cb) free);
         free(w);
         c->writes_pending--;
         if (c->close_after_write && c->writes_pending == 0)
@@ -101,31 +104,53 @@ static void on_written(uv_write_t *req, int status)
                 cube__conn_unthrottle(c);
 }
 
-void cube__conn_send(cube__conn *c, char *frame, size_t len)
+void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
 {
         write_req *w;
         uv_buf_t b;
+        int r;
 
         if (!c || c->closing) {
                 free(frame);
+                if (fd >= 0)
+                        close(fd);
                 return;
         }
-        w = malloc(sizeof(*w));
-        if (!w) {
+        w = calloc(1, sizeof(*w));
+        if (!w || (fd >= 0 && !(w->fd_handle = malloc(sizeof(*w->fd_handle))))) {
+                free(w);
                 free(frame);
+                if (fd >= 0)
+                        close(fd);
                 cube__conn_close(c);
                 return;
         }
         w->conn = c;
         w->frame = frame;
         b = uv_buf_init(frame, (unsigned) len);
-        if (uv_write(&w->req, (uv_stream_t *) &c->pipe, &b, 1, on_written) < 0) {
+        if (fd >= 0) {
+                /* libuv sends only handles: wrap the descriptor in one. */
+                uv_pipe_init(c->server->loop, w->fd_handle, 0);
+                uv_pipe_open(w->fd_handle, fd);
+                r = uv_write2(&w->req, (uv_stream_t *) &c->pipe, &b, 1,
+                              (uv_stream_t *) w->fd_handle, on_written);
+        } else {
+                r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &b, 1, on_written);
+        }
+        if (r < 0) {
                 free(frame);
+                if (w->fd_handle)
+                        uv_close((uv_handle_t *) w->fd_handle, (uv_close_cb) free);
                 free(w);
                 cube__conn_close(c);
                 return;
         }
         c->writes_pending++;
+}
+
+void cube__conn_send(cube__conn *c, char *frame, size_t len)
+{
+        cube__conn_send_fd(c, frame, len, -1);
 }
 
 void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb)
@@ -371,6 +396,18 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 cube__conn_close(c);
                 return;
         }
+        /* A client has no descriptor to send: close any it does. */
+        while (uv_pipe_pending_count(&c->pipe) > 0) {
+                uv_pipe_t *h = malloc(sizeof(*h));
+                if (!h)
+                        break;
+                uv_pipe_init(c->server->loop, h, 0);
+                if (uv_accept((uv_stream_t *) &c->pipe, (uv_stream_t *) h) < 0) {
+                        free(h);
+                        break;
+                }
+                uv_close((uv_handle_t *) h, (uv_close_cb) free);
+        }
         c->rb.len += (size_t) nread;
         c->session->bytes_in += (uint64_t) nread;
         process(c);
@@ -394,7 +431,8 @@ void cube__on_connection(uv_stream_t *listener, int status)
         if (!c)
                 return;
         c->server = srv;
-        uv_pipe_init(srv->loop, &c->pipe, 0);
+        /* ipc: staging regions travel as descriptors (SCM_RIGHTS). */
+        uv_pipe_init(srv->loop, &c->pipe, 1);
         c->pipe.data = c;
         c->next = srv->conns;
         if (srv->conns)

@@ -231,6 +231,22 @@ void cube__memory_mode(cube__memory *m, int mode);
 /* The stream's report: {stream, pools: [...]} (PROTOCOL.md, memory_report). */
 int cube__memory_pack(const cube__memory *m, uint64_t stream, msgpack_packer *pk);
 
+/* ---- staging regions (regions.c) --------------------------------------- */
+typedef struct cube__region {
+        uint64_t id;
+        uint64_t size;
+        void *map;
+        cube__session *session;
+        unsigned pending;               /* queued work that reads or writes it */
+        bool freed;
+} cube__region;
+
+/* Resolves ["region", id, offset(, size)] of session s. */
+cube_error *cube__region_range(cube__session *s, const msgpack_object *o, bool sized,
+                               cube__region **ret_region, uint64_t *ret_offset, uint64_t *ret_size);
+void cube__region_free(cube__region *r);
+void cube__region_unref(cube__region *r);
+
 /* What one user holds across its sessions, for the per-user quotas. */
 typedef struct cube__uid {
         uint32_t sessions;
@@ -257,6 +273,7 @@ typedef struct cube__op {
         size_t n_written;
         uint64_t *written_range;        /* [start, end) per written buffer */
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
+        cube__region *region;           /* the staging region it copies from or into */
         bool submitted;
 } cube__op;
 
@@ -279,6 +296,19 @@ struct cube__pending_reply {
 void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
                   uint64_t offset, void *host, uint64_t len, void *owned,
                   cube__pending_reply *reply);
+
+/* A copy's layout: rows of width bytes, pitch apart on the device, packed
+ * on the host. */
+typedef struct cube__copy {
+        uint64_t rows, width, pitch;
+} cube__copy;
+
+/* Queues a copy of that layout, from or into host memory that belongs to a
+ * staging region (kept mapped until the copy is done) when region is set. */
+struct cube__region;
+void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
+                       uint64_t offset, void *host, const cube__copy *copy, void *owned,
+                       cube__pending_reply *reply, struct cube__region *region);
 
 /* ---- the executor (executor.c) ------------------------------------------ */
 /* A new piece of work on st that will touch n_uses allocations, or NULL. */
@@ -388,6 +418,9 @@ struct cube__session {
         uint64_t memory_in_use;
         uint64_t memory_peak;
         uint64_t queued_bytes;          /* write payloads held by queued work */
+        cube__idmap regions;            /* region id -> cube__region */
+        uint64_t next_region;
+        uint64_t region_bytes;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
         cube__session *prev, *next;
@@ -403,6 +436,8 @@ void cube__session_maybe_free(cube__session *s);
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);
+/* The same, with a descriptor sent along (taken, closed once sent). */
+void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
 /* Sends a response, or an error response, for msgid. */
 void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error);
 void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb);
@@ -473,6 +508,7 @@ typedef struct cube__options {
         uint32_t max_streams;           /* per session */
         uint32_t max_requests;          /* per session: work queued and answers owed */
         uint64_t max_queued_bytes;      /* per session: payloads held and replies unsent */
+        uint64_t region_memory;         /* per session: staging regions */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */

@@ -152,6 +152,8 @@ static const method methods[] = {
         { "stream_ids", CUBE__MSG_REQUEST, cube__do_stream_ids },
         { "allocation_mode", CUBE__MSG_NOTIFY, cube__do_allocation_mode },
         { "memory", CUBE__MSG_REQUEST, cube__do_memory },
+        { "region", CUBE__MSG_REQUEST, cube__do_region },
+        { "region_free", CUBE__MSG_NOTIFY, cube__do_region_free },
         { "export", CUBE__MSG_REQUEST, cube__do_export },
         { "import", CUBE__MSG_REQUEST, cube__do_import },
         { "kernel", CUBE__MSG_NOTIFY, cube__do_register },

@@ -57,6 +57,10 @@ cube__dispatched cube__do_metrics(cube__msg *k);
 cube__dispatched cube__do_drain(cube__msg *k);
 cube__dispatched cube__do_kill_session(cube__msg *k);
 
+/* regions.c */
+cube__dispatched cube__do_region(cube__msg *k);
+cube__dispatched cube__do_region_free(cube__msg *k);
+
 /* share.c */
 cube__dispatched cube__do_export(cube__msg *k);
 cube__dispatched cube__do_import(cube__msg *k);

@@ -66,42 +66,139 @@ void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t 
         cube__failures_prune(&srv->failures, failure);
 }
 
+/* The layout of a pitched row-major copy of a shape with strides (both in
+ * elements): rows of the last dimension, pitch apart. Anything else is
+ * IoError::UnsupportedStrides; a layout that reaches past the handle's range
+ * is a Validation error. */
+static cube_error *strided_layout(const msgpack_object_array *shape,
+                                  const msgpack_object_array *strides, uint64_t elem,
+                                  uint64_t range, cube__copy *ret)
+{
+        uint64_t dims[16], steps[16], rows = 1, n = shape->size;
+
+        if (n == 0 || n > 16 || strides->size != n || elem == 0)
+                return cube__err_validation("a copy descriptor needs 1 to 16 dimensions, as many "
+                                            "strides, and an element size");
+        for (uint64_t i = 0; i < n; i++)
+                if (!cube__obj_u64(&shape->ptr[i], &dims[i]) ||
+                    !cube__obj_u64(&strides->ptr[i], &steps[i]) || dims[i] > UINT32_MAX ||
+                    steps[i] > UINT32_MAX)
+                        return cube__err_validation("shape and strides must be unsigned integers "
+                                                    "below 2^32");
+        if (steps[n - 1] != 1 || (n > 1 && steps[n - 2] < dims[n - 1]))
+                return cube__err_wrap(CUBE_SERVER_IO, cube__err_new(CUBE_IO_UNSUPPORTED_STRIDES));
+        for (uint64_t i = n - 2; n > 2 && i-- > 0;)
+                if (steps[i] != steps[i + 1] * dims[i + 1])
+                        return cube__err_wrap(CUBE_SERVER_IO,
+                                              cube__err_new(CUBE_IO_UNSUPPORTED_STRIDES));
+        for (uint64_t i = 0; i + 1 < n; i++)
+                rows *= dims[i];
+        ret->rows = rows;
+        ret->width = dims[n - 1] * elem;
+        ret->pitch = (n > 1 ? steps[n - 2] : dims[n - 1]) * elem;
+        if (rows && (rows - 1) * ret->pitch + ret->width > range)
+                return cube__err_validation("a copy of %" PRIu64 " rows of %" PRIu64 " bytes, %"
+                                            PRIu64 " apart, does not fit the handle's %" PRIu64
+                                            " bytes", rows, ret->width, ret->pitch, range);
+        return NULL;
+}
+
+/* A copy's device side: a handle, or [handle, shape, strides, elem_size].
+ * Sets *ret_name whenever the handle resolved, even if the layout did not. */
+static cube_error *copy_target(cube__session *s, const msgpack_object *o, cube__name **ret_name,
+                               uint64_t *ret_start, cube__copy *ret_copy, bool *ret_malformed)
+{
+        const msgpack_object_array *a, *shape, *strides;
+        const msgpack_object *ho = o;
+        uint64_t elem = 0, start, end;
+        cube_handle h;
+        cube_error *e;
+        bool descriptor = o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                          o->via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY;
+
+        *ret_name = NULL;
+        *ret_malformed = false;
+        if (descriptor) {
+                a = &o->via.array;
+                ho = &a->ptr[0];
+                if (!cube__obj_array(&a->ptr[1], &shape) || !cube__obj_array(&a->ptr[2], &strides) ||
+                    !cube__obj_u64(&a->ptr[3], &elem)) {
+                        *ret_malformed = true;
+                        return NULL;
+                }
+        }
+        if (!cube__obj_handle(ho, &h)) {
+                *ret_malformed = true;
+                return NULL;
+        }
+        if ((e = cube__name_resolve(s, &h, ret_name, &start, &end)))
+                return e;
+        *ret_start = start;
+        *ret_copy = (cube__copy) { 1, end - start, end - start };
+        return descriptor ? strided_layout(shape, strides, elem, end - start, ret_copy) : NULL;
+}
+
 cube__dispatched cube__do_write(cube__msg *k)
 {
         cube__session *s = k->session;
-        uint64_t stream, start, end;
-        cube_handle h;
+        uint64_t stream, start = 0, offset, len;
         const void *data;
-        size_t len;
+        size_t bin_len;
         cube__name *n;
         cube__alloc *a;
         cube__stream *st;
+        cube__region *region = NULL;
+        cube__copy copy;
         cube_error *e;
-        void *owned;
-        bool keep;
+        void *owned = NULL;
+        bool bad, keep = false;
 
-        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_handle(&k->p[1], &h) ||
-            !cube__obj_bin(&k->p[2], &data, &len))
-                {
-                cube__malformed(k, "params must be [stream, handle, bin]");
+        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream)) {
+                cube__malformed(k, "params must be [stream, handle or descriptor, bin or region]");
                 return CUBE__DISPATCH_DONE;
         }
-
-        e = cube__name_resolve(s, &h, &n, &start, &end);
+        e = copy_target(s, &k->p[1], &n, &start, &copy, &bad);
+        if (bad) {
+                cube__malformed(k, "the target must be a handle [service, memory, offset_start, "
+                                "offset_end] or a descriptor [handle, shape, strides, elem_size]");
+                return CUBE__DISPATCH_DONE;
+        }
         if (e) {
-                cube__name *named = h.service == k->server->nonce ?
-                                    cube__idmap_get(&s->memory, h.memory) : NULL;
-                if (named) {
-                        /* The handle names our memory with offsets that do
-                         * not fit it: the whole allocation is suspect. */
-                        cube__fail_range(s, named, 0, named->alloc->size, e);
+                if (n) {
+                        /* The handle names our memory, with a layout that does not
+                         * fit it: the bytes it was to write are suspect. */
+                        uint64_t end = n->alloc->size;
+                        cube__fail_range(s, n, cube_error_kind_of(e) == CUBE_SERVER_VALIDATION ?
+                                         0 : start, end, e);
                 } else {
-                        cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was dropped: %s",
-                                  s->id, cube_error_message(e));
-                        s->errors++;
-                        cube_error_free(e);
+                        cube_handle h = {0};
+                        cube__name *named = NULL;
+                        const msgpack_object *ho = k->p[1].via.array.size == 4 &&
+                                k->p[1].via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY ?
+                                &k->p[1].via.array.ptr[0] : &k->p[1];
+                        if (cube__obj_handle(ho, &h) && h.service == k->server->nonce)
+                                named = cube__idmap_get(&s->memory, h.memory);
+                        if (named) {
+                                cube__fail_range(s, named, 0, named->alloc->size, e);
+                        } else {
+                                cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was "
+                                          "dropped: %s", s->id, cube_error_message(e));
+                                s->errors++;
+                                cube_error_free(e);
+                        }
                 }
                 return CUBE__DISPATCH_DONE;
+        }
+        uint64_t extent = copy.rows ? (copy.rows - 1) * copy.pitch + copy.width : 0;
+        uint64_t end = start + extent;
+
+        if (cube__obj_bin(&k->p[2], &data, &bin_len)) {
+                len = bin_len;
+        } else if ((e = cube__region_range(s, &k->p[2], true, &region, &offset, &len))) {
+                cube__fail_range(s, n, start, end, e);
+                return CUBE__DISPATCH_DONE;
+        } else {
+                data = (const char *) region->map + offset;
         }
         a = n->alloc;
         if (k->server->poison) {
@@ -114,10 +211,10 @@ cube__dispatched cube__do_write(cube__msg *k)
                         n->id));
                 return CUBE__DISPATCH_DONE;
         }
-        if (len != end - start) {
+        if (len != copy.rows * copy.width) {
                 cube__fail_range(s, n, start, end, cube__err_validation(
-                        "a write of %zu bytes was sent for a handle of %" PRIu64 " bytes", len,
-                        end - start));
+                        "a write of %" PRIu64 " bytes was sent for a handle of %" PRIu64 " bytes",
+                        len, copy.rows * copy.width));
                 return CUBE__DISPATCH_DONE;
         }
         if (!a->storage || len == 0)
@@ -128,21 +225,25 @@ cube__dispatched cube__do_write(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
 
-        keep = len >= KEEP_BUFFER_MIN;
-        if (keep) {
-                owned = k->buf;
-        } else {
-                owned = malloc(len);
-                if (!owned) {
-                        cube__fail_range(s, n, start, end, cube__err_generic(
-                                "out of host memory staging a write of %zu bytes", len));
-                        return CUBE__DISPATCH_DONE;
+        if (!region) {
+                keep = len >= KEEP_BUFFER_MIN;
+                if (keep) {
+                        owned = k->buf;
+                } else {
+                        owned = malloc(len);
+                        if (!owned) {
+                                cube__fail_range(s, n, start, end, cube__err_generic(
+                                        "out of host memory staging a write of %" PRIu64 " bytes",
+                                        len));
+                                return CUBE__DISPATCH_DONE;
+                        }
+                        memcpy(owned, data, len);
+                        data = owned;
                 }
-                memcpy(owned, data, len);
-                data = owned;
         }
         cube__claims_written(&k->server->failures, &a->claims, start, end);
-        cube__submit(s, st, a, CUBE__WORK_COPY_TO_DEVICE, start, (void *) data, len, owned, NULL);
+        cube__submit_copy(s, st, a, CUBE__WORK_COPY_TO_DEVICE, start, (void *) data, &copy, owned,
+                          NULL, region);
         return keep ? CUBE__DISPATCH_KEPT : CUBE__DISPATCH_DONE;
 }
 
@@ -189,49 +290,104 @@ static size_t bin_header(uint8_t *p, uint64_t len)
 cube__dispatched cube__do_read(cube__msg *k)
 {
         cube__session *s = k->session;
-        uint64_t stream, total = 16;
+        uint64_t stream, total = 16, staged = 0, region_off = 0, unused;
+        const msgpack_object_array *targets;
+        cube__name **names;
+        uint64_t *starts;
+        cube__copy *copies;
+        cube__region *region = NULL;
         cube_handle *hs;
         size_t n;
         cube__stream *st;
-        cube_error *e;
+        cube_error *e = NULL;
         cube__pending_reply *r;
         msgpack_sbuffer sb;
         msgpack_packer pk;
 
-        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+        if ((k->n != 2 && k->n != 3) || !cube__obj_u64(&k->p[0], &stream) ||
+            !cube__obj_array(&k->p[1], &targets)) {
+                cube__malformed(k, "params must be [stream, [handle or descriptor, ...]] or "
+                                "[stream, [...], [\"region\", id, offset]]");
                 return CUBE__DISPATCH_DONE;
-        e = k->server->poison ? cube__poisoned(k->server) : cube__ensure_written(s, hs, n);
+        }
+        n = targets->size;
+        names = calloc(n + 1, sizeof(*names));
+        starts = calloc(n + 1, sizeof(*starts));
+        copies = calloc(n + 1, sizeof(*copies));
+        hs = calloc(n + 1, sizeof(*hs));
+        if (!names || !starts || !copies || !hs) {
+                cube__reply_owned_error(k, NULL);
+                goto out;
+        }
+        for (size_t i = 0; i < n && !e; i++) {
+                bool bad;
+                e = copy_target(s, &targets->ptr[i], &names[i], &starts[i], &copies[i], &bad);
+                if (bad) {
+                        cube__malformed(k, "a target must be a handle or a descriptor [handle, "
+                                        "shape, strides, elem_size]");
+                        goto out;
+                }
+                if (!e) {
+                        uint64_t extent = copies[i].rows ? (copies[i].rows - 1) *
+                                          copies[i].pitch + copies[i].width : 0;
+                        hs[i] = (cube_handle) {
+                                .service = k->server->nonce, .memory = names[i]->id,
+                                .offset_start = starts[i],
+                                .offset_end = names[i]->alloc->size - starts[i] - extent,
+                        };
+                        staged += copies[i].rows * copies[i].width;
+                        total += copies[i].rows * copies[i].width + 5;
+                }
+        }
+        if (!e && k->server->poison)
+                e = cube__poisoned(k->server);
+        if (!e)
+                e = cube__ensure_written(s, hs, n);
+        if (!e && k->n == 3 && !(e = cube__region_range(s, &k->p[2], false, &region, &region_off,
+                                                        &unused)) &&
+            staged > region->size - region_off)
+                e = cube__err_validation("a read of %" PRIu64 " bytes does not fit region %" PRIu64
+                                         " from offset %" PRIu64, staged, region->id, region_off);
+        if (!e && !region && total > k->server->opts.limits.max_message_bytes)
+                e = cube__err_validation("a read of %" PRIu64 " bytes does not fit one reply of at "
+                                         "most %" PRIu64 " bytes; read fewer handles at a time, or "
+                                         "into a staging region", total,
+                                         k->server->opts.limits.max_message_bytes);
         if (e) {
                 cube__reply_owned_error(k, e);
-                free(hs);
-                return CUBE__DISPATCH_DONE;
-        }
-        for (size_t i = 0; i < n; i++) {
-                cube__alloc *a;
-                uint64_t start, end;
-                cube__alloc_resolve(s, &hs[i], &a, &start, &end);   /* checked above */
-                total += end - start + 5;
-        }
-        if (total > k->server->opts.limits.max_message_bytes) {
-                cube__reply_owned_error(k, cube__err_validation(
-                        "a read of %" PRIu64 " bytes does not fit one reply of at most %" PRIu64
-                        " bytes; read fewer handles at a time", total,
-                        k->server->opts.limits.max_message_bytes));
-                free(hs);
-                return CUBE__DISPATCH_DONE;
+                goto out;
         }
         st = cube__stream_get(s, stream, &e);
         r = st ? cube__pending_new(s, k->env->msgid) : NULL;
         if (!r) {
                 cube__reply_owned_error(k, st ? NULL : e);
-                free(hs);
-                return CUBE__DISPATCH_DONE;
+                goto out;
         }
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (cube__pack_response_ok(&pk, k->env->msgid) < 0 || msgpack_pack_array(&pk, (uint32_t) n) < 0 ||
-            !(r->frame = malloc(total))) {
+        if (cube__pack_response_ok(&pk, k->env->msgid) < 0 ||
+            msgpack_pack_array(&pk, (uint32_t) n) < 0) {
+                r->error = cube__err_generic("out of host memory preparing a read");
+        } else if (region) {
+                /* The bytes land in the region; the answer gives their sizes. */
+                uint64_t off = region_off;
+                int rr = 0;
+                for (size_t i = 0; i < n; i++) {
+                        uint64_t len = copies[i].rows * copies[i].width;
+                        rr |= msgpack_pack_uint64(&pk, len);
+                        if (len)
+                                cube__submit_copy(s, st, names[i]->alloc, CUBE__WORK_COPY_TO_HOST,
+                                                  starts[i], (char *) region->map + off,
+                                                  &copies[i], NULL, r, region);
+                        off += len;
+                }
+                r->frame_len = sb.size;
+                if (rr || !(r->frame = malloc(sb.size)))
+                        r->error = cube__err_generic("out of host memory preparing a read");
+                else
+                        memcpy(r->frame, sb.data, sb.size);
+        } else if (!(r->frame = malloc(total))) {
                 r->error = cube__err_generic("out of host memory preparing a read of %" PRIu64
                                              " bytes", total);
         } else {
@@ -239,20 +395,22 @@ cube__dispatched cube__do_read(cube__msg *k)
                 size_t off = sb.size;
                 memcpy(p, sb.data, sb.size);
                 for (size_t i = 0; i < n; i++) {
-                        cube__alloc *a;
-                        uint64_t start, end;
-                        cube__alloc_resolve(s, &hs[i], &a, &start, &end);
-                        off += bin_header(p + off, end - start);
-                        if (end > start)
-                                cube__submit(s, st, a, CUBE__WORK_COPY_TO_HOST, start, p + off,
-                                             end - start, NULL, r);
-                        off += end - start;
+                        uint64_t len = copies[i].rows * copies[i].width;
+                        off += bin_header(p + off, len);
+                        if (len)
+                                cube__submit_copy(s, st, names[i]->alloc, CUBE__WORK_COPY_TO_HOST,
+                                                  starts[i], p + off, &copies[i], NULL, r, NULL);
+                        off += len;
                 }
                 r->frame_len = off;
         }
         msgpack_sbuffer_destroy(&sb);
-        free(hs);
         cube__pending_arm(r);
+out:
+        free(names);
+        free(starts);
+        free(copies);
+        free(hs);
         return CUBE__DISPATCH_DONE;
 }
 

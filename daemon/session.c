@@ -48,6 +48,11 @@ static void free_name(uint64_t key, void *value, void *ctx)
         cube__name_free(value);
 }
 
+static void free_region(uint64_t key, void *value, void *ctx)
+{
+        cube__region_free(value);
+}
+
 static void close_stream(uint64_t key, void *value, void *ctx)
 {
         cube__session *s = ctx;
@@ -76,6 +81,10 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_foreach(&s->streams, close_stream, s);
         cube__idmap_free(&s->streams);
         cube__idmap_free(&s->kernels);  /* the cache keeps the entries */
+        memory = s->regions;
+        s->regions = (cube__idmap) {0};
+        cube__idmap_foreach(&memory, free_region, NULL);
+        cube__idmap_free(&memory);
         free(s->queued);
         cube_error_free(s->count_error);
 

@@ -89,6 +89,16 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
                   uint64_t offset, void *host, uint64_t len, void *owned,
                   cube__pending_reply *reply)
 {
+        cube__copy copy = { .rows = 1, .width = len, .pitch = len };
+
+        cube__submit_copy(s, st, a, op, offset, host, &copy, owned, reply, NULL);
+}
+
+void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
+                       uint64_t offset, void *host, const cube__copy *copy, void *owned,
+                       cube__pending_reply *reply, cube__region *region)
+{
+        uint64_t len = copy->rows * copy->width;
         cube__server *srv = s->server;
         cube__op *o = cube__op_new(s, st, op, a ? 1 : 0);
 
@@ -102,7 +112,13 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
         o->work.storage = a ? a->storage : NULL;
         o->work.offset = (a ? a->base : 0) + offset;
         o->work.host = host;
-        o->work.len = len;
+        o->work.len = copy->width;
+        o->work.rows = copy->rows;
+        o->work.pitch = copy->pitch;
+        if (region) {
+                o->region = region;
+                region->pending++;
+        }
         o->alloc = a;
         o->reply = reply;
         o->owned = owned;
@@ -201,6 +217,8 @@ static void op_finish(cube__op *o)
         }
         free(o->owned);
         s->queued_bytes -= o->held_bytes;
+        if (o->region)
+                cube__region_unref(o->region);
         cube__op_retire(o);
         for (size_t i = 0; i < o->n_uses; i++)
                 cube__alloc_unref(o->uses[i].alloc);

@@ -118,7 +118,7 @@ START_TEST(wrong_types_are_answered_on_their_msgid)
         msgpack_pack_nil(&pk);
         raw_send_sbuffer(fd, &sb);
         msgpack_sbuffer_destroy(&sb);
-        expect_error(fd, 77, CUBE_SERVER_VALIDATION, "params must be [stream, [handle, ...]]");
+        expect_error(fd, 77, CUBE_SERVER_VALIDATION, "params must be [stream, [handle or descriptor, ...]]");
         expect_closed(fd);
 }
 END_TEST

@@ -68,10 +68,14 @@ static void perform(cube__device *d, cube__work *w)
 {
         switch (w->op) {
         case CUBE__WORK_COPY_TO_DEVICE:
-                memcpy((char *) w->storage->bytes + w->offset, w->host, w->len);
+                for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++)
+                        memcpy((char *) w->storage->bytes + w->offset + r * w->pitch,
+                               (const char *) w->host + r * w->len, w->len);
                 break;
         case CUBE__WORK_COPY_TO_HOST:
-                memcpy(w->host, (const char *) w->storage->bytes + w->offset, w->len);
+                for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++)
+                        memcpy((char *) w->host + r * w->len,
+                               (const char *) w->storage->bytes + w->offset + r * w->pitch, w->len);
                 break;
         case CUBE__WORK_FENCE:
                 break;

@@ -1,0 +1,142 @@
+/*
+ * regions.c - staging through shared memory.
+ *
+ * Bulk data through the socket is copied twice by the kernel. A region is a
+ * memfd the daemon creates, maps once and passes to the client (SCM_RIGHTS
+ * with the answer), which maps it too: the client writes into it directly,
+ * and a write or read then names (region, offset, size) instead of carrying
+ * the bytes, so the only copy is the device's own. A region counts against
+ * its session's region-memory quota and goes with the session; its mapping
+ * stays while queued work still uses it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+
+static void region_unmap(cube__region *r)
+{
+        cube__session *s = r->session;
+
+        munmap(r->map, r->size);
+        s->region_bytes -= r->size;
+        free(r);
+}
+
+void cube__region_unref(cube__region *r)
+{
+        if (--r->pending == 0 && r->freed)
+                region_unmap(r);
+}
+
+void cube__region_free(cube__region *r)
+{
+        cube__idmap_remove(&r->session->regions, r->id);
+        r->freed = true;
+        if (r->pending == 0)
+                region_unmap(r);
+}
+
+cube_error *cube__region_range(cube__session *s, const msgpack_object *o, bool sized,
+                               cube__region **ret_region, uint64_t *ret_offset, uint64_t *ret_size)
+{
+        const msgpack_object_array *a;
+        uint64_t id, offset, size = 0;
+        cube__region *r;
+
+        if (!cube__obj_array(o, &a) || a->size != (sized ? 4u : 3u) ||
+            a->ptr[0].type != MSGPACK_OBJECT_STR || a->ptr[0].via.str.size != 6 ||
+            memcmp(a->ptr[0].via.str.ptr, "region", 6) != 0 || !cube__obj_u64(&a->ptr[1], &id) ||
+            !cube__obj_u64(&a->ptr[2], &offset) || (sized && !cube__obj_u64(&a->ptr[3], &size)))
+                return cube__err_validation("a region reference must be [\"region\", id, offset%s]",
+                                            sized ? ", size" : "");
+        r = cube__idmap_get(&s->regions, id);
+        if (!r)
+                return cube__err_not_found("region %" PRIu64 " was never created in this session, "
+                                           "or was freed", id);
+        if (offset > r->size || size > r->size - offset)
+                return cube__err_validation("bytes [%" PRIu64 ", %" PRIu64 ") lie beyond region %"
+                                            PRIu64 " of %" PRIu64 " bytes", offset, offset + size,
+                                            id, r->size);
+        *ret_region = r;
+        *ret_offset = offset;
+        *ret_size = size;
+        return NULL;
+}
+
+cube__dispatched cube__do_region(cube__msg *k)
+{
+        cube__session *s = k->session;
+        cube__server *srv = k->server;
+        uint64_t size;
+        cube__region *r;
+        int fd = -1;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &size) || size == 0) {
+                cube__malformed(k, "params must be [size] with a size above 0");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (size > srv->opts.region_memory || s->region_bytes > srv->opts.region_memory - size) {
+                cube__reply_owned_error(k, cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size));
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": a region of %" PRIu64
+                                  " bytes would cross region-memory (%" PRIu64 " bytes; it holds %"
+                                  PRIu64 ")", s->id, size, srv->opts.region_memory,
+                                  s->region_bytes);
+                return CUBE__DISPATCH_DONE;
+        }
+        r = calloc(1, sizeof(*r));
+        if (r)
+                fd = memfd_create("cube-region", MFD_CLOEXEC);
+        if (!r || fd < 0 || ftruncate(fd, (off_t) size) < 0 ||
+            (r->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+                cube__reply_owned_error(k, cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size));
+                if (fd >= 0)
+                        close(fd);
+                free(r);
+                return CUBE__DISPATCH_DONE;
+        }
+        r->id = ++s->next_region;
+        r->size = size;
+        r->session = s;
+        if (cube__idmap_put(&s->regions, r->id, r) < 0) {
+                munmap(r->map, size);
+                close(fd);
+                free(r);
+                cube__reply_owned_error(k, NULL);
+                return CUBE__DISPATCH_DONE;
+        }
+        s->region_bytes += size;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_array(&pk, 2) == 0 &&
+            msgpack_pack_uint64(&pk, r->id) == 0 && msgpack_pack_uint64(&pk, size) == 0) {
+                size_t len = sb.size;
+                s->bytes_out += len;
+                cube__conn_send_fd(k->conn, msgpack_sbuffer_release(&sb), len, fd);
+        } else {
+                close(fd);
+        }
+        msgpack_sbuffer_destroy(&sb);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_region_free(cube__msg *k)
+{
+        uint64_t id;
+        cube__region *r;
+
+        if (k->n != 1 || !cube__obj_u64(&k->p[0], &id)) {
+                cube__malformed(k, "params must be [region]");
+                return CUBE__DISPATCH_DONE;
+        }
+        r = cube__idmap_get(&k->session->regions, id);
+        if (r)
+                cube__region_free(r);
+        return CUBE__DISPATCH_DONE;
+}
