@@ -122,6 +122,8 @@ static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
 
 static void client_free(cube_client *c)
 {
+        for (size_t i = 0; i < c->n_fds; i++)
+                close(c->fds[i]);
         if (c->fd >= 0)
                 close(c->fd);
         cube_error_free(c->dead);
@@ -233,29 +235,13 @@ cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle)
 cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size)
 {
         cube_error *e = cube__check_handle(c, h);
-        frame f;
 
         if (e)
                 return e;
         if (size != cube_handle_len(h))
                 return cube__err_validation("a write of %" PRIu64 " bytes for a handle of %" PRIu64
                                             " bytes", size, cube_handle_len(h));
-        if (size + 64 > c->daemon_limits.max_message_bytes)
-                return cube__err_validation("a write of %" PRIu64 " bytes does not fit one message "
-                                            "of at most %" PRIu64 " bytes; write it in slices",
-                                            size, c->daemon_limits.max_message_bytes);
-        frame_init(&f);
-        if (cube__pack_notify(&f.pk, "write", 3) < 0 ||
-            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0 ||
-            cube__pack_handle(&f.pk, h) < 0 ||
-            msgpack_pack_bin(&f.pk, (size_t) size) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
-                return oom();
-        }
-        struct iovec iov[2] = { { f.sb.data, f.sb.size }, { (void *) data, (size_t) size } };
-        e = cube__send(c, iov, size ? 2 : 1);
-        msgpack_sbuffer_destroy(&f.sb);
-        return e;
+        return cube__write(c, h, data, size);
 }
 
 cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_handle *ret_handle)
@@ -287,26 +273,6 @@ cube_error *cube_free(cube_client *c, const cube_handle *h)
         return frame_send(c, &f);
 }
 
-typedef struct read_target {
-        void *dst;
-        uint64_t size;
-} read_target;
-
-static cube_error *deliver_read(cube__call *call, const msgpack_object *r)
-{
-        read_target *t = call->ctx;
-        const void *p;
-        size_t n;
-
-        if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 1 ||
-            !cube__obj_bin(&r->via.array.ptr[0], &p, &n) || n != t->size)
-                return cube__err_generic("cubed answered a read of %" PRIu64 " bytes with "
-                                         "something else", t->size);
-        if (n > 0)
-                memcpy(t->dst, p, n);
-        return NULL;
-}
-
 /* Packs [stream, [handle, ...]] after a request header. */
 static int pack_stream_handles(frame *f, uint32_t msgid, const char *method,
                                const cube_handle *handles, size_t n)
@@ -323,27 +289,14 @@ static int pack_stream_handles(frame *f, uint32_t msgid, const char *method,
 
 cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t size)
 {
-        read_target t = { dst, size };
-        cube__call call = { .deliver = deliver_read, .ctx = &t };
         cube_error *e = cube__check_handle(c, h);
-        frame f;
 
         if (e)
                 return e;
         if (size != cube_handle_len(h))
                 return cube__err_validation("a read into %" PRIu64 " bytes for a handle of %" PRIu64
                                             " bytes", size, cube_handle_len(h));
-        if (size + 64 > c->daemon_limits.max_message_bytes)
-                return cube__err_validation("a read of %" PRIu64 " bytes does not fit one message "
-                                            "of at most %" PRIu64 " bytes; read it in slices",
-                                            size, c->daemon_limits.max_message_bytes);
-        frame_init(&f);
-        call.msgid = cube__next_msgid(c);
-        if (pack_stream_handles(&f, call.msgid, "read", h, 1) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
-                return oom();
-        }
-        return frame_call(c, &f, &call);
+        return cube__read(c, h, dst, size);
 }
 
 static cube_error *handles_call(cube_client *c, const char *method, const cube_handle *handles,

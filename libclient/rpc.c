@@ -169,15 +169,50 @@ static cube_error *read_one(cube_client *c)
                 }
                 if (cube__rbuf_reserve(b, READ_CHUNK) < 0)
                         return lost(c, "out of memory buffering a reply", 0);
-                ssize_t r = recv(c->fd, b->p + b->len, b->cap - b->len, 0);
+                /* Descriptors (staging regions) come along the answer that
+                 * names them; they are kept in order for it. */
+                char ctl[CMSG_SPACE(sizeof(int) * 4)];
+                struct iovec iov = { b->p + b->len, b->cap - b->len };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                                     .msg_controllen = sizeof(ctl) };
+                ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
                 if (r < 0 && errno == EINTR)
                         continue;
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); r > 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                                continue;
+                        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        for (size_t i = 0; i < k; i++) {
+                                int fd;
+                                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+                                pthread_mutex_lock(&c->lock);
+                                if (c->n_fds < sizeof(c->fds) / sizeof(c->fds[0]))
+                                        c->fds[c->n_fds++] = fd;
+                                else
+                                        close(fd);
+                                pthread_mutex_unlock(&c->lock);
+                        }
+                }
                 if (r < 0)
                         return lost(c, "receiving failed", errno);
                 if (r == 0)
                         return lost(c, "the daemon closed it", 0);
                 b->len += (size_t) r;
         }
+}
+
+int cube__take_fd(cube_client *c)
+{
+        int fd = -1;
+
+        pthread_mutex_lock(&c->lock);
+        if (c->n_fds > 0) {
+                fd = c->fds[0];
+                memmove(c->fds, c->fds + 1, (c->n_fds - 1) * sizeof(c->fds[0]));
+                c->n_fds--;
+        }
+        pthread_mutex_unlock(&c->lock);
+        return fd;
 }
 
 cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n)

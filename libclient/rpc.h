@@ -28,6 +28,7 @@ struct cube__call {
         cube_error *error;
         cube__deliver_fn deliver;
         void *ctx;
+        cube_client *client;            /* for deliver functions that need it */
         cube__call *next;
 };
 
@@ -47,6 +48,8 @@ struct cube_client {
         atomic_uint_fast64_t next_kernel;
 
         cube__rbuf rb;                  /* the reading thread's */
+        int fds[16];                    /* descriptors received, in order, not yet taken */
+        size_t n_fds;
         cube__limits limits;
 
         char service[64];
@@ -63,6 +66,12 @@ cube_error *cube__send(cube_client *c, const struct iovec *iov, int n);
  * params: it is called with the msgid the frame must carry. */
 cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n);
 uint32_t cube__next_msgid(cube_client *c);
+/* One copy of the handle's whole range, through a region when it is larger
+ * than one message. The handle and size are checked. */
+cube_error *cube__write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
+cube_error *cube__read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
+/* The oldest descriptor received and not yet taken, or -1. */
+int cube__take_fd(cube_client *c);
 /* A handle this client may use: stamped with its service, offsets that fit. */
 cube_error *cube__check_handle(cube_client *c, const cube_handle *h);
 

@@ -259,6 +259,54 @@ cube_error *cube_free(cube_client *c, const cube_handle *h);
 /* Returns every page that holds no live allocation. */
 cube_error *cube_memory_cleanup(cube_client *c);
 
+/* A pitched row-major view of a handle's range, in elements: the last
+ * dimension's stride is 1, each row starts strides[rank-2] elements after the
+ * one before, and outer strides nest contiguously. The host side of a strided
+ * copy is always dense: the product of shape times elem_size bytes. Other
+ * layouts are refused with CUBE_IO_UNSUPPORTED_STRIDES. */
+#define CUBE_MAX_RANK 8
+typedef struct cube_copy {
+        cube_handle handle;
+        uint32_t rank;
+        uint64_t shape[CUBE_MAX_RANK];
+        uint64_t strides[CUBE_MAX_RANK];
+        uint64_t elem_size;
+} cube_copy;
+
+/* Dense bytes the copy moves: the product of shape, times elem_size. */
+uint64_t cube_copy_len(const cube_copy *d);
+/* Allocates a tensor whose rows start on an aligned pitch (the device's
+ * alignment, or the next power of two of a row when that is smaller), as
+ * kernels and pitched copies want; rank 1 and rows of one element are dense. */
+cube_error *cube_empty_tensor(cube_client *c, const uint64_t *shape, uint32_t rank,
+                              uint64_t elem_size, cube_copy *ret_tensor);
+/* Writes cube_copy_len(d) dense bytes into the strided view. */
+cube_error *cube_write_strided(cube_client *c, const cube_copy *d, const void *data, uint64_t size);
+/* Reads the strided view into size == cube_copy_len(d) dense bytes. */
+cube_error *cube_read_strided(cube_client *c, const cube_copy *d, void *dst, uint64_t size);
+
+/* A staging region: memory the daemon and this process both map, so bulk
+ * data crosses without passing through the socket. It counts against the
+ * session's region-memory quota and is unmapped with the session. */
+typedef struct cube_region {
+        uint64_t id;
+        void *data;
+        uint64_t size;
+} cube_region;
+
+cube_error *cube_region_create(cube_client *c, uint64_t size, cube_region **ret_region);
+/* Unmaps the region here; the daemon keeps it until queued work that uses
+ * it has run. Takes NULL. */
+void cube_region_free(cube_client *c, cube_region *r);
+/* Queues a write of the handle's range from the region's bytes at offset.
+ * The bytes are read when the write runs: change them only after a
+ * cube_sync on the stream. */
+cube_error *cube_write_region(cube_client *c, const cube_handle *h, const cube_region *r,
+                              uint64_t offset);
+/* Reads the handle's range into the region at offset, and waits for it. */
+cube_error *cube_read_region(cube_client *c, const cube_handle *h, cube_region *r,
+                             uint64_t offset);
+
 /* How allocations on the calling thread's stream are made, nested as in the
  * reference: PERSISTENT (reused only by exact size) and DEDICATED (a page of
  * their own, given back at the next cleanup) push a mode, AUTO pops one. */
