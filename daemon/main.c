@@ -5,6 +5,7 @@
  * option given here wins over the file, at start and at every reload.
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,11 @@ int main(int argc, char **argv)
 
         if (!overrides)
                 return 1;
+        /* Bulk payloads are tens of MiB. Served from the heap and kept there
+         * when freed, their pages are reused; from mmap, every message would
+         * fault in fresh pages, which costs more than copying the bytes. */
+        mallopt(M_MMAP_THRESHOLD, 256 << 20);
+        mallopt(M_TRIM_THRESHOLD, 512 << 20);
         while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
                 switch (c) {
                 case 'c': config = optarg; break;

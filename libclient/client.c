@@ -16,6 +16,9 @@
 
 #include "rpc.h"
 
+/* The most receive-buffer room a client keeps between replies. */
+#define READ_KEEP ((size_t) 128 << 20)
+
 static atomic_uint_fast64_t stream_counter;
 static __thread uint64_t thread_stream;
 
@@ -198,6 +201,9 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
         /* A read reply is as large as the daemon lets a message be. */
         if (c->daemon_limits.max_message_bytes + (1u << 20) > c->limits.max_message_bytes)
                 c->limits.max_message_bytes = c->daemon_limits.max_message_bytes + (1u << 20);
+        /* The room of a large reply is kept for the next: faulting in fresh
+         * pages for every bulk read costs several times the copy itself. */
+        c->rb.keep = READ_KEEP;
         *ret_client = c;
         return NULL;
 }

@@ -16,7 +16,7 @@ int cube__rbuf_reserve(cube__rbuf *b, size_t chunk)
 
         if (b->pos == b->len) {
                 b->pos = b->len = 0;
-                if (b->cap > RBUF_KEEP) {
+                if (b->cap > (b->keep ? b->keep : RBUF_KEEP)) {
                         free(b->p);
                         b->p = NULL;
                         b->cap = 0;

@@ -15,11 +15,12 @@ typedef struct cube__rbuf {
         uint8_t *p;
         size_t cap, len, pos;
         size_t need;
+        size_t keep;    /* room kept once consumed; 0: 256 KiB */
 } cube__rbuf;
 
 /* Makes room for at least chunk more bytes, and for the whole of the next
  * message when need says how long it is; moves unparsed bytes to the front
- * before growing, and gives back the room of a large message once it is
+ * before growing, and gives back room beyond keep once its message is
  * consumed. Returns 0, or -ENOMEM with the buffer unchanged. */
 int cube__rbuf_reserve(cube__rbuf *b, size_t chunk);
 /* Marks n bytes at pos as consumed. */
