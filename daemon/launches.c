@@ -218,8 +218,19 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
 }
 
 /* The first failure an input carries, and which memory carried it. */
+/* The first failure claiming bytes of [start, end), or 0. */
+static uint64_t claimed(const cube__claims *claims, uint64_t start, uint64_t end)
+{
+        for (size_t c = 0; c < claims->n; c++)
+                if (claims->v[c].start < end && start < claims->v[c].end)
+                        return claims->v[c].failure;
+        return 0;
+}
+
 static uint64_t input_failure(const launch_req *r, const cube__kernel *kernel, uint64_t *ret_memory)
 {
+        uint64_t failure;
+
         for (size_t i = 0; i < r->n; i++) {
                 const cube__alloc *a = r->allocs[i];
                 bool needed = reads(r, kernel, i) || !a->storage;
@@ -229,19 +240,23 @@ static uint64_t input_failure(const launch_req *r, const cube__kernel *kernel, u
                         start = 0;      /* the virtual byte of a failed reservation */
                         end = 1;
                 }
-                for (size_t c = 0; needed && c < a->claims.n; c++)
-                        if (a->claims.v[c].start < end && start < a->claims.v[c].end) {
-                                *ret_memory = a->id;
-                                return a->claims.v[c].failure;
-                        }
+                if (!needed)
+                        continue;
+                /* A read-only name's own failures (refused writes through it)
+                 * are what a read of it reports: an input carrying one is
+                 * as failed as one whose memory carries it. */
+                failure = claimed(&a->claims, start, end);
+                if (!failure && r->names[i] && r->names[i]->read_only)
+                        failure = claimed(&r->names[i]->local, start, end);
+                if (failure) {
+                        *ret_memory = a->id;
+                        return failure;
+                }
         }
-        if (r->count_alloc) {
-                for (size_t c = 0; c < r->count_alloc->claims.n; c++)
-                        if (r->count_alloc->claims.v[c].start < r->count_start + 12 &&
-                            r->count_start < r->count_alloc->claims.v[c].end) {
-                                *ret_memory = r->count_alloc->id;
-                                return r->count_alloc->claims.v[c].failure;
-                        }
+        if (r->count_alloc &&
+            (failure = claimed(&r->count_alloc->claims, r->count_start, r->count_start + 12))) {
+                *ret_memory = r->count_alloc->id;
+                return failure;
         }
         return 0;
 }

@@ -121,13 +121,17 @@ static const char *over_quota(cube__session *s, uint64_t size, char *why, size_t
         cube__server *srv = s->server;
         cube__uid *u = cube__uid_get(srv, s->uid);
 
-        if (srv->opts.session_memory && size > srv->opts.session_memory - s->memory_in_use) {
+        /* A holder may be over its quota already, having inherited shared memory's
+         * charge: the subtraction must not wrap. */
+        if (srv->opts.session_memory && (s->memory_in_use > srv->opts.session_memory ||
+                                         size > srv->opts.session_memory - s->memory_in_use)) {
                 snprintf(why, len, "the session's memory quota (session-memory, %" PRIu64
                          " bytes) would be exceeded: the session holds %" PRIu64 " bytes",
                          srv->opts.session_memory, s->memory_in_use);
                 return why;
         }
-        if (srv->opts.uid_memory && u && size > srv->opts.uid_memory - u->memory) {
+        if (srv->opts.uid_memory && u && (u->memory > srv->opts.uid_memory ||
+                                           size > srv->opts.uid_memory - u->memory)) {
                 snprintf(why, len, "uid %u's memory quota (uid-memory, %" PRIu64 " bytes) would "
                          "be exceeded: its sessions hold %" PRIu64 " bytes", (unsigned) s->uid,
                          srv->opts.uid_memory, u->memory);

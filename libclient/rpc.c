@@ -44,6 +44,36 @@ static cube_error *lost(cube_client *c, const char *what, int err)
                                  err ? ": " : "", err ? strerror(err) : "");
 }
 
+static cube_error *read_one(cube_client *c);
+
+/* The daemon refuses a connection (a quota, an allow-list) by sending its
+ * reason and closing without reading, so a send can fail with EPIPE while the
+ * reason waits in our socket: read what is left, so the caller hears the
+ * reason rather than a broken pipe. Returns it, or NULL. */
+static cube_error *parting_reason(cube_client *c)
+{
+        cube_error *why = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        if (c->reading) {
+                pthread_mutex_unlock(&c->lock);
+                return NULL;
+        }
+        c->reading = true;
+        pthread_mutex_unlock(&c->lock);
+        for (int i = 0; i < 64 && !why; i++)
+                why = read_one(c);
+        if (why && cube_error_kind_of(why) == CUBE_SERVER_GENERIC) {
+                cube_error_free(why);
+                why = NULL;
+        }
+        pthread_mutex_lock(&c->lock);
+        c->reading = false;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return why;
+}
+
 cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
 {
         struct iovec v[8];
@@ -59,7 +89,11 @@ cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
                 if (w < 0) {
                         if (errno == EINTR)
                                 continue;
-                        e = lost(c, "sending failed", errno);
+                        int err = errno;
+                        if (err == EPIPE || err == ECONNRESET)
+                                e = parting_reason(c);
+                        if (!e)
+                                e = lost(c, "sending failed", err);
                         break;
                 }
                 while (mh.msg_iovlen > 0 && (size_t) w >= mh.msg_iov->iov_len) {
