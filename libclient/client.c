@@ -20,13 +20,16 @@
 #define READ_KEEP ((size_t) 128 << 20)
 
 static atomic_uint_fast64_t stream_counter;
-static __thread uint64_t thread_stream;
+static __thread uint64_t thread_default_stream;    /* the thread's own, once drawn */
+static __thread uint64_t thread_stream;            /* named by cube_stream_set, or 0 */
 
 uint64_t cube_stream_current(void)
 {
-        if (thread_stream == 0)
-                thread_stream = atomic_fetch_add(&stream_counter, 1) + 1;
-        return thread_stream;
+        if (thread_stream)
+                return thread_stream;
+        if (thread_default_stream == 0)
+                thread_default_stream = atomic_fetch_add(&stream_counter, 1) + 1;
+        return thread_default_stream;
 }
 
 void cube_stream_set(uint64_t stream)

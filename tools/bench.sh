@@ -1,28 +1,108 @@
 #!/usr/bin/env bash
-# bench.sh - run cube-bench against a fresh cubed on a temporary socket.
+# bench.sh - the performance table: cube-bench against a fresh cubed on a
+# temporary socket, under each CPU placement.
 #
-#   tools/bench.sh [BUILD_DIR] [cube-bench options...]
+#   tools/bench.sh [BUILD_DIR] [cube-bench options...]     e.g. --runs 7, --smoke
 #
-# The daemon gets an empty kernel cache of its own, so "compiling" figures
-# really compile. Placement: set CUBED_CPUS / BENCH_CPUS to a taskset CPU list
-# to pin the daemon (and its kernel pool) or the client.
+# Placements, each with a daemon of its own and an empty kernel cache of its
+# own (so "compiling" figures really compile):
+#   same vCPU        daemon and client both on CPU 0 (taskset -c 0)
+#   different vCPUs  daemon on CPU 1, client on CPU 0
+#   unpinned         neither pinned
+# Setting CUBED_CPUS and/or BENCH_CPUS (taskset CPU lists) runs that one
+# placement instead. Under each, cube-bench prints the table; then the daemon
+# is restarted on the same --cache-dir and cube-bench --after-restart times
+# the first launch of kernels the first run compiled, now loaded from disk.
+# When redis-server and redis-benchmark are installed, PING_INLINE with 50
+# clients on a Unix socket, under the same placement, is the baseline of the
+# many-clients figure; otherwise cube-bench uses its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 
 dir=$(mktemp -d /tmp/cube-bench-XXXXXX)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
-pin_daemon=()
-pin_bench=()
-[ -n "${CUBED_CPUS:-}" ] && pin_daemon=(taskset -c "$CUBED_CPUS")
-[ -n "${BENCH_CPUS:-}" ] && pin_bench=(taskset -c "$BENCH_CPUS")
-"${pin_daemon[@]}" "$build/daemon/cubed" --socket "$dir/s" --cache-dir "$dir/cache" 2>"$dir/log" &
-pid=$!
-for _ in $(seq 100); do
-        [ -S "$dir/s" ] && break
-        sleep 0.05
-done
-"${pin_bench[@]}" "$build/tools/cube-bench" --socket "$dir/s" "$@"
-kill -TERM "$pid"
-wait "$pid"
+pid=
+cleanup() {
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+        rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# start_daemon CACHE_DIR PIN...: cubed on $dir/s; sets pid.
+start_daemon() {
+        local cache=$1
+        shift
+        rm -f "$dir/s"
+        "$@" "$build/daemon/cubed" --socket "$dir/s" --cache-dir "$cache" 2>>"$dir/log" &
+        pid=$!
+        for _ in $(seq 200); do
+                [ -S "$dir/s" ] && return 0
+                sleep 0.05
+        done
+        echo "bench.sh: cubed did not start" >&2
+        cat "$dir/log" >&2
+        exit 1
+}
+
+stop_daemon() {
+        kill -TERM "$pid"
+        wait "$pid"
+        pid=
+}
+
+# redis_ops PIN_SERVER PIN_CLIENT: PING_INLINE requests per second, or nothing.
+redis_ops() {
+        command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || return 0
+        local server=($1) client=($2) rpid ops
+        "${server[@]}" redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" \
+                --appendonly no >/dev/null 2>&1 &
+        rpid=$!
+        for _ in $(seq 100); do
+                [ -S "$dir/redis.sock" ] && break
+                sleep 0.05
+        done
+        ops=$("${client[@]}" redis-benchmark -s "$dir/redis.sock" -t PING_INLINE -c 50 \
+                -n 200000 --csv | awk -F'"' '/PING_INLINE/ { print $4 }')
+        kill "$rpid"
+        wait "$rpid" 2>/dev/null || true
+        echo "$ops"
+}
+
+# placement NAME DAEMON_CPUS CLIENT_CPUS (empty: unpinned), then cube-bench options.
+placement() {
+        local name=$1 dcpus=$2 bcpus=$3 pin_d=() pin_b=() tag redis extra=()
+        shift 3
+        [ -n "$dcpus" ] && pin_d=(taskset -c "$dcpus")
+        [ -n "$bcpus" ] && pin_b=(taskset -c "$bcpus")
+        echo
+        echo "== placement: $name (daemon: ${pin_d[*]:-unpinned}; client: ${pin_b[*]:-unpinned})"
+        redis=$(redis_ops "${pin_d[*]}" "${pin_b[*]}")
+        if [ -n "$redis" ]; then
+                extra=(--redis-ops "$redis")
+        fi
+        tag="restart-$$-${name// /-}"
+        start_daemon "$dir/cache-${name// /-}" "${pin_d[@]}"
+        "${pin_b[@]}" "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" \
+                --restart-tag "$tag" "${extra[@]}" "$@"
+        stop_daemon
+        start_daemon "$dir/cache-${name// /-}" "${pin_d[@]}"
+        "${pin_b[@]}" "$build/tools/cube-bench" --socket "$dir/s" --after-restart "$tag" "$@"
+        stop_daemon
+}
+
+echo "cube-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
+        "$(lscpu | sed -n 's/^Model name: *//p' | head -1), Linux $(uname -r)"
+command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
+        echo "redis-server/redis-benchmark: not installed"
+if [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
+        placement "custom" "${CUBED_CPUS:-}" "${BENCH_CPUS:-}" "$@"
+else
+        placement "same vCPU" 0 0 "$@"
+        if [ "$(nproc)" -ge 2 ]; then
+                placement "different vCPUs" 1 0 "$@"
+        else
+                echo "(one CPU: no different-vCPU placement)"
+        fi
+        placement "unpinned" "" "" "$@"
+fi

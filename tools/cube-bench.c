@@ -2,37 +2,83 @@
  * cube-bench - cube's cost next to the machine's own limits, measured in one
  * run on one CPU placement.
  *
- *   cube-bench --socket PATH [--runs N] [--smoke]
+ *   cube-bench --socket PATH [--daemon-pid PID] [--runs N] [--smoke]
+ *              [--restart-tag TAG] [--redis-ops OPS] [--only FIGURE]
+ *   cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]
  *
- * Each figure is printed beside the baseline it is compared with, measured in
- * the same run, and the ratio of the two. Times are the best of N runs (the
- * least disturbed by a noisy machine).
+ * Prints one Markdown table row per figure: cube's figure, the baseline
+ * measured in the same run on the same placement, their ratio, the target and
+ * whether it is met. Baselines that need a second process fork a peer and run
+ * it on the daemon's CPUs (read from --daemon-pid), so both sides of a
+ * baseline sit where cubed and this client sit. Latencies are the median (or
+ * the percentile named) of every sample; rates and bandwidths are the median
+ * of N runs.
  *
  * Figures:
- *   vector add, 3 x 64 MiB: a kernel reading two 64 MiB float buffers and
- *     writing a third, launch to completed sync, in bytes touched per second;
- *     the baseline is memcpy of 64 MiB in the same process, counted the same
- *     way (bytes read plus bytes written per second).
- *   first launch of a new kernel (it compiles) against the first launch of a
- *     kernel another session already compiled (a cache hit), each timed from
- *     launch to completed sync.
+ *   daemon memory per idle session: cubed's VmRSS after opening S sessions
+ *     (each connected and synced once, then left idle), less VmRSS before,
+ *     over S. Measured first, on a fresh daemon. Needs --daemon-pid.
+ *   sync round trip: cube_sync(c, NULL, 0) on an idle stream, against a 64 B
+ *     ping-pong with a peer process over a socketpair.
+ *   pipelined launches/s: launches of an empty kernel, K at a time and then
+ *     one sync, against K 64 B messages written one by one, each answered by
+ *     a 16 B ack.
+ *   staged write / read of 64 MiB: through a staging region created once,
+ *     cube_write_region + cube_sync, and cube_read_region; bytes per second
+ *     against memcpy of 64 MiB in this process.
+ *   inline write / read of 64 MiB: cube_write + cube_sync, and cube_read, the
+ *     bytes crossing the socket; against 64 MiB written to (read from) a peer
+ *     over a socketpair.
+ *   aggregate sync ops/s: C clients, each a thread with its own cube_connect,
+ *     calling cube_sync in a loop; against redis-benchmark PING_INLINE with
+ *     50 clients when bench.sh passes --redis-ops, else against C threads
+ *     ping-ponging 64 B with a single-threaded epoll echo server.
+ *   p99 / p50 of launch+read: one client launches a kernel that writes 4 B
+ *     and reads them back, while C - 1 others each launch 32 empty kernels
+ *     and sync, in a loop.
+ *   first launch of a kernel another session compiled (a cache hit), launch
+ *     to completed sync, against the first launch of a new kernel (it
+ *     compiles). With --restart-tag, those new kernels' sources are named
+ *     by TAG, so that after a restart of the daemon on the same --cache-dir,
+ *     --after-restart TAG can time their first launch from the disk cache,
+ *     against new kernels compiled in that run.
+ *   vector add, 3 x 64 MiB (no target): a kernel reading two 64 MiB float
+ *     buffers and writing a third, launch to completed sync, in bytes touched
+ *     per second; against memcpy of 64 MiB counted the same way (bytes read
+ *     plus bytes written per second).
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench-baselines.h"
 #include "cube.h"
 
-static double now(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
+#define MIB (1024.0 * 1024.0)
+
+struct config {
+        const char *socket;
+        pid_t daemon_pid;               /* 0: unknown */
+        int runs;
+        size_t bulk;                    /* bytes of the bulk figures */
+        int rtt_samples;                /* round trips per latency figure */
+        int pipelined;                  /* launches per pipelined run */
+        int clients;                    /* concurrent clients */
+        double seconds;                 /* of each concurrent run */
+        int sessions;                   /* idle sessions for the memory figure */
+        const char *restart_tag;
+        double redis_ops;               /* 0: redis not installed */
+        const char *only;               /* one figure's name, or NULL for all */
+        cpu_set_t daemon_cpus;
+        bool have_daemon_cpus;
+};
 
 static void die(const char *what, cube_error *e)
 {
@@ -43,6 +89,319 @@ static void die(const char *what, cube_error *e)
 
 #define CHECK(what, expr) do { cube_error *e_ = (expr); if (e_) die(what, e_); } while (0)
 
+static void *xcalloc(size_t n, size_t size)
+{
+        void *p = calloc(n ? n : 1, size);
+        if (!p) {
+                fprintf(stderr, "cube-bench: out of memory\n");
+                exit(1);
+        }
+        return p;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+        double x = *(const double *) a, y = *(const double *) b;
+        return (x > y) - (x < y);
+}
+
+/* The p-th percentile (0 to 100) of v; sorts v. */
+static double percentile(double *v, int n, double p)
+{
+        qsort(v, (size_t) n, sizeof(*v), compare_doubles);
+        int i = (int) (p / 100.0 * (n - 1) + 0.5);
+        return v[i];
+}
+
+static double median(double *v, int n)
+{
+        return percentile(v, n, 50);
+}
+
+static const cpu_set_t *peer_cpus(const struct config *cfg)
+{
+        return cfg->have_daemon_cpus ? &cfg->daemon_cpus : NULL;
+}
+
+/* One table row; the target is met when ratio is on the right side of it. */
+static void row(const char *figure, const char *cube, const char *baseline,
+                double ratio, const char *ratio_unit, const char *target, bool met)
+{
+        printf("| %s | %s | %s | %.2f%s | %s | %s |\n", figure, cube, baseline,
+               ratio, ratio_unit, target, met ? "met" : "MISSED");
+        fflush(stdout);
+}
+
+static void format_cpus(char *buf, size_t len, const cpu_set_t *set)
+{
+        size_t used = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < CPU_SETSIZE && used + 8 < len; i++)
+                if (CPU_ISSET(i, set))
+                        used += (size_t) snprintf(buf + used, len - used, "%s%d",
+                                                  used ? "," : "", i);
+}
+
+static void print_placement(const struct config *cfg)
+{
+        cpu_set_t mine;
+        char client[256] = "?", daemon[256] = "unknown (no --daemon-pid)";
+
+        if (sched_getaffinity(0, sizeof(mine), &mine) == 0)
+                format_cpus(client, sizeof(client), &mine);
+        if (cfg->have_daemon_cpus)
+                format_cpus(daemon, sizeof(daemon), &cfg->daemon_cpus);
+        printf("placement: client on CPUs %s, daemon (and baseline peers) on CPUs %s\n",
+               client, daemon);
+}
+
+static cube_client *connect_client(const struct config *cfg)
+{
+        cube_client *c;
+        CHECK("connect", cube_connect(cfg->socket, "cube-bench", &c));
+        return c;
+}
+
+static const char nop_source[] =
+"KERNEL void nop(INFO)\n"
+"{\n"
+"}\n";
+
+static const char touch_source[] =
+"KERNEL void touch(float *out, INFO)\n"
+"{\n"
+"        out[0] = 1.0f;\n"
+"}\n";
+
+/* A one-unit launch of the empty kernel, registered on c. */
+static cube_launch nop_launch(cube_client *c)
+{
+        uint64_t kernel;
+        CHECK("register", cube_kernel_register(c, nop_source, "nop", &kernel));
+        return (cube_launch) {
+                .kernel = kernel, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+        };
+}
+
+/* A one-unit launch of the kernel that writes out[0], registered on c. */
+static cube_launch touch_launch(cube_client *c, const cube_handle *out, cube_info *info)
+{
+        uint64_t kernel;
+        CHECK("register", cube_kernel_register(c, touch_source, "touch", &kernel));
+        cube_info_buffer_len(info, 1);
+        return (cube_launch) {
+                .kernel = kernel, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                .buffers = out, .n_buffers = 1, .info = info,
+        };
+}
+
+/* VmRSS of pid, in bytes, or -1. */
+static long vm_rss(pid_t pid)
+{
+        char path[64], line[256];
+        long kib = -1;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+                        break;
+        fclose(f);
+        return kib < 0 ? -1 : kib * 1024;
+}
+
+static void bench_session_memory(const struct config *cfg)
+{
+        char figure[96], cube[64];
+
+        snprintf(figure, sizeof(figure), "daemon memory per idle session (%d sessions)",
+                 cfg->sessions);
+        long before = cfg->daemon_pid ? vm_rss(cfg->daemon_pid) : -1;
+        if (before < 0) {
+                printf("| %s | n/a: needs --daemon-pid | - | - | <= 64 KiB | not measured |\n",
+                       figure);
+                return;
+        }
+        cube_client **c = xcalloc((size_t) cfg->sessions, sizeof(*c));
+        for (int i = 0; i < cfg->sessions; i++) {
+                c[i] = connect_client(cfg);
+                CHECK("sync", cube_sync(c[i], NULL, 0));
+        }
+        long after = vm_rss(cfg->daemon_pid);
+        for (int i = 0; i < cfg->sessions; i++)
+                cube_disconnect(c[i]);
+        free(c);
+        double per = (double) (after - before) / cfg->sessions / 1024.0;
+        snprintf(cube, sizeof(cube), "%.1f KiB (VmRSS %.1f -> %.1f MiB)", per,
+                 before / MIB, after / MIB);
+        row(figure, cube, "-", per, " KiB", "<= 64 KiB", per <= 64);
+}
+
+static void bench_sync_rtt(const struct config *cfg)
+{
+        int n = cfg->rtt_samples;
+        double *cube = xcalloc((size_t) n, sizeof(double));
+        double *raw = xcalloc((size_t) n, sizeof(double));
+        char a[64], b[96];
+        cube_client *c = connect_client(cfg);
+
+        for (int i = 0; i < n / 10 + 1; i++)
+                CHECK("sync", cube_sync(c, NULL, 0));
+        for (int i = 0; i < n; i++) {
+                double t0 = bench_now();
+                CHECK("sync", cube_sync(c, NULL, 0));
+                cube[i] = bench_now() - t0;
+        }
+        cube_disconnect(c);
+        raw_ping_pong(peer_cpus(cfg), n, raw);
+        double m = median(cube, n), r = median(raw, n);
+        snprintf(a, sizeof(a), "%.1f us", m * 1e6);
+        snprintf(b, sizeof(b), "raw UDS 64 B ping-pong: %.1f us", r * 1e6);
+        row("sync round trip, idle stream (median)", a, b, m / r, "x", "<= 1.5x", m / r <= 1.5);
+        free(cube);
+        free(raw);
+}
+
+static void bench_launch_rate(const struct config *cfg)
+{
+        double *cube = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *raw = xcalloc((size_t) cfg->runs, sizeof(double));
+        char a[64], b[128];
+        int n = cfg->pipelined;
+        cube_client *c = connect_client(cfg);
+        cube_launch l = nop_launch(c);
+
+        CHECK("launch", cube_launch_kernel(c, &l));
+        CHECK("sync", cube_sync(c, NULL, 0));
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                for (int i = 0; i < n; i++)
+                        CHECK("launch", cube_launch_kernel(c, &l));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                cube[r] = n / (bench_now() - t0);
+                raw[r] = raw_pipelined(peer_cpus(cfg), n);
+        }
+        cube_disconnect(c);
+        double m = median(cube, cfg->runs), q = median(raw, cfg->runs);
+        snprintf(a, sizeof(a), "%.0f launches/s", m);
+        snprintf(b, sizeof(b), "raw 64 B messages + 16 B acks: %.0f msg/s", q);
+        row("pipelined empty-kernel launches/s, one client", a, b, m / q, "x", ">= 0.7x",
+            m / q >= 0.7);
+        free(cube);
+        free(raw);
+}
+
+/* memcpy of size bytes between two touched buffers: median seconds. */
+static double memcpy_time(size_t size, int runs)
+{
+        char *src = xcalloc(1, size), *dst = xcalloc(1, size);
+        double *t = xcalloc((size_t) runs, sizeof(double));
+
+        memset(src, 1, size);
+        memset(dst, 2, size);
+        for (int r = 0; r < runs; r++) {
+                double t0 = bench_now();
+                memcpy(dst, src, size);
+                t[r] = bench_now() - t0;
+        }
+        double m = median(t, runs);
+        free(src);
+        free(dst);
+        free(t);
+        return m;
+}
+
+static void bulk_row(const char *figure, size_t size, double cube_s, const char *base_name,
+                     double base_s)
+{
+        char a[64], b[128];
+        double cube_gbs = size / cube_s / 1e9, base_gbs = size / base_s / 1e9;
+        snprintf(a, sizeof(a), "%.2f GB/s", cube_gbs);
+        snprintf(b, sizeof(b), "%s: %.2f GB/s", base_name, base_gbs);
+        row(figure, a, b, cube_gbs / base_gbs, "x", ">= 0.8x", cube_gbs / base_gbs >= 0.8);
+}
+
+static void bench_staged(const struct config *cfg)
+{
+        size_t size = cfg->bulk;
+        double *w = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *rd = xcalloc((size_t) cfg->runs, sizeof(double));
+        char figure[96], base[64];
+        cube_client *c = connect_client(cfg);
+        cube_region *region;
+        cube_handle h;
+
+        CHECK("region", cube_region_create(c, size, &region));
+        memset(region->data, 1, size);
+        CHECK("empty", cube_empty(c, size, &h));
+        CHECK("write", cube_write_region(c, &h, region, 0));
+        CHECK("sync", cube_sync(c, &h, 1));
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                CHECK("write", cube_write_region(c, &h, region, 0));
+                CHECK("sync", cube_sync(c, &h, 1));
+                double t1 = bench_now();
+                CHECK("read", cube_read_region(c, &h, region, 0));
+                w[r] = t1 - t0;
+                rd[r] = bench_now() - t1;
+        }
+        CHECK("free", cube_free(c, &h));
+        cube_region_free(c, region);
+        cube_disconnect(c);
+        double copy = memcpy_time(size, cfg->runs);
+        snprintf(base, sizeof(base), "memcpy %.0f MiB", size / MIB);
+        snprintf(figure, sizeof(figure), "%.0f MiB write, staged (region + sync)", size / MIB);
+        bulk_row(figure, size, median(w, cfg->runs), base, copy);
+        snprintf(figure, sizeof(figure), "%.0f MiB read, staged (region)", size / MIB);
+        bulk_row(figure, size, median(rd, cfg->runs), base, copy);
+        free(w);
+        free(rd);
+}
+
+static void bench_inline(const struct config *cfg)
+{
+        size_t size = cfg->bulk;
+        double *w = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *rd = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *rs = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *rr = xcalloc((size_t) cfg->runs, sizeof(double));
+        char figure[96], base[64];
+        char *buf = xcalloc(1, size);
+        cube_client *c = connect_client(cfg);
+        cube_handle h;
+
+        memset(buf, 1, size);
+        CHECK("empty", cube_empty(c, size, &h));
+        CHECK("write", cube_write(c, &h, buf, size));
+        CHECK("sync", cube_sync(c, &h, 1));
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                CHECK("write", cube_write(c, &h, buf, size));
+                CHECK("sync", cube_sync(c, &h, 1));
+                double t1 = bench_now();
+                CHECK("read", cube_read(c, &h, buf, size));
+                w[r] = t1 - t0;
+                rd[r] = bench_now() - t1;
+                rs[r] = raw_bulk_send(peer_cpus(cfg), size);
+                rr[r] = raw_bulk_receive(peer_cpus(cfg), size);
+        }
+        CHECK("free", cube_free(c, &h));
+        cube_disconnect(c);
+        snprintf(figure, sizeof(figure), "%.0f MiB write, inline (cube_write + sync)", size / MIB);
+        snprintf(base, sizeof(base), "raw UDS send of %.0f MiB", size / MIB);
+        bulk_row(figure, size, median(w, cfg->runs), base, median(rs, cfg->runs));
+        snprintf(figure, sizeof(figure), "%.0f MiB read, inline (cube_read)", size / MIB);
+        snprintf(base, sizeof(base), "raw UDS receive of %.0f MiB", size / MIB);
+        bulk_row(figure, size, median(rd, cfg->runs), base, median(rr, cfg->runs));
+        free(buf);
+        free(w);
+        free(rd);
+        free(rs);
+        free(rr);
+}
+
 static const char vadd_source[] =
 "KERNEL void vadd(const float *a, const float *b, float *out, INFO)\n"
 "{\n"
@@ -51,74 +410,248 @@ static const char vadd_source[] =
 "                out[i] = a[i] + b[i];\n"
 "}\n";
 
-static void bench_vector_add(const char *socket, size_t n, int runs)
+/* A launch of vadd over three buffers of n floats, spread as the reference
+ * spreads a count: halve x, double y, until x fits. */
+static cube_launch vadd_launch(cube_client *c, const cube_handle *h, cube_info *info, size_t n)
 {
-        cube_client *c;
-        cube_handle h[3];
-        uint64_t kernel;
-        cube_info *info = cube_info_new();
-        float *host = malloc(n * sizeof(float)), *copy = malloc(n * sizeof(float));
-        double best = 1e30, best_copy = 1e30;
-        uint32_t dim = 256;
+        uint64_t kernel, x = (n + 255) / 256, y = 1;
 
-        for (size_t i = 0; i < n; i++)
-                host[i] = (float) (i % 1000);
-        memset(copy, 0, n * sizeof(float));
-        CHECK("connect", cube_connect(socket, "cube-bench", &c));
-        CHECK("create", cube_create(c, host, n * sizeof(float), &h[0]));
-        CHECK("create", cube_create(c, host, n * sizeof(float), &h[1]));
-        CHECK("empty", cube_empty(c, n * sizeof(float), &h[2]));
         CHECK("register", cube_kernel_register(c, vadd_source, "vadd", &kernel));
         for (int i = 0; i < 3; i++)
                 cube_info_buffer_len(info, (uint32_t) n);
-        /* As the reference spreads a count: halve x, double y, until x fits. */
-        uint64_t x = (n + dim - 1) / dim, y = 1;
         while (x > 65535) {
                 x = (x + 1) / 2;
                 y *= 2;
         }
-        cube_launch l = {
+        return (cube_launch) {
                 .kernel = kernel,
                 .cube_count = { (uint32_t) x, (uint32_t) y, 1 },
-                .cube_dim = { dim, 1, 1 },
+                .cube_dim = { 256, 1, 1 },
                 .buffers = h, .n_buffers = 3, .info = info,
         };
-        /* The first launch compiles; it is the warm-up. */
+}
+
+static void bench_vector_add(const struct config *cfg)
+{
+        size_t n = cfg->bulk / sizeof(float);
+        double *t = xcalloc((size_t) cfg->runs, sizeof(double));
+        float *host = xcalloc(n, sizeof(float));
+        cube_info *info = cube_info_new();
+        cube_client *c = connect_client(cfg);
+        char figure[96], a[64], b[96];
+        cube_handle h[3];
+
+        for (size_t i = 0; i < n; i++)
+                host[i] = (float) (i % 1000);
+        CHECK("create", cube_create(c, host, n * sizeof(float), &h[0]));
+        CHECK("create", cube_create(c, host, n * sizeof(float), &h[1]));
+        CHECK("empty", cube_empty(c, n * sizeof(float), &h[2]));
+        cube_launch l = vadd_launch(c, h, info, n);
         CHECK("launch", cube_launch_kernel(c, &l));
         CHECK("sync", cube_sync(c, &h[2], 1));
-        for (int r = 0; r < runs; r++) {
-                double t0 = now();
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
                 CHECK("launch", cube_launch_kernel(c, &l));
                 CHECK("sync", cube_sync(c, &h[2], 1));
-                double t1 = now();
-                memcpy(copy, host, n * sizeof(float));
-                double t2 = now();
-                if (t1 - t0 < best)
-                        best = t1 - t0;
-                if (t2 - t1 < best_copy)
-                        best_copy = t2 - t1;
+                t[r] = bench_now() - t0;
         }
-        double bytes = 3.0 * (double) n * sizeof(float);
-        double copy_bytes = 2.0 * (double) n * sizeof(float);
-        printf("%-44s %10.2f GB/s   %-24s %8.2f GB/s   ratio %.2f\n",
-               "vector add, 3 x 64 MiB (bytes touched/s)", bytes / best / 1e9,
-               "memcpy 64 MiB (r+w/s)", copy_bytes / best_copy / 1e9,
-               (bytes / best) / (copy_bytes / best_copy));
+        for (int i = 0; i < 3; i++)
+                CHECK("free", cube_free(c, &h[i]));
+        cube_disconnect(c);
         cube_info_free(info);
         free(host);
-        free(copy);
-        cube_disconnect(c);
+        double cube_gbs = 3.0 * cfg->bulk / median(t, cfg->runs) / 1e9;
+        double copy_gbs = 2.0 * cfg->bulk / memcpy_time(cfg->bulk, cfg->runs) / 1e9;
+        snprintf(figure, sizeof(figure), "vector add, 3 x %.0f MiB, bytes touched/s", cfg->bulk / MIB);
+        snprintf(a, sizeof(a), "%.2f GB/s", cube_gbs);
+        snprintf(b, sizeof(b), "memcpy, bytes read + written/s: %.2f GB/s", copy_gbs);
+        printf("| %s | %s | %s | %.2fx | (none) | - |\n", figure, a, b, cube_gbs / copy_gbs);
+        fflush(stdout);
+        free(t);
+}
+
+/* What every concurrent client thread shares. */
+struct crowd {
+        const struct config *cfg;
+        atomic_int go;                  /* 0 wait, 1 run, 2 stop */
+};
+
+struct member {
+        struct crowd *crowd;
+        cube_client *c;
+        long ops;
+};
+
+static void wait_for_go(struct crowd *crowd)
+{
+        while (atomic_load(&crowd->go) == 0)
+                sched_yield();
+}
+
+static void *sync_loop(void *arg)
+{
+        struct member *m = arg;
+        CHECK("sync", cube_sync(m->c, NULL, 0));
+        wait_for_go(m->crowd);
+        while (atomic_load(&m->crowd->go) == 1) {
+                CHECK("sync", cube_sync(m->c, NULL, 0));
+                m->ops++;
+        }
+        return NULL;
+}
+
+static void *flood_loop(void *arg)
+{
+        struct member *m = arg;
+        cube_launch l = nop_launch(m->c);
+        CHECK("sync", cube_sync(m->c, NULL, 0));
+        wait_for_go(m->crowd);
+        while (atomic_load(&m->crowd->go) == 1) {
+                for (int i = 0; i < 32; i++)
+                        CHECK("launch", cube_launch_kernel(m->c, &l));
+                CHECK("sync", cube_sync(m->c, NULL, 0));
+                m->ops += 32;
+        }
+        return NULL;
+}
+
+/* Starts n threads running fn, one client each, and lets them go. */
+static void crowd_start(struct crowd *crowd, struct member *m, pthread_t *t, int n,
+                        cube_client **clients, void *(*fn)(void *))
+{
+        atomic_store(&crowd->go, 0);
+        for (int i = 0; i < n; i++) {
+                m[i] = (struct member) { .crowd = crowd, .c = clients[i] };
+                if (pthread_create(&t[i], NULL, fn, &m[i]) != 0) {
+                        fprintf(stderr, "cube-bench: pthread_create failed\n");
+                        exit(1);
+                }
+        }
+}
+
+static long crowd_stop(struct crowd *crowd, struct member *m, pthread_t *t, int n)
+{
+        long ops = 0;
+        atomic_store(&crowd->go, 2);
+        for (int i = 0; i < n; i++) {
+                pthread_join(t[i], NULL);
+                ops += m[i].ops;
+        }
+        return ops;
+}
+
+static void bench_many_clients(const struct config *cfg)
+{
+        int n = cfg->clients;
+        struct crowd crowd = { .cfg = cfg };
+        struct member *m = xcalloc((size_t) n, sizeof(*m));
+        pthread_t *t = xcalloc((size_t) n, sizeof(*t));
+        cube_client **c = xcalloc((size_t) n, sizeof(*c));
+        double *cube = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *raw = xcalloc((size_t) cfg->runs, sizeof(double));
+        char figure[96], a[64], b[160];
+
+        for (int i = 0; i < n; i++)
+                c[i] = connect_client(cfg);
+        for (int r = 0; r < cfg->runs; r++) {
+                crowd_start(&crowd, m, t, n, c, sync_loop);
+                usleep(20000);
+                double t0 = bench_now();
+                atomic_store(&crowd.go, 1);
+                usleep((useconds_t) (cfg->seconds * 1e6));
+                long ops = crowd_stop(&crowd, m, t, n);
+                cube[r] = ops / (bench_now() - t0);
+                if (cfg->redis_ops <= 0)
+                        raw[r] = raw_many_clients(peer_cpus(cfg), n, cfg->seconds);
+        }
+        for (int i = 0; i < n; i++)
+                cube_disconnect(c[i]);
+        double q = median(cube, cfg->runs), base;
+        if (cfg->redis_ops > 0) {
+                base = cfg->redis_ops;
+                snprintf(b, sizeof(b), "redis-benchmark PING_INLINE, 50 clients, UDS: %.0f ops/s",
+                         base);
+        } else {
+                base = median(raw, cfg->runs);
+                snprintf(b, sizeof(b), "redis: not installed; raw UDS epoll echo server, "
+                         "%d clients: %.0f ops/s", n, base);
+        }
+        snprintf(figure, sizeof(figure), "aggregate sync ops/s, %d clients", n);
+        snprintf(a, sizeof(a), "%.0f ops/s", q);
+        row(figure, a, b, q / base, "x", ">= 1.0x", q / base >= 1.0);
+        free(m);
+        free(t);
+        free(c);
+        free(cube);
+        free(raw);
+}
+
+static void bench_tail_latency(const struct config *cfg)
+{
+        int n = cfg->clients - 1, samples = cfg->rtt_samples;
+        struct crowd crowd = { .cfg = cfg };
+        struct member *m = xcalloc((size_t) n, sizeof(*m));
+        pthread_t *t = xcalloc((size_t) n, sizeof(*t));
+        cube_client **c = xcalloc((size_t) n, sizeof(*c));
+        double *lat = xcalloc((size_t) samples, sizeof(double));
+        cube_info *info = cube_info_new();
+        cube_client *me = connect_client(cfg);
+        char figure[96], a[96];
+        cube_handle out;
+        float value;
+
+        CHECK("empty", cube_empty(me, sizeof(float), &out));
+        cube_launch l = touch_launch(me, &out, info);
+        CHECK("launch", cube_launch_kernel(me, &l));
+        CHECK("read", cube_read(me, &out, &value, sizeof(value)));
+        for (int i = 0; i < n; i++)
+                c[i] = connect_client(cfg);
+        crowd_start(&crowd, m, t, n, c, flood_loop);
+        usleep(20000);
+        atomic_store(&crowd.go, 1);
+        for (int i = 0; i < samples; i++) {
+                double t0 = bench_now();
+                CHECK("launch", cube_launch_kernel(me, &l));
+                CHECK("read", cube_read(me, &out, &value, sizeof(value)));
+                lat[i] = bench_now() - t0;
+        }
+        crowd_stop(&crowd, m, t, n);
+        for (int i = 0; i < n; i++)
+                cube_disconnect(c[i]);
+        cube_disconnect(me);
+        cube_info_free(info);
+        double p99 = percentile(lat, samples, 99), p50 = percentile(lat, samples, 50);
+        snprintf(figure, sizeof(figure), "p99 / p50 of one client's launch+read, %d flooding",
+                 n);
+        snprintf(a, sizeof(a), "p99 %.0f us / p50 %.0f us", p99 * 1e6, p50 * 1e6);
+        row(figure, a, "-", p99 / p50, "", "<= 10", p99 / p50 <= 10);
+        free(m);
+        free(t);
+        free(c);
+        free(lat);
+}
+
+/* A kernel source no cache has seen (a fresh tag), or the tag's r-th. */
+static void fill_source(char *buf, size_t len, const char *tag, int r)
+{
+        snprintf(buf, len,
+                 "/* %s-%d */\nKERNEL void fill(float *out, INFO)\n"
+                 "{\n        out[UNIT_POS_X] = (float) UNIT_POS_X;\n}\n", tag, r);
+}
+
+static void fresh_tag(char *buf, size_t len)
+{
+        snprintf(buf, len, "%d-%.0f", (int) getpid(), bench_now() * 1e9);
 }
 
 /* Times one session's first launch of source, to completion. */
-static double first_launch(const char *socket, const char *source)
+static double first_launch(const struct config *cfg, const char *source)
 {
-        cube_client *c;
+        cube_client *c = connect_client(cfg);
+        cube_info *info = cube_info_new();
         cube_handle out;
         uint64_t kernel;
-        cube_info *info = cube_info_new();
 
-        CHECK("connect", cube_connect(socket, "cube-bench", &c));
         CHECK("empty", cube_empty(c, 64, &out));
         CHECK("sync", cube_sync(c, NULL, 0));
         cube_info_buffer_len(info, 16);
@@ -127,64 +660,169 @@ static double first_launch(const char *socket, const char *source)
                 .kernel = kernel, .cube_count = { 1, 1, 1 }, .cube_dim = { 16, 1, 1 },
                 .buffers = &out, .n_buffers = 1, .info = info,
         };
-        double t0 = now();
+        double t0 = bench_now();
         CHECK("launch", cube_launch_kernel(c, &l));
         CHECK("sync", cube_sync(c, &out, 1));
-        double t = now() - t0;
+        double t = bench_now() - t0;
         cube_info_free(info);
         cube_disconnect(c);
         return t;
 }
 
-static void bench_first_launch(const char *socket, int runs)
+static void first_launch_row(const char *figure, double hit, double compile,
+                             const char *target, double limit_ms)
 {
-        double best_new = 1e30, best_cached = 1e30;
-        char source[256];
+        char a[64], b[96];
+        snprintf(a, sizeof(a), "%.3f ms", hit * 1e3);
+        snprintf(b, sizeof(b), "first launch, compiling: %.1f ms", compile * 1e3);
+        printf("| %s | %s | %s | compiling costs %.0fx | %s | %s |\n", figure, a, b,
+               compile / hit, target, hit * 1e3 <= limit_ms ? "met" : "MISSED");
+        fflush(stdout);
+}
 
-        for (int r = 0; r < runs; r++) {
-                /* A source no cache has seen: the comment makes it new. */
-                snprintf(source, sizeof(source),
-                         "/* %d-%ld */\nKERNEL void fill(float *out, INFO)\n"
-                         "{\n        out[UNIT_POS_X] = (float) UNIT_POS_X;\n}\n",
-                         (int) getpid(), (long) (now() * 1e9) + r);
-                double t_new = first_launch(socket, source);
-                double t_cached = first_launch(socket, source);
-                if (t_new < best_new)
-                        best_new = t_new;
-                if (t_cached < best_cached)
-                        best_cached = t_cached;
+static void bench_first_launch(const struct config *cfg)
+{
+        double *hit = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *compile = xcalloc((size_t) cfg->runs, sizeof(double));
+        char tag[64], source[256];
+
+        if (cfg->restart_tag)
+                snprintf(tag, sizeof(tag), "%s", cfg->restart_tag);
+        else
+                fresh_tag(tag, sizeof(tag));
+        for (int r = 0; r < cfg->runs; r++) {
+                fill_source(source, sizeof(source), tag, r);
+                compile[r] = first_launch(cfg, source);
+                hit[r] = first_launch(cfg, source);
         }
-        printf("%-44s %10.3f ms      %-24s %8.3f ms      ratio %.1f\n",
-               "first launch, cached by another session", best_cached * 1e3,
-               "first launch, compiling", best_new * 1e3, best_new / best_cached);
+        first_launch_row("first launch, cached by another session (median)",
+                         median(hit, cfg->runs), median(compile, cfg->runs), "<= 1 ms", 1.0);
+        free(hit);
+        free(compile);
+}
+
+static void bench_after_restart(const struct config *cfg, const char *restart_tag)
+{
+        double *disk = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *compile = xcalloc((size_t) cfg->runs, sizeof(double));
+        char tag[64], source[256], figure[128];
+
+        fresh_tag(tag, sizeof(tag));
+        for (int r = 0; r < cfg->runs; r++) {
+                fill_source(source, sizeof(source), restart_tag, r);
+                disk[r] = first_launch(cfg, source);
+                fill_source(source, sizeof(source), tag, r);
+                compile[r] = first_launch(cfg, source);
+        }
+        snprintf(figure, sizeof(figure), "first launch after a daemon restart, disk cache "
+                 "(median; the very first: %.3f ms)", disk[0] * 1e3);
+        first_launch_row(figure, median(disk, cfg->runs), median(compile, cfg->runs),
+                         "<= 2 ms", 2.0);
+        free(disk);
+        free(compile);
+}
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: cube-bench --socket PATH [--daemon-pid PID] [--runs N] [--smoke]\n"
+                "                  [--restart-tag TAG] [--redis-ops OPS] [--only FIGURE]\n"
+                "       cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]\n"
+                "FIGURE: memory, sync, launches, staged, inline, clients, tail, first or vadd.\n");
+}
+
+static const struct figure {
+        const char *name;
+        void (*run)(const struct config *cfg);
+} figures[] = {
+        { "memory", bench_session_memory },
+        { "sync", bench_sync_rtt },
+        { "launches", bench_launch_rate },
+        { "staged", bench_staged },
+        { "inline", bench_inline },
+        { "clients", bench_many_clients },
+        { "tail", bench_tail_latency },
+        { "first", bench_first_launch },
+        { "vadd", bench_vector_add },
+};
+
+#define N_FIGURES (sizeof(figures) / sizeof(figures[0]))
+
+/* The table's rows, in order: memory first, while the daemon is fresh. */
+static int run_figures(const struct config *cfg)
+{
+        bool any = false;
+
+        print_placement(cfg);
+        printf("latencies: median of %d samples; rates and bandwidths: median of %d run(s)\n\n",
+               cfg->rtt_samples, cfg->runs);
+        printf("| figure | cube | baseline (same run) | ratio | target | verdict |\n");
+        printf("|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < N_FIGURES; i++) {
+                if (cfg->only && strcmp(cfg->only, figures[i].name) != 0)
+                        continue;
+                figures[i].run(cfg);
+                any = true;
+        }
+        if (!any) {
+                fprintf(stderr, "cube-bench: no figure named %s\n", cfg->only);
+                return 2;
+        }
+        return 0;
 }
 
 int main(int argc, char **argv)
 {
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
+                { "daemon-pid", required_argument, NULL, 'p' },
                 { "runs", required_argument, NULL, 'r' },
                 { "smoke", no_argument, NULL, 'S' },
+                { "restart-tag", required_argument, NULL, 't' },
+                { "after-restart", required_argument, NULL, 'a' },
+                { "redis-ops", required_argument, NULL, 'R' },
+                { "only", required_argument, NULL, 'o' },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
-        const char *socket = NULL;
-        int runs = 7, opt;
-        size_t n = (64u << 20) / sizeof(float);
+        struct config cfg = {
+                .runs = 5, .bulk = 64u << 20, .rtt_samples = 2000, .pipelined = 20000,
+                .clients = 64, .seconds = 0.5, .sessions = 256,
+        };
+        const char *after_restart = NULL;
+        bool smoke = false;
+        int opt;
 
-        while ((opt = getopt_long(argc, argv, "s:r:Sh", options, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "s:p:r:St:a:R:o:h", options, NULL)) != -1) {
                 switch (opt) {
-                case 's': socket = optarg; break;
-                case 'r': runs = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
-                case 'S': runs = 1; n = (1u << 20) / sizeof(float); break;
-                case 'h':
-                        printf("Usage: cube-bench --socket PATH [--runs N] [--smoke]\n");
-                        return 0;
-                default: return 2;
+                case 's': cfg.socket = optarg; break;
+                case 'p': cfg.daemon_pid = (pid_t) atoi(optarg); break;
+                case 'r': cfg.runs = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+                case 'S': smoke = true; break;
+                case 't': cfg.restart_tag = optarg; break;
+                case 'a': after_restart = optarg; break;
+                case 'R': cfg.redis_ops = atof(optarg); break;
+                case 'o': cfg.only = optarg; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
                 }
         }
-        printf("cube-bench: best of %d run(s)\n", runs);
-        bench_vector_add(socket, n, runs);
-        bench_first_launch(socket, runs);
-        return 0;
+        if (smoke) {
+                cfg = (struct config) {
+                        .socket = cfg.socket, .daemon_pid = cfg.daemon_pid,
+                        .restart_tag = cfg.restart_tag, .redis_ops = cfg.redis_ops,
+                        .only = cfg.only,
+                        .runs = 1, .bulk = 1u << 20, .rtt_samples = 20, .pipelined = 100,
+                        .clients = 4, .seconds = 0.02, .sessions = 4,
+                };
+        }
+        if (cfg.daemon_pid > 0 &&
+            sched_getaffinity(cfg.daemon_pid, sizeof(cfg.daemon_cpus), &cfg.daemon_cpus) == 0)
+                cfg.have_daemon_cpus = true;
+
+        if (after_restart) {
+                bench_after_restart(&cfg, after_restart);
+                return 0;
+        }
+        return run_figures(&cfg);
 }

@@ -212,7 +212,7 @@ const cube_protocol_limits *cube_client_limits(const cube_client *c);
  *
  * Work on one stream runs in order. By default each thread gets a stream of
  * its own the first time it calls into a client; cube_stream_set() names one
- * explicitly for the calling thread (0 restores the default).
+ * explicitly for the calling thread (0 returns it to its own stream).
  * ------------------------------------------------------------------------- */
 uint64_t cube_stream_current(void);
 void cube_stream_set(uint64_t stream);

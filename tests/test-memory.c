@@ -1,0 +1,1401 @@
+/*
+ * test-memory.c - device memory and staging end to end: the per-stream pools
+ * (sliced pages, exclusive pages reused by size, persistent and dedicated
+ * allocation modes), their reports field by field, cleanup and the reclaim
+ * that follows a full device, the size errors (OutOfMemory, BufferTooBig,
+ * PageSizesExhausted), pitched tensors and strided copies, staging regions,
+ * and the transparent staging of copies larger than one message.
+ *
+ * Every test starts its own cubed (with the options its test case needs) and
+ * ends by stopping it with SIGTERM, which must exit 0 and remove the socket.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define KiB ((uint64_t) 1 << 10)
+#define MiB ((uint64_t) 1 << 20)
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+enum { P_SLICED, P_EXCLUSIVE, P_PERSISTENT, P_DEDICATED };
+
+static test_daemon D;
+
+/* A test that fails exits its forked process at once: take its daemon
+ * along rather than leave it running. */
+static void kill_leftover_daemon(void)
+{
+        if (D.pid > 0) {
+                kill(D.pid, SIGKILL);
+                waitpid(D.pid, NULL, 0);
+                D.pid = 0;
+        }
+}
+
+static void start(const char *const *args)
+{
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+        atexit(kill_leftover_daemon);
+}
+
+static void start_64m(void)
+{
+        static const char *const args[] = { "--memory-limit", "64M", NULL };
+        start(args);
+}
+
+static void start_1g(void)
+{
+        static const char *const args[] = { "--memory-limit", "1G", NULL };
+        start(args);
+}
+
+static void start_default(void)
+{
+        start(NULL);
+}
+
+static void start_region_4m(void)
+{
+        static const char *const args[] = { "--memory-limit", "64M", "--region-memory", "4M",
+                                            NULL };
+        start(args);
+}
+
+static void start_message_16m(void)
+{
+        static const char *const args[] = { "--max-message", "16M", NULL };
+        start(args);
+}
+
+static void stop_clean(void)
+{
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
+}
+
+/* ---------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------- */
+
+static cube_client *connect_as(const char *name)
+{
+        cube_client *c;
+
+        ck_ok(cube_connect(D.socket, name, &c));
+        return c;
+}
+
+static cube_handle buffer(cube_client *c, uint64_t size)
+{
+        cube_handle h;
+
+        ck_ok(cube_empty(c, size, &h));
+        return h;
+}
+
+static void mode(cube_client *c, cube_allocation_mode m)
+{
+        ck_ok(cube_set_allocation_mode(c, m));
+}
+
+static cube_memory_report report_of(cube_client *c, uint64_t stream)
+{
+        cube_memory_report r;
+        bool exists = false;
+
+        memset(&r, 0, sizeof(r));
+        ck_ok(cube_stream_memory_report(c, stream, &exists, &r));
+        ck_assert_msg(exists, "stream %" PRIu64 " has no report", stream);
+        ck_assert_uint_eq(r.stream, stream);
+        ck_assert_uint_eq(r.session, cube_client_session(c));
+        ck_assert_uint_eq(r.n_pools, 4);
+        ck_assert_str_eq(r.pools[P_SLICED].kind, "sliced");
+        ck_assert_str_eq(r.pools[P_EXCLUSIVE].kind, "exclusive");
+        ck_assert_str_eq(r.pools[P_PERSISTENT].kind, "persistent");
+        ck_assert_str_eq(r.pools[P_DEDICATED].kind, "dedicated");
+        return r;
+}
+
+/* Every field of one pool, exactly. */
+#define expect_pool(rep, i, page_size_, max_slice_, allocations_, in_use_, padding_, reserved_, \
+                    pages_, peak_, largest_) do { \
+        const cube_pool_report *p_ = &(rep).pools[i]; \
+        ck_assert_msg(p_->page_size == (page_size_) && p_->max_slice == (max_slice_) && \
+                      p_->allocations == (allocations_) && p_->bytes_in_use == (in_use_) && \
+                      p_->bytes_padding == (padding_) && p_->bytes_reserved == (reserved_) && \
+                      p_->pages == (pages_) && p_->pages_peak == (peak_) && \
+                      p_->largest_alloc == (largest_), \
+                      "pool %s at line %d: page_size %" PRIu64 " max_slice %" PRIu64 \
+                      " allocations %" PRIu64 " in_use %" PRIu64 " padding %" PRIu64 \
+                      " reserved %" PRIu64 " pages %" PRIu64 " peak %" PRIu64 " largest %" PRIu64 \
+                      "; expected %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 \
+                      " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, p_->kind, __LINE__, \
+                      p_->page_size, p_->max_slice, p_->allocations, p_->bytes_in_use, \
+                      p_->bytes_padding, p_->bytes_reserved, p_->pages, p_->pages_peak, \
+                      p_->largest_alloc, (uint64_t) (page_size_), (uint64_t) (max_slice_), \
+                      (uint64_t) (allocations_), (uint64_t) (in_use_), (uint64_t) (padding_), \
+                      (uint64_t) (reserved_), (uint64_t) (pages_), (uint64_t) (peak_), \
+                      (uint64_t) (largest_)); \
+} while (0)
+
+/* A pool nothing was ever taken from (the sliced pool keeps its geometry). */
+#define expect_untouched(rep, i) do { \
+        bool sliced_ = (i) == P_SLICED; \
+        expect_pool(rep, i, sliced_ ? (rep).pools[P_SLICED].page_size : 0, \
+                    sliced_ ? 64 * KiB : 0, 0, 0, 0, 0, 0, 0, 0); \
+} while (0)
+
+/* Asserts that e is Several of one Unwritten whose root is
+ * ServerIo(io_kind{size}), and frees it. */
+static void expect_io_failure(cube_error *e, cube_error_kind io_kind, uint64_t size,
+                              bool may_succeed)
+{
+        const cube_error *u, *io, *leaf;
+
+        ck_assert_msg(e != NULL, "the memory reads as fine; IoError kind %d was expected",
+                      (int) io_kind);
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_SEVERAL, "expected Several, got %s: %s",
+                      cube_error_variant(e), cube_error_message(e));
+        ck_assert_uint_eq(cube_error_count(e), 1);
+        u = cube_error_at(e, 0);
+        ck_assert_int_eq(cube_error_kind_of(u), CUBE_SERVER_UNWRITTEN);
+        io = cube_error_source(u);
+        ck_assert_ptr_nonnull(io);
+        ck_assert_msg(cube_error_kind_of(io) == CUBE_SERVER_IO, "the root is %s: %s",
+                      cube_error_variant(io), cube_error_message(e));
+        leaf = cube_error_source(io);
+        ck_assert_ptr_nonnull(leaf);
+        ck_assert_msg(cube_error_kind_of(leaf) == io_kind, "the IoError is %s, not kind %d: %s",
+                      cube_error_variant(leaf), (int) io_kind, cube_error_message(e));
+        if (io_kind != CUBE_IO_UNSUPPORTED_STRIDES)
+                ck_assert_uint_eq(cube_error_size(leaf), size);
+        ck_assert(cube_error_may_succeed_after_reclaim(io) == may_succeed);
+        ck_assert(cube_error_may_succeed_after_reclaim(leaf) == may_succeed);
+        cube_error_free(e);
+}
+
+/* Asserts that e is ServerIo(io_kind{size}) itself, and frees it. */
+static void expect_io_error(cube_error *e, cube_error_kind io_kind, uint64_t size)
+{
+        ck_assert_msg(e != NULL, "the call succeeded; IoError kind %d was expected", (int) io_kind);
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_IO, "expected ServerIo, got %s: %s",
+                      cube_error_variant(e), cube_error_message(e));
+        ck_assert_ptr_nonnull(cube_error_source(e));
+        ck_assert_msg(cube_error_kind_of(cube_error_source(e)) == io_kind, "the IoError is %s: %s",
+                      cube_error_variant(cube_error_source(e)), cube_error_message(e));
+        if (io_kind != CUBE_IO_UNSUPPORTED_STRIDES)
+                ck_assert_uint_eq(cube_error_size(cube_error_source(e)), size);
+        cube_error_free(e);
+}
+
+/* Asserts that e is a Validation error whose message holds needle. */
+static void expect_validation(cube_error *e, const char *needle)
+{
+        ck_assert_msg(e != NULL, "the call succeeded; a Validation error was expected");
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_VALIDATION,
+                      "expected Validation, got %s: %s", cube_error_variant(e),
+                      cube_error_message(e));
+        ck_assert_msg(strstr(cube_error_reason(e), needle), "\"%s\" does not say \"%s\"",
+                      cube_error_reason(e), needle);
+        cube_error_free(e);
+}
+
+/* A pattern that differs for every 8 bytes and every seed, fast to make and
+ * to check at hundreds of MiB. */
+static uint64_t mix(uint64_t x)
+{
+        x += 0x9e3779b97f4a7c15ull;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        return x ^ (x >> 31);
+}
+
+static void pattern(void *buf, uint64_t n, uint64_t seed)
+{
+        unsigned char *p = buf;
+
+        for (uint64_t i = 0; i < n; i += 8) {
+                uint64_t v = mix(seed * 0x100000001b3ull + i / 8);
+                memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+        }
+}
+
+/* The first byte that differs from the pattern, or n. */
+static uint64_t pattern_mismatch(const void *buf, uint64_t n, uint64_t seed)
+{
+        const unsigned char *p = buf;
+
+        for (uint64_t i = 0; i < n; i += 8) {
+                uint64_t v = mix(seed * 0x100000001b3ull + i / 8);
+                uint64_t k = n - i < 8 ? n - i : 8;
+                if (memcmp(p + i, &v, k) != 0) {
+                        for (uint64_t j = 0; j < k; j++)
+                                if (p[i + j] != ((unsigned char *) &v)[j])
+                                        return i + j;
+                }
+        }
+        return n;
+}
+
+static void expect_pattern(const void *buf, uint64_t n, uint64_t seed)
+{
+        uint64_t at = pattern_mismatch(buf, n, seed);
+
+        ck_assert_msg(at == n, "byte %" PRIu64 " of %" PRIu64 " differs from pattern %" PRIu64,
+                      at, n, seed);
+}
+
+/* Reads h through the socket and checks it holds the pattern. */
+static void expect_read_pattern(cube_client *c, const cube_handle *h, uint64_t seed)
+{
+        uint64_t n = cube_handle_len(h);
+        void *got = malloc(n ? n : 1);
+
+        ck_assert_ptr_nonnull(got);
+        ck_ok(cube_read(c, h, got, n));
+        expect_pattern(got, n, seed);
+        free(got);
+}
+
+static void write_pattern(cube_client *c, const cube_handle *h, uint64_t seed)
+{
+        uint64_t n = cube_handle_len(h);
+        void *data = malloc(n ? n : 1);
+
+        ck_assert_ptr_nonnull(data);
+        pattern(data, n, seed);
+        ck_ok(cube_write(c, h, data, n));
+        free(data);
+}
+
+static cube_status status(cube_client *c)
+{
+        cube_status st;
+
+        ck_ok(cube_daemon_status(c, &st));
+        return st;
+}
+
+/* How many staging regions the daemon has mapped now. */
+static int daemon_regions(void)
+{
+        char path[64], line[512];
+        FILE *f;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int) D.pid);
+        f = fopen(path, "r");
+        ck_assert_msg(f != NULL, "cannot read %s", path);
+        while (fgets(line, sizeof(line), f))
+                if (strstr(line, "/memfd:cube-region"))
+                        n++;
+        fclose(f);
+        return n;
+}
+
+static bool wait_daemon_regions(int want, int timeout_ms)
+{
+        for (int waited = 0;; waited += 10) {
+                if (daemon_regions() == want)
+                        return true;
+                if (waited >= timeout_ms)
+                        return false;
+                usleep(10000);
+        }
+}
+
+/* ---------------------------------------------------------------------------
+ * Pools (a 64 MiB device: sliced pages are 64 MiB / 64 = 1 MiB)
+ * ------------------------------------------------------------------------- */
+
+START_TEST(small_allocations_share_one_sliced_page)
+{
+        cube_client *c = connect_as("sliced");
+        uint64_t s = cube_stream_current();
+        cube_memory_report r;
+        cube_handle h[20];
+        int n = 0;
+
+        ck_assert_uint_eq(cube_client_properties(c)->alignment, 64);
+        h[n++] = buffer(c, 100);        /* 128 with its padding */
+        h[n++] = buffer(c, 1000);       /* 1024 */
+        h[n++] = buffer(c, 64 * KiB);   /* the largest slice */
+        ck_assert_uint_eq(h[0].stream, s);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 3, 100 + 1000 + 64 * KiB, 28 + 24, 1 * MiB,
+                    1, 1, 64 * KiB);
+        expect_untouched(r, P_EXCLUSIVE);
+        expect_untouched(r, P_PERSISTENT);
+        expect_untouched(r, P_DEDICATED);
+
+        /* 128 + 1024 + 15 slices of 64 KiB fill all but 64384 bytes of it. */
+        while (n < 17)
+                h[n++] = buffer(c, 64 * KiB);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 17, 1100 + 15 * 64 * KiB, 52, 1 * MiB, 1, 1,
+                    64 * KiB);
+        /* The rest holds 64384 bytes exactly, and no more. */
+        h[n++] = buffer(c, 64384);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 18, 1100 + 15 * 64 * KiB + 64384, 52, 1 * MiB,
+                    1, 1, 64 * KiB);
+        h[n++] = buffer(c, 1);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 19, 1101 + 15 * 64 * KiB + 64384, 52 + 63,
+                    2 * MiB, 2, 2, 64 * KiB);
+
+        /* A freed slice is taken again, first fit: no page is added. */
+        ck_ok(cube_free(c, &h[1]));
+        h[1] = buffer(c, 1024);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 19, 1125 + 15 * 64 * KiB + 64384, 28 + 63,
+                    2 * MiB, 2, 2, 64 * KiB);
+
+        /* Every slice holds its own bytes. */
+        for (int i = 0; i < n; i++)
+                write_pattern(c, &h[i], 100 + (uint64_t) i);
+        for (int i = 0; i < n; i++)
+                expect_read_pattern(c, &h[i], 100 + (uint64_t) i);
+
+        /* Freed, the pages stay until a cleanup. */
+        for (int i = 0; i < n; i++)
+                ck_ok(cube_free(c, &h[i]));
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 0, 0, 0, 2 * MiB, 2, 2, 64 * KiB);
+        ck_ok(cube_memory_cleanup(c));
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 0, 0, 0, 0, 0, 2, 64 * KiB);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_large_allocation_gets_an_exclusive_page_reused_by_size)
+{
+        cube_client *c = connect_as("exclusive");
+        uint64_t s = cube_stream_current();
+        cube_memory_report r;
+        cube_handle a, b, c1, d;
+
+        a = buffer(c, 64 * KiB + 1);            /* 65600 aligned: a 1 MiB page */
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 64 * KiB + 1, 63, 1 * MiB, 1, 1, 64 * KiB + 1);
+        expect_untouched(r, P_SLICED);
+        ck_assert_uint_eq(r.pools[P_SLICED].page_size, 1 * MiB);
+
+        b = buffer(c, 3 * MiB + 1);             /* a 4 MiB page */
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 2, 3 * MiB + 64 * KiB + 2, 126, 5 * MiB, 2, 2,
+                    3 * MiB + 1);
+
+        /* The freed 1 MiB page is taken by the next 1 MiB allocation. */
+        ck_ok(cube_free(c, &a));
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 3 * MiB + 1, 63, 5 * MiB, 2, 2, 3 * MiB + 1);
+        c1 = buffer(c, 1 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 2, 4 * MiB + 1, 63, 5 * MiB, 2, 2, 3 * MiB + 1);
+
+        /* Another one of that size needs a page of its own. */
+        d = buffer(c, 1 * MiB - 100);
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 3, 5 * MiB + 1 - 100, 63 + 36, 6 * MiB, 3, 3,
+                    3 * MiB + 1);
+        expect_untouched(r, P_SLICED);
+        expect_untouched(r, P_PERSISTENT);
+        expect_untouched(r, P_DEDICATED);
+
+        /* The reused page holds what is written to it. */
+        write_pattern(c, &c1, 7);
+        write_pattern(c, &b, 8);
+        write_pattern(c, &d, 9);
+        expect_read_pattern(c, &c1, 7);
+        expect_read_pattern(c, &b, 8);
+        expect_read_pattern(c, &d, 9);
+        ck_assert_uint_eq(status(c).memory_reserved, 6 * MiB);
+        ck_assert_uint_eq(status(c).memory_in_use, 5 * MiB + 1 - 100);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(persistent_pages_are_reused_only_by_exact_size)
+{
+        cube_client *c = connect_as("persistent");
+        uint64_t s = cube_stream_current();
+        cube_memory_report r;
+        cube_handle p1, p2, p3, p4, p5, a1, a2;
+
+        mode(c, CUBE_ALLOCATION_PERSISTENT);
+        p1 = buffer(c, 3 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
+
+        ck_ok(cube_free(c, &p1));
+        p2 = buffer(c, 3 * MiB);                /* the same page */
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
+
+        p3 = buffer(c, 3 * MiB - 64);           /* no granule: a page of its exact size */
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 2, 6 * MiB - 64, 0, 6 * MiB - 64, 2, 2, 3 * MiB);
+
+        /* A free 3 MiB page is no page for 2 MiB. */
+        ck_ok(cube_free(c, &p2));
+        p4 = buffer(c, 2 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 2, 5 * MiB - 64, 0, 8 * MiB - 64, 3, 3, 3 * MiB);
+
+        /* Small sizes are persistent too: a 128-byte page, not a slice. */
+        p5 = buffer(c, 100);
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 3, 5 * MiB - 64 + 100, 28, 8 * MiB - 64 + 128, 4, 4,
+                    3 * MiB);
+        expect_untouched(r, P_SLICED);
+
+        /* Auto pops the mode: back to slices and exclusive pages. */
+        mode(c, CUBE_ALLOCATION_AUTO);
+        a1 = buffer(c, 100);
+        a2 = buffer(c, 3 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 100, 28, 1 * MiB, 1, 1, 100);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
+        expect_pool(r, P_PERSISTENT, 0, 0, 3, 5 * MiB - 64 + 100, 28, 8 * MiB - 64 + 128, 4, 4,
+                    3 * MiB);
+        expect_untouched(r, P_DEDICATED);
+
+        write_pattern(c, &p3, 31);
+        write_pattern(c, &p5, 32);
+        expect_read_pattern(c, &p3, 31);
+        expect_read_pattern(c, &p5, 32);
+        (void) p4;
+        (void) a1;
+        (void) a2;
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(dedicated_pages_are_never_reused_and_go_back_at_cleanup)
+{
+        cube_client *c = connect_as("dedicated");
+        uint64_t s = cube_stream_current();
+        cube_memory_report r;
+        cube_handle d1, d2, d3, d4, x;
+
+        mode(c, CUBE_ALLOCATION_DEDICATED);
+        d1 = buffer(c, 1 * MiB);
+        d2 = buffer(c, 1 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 2 * MiB, 2, 2, 1 * MiB);
+
+        ck_ok(cube_free(c, &d1));
+        d3 = buffer(c, 1 * MiB);                /* not d1's page: one of its own */
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 3 * MiB, 3, 3, 1 * MiB);
+
+        ck_ok(cube_memory_cleanup(c));
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 2 * MiB, 2, 3, 1 * MiB);
+
+        d4 = buffer(c, 100);
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 3, 2 * MiB + 100, 28, 2 * MiB + 128, 3, 3, 1 * MiB);
+
+        /* Modes nest: persistent over dedicated, then back. */
+        mode(c, CUBE_ALLOCATION_PERSISTENT);
+        x = buffer(c, 5 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_PERSISTENT, 0, 0, 1, 5 * MiB, 0, 5 * MiB, 1, 1, 5 * MiB);
+        mode(c, CUBE_ALLOCATION_AUTO);
+        (void) buffer(c, 1 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 4, 3 * MiB + 100, 28, 3 * MiB + 128, 4, 4, 1 * MiB);
+        expect_untouched(r, P_SLICED);
+        expect_untouched(r, P_EXCLUSIVE);
+        mode(c, CUBE_ALLOCATION_AUTO);
+        mode(c, CUBE_ALLOCATION_AUTO);          /* nothing left to pop: still auto */
+        (void) buffer(c, 200);
+        (void) buffer(c, 2 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 200, 56, 1 * MiB, 1, 1, 200);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 2 * MiB, 0, 2 * MiB, 1, 1, 2 * MiB);
+        expect_pool(r, P_PERSISTENT, 0, 0, 1, 5 * MiB, 0, 5 * MiB, 1, 1, 5 * MiB);
+        expect_pool(r, P_DEDICATED, 0, 0, 4, 3 * MiB + 100, 28, 3 * MiB + 128, 4, 4, 1 * MiB);
+
+        /* Freed dedicated pages all go at the next cleanup. */
+        ck_ok(cube_free(c, &d2));
+        ck_ok(cube_free(c, &d3));
+        ck_ok(cube_free(c, &d4));
+        ck_ok(cube_memory_cleanup(c));
+        r = report_of(c, s);
+        expect_pool(r, P_DEDICATED, 0, 0, 1, 1 * MiB, 0, 1 * MiB, 1, 4, 1 * MiB);
+        (void) x;
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(cleanup_returns_every_page_without_a_live_allocation)
+{
+        cube_client *c = connect_as("cleanup");
+        uint64_t s = cube_stream_current(), other = 9001;
+        cube_memory_report r;
+        cube_handle s1, s2, l1, l2, l3;
+        cube_status st;
+
+        s1 = buffer(c, 100);
+        s2 = buffer(c, 200);
+        l1 = buffer(c, 2 * MiB);
+        l2 = buffer(c, 5 * MiB);
+        cube_stream_set(other);
+        l3 = buffer(c, 1 * MiB);
+        cube_stream_set(s);
+        ck_assert_uint_eq(l3.stream, other);
+
+        ck_ok(cube_free(c, &s1));
+        ck_ok(cube_free(c, &l1));
+        st = status(c);
+        ck_assert_uint_eq(st.memory_reserved, 1 * MiB + 7 * MiB + 1 * MiB);
+        ck_assert_uint_eq(st.memory_in_use, 200 + 5 * MiB + 1 * MiB);
+
+        /* The slice's page still holds s2; l1's page goes; the other stream
+         * keeps its own. */
+        ck_ok(cube_memory_cleanup(c));
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 200, 56, 1 * MiB, 1, 1, 200);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 5 * MiB, 0, 5 * MiB, 1, 2, 5 * MiB);
+        st = status(c);
+        ck_assert_uint_eq(st.memory_reserved, 1 * MiB + 5 * MiB + 1 * MiB);
+
+        ck_ok(cube_free(c, &s2));
+        ck_ok(cube_free(c, &l2));
+        ck_ok(cube_memory_cleanup(c));
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 0, 0, 0, 0, 0, 1, 200);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 0, 0, 0, 0, 0, 2, 5 * MiB);
+        r = report_of(c, other);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 1 * MiB, 0, 1 * MiB, 1, 1, 1 * MiB);
+        st = status(c);
+        ck_assert_uint_eq(st.memory_reserved, 1 * MiB);
+        ck_assert_uint_eq(st.memory_in_use, 1 * MiB);
+
+        ck_ok(cube_free(c, &l3));
+        cube_stream_set(other);
+        ck_ok(cube_memory_cleanup(c));
+        cube_stream_set(s);
+        r = report_of(c, other);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 0, 0, 0, 0, 0, 1, 1 * MiB);
+        st = status(c);
+        ck_assert_uint_eq(st.memory_reserved, 0);
+        ck_assert_uint_eq(st.memory_in_use, 0);
+        ck_assert_uint_eq(st.allocations, 0);
+        cube_disconnect(c);
+}
+END_TEST
+
+typedef struct thread_alloc {
+        cube_client *c;
+        uint64_t stream;
+        cube_handle h;
+        cube_error *e;
+} thread_alloc;
+
+static void *alloc_on_own_stream(void *arg)
+{
+        thread_alloc *t = arg;
+
+        t->stream = cube_stream_current();
+        t->e = cube_empty(t->c, 3 * MiB, &t->h);
+        if (!t->e)
+                t->e = cube_sync(t->c, NULL, 0);
+        return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+START_TEST(reports_exist_only_for_created_streams_and_stream_ids_lists_them)
+{
+        cube_client *c = connect_as("streams"), *c2;
+        uint64_t s = cube_stream_current(), *ids, want[3];
+        cube_memory_report r, sentinel, *all;
+        thread_alloc t = {0};
+        pthread_t th;
+        bool exists = true;
+        size_t n;
+
+        /* Nothing yet: no streams, no report, and the report left alone. */
+        ck_ok(cube_stream_ids(c, &ids, &n));
+        ck_assert_uint_eq(n, 0);
+        free(ids);
+        memset(&sentinel, 0xab, sizeof(sentinel));
+        r = sentinel;
+        ck_ok(cube_stream_memory_report(c, 424242, &exists, &r));
+        ck_assert(!exists);
+        ck_assert(memcmp(&r, &sentinel, sizeof(r)) == 0);
+        exists = true;
+        ck_ok(cube_stream_memory_report(c, s, &exists, &r));
+        ck_assert(!exists);
+
+        /* A stream created by a sync has a report of empty pools. */
+        ck_ok(cube_sync(c, NULL, 0));
+        r = report_of(c, s);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 0, 0, 0, 0, 0, 0, 0);
+        expect_untouched(r, P_EXCLUSIVE);
+        expect_untouched(r, P_PERSISTENT);
+        expect_untouched(r, P_DEDICATED);
+
+        /* One named explicitly, and a thread's own. */
+        cube_stream_set(77);
+        (void) buffer(c, 100);
+        cube_stream_set(0);
+        ck_assert_uint_eq(cube_stream_current(), s);
+        t.c = c;
+        ck_assert_int_eq(pthread_create(&th, NULL, alloc_on_own_stream, &t), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+        ck_ok(t.e);
+        ck_assert_uint_ne(t.stream, s);
+        ck_assert_uint_ne(t.stream, 77);
+        ck_assert_uint_eq(t.h.stream, t.stream);
+
+        ck_ok(cube_stream_ids(c, &ids, &n));
+        ck_assert_uint_eq(n, 3);
+        want[0] = s;
+        want[1] = 77;
+        want[2] = t.stream;
+        qsort(ids, n, sizeof(*ids), cmp_u64);
+        qsort(want, 3, sizeof(*want), cmp_u64);
+        for (size_t i = 0; i < 3; i++)
+                ck_assert_uint_eq(ids[i], want[i]);
+        free(ids);
+
+        r = report_of(c, 77);
+        expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 100, 28, 1 * MiB, 1, 1, 100);
+        r = report_of(c, t.stream);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
+        expect_untouched(r, P_SLICED);
+        exists = true;
+        ck_ok(cube_stream_memory_report(c, 424242, &exists, &r));
+        ck_assert(!exists);
+
+        /* The daemon-wide view holds every session's streams. */
+        c2 = connect_as("streams-2");
+        (void) buffer(c2, 5 * MiB);
+        ck_ok(cube_sync(c2, NULL, 0));
+        ck_ok(cube_daemon_memory(c, &all, &n));
+        {
+                size_t mine = 0, theirs = 0;
+                for (size_t i = 0; i < n; i++) {
+                        if (all[i].session == cube_client_session(c)) {
+                                mine++;
+                                if (all[i].stream == 77)
+                                        expect_pool(all[i], P_SLICED, 1 * MiB, 64 * KiB, 1, 100,
+                                                    28, 1 * MiB, 1, 1, 100);
+                                else if (all[i].stream == t.stream)
+                                        expect_pool(all[i], P_EXCLUSIVE, 0, 0, 1, 3 * MiB, 0,
+                                                    3 * MiB, 1, 1, 3 * MiB);
+                                else
+                                        ck_assert_uint_eq(all[i].stream, s);
+                        } else if (all[i].session == cube_client_session(c2)) {
+                                theirs++;
+                                ck_assert_uint_eq(all[i].stream, s);
+                                expect_pool(all[i], P_EXCLUSIVE, 0, 0, 1, 5 * MiB, 0, 5 * MiB, 1,
+                                            1, 5 * MiB);
+                        }
+                }
+                ck_assert_uint_eq(mine, 3);
+                ck_assert_uint_eq(theirs, 1);
+        }
+        free(all);
+        cube_disconnect(c2);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Out of memory and the size errors
+ * ------------------------------------------------------------------------- */
+
+START_TEST(a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed)
+{
+        cube_client *c = connect_as("oom");
+        uint64_t s = cube_stream_current(), other = 5005;
+        cube_memory_report r;
+        cube_handle a, b, cc;
+        cube_status st;
+
+        ck_assert_uint_eq(cube_client_properties(c)->memory_bytes, 64 * MiB);
+        cube_stream_set(other);
+        a = buffer(c, 40 * MiB);
+        cube_stream_set(s);
+        b = buffer(c, 30 * MiB);                /* 40 + 30 > 64 */
+        expect_io_failure(cube_check(c, &b, 1), CUBE_IO_OUT_OF_MEMORY, 30 * MiB, true);
+        ck_ok(cube_check(c, &a, 1));
+        st = status(c);
+        ck_assert_uint_eq(st.memory_in_use, 40 * MiB);
+        ck_assert_uint_eq(st.memory_reserved, 40 * MiB);
+
+        /* a's page stays with its stream once a is freed... */
+        ck_ok(cube_free(c, &a));
+        r = report_of(c, other);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 0, 0, 0, 40 * MiB, 1, 1, 40 * MiB);
+
+        /* ...until a reservation that finds the device full reclaims it: no
+         * cleanup is asked for. */
+        cc = buffer(c, 30 * MiB);
+        ck_ok(cube_check(c, &cc, 1));
+        r = report_of(c, other);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 0, 0, 0, 0, 0, 1, 40 * MiB);
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 30 * MiB, 0, 30 * MiB, 1, 1, 30 * MiB);
+        st = status(c);
+        ck_assert_uint_eq(st.memory_in_use, 30 * MiB);
+        ck_assert_uint_eq(st.memory_reserved, 30 * MiB);
+        write_pattern(c, &cc, 11);
+        expect_read_pattern(c, &cc, 11);
+
+        /* b still reports its own failure. */
+        expect_io_failure(cube_check(c, &b, 1), CUBE_IO_OUT_OF_MEMORY, 30 * MiB, true);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(above_the_largest_page_is_buffer_too_big)
+{
+        cube_client *c = connect_as("too-big");
+        uint64_t s = cube_stream_current(), max = cube_client_properties(c)->max_page_size;
+        cube_memory_report r;
+        cube_handle big, whole;
+
+        ck_assert_uint_eq(max, 64 * MiB);
+        big = buffer(c, max + 1);
+        expect_io_failure(cube_check(c, &big, 1), CUBE_IO_BUFFER_TOO_BIG, max + 1, false);
+        r = report_of(c, s);
+        expect_untouched(r, P_EXCLUSIVE);
+
+        /* The largest page itself is fine. */
+        whole = buffer(c, max);
+        ck_ok(cube_check(c, &whole, 1));
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 1, max, 0, max, 1, 1, max);
+
+        /* So is it in a mode of its own. */
+        ck_ok(cube_free(c, &whole));
+        ck_ok(cube_memory_cleanup(c));
+        mode(c, CUBE_ALLOCATION_DEDICATED);
+        big = buffer(c, max + 1);
+        expect_io_failure(cube_check(c, &big, 1), CUBE_IO_BUFFER_TOO_BIG, max + 1, false);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(sixty_five_live_page_sizes_are_page_sizes_exhausted)
+{
+        cube_client *c = connect_as("sizes");
+        uint64_t s = cube_stream_current(), sum = 0;
+        cube_memory_report r;
+        cube_handle h[65], extra;
+
+        for (int i = 1; i <= 64; i++) {
+                h[i] = buffer(c, (uint64_t) i * MiB);
+                sum += (uint64_t) i * MiB;
+        }
+        ck_ok(cube_check(c, &h[1], 64));
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 64, sum, 0, sum, 64, 64, 64 * MiB);
+
+        extra = buffer(c, 65 * MiB);
+        expect_io_failure(cube_check(c, &extra, 1), CUBE_IO_PAGE_SIZES_EXHAUSTED, 65 * MiB, true);
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 64, sum, 0, sum, 64, 64, 64 * MiB);
+
+        /* A size already held is no new size. */
+        extra = buffer(c, 5 * MiB);
+        ck_ok(cube_check(c, &extra, 1));
+
+        /* Once a size holds nothing live, its page is cleaned up to make room. */
+        ck_ok(cube_free(c, &h[1]));
+        extra = buffer(c, 65 * MiB);
+        ck_ok(cube_check(c, &extra, 1));
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 65, sum - 1 * MiB + 5 * MiB + 65 * MiB, 0,
+                    sum - 1 * MiB + 5 * MiB + 65 * MiB, 65, 65, 65 * MiB);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Deferred frees
+ * ------------------------------------------------------------------------- */
+
+START_TEST(a_free_waits_for_the_work_queued_on_the_memory)
+{
+        cube_client *c = connect_as("deferred");
+        uint64_t s = cube_stream_current(), s2 = 4242;
+        cube_region *big_src, *small_src;
+        cube_memory_report r;
+        cube_handle big, a, b;
+        void *got;
+
+        ck_ok(cube_region_create(c, 64 * MiB, &big_src));
+        pattern(big_src->data, 64 * MiB, 1);
+        ck_ok(cube_region_create(c, 2 * MiB, &small_src));
+        pattern(small_src->data, 1 * MiB, 2);                           /* for a */
+        pattern((char *) small_src->data + 1 * MiB, 1 * MiB, 3);        /* for b */
+
+        /* Work that keeps the stream busy a while, then a write to a, and a
+         * free of a while that write is still queued. */
+        big = buffer(c, 64 * MiB);
+        for (int i = 0; i < 4; i++)
+                ck_ok(cube_write_region(c, &big, big_src, 0));
+        a = buffer(c, 1 * MiB);
+        ck_ok(cube_write_region(c, &a, small_src, 0));
+        ck_ok(cube_free(c, &a));
+
+        /* b, of a's size on a's stream, must not get a's page while a's write
+         * is pending: written and read on another stream, it holds its own
+         * bytes now and after a's write has run. */
+        b = buffer(c, 1 * MiB);
+        cube_stream_set(s2);
+        ck_ok(cube_write_region(c, &b, small_src, 1 * MiB));
+        got = malloc(1 * MiB);
+        ck_ok(cube_read(c, &b, got, 1 * MiB));
+        expect_pattern(got, 1 * MiB, 3);
+        cube_stream_set(s);
+        ck_ok(cube_sync(c, NULL, 0));
+        cube_stream_set(s2);
+        ck_ok(cube_read(c, &b, got, 1 * MiB));
+        expect_pattern(got, 1 * MiB, 3);
+        cube_stream_set(s);
+        free(got);
+
+        r = report_of(c, s);
+        expect_pool(r, P_EXCLUSIVE, 0, 0, 2, 65 * MiB, 0, 66 * MiB, 3, 3, 64 * MiB);
+        ck_ok(cube_read_region(c, &big, big_src, 0));
+        expect_pattern(big_src->data, 64 * MiB, 1);
+        cube_region_free(c, big_src);
+        cube_region_free(c, small_src);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Pitched tensors and strided copies
+ * ------------------------------------------------------------------------- */
+
+static void check_tensor(cube_client *c, const uint64_t *shape, uint32_t rank, uint64_t elem,
+                         const uint64_t *want_strides, uint64_t want_pitch, uint64_t seed)
+{
+        cube_copy t;
+        uint64_t dense = elem, rows = 1, row = shape[rank - 1] * elem;
+        unsigned char *data, *back, *raw;
+
+        ck_ok(cube_empty_tensor(c, shape, rank, elem, &t));
+        ck_assert_uint_eq(t.rank, rank);
+        ck_assert_uint_eq(t.elem_size, elem);
+        for (uint32_t i = 0; i < rank; i++) {
+                ck_assert_uint_eq(t.shape[i], shape[i]);
+                ck_assert_msg(t.strides[i] == want_strides[i], "stride %u is %" PRIu64
+                              ", expected %" PRIu64, i, t.strides[i], want_strides[i]);
+                dense *= shape[i];
+                if (i + 1 < rank)
+                        rows *= shape[i];
+        }
+        ck_assert_uint_eq(cube_copy_len(&t), dense);
+        ck_assert_uint_eq(cube_handle_len(&t.handle), rows * want_pitch);
+        data = malloc(dense);
+        back = malloc(dense);
+        raw = malloc(rows * want_pitch);
+        pattern(data, dense, seed);
+        ck_ok(cube_write_strided(c, &t, data, dense));
+        memset(back, 0, dense);
+        ck_ok(cube_read_strided(c, &t, back, dense));
+        ck_assert(memcmp(back, data, dense) == 0);
+
+        /* The raw pitched buffer: each row at its pitch, zeros between. */
+        ck_ok(cube_read(c, &t.handle, raw, rows * want_pitch));
+        for (uint64_t i = 0; i < rows; i++) {
+                ck_assert_msg(memcmp(raw + i * want_pitch, data + i * row, row) == 0,
+                              "row %" PRIu64 " is not at offset %" PRIu64, i, i * want_pitch);
+                for (uint64_t j = row; j < want_pitch; j++)
+                        ck_assert_msg(raw[i * want_pitch + j] == 0, "padding byte %" PRIu64
+                                      " of row %" PRIu64 " was written", j, i);
+        }
+        free(data);
+        free(back);
+        free(raw);
+}
+
+START_TEST(strided_round_trips_land_rows_on_their_pitch)
+{
+        cube_client *c = connect_as("strided");
+
+        /* 2-D, a 20-byte row on a 32-byte pitch (the next power of two). */
+        check_tensor(c, (uint64_t[]) { 3, 5 }, 2, 4, (uint64_t[]) { 8, 1 }, 32, 1);
+        /* 3-D, 10-byte rows on 16-byte pitches; outer strides nest. */
+        check_tensor(c, (uint64_t[]) { 2, 3, 5 }, 3, 2, (uint64_t[]) { 24, 8, 1 }, 16, 2);
+        /* A 400-byte row is aligned to the device's 64 bytes: 448. */
+        check_tensor(c, (uint64_t[]) { 4, 100 }, 2, 4, (uint64_t[]) { 112, 1 }, 448, 3);
+        /* 3-D with a wide row: 3 * 4 rows of 100 bytes on 128. */
+        check_tensor(c, (uint64_t[]) { 3, 4, 25 }, 3, 4, (uint64_t[]) { 128, 32, 1 }, 128, 4);
+        /* A pitch of 64 would split a 12-byte element: rows stay dense. */
+        check_tensor(c, (uint64_t[]) { 2, 3 }, 2, 12, (uint64_t[]) { 3, 1 }, 36, 5);
+        /* Rank 1 and rows of one element are dense. */
+        check_tensor(c, (uint64_t[]) { 37 }, 1, 4, (uint64_t[]) { 1 }, 148, 6);
+        check_tensor(c, (uint64_t[]) { 7, 1 }, 2, 8, (uint64_t[]) { 1, 1 }, 8, 7);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(other_layouts_are_unsupported_strides_and_overruns_are_validation)
+{
+        cube_client *c = connect_as("layouts");
+        unsigned char data[256], back[256];
+        cube_copy t, bad;
+        struct {
+                uint32_t rank;
+                uint64_t shape[3], strides[3];
+        } unsupported[] = {
+                { 2, { 5, 3 }, { 1, 5 } },              /* column-major: transposed */
+                { 2, { 3, 5 }, { 4, 1 } },              /* rows overlap: pitch < row */
+                { 2, { 3, 5 }, { 8, 2 } },              /* last stride not 1 */
+                { 3, { 2, 3, 5 }, { 30, 8, 1 } },       /* outer stride not nested */
+        };
+
+        pattern(data, sizeof(data), 9);
+        for (size_t i = 0; i < LEN(unsupported); i++) {
+                t = (cube_copy) { .rank = unsupported[i].rank, .elem_size = 4 };
+                ck_ok(cube_empty_tensor(c, (uint64_t[]) { 2, 3, 8 }, 3, 4, &t));
+                ck_assert_uint_eq(cube_handle_len(&t.handle), 2 * 3 * 32);
+                bad = t;
+                bad.rank = unsupported[i].rank;
+                memcpy(bad.shape, unsupported[i].shape, sizeof(unsupported[i].shape));
+                memcpy(bad.strides, unsupported[i].strides, sizeof(unsupported[i].strides));
+
+                /* A read answers at once... */
+                expect_io_error(cube_read_strided(c, &bad, back, cube_copy_len(&bad)),
+                                CUBE_IO_UNSUPPORTED_STRIDES, 0);
+                /* ...a write leaves it on the memory, and a dense write repairs
+                 * exactly what it covers. */
+                ck_ok(cube_check(c, &t.handle, 1));
+                ck_ok(cube_write_strided(c, &bad, data, cube_copy_len(&bad)));
+                expect_io_failure(cube_check(c, &t.handle, 1), CUBE_IO_UNSUPPORTED_STRIDES, 0,
+                                  true);
+                ck_ok(cube_write(c, &t.handle, data, 192));
+                ck_ok(cube_check(c, &t.handle, 1));
+                ck_ok(cube_read(c, &t.handle, back, 192));
+                ck_assert(memcmp(back, data, 192) == 0);
+        }
+
+        /* A layout that reaches past the handle: 4 rows of 32 bytes in 96. */
+        ck_ok(cube_empty_tensor(c, (uint64_t[]) { 3, 5 }, 2, 4, &t));
+        ck_assert_uint_eq(t.strides[0], 8);
+        bad = t;
+        bad.shape[0] = 4;
+        expect_validation(cube_read_strided(c, &bad, back, cube_copy_len(&bad)),
+                          "does not fit the handle's 96 bytes");
+        ck_ok(cube_write_strided(c, &bad, data, cube_copy_len(&bad)));
+        {
+                cube_error *e = cube_check(c, &t.handle, 1);
+                const cube_error *root;
+                ck_assert_ptr_nonnull(e);
+                ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+                ck_assert_uint_eq(cube_error_count(e), 1);
+                root = cube_error_source(cube_error_at(e, 0));
+                ck_assert_ptr_nonnull(root);
+                ck_assert_int_eq(cube_error_kind_of(root), CUBE_SERVER_VALIDATION);
+                ck_assert_ptr_nonnull(strstr(cube_error_reason(root),
+                                             "does not fit the handle's 96 bytes"));
+                cube_error_free(e);
+        }
+        /* A pitch past the end does too: 3 rows 40 bytes apart. */
+        bad = t;
+        bad.strides[0] = 10;
+        expect_validation(cube_read_strided(c, &bad, back, cube_copy_len(&bad)),
+                          "does not fit the handle's 96 bytes");
+        /* The last row may end short of its pitch: 3 rows of 20 in 84 bytes. */
+        bad.strides[0] = 8;
+        bad.handle = cube_handle_slice(&t.handle, 0, 12);
+        memset(back, 0, sizeof(back));
+        ck_ok(cube_write_strided(c, &bad, data, 60));
+        ck_ok(cube_read_strided(c, &bad, back, 60));
+        ck_assert(memcmp(back, data, 60) == 0);
+        /* A dense size that does not match the shape is the library's. */
+        expect_validation(cube_write_strided(c, &t, data, 61), "covering 60 bytes");
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Staging regions
+ * ------------------------------------------------------------------------- */
+
+START_TEST(staged_round_trips_at_every_size)
+{
+        static const uint64_t sizes[] = { 1, 4 * KiB + 1, 1 * MiB, 64 * MiB, 256 * MiB };
+        cube_client *c = connect_as("staging");
+
+        for (size_t i = 0; i < LEN(sizes); i++) {
+                uint64_t n = sizes[i];
+                cube_region *in, *out;
+                cube_handle h;
+
+                ck_ok(cube_region_create(c, n, &in));
+                ck_assert_uint_eq(in->size, n);
+                ck_assert_ptr_nonnull(in->data);
+                pattern(in->data, n, 1000 + i);
+                h = buffer(c, n);
+                ck_ok(cube_write_region(c, &h, in, 0));
+                ck_ok(cube_region_create(c, n, &out));
+                ck_ok(cube_read_region(c, &h, out, 0));
+                expect_pattern(out->data, n, 1000 + i);
+                ck_assert(in->id != out->id);
+                /* What the device holds is what the socket reads too. */
+                if (n <= 1 * MiB)
+                        expect_read_pattern(c, &h, 1000 + i);
+                cube_region_free(c, in);
+                cube_region_free(c, out);
+                ck_ok(cube_free(c, &h));
+        }
+
+        /* Offsets into a region, both ways. */
+        {
+                cube_region *r;
+                cube_handle h = buffer(c, 4 * KiB + 1);
+                ck_ok(cube_region_create(c, 8 * KiB, &r));
+                memset(r->data, 0xee, 8 * KiB);
+                pattern((char *) r->data + 100, 4 * KiB + 1, 77);
+                ck_ok(cube_write_region(c, &h, r, 100));
+                ck_ok(cube_sync(c, NULL, 0));
+                memset(r->data, 0xee, 8 * KiB);
+                ck_ok(cube_read_region(c, &h, r, 4000));
+                expect_pattern((char *) r->data + 4000, 4 * KiB + 1, 77);
+                for (uint64_t j = 0; j < 4000; j++)
+                        ck_assert_uint_eq(((unsigned char *) r->data)[j], 0xee);
+                for (uint64_t j = 4000 + 4 * KiB + 1; j < 8 * KiB; j++)
+                        ck_assert_uint_eq(((unsigned char *) r->data)[j], 0xee);
+                /* A slice of a handle reads into the region's last bytes. */
+                cube_handle tail = cube_handle_slice(&h, 4 * KiB - 9, 0);
+                ck_assert_uint_eq(cube_handle_len(&tail), 10);
+                ck_ok(cube_read_region(c, &tail, r, 8 * KiB - 10));
+                {
+                        unsigned char want[4 * KiB + 1];
+                        pattern(want, sizeof(want), 77);
+                        ck_assert(memcmp((char *) r->data + 8 * KiB - 10, want + 4 * KiB - 9,
+                                         10) == 0);
+                }
+                cube_region_free(c, r);
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_region_is_reused_for_several_writes_after_a_sync)
+{
+        cube_client *c = connect_as("reuse");
+        cube_handle h[4];
+        cube_region *r;
+
+        ck_ok(cube_region_create(c, 1 * MiB, &r));
+        for (int i = 0; i < 4; i++) {
+                h[i] = buffer(c, 1 * MiB);
+                pattern(r->data, 1 * MiB, 50 + (uint64_t) i);
+                ck_ok(cube_write_region(c, &h[i], r, 0));
+                ck_ok(cube_sync(c, NULL, 0));
+        }
+        /* Each write took the bytes the region held when it ran. */
+        for (int i = 0; i < 4; i++)
+                expect_read_pattern(c, &h[i], 50 + (uint64_t) i);
+        /* Reading into it works as often. */
+        for (int i = 3; i >= 0; i--) {
+                ck_ok(cube_read_region(c, &h[i], r, 0));
+                expect_pattern(r->data, 1 * MiB, 50 + (uint64_t) i);
+        }
+        cube_region_free(c, r);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(regions_count_against_the_session_quota)
+{
+        cube_client *c = connect_as("quota");
+        cube_region *a, *b, *d, *e;
+        cube_region *dummy = NULL;
+
+        ck_ok(cube_region_create(c, 3 * MiB, &a));
+        expect_io_error(cube_region_create(c, 2 * MiB, &dummy), CUBE_IO_OUT_OF_MEMORY, 2 * MiB);
+        ck_assert_ptr_null(dummy);
+        expect_io_error(cube_region_create(c, 5 * MiB, &dummy), CUBE_IO_OUT_OF_MEMORY, 5 * MiB);
+        ck_ok(cube_region_create(c, 1 * MiB, &b));      /* exactly the quota */
+        expect_io_error(cube_region_create(c, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
+        ck_assert_int_eq(daemon_regions(), 2);
+
+        /* Freeing gives the quota back. */
+        cube_region_free(c, a);
+        ck_ok(cube_region_create(c, 2 * MiB, &d));
+        ck_ok(cube_region_create(c, 1 * MiB, &e));
+        expect_io_error(cube_region_create(c, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
+        ck_assert_int_eq(daemon_regions(), 3);
+
+        /* The quota is the session's: another has all of its own. */
+        {
+                cube_client *c2 = connect_as("quota-2");
+                cube_region *f;
+                ck_ok(cube_region_create(c2, 4 * MiB, &f));
+                expect_io_error(cube_region_create(c2, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
+                cube_region_free(c2, f);
+                cube_disconnect(c2);
+        }
+        cube_region_free(c, b);
+        cube_region_free(c, d);
+        cube_region_free(c, e);
+        ck_ok(cube_sync(c, NULL, 0));
+        ck_assert(wait_daemon_regions(0, 5000));
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_range_beyond_the_region_is_validation)
+{
+        cube_client *c = connect_as("range");
+        cube_handle h = buffer(c, 4 * KiB), h2;
+        cube_region *r;
+
+        ck_ok(cube_region_create(c, 8 * KiB, &r));
+        pattern(r->data, 8 * KiB, 3);
+        expect_validation(cube_write_region(c, &h, r, 8 * KiB + 1), "do not fit region");
+        expect_validation(cube_write_region(c, &h, r, 4 * KiB + 1), "do not fit region");
+        expect_validation(cube_read_region(c, &h, r, 8 * KiB + 1), "do not fit region");
+        expect_validation(cube_read_region(c, &h, r, 6 * KiB), "do not fit region");
+        expect_validation(cube_write_region(c, &h, r, UINT64_MAX), "do not fit region");
+        /* None of them touched the memory. */
+        ck_ok(cube_check(c, &h, 1));
+
+        /* The last range that fits does. */
+        ck_ok(cube_write_region(c, &h, r, 4 * KiB));
+        ck_ok(cube_read_region(c, &h, r, 0));
+        {
+                unsigned char want[8 * KiB];
+                pattern(want, sizeof(want), 3);
+                ck_assert(memcmp(r->data, want + 4 * KiB, 4 * KiB) == 0);
+        }
+        /* A handle longer than the whole region does not fit at offset 0. */
+        h2 = buffer(c, 8 * KiB + 1);
+        expect_validation(cube_write_region(c, &h2, r, 0), "do not fit region");
+        cube_region_free(c, r);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A client process that makes regions, uses one, and then ends without
+ * freeing them or disconnecting: it says 'r' once they exist, and exits
+ * when told to (status 0, or the step that failed). */
+static int leave_regions(int ready_fd, int go_fd)
+{
+        cube_client *c;
+        cube_region *a, *b;
+        cube_handle h;
+        char x = 'r';
+
+        if (cube_connect(D.socket, "leaver", &c))
+                return 2;
+        if (cube_region_create(c, 1 * MiB, &a) || cube_region_create(c, 3 * MiB, &b))
+                return 3;
+        if (cube_empty(c, 1 * MiB, &h))
+                return 4;
+        pattern(a->data, 1 * MiB, 4);
+        if (cube_write_region(c, &h, a, 0) || cube_sync(c, &h, 1))
+                return 5;
+        if (write(ready_fd, &x, 1) != 1 || read(go_fd, &x, 1) != 1)
+                return 6;
+        return 0;
+}
+
+START_TEST(regions_are_reclaimed_when_the_session_ends)
+{
+        cube_client *c2;
+        cube_session_info *ss;
+        cube_region *a;
+        int ready[2], go[2], wstatus;
+        char x;
+        pid_t pid;
+        size_t n;
+
+        ck_assert_int_eq(daemon_regions(), 0);
+        ck_assert_int_eq(pipe(ready), 0);
+        ck_assert_int_eq(pipe(go), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+                _exit(leave_regions(ready[1], go[0]));
+        ck_assert_int_eq(read(ready[0], &x, 1), 1);
+        ck_assert_int_eq(daemon_regions(), 2);
+
+        /* Its session is one of the daemon's. */
+        c2 = connect_as("after");
+        ck_ok(cube_daemon_sessions(c2, &ss, &n));
+        ck_assert_uint_eq(n, 2);
+        free(ss);
+        ck_assert_uint_eq(status(c2).memory_in_use, 1 * MiB);
+
+        /* It ends without freeing anything: the session's end takes them. */
+        ck_assert_int_eq(write(go[1], "g", 1), 1);
+        ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+        ck_assert_msg(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
+                      "the client failed at step %d", WEXITSTATUS(wstatus));
+        ck_assert_msg(wait_daemon_regions(0, 5000), "the daemon still maps %d region(s)",
+                      daemon_regions());
+        for (int waited = 0;; waited += 10) {
+                ck_ok(cube_daemon_sessions(c2, &ss, &n));
+                if (n == 1)
+                        break;
+                free(ss);
+                ck_assert_msg(waited < 5000, "the leaver's session is still listed");
+                usleep(10000);
+        }
+        ck_assert_uint_eq(ss[0].id, cube_client_session(c2));
+        free(ss);
+        ck_assert_uint_eq(status(c2).memory_in_use, 0);
+
+        /* And the new session has its whole quota. */
+        ck_ok(cube_region_create(c2, 4 * MiB, &a));
+        ck_assert_int_eq(daemon_regions(), 1);
+        cube_region_free(c2, a);
+        cube_disconnect(c2);
+        close(ready[0]);
+        close(ready[1]);
+        close(go[0]);
+        close(go[1]);
+}
+END_TEST
+
+START_TEST(copies_beyond_one_message_go_through_staging)
+{
+        const uint64_t n = 100 * MiB, inline_n = 8 * MiB;
+        cube_client *c = connect_as("big-copies");
+        cube_session_info *ss;
+        uint64_t in0 = 0, out0 = 0, in1 = 0, out1 = 0, in2 = 0, out2 = 0;
+        unsigned char *data, *back;
+        cube_handle h, small;
+        size_t k;
+
+        ck_assert_uint_eq(cube_client_limits(c)->max_message_bytes, 16 * MiB);
+        data = malloc(n);
+        back = malloc(n);
+        ck_assert_ptr_nonnull(data);
+        ck_assert_ptr_nonnull(back);
+        pattern(data, n, 123);
+        h = buffer(c, n);
+
+#define SESSION_BYTES(in, out) do { \
+        ck_ok(cube_daemon_sessions(c, &ss, &k)); \
+        for (size_t i_ = 0; i_ < k; i_++) \
+                if (ss[i_].id == cube_client_session(c)) { \
+                        in = ss[i_].bytes_in; \
+                        out = ss[i_].bytes_out; \
+                } \
+        free(ss); \
+} while (0)
+
+        SESSION_BYTES(in0, out0);
+        ck_ok(cube_write(c, &h, data, n));
+        memset(back, 0, n);
+        ck_ok(cube_read(c, &h, back, n));
+        ck_assert(memcmp(back, data, n) == 0);
+        SESSION_BYTES(in1, out1);
+        /* Neither copy crossed the socket. */
+        ck_assert_msg(in1 - in0 < 64 * KiB, "%" PRIu64 " bytes came in", in1 - in0);
+        ck_assert_msg(out1 - out0 < 64 * KiB, "%" PRIu64 " bytes went out", out1 - out0);
+        /* And the regions made for them are gone. */
+        ck_ok(cube_sync(c, NULL, 0));
+        ck_assert(wait_daemon_regions(0, 5000));
+
+        /* Below one message, the bytes go inline. */
+        small = cube_handle_slice(&h, 0, n - inline_n);
+        pattern(data, inline_n, 124);
+        ck_ok(cube_write(c, &small, data, inline_n));
+        ck_ok(cube_read(c, &small, back, inline_n));
+        ck_assert(memcmp(back, data, inline_n) == 0);
+        SESSION_BYTES(in2, out2);
+        ck_assert_uint_ge(in2 - in1, inline_n);
+        ck_assert_uint_ge(out2 - out1, inline_n);
+        /* The rest of the big buffer was left alone. */
+        {
+                cube_handle rest = cube_handle_slice(&h, inline_n, 0);
+                ck_ok(cube_read(c, &rest, back, n - inline_n));
+                pattern(data, n, 123);
+                ck_assert(memcmp(back, data + inline_n, n - inline_n) == 0);
+        }
+#undef SESSION_BYTES
+        free(data);
+        free(back);
+        cube_disconnect(c);
+}
+END_TEST
+
+static Suite *memory_suite(void)
+{
+        Suite *s = suite_create("memory");
+        TCase *pools = tcase_create("pools");           /* a 64 MiB device */
+        TCase *sizes = tcase_create("sizes");           /* the default 4 GiB device */
+        TCase *staging = tcase_create("staging");       /* a 1 GiB device */
+        TCase *quota = tcase_create("quota");           /* region-memory 4M */
+        TCase *message = tcase_create("message");       /* max-message 16M */
+        TCase *all[] = { pools, sizes, staging, quota, message };
+
+        tcase_add_checked_fixture(pools, start_64m, stop_clean);
+        tcase_add_checked_fixture(sizes, start_default, stop_clean);
+        tcase_add_checked_fixture(staging, start_1g, stop_clean);
+        tcase_add_checked_fixture(quota, start_region_4m, stop_clean);
+        tcase_add_checked_fixture(message, start_message_16m, stop_clean);
+        for (size_t i = 0; i < LEN(all); i++) {
+                tcase_set_timeout(all[i], 60);
+                suite_add_tcase(s, all[i]);
+        }
+
+        tcase_add_test(pools, small_allocations_share_one_sliced_page);
+        tcase_add_test(pools, a_large_allocation_gets_an_exclusive_page_reused_by_size);
+        tcase_add_test(pools, persistent_pages_are_reused_only_by_exact_size);
+        tcase_add_test(pools, dedicated_pages_are_never_reused_and_go_back_at_cleanup);
+        tcase_add_test(pools, cleanup_returns_every_page_without_a_live_allocation);
+        tcase_add_test(pools, reports_exist_only_for_created_streams_and_stream_ids_lists_them);
+        tcase_add_test(pools, a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed);
+        tcase_add_test(pools, above_the_largest_page_is_buffer_too_big);
+
+        tcase_add_test(sizes, sixty_five_live_page_sizes_are_page_sizes_exhausted);
+        tcase_add_test(sizes, strided_round_trips_land_rows_on_their_pitch);
+        tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
+
+        tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
+        tcase_add_test(staging, staged_round_trips_at_every_size);
+        tcase_add_test(staging, a_region_is_reused_for_several_writes_after_a_sync);
+
+        tcase_add_test(quota, regions_count_against_the_session_quota);
+        tcase_add_test(quota, a_range_beyond_the_region_is_validation);
+        tcase_add_test(quota, regions_are_reclaimed_when_the_session_ends);
+
+        tcase_add_test(message, copies_beyond_one_message_go_through_staging);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(memory_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}

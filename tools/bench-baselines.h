@@ -1,0 +1,37 @@
+/*
+ * bench-baselines.h - what the machine itself does over a Unix socket, for
+ * cube-bench to print beside cube's own figures.
+ *
+ * Every baseline forks a peer process that plays the daemon's part. The peer
+ * runs on the CPUs given (the daemon's own placement), or anywhere when the
+ * set is NULL, so that both sides of a baseline sit where cubed and its
+ * client sit.
+ */
+#ifndef BENCH_BASELINES_H
+#define BENCH_BASELINES_H
+
+#include <sched.h>
+#include <stddef.h>
+
+/* Seconds on CLOCK_MONOTONIC. */
+double bench_now(void);
+
+/* 64 B ping-pong: each of the iters round trips, in seconds, into out. */
+void raw_ping_pong(const cpu_set_t *peer_cpus, int iters, double *out);
+
+/* n 64 B messages written one by one, each answered by a 16 B ack: messages
+ * per second from the first write to the last ack. */
+double raw_pipelined(const cpu_set_t *peer_cpus, int n);
+
+/* size bytes written to the peer, to its one-byte ack: seconds. */
+double raw_bulk_send(const cpu_set_t *peer_cpus, size_t size);
+
+/* A one-byte request, to the last of size bytes the peer answers: seconds. */
+double raw_bulk_receive(const cpu_set_t *peer_cpus, size_t size);
+
+/* clients threads, each on a socket of its own, ping-pong 64 B with one
+ * single-threaded epoll server for seconds: round trips per second, all
+ * clients together. */
+double raw_many_clients(const cpu_set_t *peer_cpus, int clients, double seconds);
+
+#endif
