@@ -23,8 +23,8 @@
 
 #include "cubed.h"
 
-#define DEVICE_WINDOW 16
-#define STREAM_WINDOW 4
+#define DEVICE_WINDOW 64
+#define STREAM_WINDOW 16
 
 cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses)
 {

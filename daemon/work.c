@@ -181,16 +181,21 @@ static void launch_failed(cube__op *o)
 void cube__server_complete(void *ctx, cube__work *work)
 {
         cube__server *srv = ctx;
+        bool first;
 
         uv_mutex_lock(&srv->completions_lock);
         work->next = NULL;
+        first = !srv->completions_head;
         if (srv->completions_tail)
                 srv->completions_tail->next = work;
         else
                 srv->completions_head = work;
         srv->completions_tail = work;
         uv_mutex_unlock(&srv->completions_lock);
-        uv_async_send(&srv->completions_async);
+        /* A queue that was not empty has a wake-up on its way already: the
+         * loop takes the whole queue at once. */
+        if (first)
+                uv_async_send(&srv->completions_async);
 }
 
 static void op_finish(cube__op *o)

@@ -68,6 +68,7 @@ struct cube__cpu_pool {
         pthread_cond_t done;
         cpu_job *job;
         uint64_t generation;
+        unsigned tickets;               /* pool threads the job still wants */
         unsigned active;
         bool stopping;
 };
@@ -313,6 +314,9 @@ static void *pool_thread(void *arg)
                 if (p->stopping)
                         break;
                 seen = p->generation;
+                if (p->tickets == 0)
+                        continue;       /* a small job: the others run it */
+                p->tickets--;
                 cpu_job *job = p->job;
                 pthread_mutex_unlock(&p->lock);
                 if (t && (!job->l->module->uses_sync || thread_prepare_units(t) == 0))
@@ -403,20 +407,30 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
                                       "cannot map unit stacks for kernel '%s'", l->kernel));
         }
 
-        pthread_mutex_lock(&p->lock);
-        p->job = &job;
-        p->active = p->n_threads;
-        p->generation++;
-        pthread_cond_broadcast(&p->wake);
-        pthread_mutex_unlock(&p->lock);
+        /* Only as many pool threads as there are cubes beyond the caller's
+         * first are woken: a launch of one cube costs no wake-up at all. */
+        unsigned helpers = job.total - 1 < p->n_threads ? (unsigned) (job.total - 1) : p->n_threads;
+        if (helpers) {
+                pthread_mutex_lock(&p->lock);
+                p->job = &job;
+                p->active = helpers;
+                p->tickets = helpers;
+                p->generation++;
+                for (unsigned i = 0; i < helpers; i++)
+                        pthread_cond_signal(&p->wake);
+                pthread_mutex_unlock(&p->lock);
+        }
 
         participate(caller, &job);
 
-        pthread_mutex_lock(&p->lock);
-        while (p->active > 0)
-                pthread_cond_wait(&p->done, &p->lock);
-        p->job = NULL;
-        pthread_mutex_unlock(&p->lock);
+        if (helpers) {
+                pthread_mutex_lock(&p->lock);
+                while (p->active > 0)
+                        pthread_cond_wait(&p->done, &p->lock);
+                p->job = NULL;
+                p->tickets = 0;
+                pthread_mutex_unlock(&p->lock);
+        }
 
         if (atomic_load(&job.faulted))
                 e = cube__err_poison("%s", job.fault);
