@@ -1441,7 +1441,7 @@ END_TEST
  *
  * executor.c's bound: a newly ready piece of work waits at most one round
  * (one piece of work of each other session with ready work) plus what the
- * device already holds (at most DEVICE_WINDOW = 16 pieces). B's launch and
+ * device already holds (at most DEVICE_WINDOW = 64 pieces). B's launch and
  * read are two pieces, so B waits for at most a few dozen of A's empty
  * launches, however many A has queued: milliseconds, against the seconds A's
  * queue takes to drain.
