@@ -547,7 +547,8 @@ struct cube__server {
         bool draining;
         bool poison_grace_over;
         int exit_code;
-        uv_async_t completions_async;
+        uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
+        int completions_fd;
 
         uv_mutex_t completions_lock;
         cube__work *completions_head, *completions_tail;

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cubed.h"
 
@@ -194,8 +195,11 @@ void cube__server_complete(void *ctx, cube__work *work)
         uv_mutex_unlock(&srv->completions_lock);
         /* A queue that was not empty has a wake-up on its way already: the
          * loop takes the whole queue at once. */
-        if (first)
-                uv_async_send(&srv->completions_async);
+        if (first) {
+                uint64_t one = 1;
+                if (write(srv->completions_fd, &one, sizeof(one)) < 0)
+                        abort();        /* an eventfd write fails only on overflow */
+        }
 }
 
 static void op_finish(cube__op *o)
