@@ -293,17 +293,19 @@ static void process(cube__conn *c)
                         return;
                 }
 
-                msgpack_unpacked up;
-                msgpack_unpacked_init(&up);
-                if (msgpack_unpack_next(&up, (const char *) msg, mlen, &off) !=
+                /* One zone for every message, cleared after each: a zone
+                 * per message costs a large allocation and free each time. */
+                msgpack_zone *zone = c->server->zone;
+                msgpack_object obj;
+                if (msgpack_unpack((const char *) msg, mlen, &off, zone, &obj) !=
                     MSGPACK_UNPACK_SUCCESS || off != mlen) {
-                        msgpack_unpacked_destroy(&up);
+                        msgpack_zone_clear(zone);
                         cube__conn_protocol_error(c, peek_msgid(msg, avail),
                                                   "the message could not be decoded");
                         return;
                 }
-                cube__dispatched d = cube__dispatch(c, &up.data, b->p);
-                msgpack_unpacked_destroy(&up);
+                cube__dispatched d = cube__dispatch(c, &obj, b->p);
+                msgpack_zone_clear(zone);
                 c->redispatching = false;
                 if (d == CUBE__DISPATCH_PAUSED)
                         return;         /* the same message goes again on resume */

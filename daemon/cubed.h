@@ -549,6 +549,7 @@ struct cube__server {
         int exit_code;
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
         int completions_fd;
+        msgpack_zone *zone;             /* decodes requests, one at a time */
 
         uv_mutex_t completions_lock;
         cube__work *completions_head, *completions_tail;

@@ -224,6 +224,9 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                 cube__log(CUBE__LOG_ERR, "unknown backend '%s'; this build has: cpu", opts->backend);
                 return -ENODEV;
         }
+        srv->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
+        if (!srv->zone)
+                return -ENOMEM;
         uv_mutex_init(&srv->completions_lock);
         /* Not a uv_async: its sender and the loop spin on a shared flag,
          * which costs dearly when both share a vCPU. */
@@ -450,6 +453,8 @@ void cube__server_done(cube__server *srv)
         uv_mutex_destroy(&srv->completions_lock);
         if (srv->completions_fd >= 0)
                 close(srv->completions_fd);
+        if (srv->zone)
+                msgpack_zone_free(srv->zone);
         cube__options_done(&srv->opts);
         uv_library_shutdown();
 }
