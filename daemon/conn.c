@@ -260,6 +260,36 @@ static bool over_limits(const cube__conn *c)
                o->max_queued_bytes;
 }
 
+/* Decodes one whole message and dispatches it. The server's zone decodes
+ * every message and is cleared after each (a zone per message costs a large
+ * allocation and free each time); a dispatch that resumes another connection
+ * has that one decode into a zone of its own. Returns false when the message
+ * could not be decoded. */
+static bool decode_dispatch(cube__conn *c, const uint8_t *msg, size_t mlen,
+                            cube__dispatched *ret_dispatched)
+{
+        cube__server *srv = c->server;
+        msgpack_zone *zone = srv->zone_busy ? msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE) : srv->zone;
+        bool shared = zone == srv->zone, decoded;
+        msgpack_object obj;
+        size_t off = 0;
+
+        if (!zone)
+                return false;
+        srv->zone_busy |= shared;
+        decoded = msgpack_unpack((const char *) msg, mlen, &off, zone, &obj) ==
+                  MSGPACK_UNPACK_SUCCESS && off == mlen;
+        if (decoded)
+                *ret_dispatched = cube__dispatch(c, &obj, c->rb.p);
+        if (shared) {
+                msgpack_zone_clear(zone);
+                srv->zone_busy = false;
+        } else {
+                msgpack_zone_free(zone);
+        }
+        return decoded;
+}
+
 /* Decodes and dispatches every whole message buffered. */
 static void process(cube__conn *c)
 {
@@ -276,7 +306,7 @@ static void process(cube__conn *c)
                         uv_read_stop((uv_stream_t *) &c->pipe);
                         return;
                 }
-                size_t avail = b->len - b->pos, mlen = 0, off = 0;
+                size_t avail = b->len - b->pos, mlen = 0;
                 cube__scan scan;
 
                 if (avail < b->need)
@@ -293,19 +323,12 @@ static void process(cube__conn *c)
                         return;
                 }
 
-                /* One zone for every message, cleared after each: a zone
-                 * per message costs a large allocation and free each time. */
-                msgpack_zone *zone = c->server->zone;
-                msgpack_object obj;
-                if (msgpack_unpack((const char *) msg, mlen, &off, zone, &obj) !=
-                    MSGPACK_UNPACK_SUCCESS || off != mlen) {
-                        msgpack_zone_clear(zone);
+                cube__dispatched d;
+                if (!decode_dispatch(c, msg, mlen, &d)) {
                         cube__conn_protocol_error(c, peek_msgid(msg, avail),
                                                   "the message could not be decoded");
                         return;
                 }
-                cube__dispatched d = cube__dispatch(c, &obj, b->p);
-                msgpack_zone_clear(zone);
                 c->redispatching = false;
                 if (d == CUBE__DISPATCH_PAUSED)
                         return;         /* the same message goes again on resume */

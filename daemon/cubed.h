@@ -550,6 +550,7 @@ struct cube__server {
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
         int completions_fd;
         msgpack_zone *zone;             /* decodes requests, one at a time */
+        bool zone_busy;
 
         uv_mutex_t completions_lock;
         cube__work *completions_head, *completions_tail;

@@ -32,6 +32,7 @@ struct cube__dstream {
         cube__work *head, *tail;
         bool busy;
         bool ready;
+        bool closed;    /* by the daemon, while a worker still held it */
         cube__dstream *next_ready;
 };
 
@@ -116,9 +117,14 @@ static void *cpu_worker(void *arg)
                 w->next = NULL;
                 d->config.complete(d->config.complete_ctx, w);
 
+                /* The completion may already have let the daemon close the
+                 * stream: then it is ours to free. */
                 pthread_mutex_lock(&d->lock);
                 s->busy = false;
-                make_ready(d, s);
+                if (s->closed)
+                        free(s);
+                else
+                        make_ready(d, s);
         }
         pthread_mutex_unlock(&d->lock);
         cube__cpu_pool_leave(d->pool);
@@ -285,7 +291,14 @@ static cube_error *cpu_stream_open(cube__device *d, cube__dstream **ret_stream)
 
 static void cpu_stream_close(cube__device *d, cube__dstream *s)
 {
-        free(s);
+        bool busy;
+
+        pthread_mutex_lock(&d->lock);
+        busy = s->busy;
+        s->closed = true;
+        pthread_mutex_unlock(&d->lock);
+        if (!busy)
+                free(s);
 }
 
 static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
