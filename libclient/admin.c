@@ -12,48 +12,10 @@ uint64_t cube_client_session(const cube_client *c)
         return c->session;
 }
 
-/* Sends a request with the given u64 params (n of them) and waits. */
-static cube_error *request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
-                           cube__deliver_fn deliver, void *ctx)
-{
-        cube__call call = { .deliver = deliver, .ctx = ctx };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
-        int r;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        call.msgid = cube__next_msgid(c);
-        r = cube__pack_request(&pk, call.msgid, method, n);
-        for (uint32_t i = 0; r == 0 && i < n; i++)
-                r = msgpack_pack_uint64(&pk, params[i]);
-        if (r < 0) {
-                msgpack_sbuffer_destroy(&sb);
-                return cube__err_generic("out of memory in libcubeclient");
-        }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
-        return e;
-}
-
-static cube_error *malformed(const char *what)
-{
-        return cube__err_generic("cubed's %s answer is not protocol version %d's", what,
-                                 CUBE_PROTOCOL_VERSION);
-}
-
 typedef struct list {
         void *v;
         size_t n;
 } list;
-
-static bool get_u64(const msgpack_object *m, const char *key, uint64_t *ret)
-{
-        const msgpack_object *v = cube__map_get(m, key);
-        return v && cube__obj_u64(v, ret);
-}
 
 static cube_error *deliver_sessions(cube__call *call, const msgpack_object *r)
 {
@@ -61,27 +23,27 @@ static cube_error *deliver_sessions(cube__call *call, const msgpack_object *r)
         cube_session_info *v;
 
         if (r->type != MSGPACK_OBJECT_ARRAY)
-                return malformed("sessions");
+                return cube__err_answer("sessions");
         v = calloc(r->via.array.size + 1, sizeof(*v));
         if (!v)
                 return cube__err_generic("out of memory in libcubeclient");
         for (uint32_t i = 0; i < r->via.array.size; i++) {
                 const msgpack_object *m = &r->via.array.ptr[i], *o;
                 uint64_t pid, uid;
-                if (!get_u64(m, "id", &v[i].id) || !get_u64(m, "pid", &pid) ||
-                    !get_u64(m, "uid", &uid) || !(o = cube__map_get(m, "name")) ||
+                if (!cube__map_u64(m, "id", &v[i].id) || !cube__map_u64(m, "pid", &pid) ||
+                    !cube__map_u64(m, "uid", &uid) || !(o = cube__map_get(m, "name")) ||
                     !cube__obj_str(o, v[i].name, sizeof(v[i].name)) ||
-                    !get_u64(m, "streams", &v[i].streams) ||
-                    !get_u64(m, "memory_in_use", &v[i].memory_in_use) ||
-                    !get_u64(m, "memory_peak", &v[i].memory_peak) ||
-                    !get_u64(m, "allocations", &v[i].allocations) ||
-                    !get_u64(m, "launches", &v[i].launches) ||
-                    !get_u64(m, "bytes_in", &v[i].bytes_in) ||
-                    !get_u64(m, "bytes_out", &v[i].bytes_out) ||
-                    !get_u64(m, "errors", &v[i].errors) ||
+                    !cube__map_u64(m, "streams", &v[i].streams) ||
+                    !cube__map_u64(m, "memory_in_use", &v[i].memory_in_use) ||
+                    !cube__map_u64(m, "memory_peak", &v[i].memory_peak) ||
+                    !cube__map_u64(m, "allocations", &v[i].allocations) ||
+                    !cube__map_u64(m, "launches", &v[i].launches) ||
+                    !cube__map_u64(m, "bytes_in", &v[i].bytes_in) ||
+                    !cube__map_u64(m, "bytes_out", &v[i].bytes_out) ||
+                    !cube__map_u64(m, "errors", &v[i].errors) ||
                     !(o = cube__map_get(m, "connected")) || !cube__obj_bool(o, &v[i].connected)) {
                         free(v);
-                        return malformed("sessions");
+                        return cube__err_answer("sessions");
                 }
                 v[i].pid = (uint32_t) pid;
                 v[i].uid = (uint32_t) uid;
@@ -94,7 +56,7 @@ static cube_error *deliver_sessions(cube__call *call, const msgpack_object *r)
 cube_error *cube_daemon_sessions(cube_client *c, cube_session_info **ret_sessions, size_t *ret_n)
 {
         list l = {0};
-        cube_error *e = request(c, "sessions", NULL, 0, deliver_sessions, &l);
+        cube_error *e = cube__request(c, "sessions", NULL, 0, deliver_sessions, &l);
 
         if (e)
                 return e;
@@ -109,16 +71,16 @@ static cube_error *deliver_streams(cube__call *call, const msgpack_object *r)
         cube_stream_info *v;
 
         if (r->type != MSGPACK_OBJECT_ARRAY)
-                return malformed("streams");
+                return cube__err_answer("streams");
         v = calloc(r->via.array.size + 1, sizeof(*v));
         if (!v)
                 return cube__err_generic("out of memory in libcubeclient");
         for (uint32_t i = 0; i < r->via.array.size; i++) {
                 const msgpack_object *m = &r->via.array.ptr[i];
-                if (!get_u64(m, "session", &v[i].session) || !get_u64(m, "stream", &v[i].stream) ||
-                    !get_u64(m, "pending", &v[i].pending)) {
+                if (!cube__map_u64(m, "session", &v[i].session) || !cube__map_u64(m, "stream", &v[i].stream) ||
+                    !cube__map_u64(m, "pending", &v[i].pending)) {
                         free(v);
-                        return malformed("streams");
+                        return cube__err_answer("streams");
                 }
         }
         l->v = v;
@@ -129,7 +91,7 @@ static cube_error *deliver_streams(cube__call *call, const msgpack_object *r)
 cube_error *cube_daemon_streams(cube_client *c, cube_stream_info **ret_streams, size_t *ret_n)
 {
         list l = {0};
-        cube_error *e = request(c, "streams", NULL, 0, deliver_streams, &l);
+        cube_error *e = cube__request(c, "streams", NULL, 0, deliver_streams, &l);
 
         if (e)
                 return e;
@@ -143,7 +105,7 @@ static cube_error *deliver_text(cube__call *call, const msgpack_object *r)
         char **text = call->ctx;
 
         if (r->type != MSGPACK_OBJECT_STR)
-                return malformed("metrics");
+                return cube__err_answer("metrics");
         *text = strndup(r->via.str.ptr, r->via.str.size);
         return *text ? NULL : cube__err_generic("out of memory in libcubeclient");
 }
@@ -151,7 +113,7 @@ static cube_error *deliver_text(cube__call *call, const msgpack_object *r)
 cube_error *cube_daemon_metrics(cube_client *c, char **ret_text)
 {
         char *text = NULL;
-        cube_error *e = request(c, "metrics", NULL, 0, deliver_text, &text);
+        cube_error *e = cube__request(c, "metrics", NULL, 0, deliver_text, &text);
 
         if (e) {
                 free(text);
@@ -163,10 +125,10 @@ cube_error *cube_daemon_metrics(cube_client *c, char **ret_text)
 
 cube_error *cube_daemon_drain(cube_client *c)
 {
-        return request(c, "drain", NULL, 0, NULL, NULL);
+        return cube__request(c, "drain", NULL, 0, NULL, NULL);
 }
 
 cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session)
 {
-        return request(c, "kill_session", &session, 1, NULL, NULL);
+        return cube__request(c, "kill_session", &session, 1, NULL, NULL);
 }

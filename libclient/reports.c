@@ -8,69 +8,32 @@
 
 #include "rpc.h"
 
-static bool get_u64(const msgpack_object *m, const char *key, uint64_t *ret)
-{
-        const msgpack_object *v = cube__map_get(m, key);
-        return v && cube__obj_u64(v, ret);
-}
-
 /* Reads {stream, pools: [...]} into ret. */
 static bool parse_report(const msgpack_object *o, cube_memory_report *ret)
 {
         const msgpack_object *pools = cube__map_get(o, "pools");
         cube_memory_report r = {0};
 
-        if (!get_u64(o, "stream", &r.stream) || !pools || pools->type != MSGPACK_OBJECT_ARRAY ||
+        if (!cube__map_u64(o, "stream", &r.stream) || !pools || pools->type != MSGPACK_OBJECT_ARRAY ||
             pools->via.array.size > 4)
                 return false;
         for (uint32_t i = 0; i < pools->via.array.size; i++) {
                 const msgpack_object *p = &pools->via.array.ptr[i], *kind = cube__map_get(p, "kind");
                 cube_pool_report *q = &r.pools[i];
                 if (!kind || !cube__obj_str(kind, q->kind, sizeof(q->kind)) ||
-                    !get_u64(p, "page_size", &q->page_size) ||
-                    !get_u64(p, "max_slice", &q->max_slice) ||
-                    !get_u64(p, "allocations", &q->allocations) ||
-                    !get_u64(p, "bytes_in_use", &q->bytes_in_use) ||
-                    !get_u64(p, "bytes_padding", &q->bytes_padding) ||
-                    !get_u64(p, "bytes_reserved", &q->bytes_reserved) ||
-                    !get_u64(p, "pages", &q->pages) || !get_u64(p, "pages_peak", &q->pages_peak) ||
-                    !get_u64(p, "largest_alloc", &q->largest_alloc))
+                    !cube__map_u64(p, "page_size", &q->page_size) ||
+                    !cube__map_u64(p, "max_slice", &q->max_slice) ||
+                    !cube__map_u64(p, "allocations", &q->allocations) ||
+                    !cube__map_u64(p, "bytes_in_use", &q->bytes_in_use) ||
+                    !cube__map_u64(p, "bytes_padding", &q->bytes_padding) ||
+                    !cube__map_u64(p, "bytes_reserved", &q->bytes_reserved) ||
+                    !cube__map_u64(p, "pages", &q->pages) || !cube__map_u64(p, "pages_peak", &q->pages_peak) ||
+                    !cube__map_u64(p, "largest_alloc", &q->largest_alloc))
                         return false;
         }
         r.n_pools = pools->via.array.size;
         *ret = r;
         return true;
-}
-
-static cube_error *malformed(const char *what)
-{
-        return cube__err_generic("cubed's %s answer is not protocol version %d's", what,
-                                 CUBE_PROTOCOL_VERSION);
-}
-
-static cube_error *request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
-                           cube__deliver_fn deliver, void *ctx)
-{
-        cube__call call = { .deliver = deliver, .ctx = ctx };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
-        int r;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        call.msgid = cube__next_msgid(c);
-        r = cube__pack_request(&pk, call.msgid, method, n);
-        for (uint32_t i = 0; r == 0 && i < n; i++)
-                r = msgpack_pack_uint64(&pk, params[i]);
-        if (r < 0) {
-                msgpack_sbuffer_destroy(&sb);
-                return cube__err_generic("out of memory in libcubeclient");
-        }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
-        return e;
 }
 
 typedef struct one_report {
@@ -85,7 +48,7 @@ static cube_error *deliver_report(cube__call *call, const msgpack_object *r)
         if (r->type == MSGPACK_OBJECT_NIL)
                 return NULL;
         if (!parse_report(r, &o->report))
-                return malformed("memory_report");
+                return cube__err_answer("memory_report");
         o->exists = true;
         return NULL;
 }
@@ -94,7 +57,7 @@ cube_error *cube_stream_memory_report(cube_client *c, uint64_t stream, bool *ret
                                cube_memory_report *ret_report)
 {
         one_report o = {0};
-        cube_error *e = request(c, "memory_report", &stream, 1, deliver_report, &o);
+        cube_error *e = cube__request(c, "memory_report", &stream, 1, deliver_report, &o);
 
         if (e)
                 return e;
@@ -116,7 +79,7 @@ static cube_error *deliver_ids(cube__call *call, const msgpack_object *r)
         id_list *l = call->ctx;
 
         if (r->type != MSGPACK_OBJECT_ARRAY)
-                return malformed("stream_ids");
+                return cube__err_answer("stream_ids");
         l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
         if (!l->v)
                 return cube__err_generic("out of memory in libcubeclient");
@@ -124,7 +87,7 @@ static cube_error *deliver_ids(cube__call *call, const msgpack_object *r)
                 if (!cube__obj_u64(&r->via.array.ptr[i], &l->v[i])) {
                         free(l->v);
                         l->v = NULL;
-                        return malformed("stream_ids");
+                        return cube__err_answer("stream_ids");
                 }
         l->n = r->via.array.size;
         return NULL;
@@ -133,7 +96,7 @@ static cube_error *deliver_ids(cube__call *call, const msgpack_object *r)
 cube_error *cube_stream_ids(cube_client *c, uint64_t **ret_ids, size_t *ret_n)
 {
         id_list l = {0};
-        cube_error *e = request(c, "stream_ids", NULL, 0, deliver_ids, &l);
+        cube_error *e = cube__request(c, "stream_ids", NULL, 0, deliver_ids, &l);
 
         if (e)
                 return e;
@@ -152,16 +115,16 @@ static cube_error *deliver_reports(cube__call *call, const msgpack_object *r)
         report_list *l = call->ctx;
 
         if (r->type != MSGPACK_OBJECT_ARRAY)
-                return malformed("memory");
+                return cube__err_answer("memory");
         l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
         if (!l->v)
                 return cube__err_generic("out of memory in libcubeclient");
         for (uint32_t i = 0; i < r->via.array.size; i++) {
                 const msgpack_object *m = &r->via.array.ptr[i], *rep = cube__map_get(m, "report");
-                if (!rep || !parse_report(rep, &l->v[i]) || !get_u64(m, "session", &l->v[i].session)) {
+                if (!rep || !parse_report(rep, &l->v[i]) || !cube__map_u64(m, "session", &l->v[i].session)) {
                         free(l->v);
                         l->v = NULL;
-                        return malformed("memory");
+                        return cube__err_answer("memory");
                 }
         }
         l->n = r->via.array.size;
@@ -171,7 +134,7 @@ static cube_error *deliver_reports(cube__call *call, const msgpack_object *r)
 cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports, size_t *ret_n)
 {
         report_list l = {0};
-        cube_error *e = request(c, "memory", NULL, 0, deliver_reports, &l);
+        cube_error *e = cube__request(c, "memory", NULL, 0, deliver_reports, &l);
 
         if (e)
                 return e;

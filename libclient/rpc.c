@@ -300,3 +300,40 @@ cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec
         pthread_mutex_unlock(&c->lock);
         return e;
 }
+
+cube_error *cube__request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
+                          cube__deliver_fn deliver, void *ctx)
+{
+        cube__call call = { .deliver = deliver, .ctx = ctx };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+        int r;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        call.msgid = cube__next_msgid(c);
+        r = cube__pack_request(&pk, call.msgid, method, n);
+        for (uint32_t i = 0; r == 0 && i < n; i++)
+                r = msgpack_pack_uint64(&pk, params[i]);
+        if (r < 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        struct iovec iov = { sb.data, sb.size };
+        e = cube__call_wait(c, &call, &iov, 1);
+        msgpack_sbuffer_destroy(&sb);
+        return e;
+}
+
+cube_error *cube__err_answer(const char *method)
+{
+        return cube__err_generic("cubed's %s answer is not protocol version %d's", method,
+                                 CUBE_PROTOCOL_VERSION);
+}
+
+bool cube__map_u64(const msgpack_object *m, const char *key, uint64_t *ret)
+{
+        const msgpack_object *v = cube__map_get(m, key);
+        return v && cube__obj_u64(v, ret);
+}

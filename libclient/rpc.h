@@ -72,6 +72,13 @@ cube_error *cube__write(cube_client *c, const cube_handle *h, const void *data, 
 cube_error *cube__read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
 /* The oldest descriptor received and not yet taken, or -1. */
 int cube__take_fd(cube_client *c);
+/* Sends a request whose params are n u64 values, and waits for its answer. */
+cube_error *cube__request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
+                          cube__deliver_fn deliver, void *ctx);
+/* The error for an answer that is not the protocol's. */
+cube_error *cube__err_answer(const char *method);
+/* Whether map m holds key with an unsigned integer, stored in *ret. */
+bool cube__map_u64(const msgpack_object *m, const char *key, uint64_t *ret);
 /* A handle this client may use: stamped with its service, offsets that fit. */
 cube_error *cube__check_handle(cube_client *c, const cube_handle *h);
 
