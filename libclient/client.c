@@ -338,29 +338,18 @@ cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n)
         return handles_call(c, "check", handles, n);
 }
 
-static cube_error *stream_call(cube_client *c, const char *method)
-{
-        cube__call call = {0};
-        frame f;
-
-        frame_init(&f);
-        call.msgid = cube__next_msgid(c);
-        if (cube__pack_request(&f.pk, call.msgid, method, 1) < 0 ||
-            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
-                return oom();
-        }
-        return frame_call(c, &f, &call);
-}
-
 cube_error *cube_flush(cube_client *c)
 {
-        return stream_call(c, "flush");
+        uint64_t stream = cube_stream_current();
+
+        return cube__request(c, "flush", &stream, 1, NULL, NULL);
 }
 
 cube_error *cube_memory_cleanup(cube_client *c)
 {
-        return stream_call(c, "memory_cleanup");
+        uint64_t stream = cube_stream_current();
+
+        return cube__request(c, "memory_cleanup", &stream, 1, NULL, NULL);
 }
 
 static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
@@ -381,12 +370,10 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
             !(v = cube__map_get(r, "kernels")) || !cube__obj_u64(v, &st->kernels) ||
             !(v = cube__map_get(r, "poisoned")) || !cube__obj_bool(v, &st->poisoned) ||
             !(v = cube__map_get(r, "properties")) || !cube__obj_properties(v, &st->properties))
-                return cube__err_generic("cubed's status answer is not protocol version %d's",
-                                         CUBE_PROTOCOL_VERSION);
+                return cube__err_answer("status");
         st->sessions = (uint32_t) sessions;
         if (!(v = cube__map_get(r, "poison")) || v->type != MSGPACK_OBJECT_STR)
-                return cube__err_generic("cubed's status answer is not protocol version %d's",
-                                         CUBE_PROTOCOL_VERSION);
+                return cube__err_answer("status");
         /* A long reason is cut to fit rather than refused. */
         size_t n = v->via.str.size < sizeof(st->poison) - 1 ? v->via.str.size : sizeof(st->poison) - 1;
         memcpy(st->poison, v->via.str.ptr, n);
@@ -397,17 +384,8 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status)
 {
         cube_status st = {0};
-        cube__call call = { .deliver = deliver_status, .ctx = &st };
-        frame f;
-        cube_error *e;
+        cube_error *e = cube__request(c, "status", NULL, 0, deliver_status, &st);
 
-        frame_init(&f);
-        call.msgid = cube__next_msgid(c);
-        if (cube__pack_request(&f.pk, call.msgid, "status", 0) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
-                return oom();
-        }
-        e = frame_call(c, &f, &call);
         if (!e)
                 *ret_status = st;
         return e;

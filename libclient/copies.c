@@ -305,20 +305,10 @@ static cube_error *deliver_region(cube__call *call, const msgpack_object *res)
 cube_error *cube_region_create(cube_client *c, uint64_t size, cube_region **ret_region)
 {
         region_answer a = { .fd = -1 };
-        cube__call call = { .deliver = deliver_region, .ctx = &a, .client = c };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube_error *e = cube__request(c, "region", &size, 1, deliver_region, &a);
         cube_region *r;
-        cube_error *e;
         void *map;
 
-        sb_init(&sb, &pk);
-        call.msgid = cube__next_msgid(c);
-        if (cube__pack_request(&pk, call.msgid, "region", 1) | msgpack_pack_uint64(&pk, size)) {
-                msgpack_sbuffer_destroy(&sb);
-                return oom();
-        }
-        e = send_packed(c, &sb, &call, NULL, 0);
         if (e) {
                 if (a.fd >= 0)
                         close(a.fd);

@@ -43,28 +43,14 @@ static cube_error *deliver_failures(cube__call *call, const msgpack_object *r)
         list->n = r->via.array.size;
         return NULL;
 bad:
-        return cube__err_generic("cubed's failures answer is not protocol version %d's",
-                                 CUBE_PROTOCOL_VERSION);
+        return cube__err_answer("failures");
 }
 
 cube_error *cube_daemon_failures(cube_client *c, cube_failure_info **ret_failures, size_t *ret_n)
 {
         failure_list list = {0};
-        cube__call call = { .deliver = deliver_failures, .ctx = &list };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
+        cube_error *e = cube__request(c, "failures", NULL, 0, deliver_failures, &list);
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        call.msgid = cube__next_msgid(c);
-        if (cube__pack_request(&pk, call.msgid, "failures", 0) < 0) {
-                msgpack_sbuffer_destroy(&sb);
-                return cube__err_generic("out of memory in libcubeclient");
-        }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
         if (e) {
                 cube_failures_free(list.v, list.n);
                 return e;

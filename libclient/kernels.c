@@ -112,22 +112,7 @@ oom:
 
 cube_error *cube_compile_queued(cube_client *c)
 {
-        cube__call call = {0};
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        call.msgid = cube__next_msgid(c);
-        PACK(cube__pack_request(&pk, call.msgid, "compile_queued", 0));
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
-        return e;
-oom:
-        msgpack_sbuffer_destroy(&sb);
-        return cube__err_generic("out of memory in libcubeclient");
+        return cube__request(c, "compile_queued", NULL, 0, NULL, NULL);
 }
 
 typedef struct kernel_list {
@@ -169,25 +154,14 @@ static cube_error *deliver_kernels(cube__call *call, const msgpack_object *r)
         list->n = r->via.array.size;
         return NULL;
 bad:
-        return cube__err_generic("cubed's kernels answer is not protocol version %d's",
-                                 CUBE_PROTOCOL_VERSION);
+        return cube__err_answer("kernels");
 }
 
 cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n)
 {
         kernel_list list = {0};
-        cube__call call = { .deliver = deliver_kernels, .ctx = &list };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
+        cube_error *e = cube__request(c, "kernels", NULL, 0, deliver_kernels, &list);
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        call.msgid = cube__next_msgid(c);
-        PACK(cube__pack_request(&pk, call.msgid, "kernels", 0));
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
         if (e) {
                 free(list.v);
                 return e;
@@ -195,7 +169,4 @@ cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, 
         *ret_kernels = list.v;
         *ret_n = list.n;
         return NULL;
-oom:
-        msgpack_sbuffer_destroy(&sb);
-        return cube__err_generic("out of memory in libcubeclient");
 }

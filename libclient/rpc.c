@@ -304,7 +304,7 @@ cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec
 cube_error *cube__request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
                           cube__deliver_fn deliver, void *ctx)
 {
-        cube__call call = { .deliver = deliver, .ctx = ctx };
+        cube__call call = { .deliver = deliver, .ctx = ctx, .client = c };
         msgpack_sbuffer sb;
         msgpack_packer pk;
         cube_error *e;
