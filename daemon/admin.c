@@ -91,18 +91,21 @@ cube__dispatched cube__do_kernels(cube__msg *k)
         r |= cube__pack_response_ok(&pk, k->env->msgid);
         r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
         for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
+                /* A compiling kernel's figures are the thread pool's until it
+                 * is done: they read as zeros until then. */
+                bool done = kn->state != CUBE__KERNEL_COMPILING;
                 r |= msgpack_pack_map(&pk, 9);
                 r |= cube__pack_kv_str(&pk, "hash", kn->hash);
                 r |= cube__pack_kv_str(&pk, "entry", kn->entry);
                 r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
                 r |= cube__pack_kv_str(&pk, "state", states[kn->state]);
                 r |= cube__pack_str(&pk, "from_disk");
-                r |= kn->from_disk ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+                r |= done && kn->from_disk ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
                 r |= cube__pack_str(&pk, "compile_ms");
-                r |= msgpack_pack_double(&pk, kn->compile_ms);
+                r |= msgpack_pack_double(&pk, done ? kn->compile_ms : 0);
                 r |= cube__pack_kv_u64(&pk, "hits", kn->hits);
                 r |= cube__pack_kv_u64(&pk, "buffers", kn->desc.n_buffers);
-                r |= cube__pack_kv_u64(&pk, "shared_bytes", kn->shared_bytes);
+                r |= cube__pack_kv_u64(&pk, "shared_bytes", done ? kn->shared_bytes : 0);
         }
         if (r == 0)
                 cube__reply_sbuffer(k->session, &sb);
@@ -126,11 +129,6 @@ cube__dispatched cube__do_failures(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
-static void count_stream(uint64_t key, void *value, void *ctx)
-{
-        (*(uint64_t *) ctx)++;
-}
-
 cube__dispatched cube__do_sessions(cube__msg *k)
 {
         msgpack_sbuffer sb;
@@ -140,14 +138,12 @@ cube__dispatched cube__do_sessions(cube__msg *k)
         begin(&sb, &pk, k);
         r |= msgpack_pack_array(&pk, k->server->n_sessions);
         for (cube__session *s = k->server->sessions; s; s = s->next) {
-                uint64_t streams = 0;
-                cube__idmap_foreach(&s->streams, count_stream, &streams);
                 r |= msgpack_pack_map(&pk, 13);
                 r |= cube__pack_kv_u64(&pk, "id", s->id);
                 r |= cube__pack_kv_u64(&pk, "pid", (uint64_t) s->pid);
                 r |= cube__pack_kv_u64(&pk, "uid", (uint64_t) s->uid);
                 r |= cube__pack_kv_str(&pk, "name", s->name);
-                r |= cube__pack_kv_u64(&pk, "streams", streams);
+                r |= cube__pack_kv_u64(&pk, "streams", s->streams.len);
                 r |= cube__pack_kv_u64(&pk, "memory_in_use", s->memory_in_use);
                 r |= cube__pack_kv_u64(&pk, "memory_peak", s->memory_peak);
                 r |= cube__pack_kv_u64(&pk, "allocations", s->memory.len);
@@ -202,11 +198,6 @@ typedef struct memory_ctx {
         int r;
 } memory_ctx;
 
-static void count_reports(uint64_t key, void *value, void *ctx)
-{
-        (*(uint64_t *) ctx)++;
-}
-
 static void pack_report(uint64_t key, void *value, void *ctx)
 {
         memory_ctx *c = ctx;
@@ -230,7 +221,7 @@ cube__dispatched cube__do_memory(cube__msg *k)
         memory_ctx c = { &pk, 0, 0 };
 
         for (cube__session *s = k->server->sessions; s; s = s->next)
-                cube__idmap_foreach(&s->streams, count_reports, &n);
+                n += s->streams.len;
         begin(&sb, &pk, k);
         c.r |= msgpack_pack_array(&pk, (uint32_t) n);
         for (cube__session *s = k->server->sessions; s; s = s->next) {

@@ -93,26 +93,6 @@ void cube__options_done(cube__options *o)
         *o = (cube__options) {0};
 }
 
-int cube__options_copy(const cube__options *from, cube__options *to)
-{
-        *to = *from;
-        to->socket_path = from->socket_path ? strdup(from->socket_path) : NULL;
-        to->backend = from->backend ? strdup(from->backend) : NULL;
-        to->cache_dir = from->cache_dir ? strdup(from->cache_dir) : NULL;
-        to->config_path = from->config_path ? strdup(from->config_path) : NULL;
-        to->socket_group = from->socket_group ? strdup(from->socket_group) : NULL;
-        to->allow_uids = from->allow_uids ? strdup(from->allow_uids) : NULL;
-        to->allow_groups = from->allow_groups ? strdup(from->allow_groups) : NULL;
-        if ((from->socket_path && !to->socket_path) || (from->backend && !to->backend) ||
-            (from->cache_dir && !to->cache_dir) || (from->config_path && !to->config_path) ||
-            (from->socket_group && !to->socket_group) || (from->allow_uids && !to->allow_uids) ||
-            (from->allow_groups && !to->allow_groups)) {
-                cube__options_done(to);
-                return -ENOMEM;
-        }
-        return 0;
-}
-
 /* "64M", "1G", "4096": a whole size in bytes, suffixes in powers of 1024. */
 static int parse_size(const char *s, uint64_t *ret)
 {

@@ -264,6 +264,7 @@ typedef struct cube__op {
         cube__stream *stream;
         struct cube__op *next;          /* in its stream's queue */
         cube__alloc *alloc;             /* a copy's allocation; NULL for fences */
+        uint64_t start, end;            /* a copy's span of it, allocation-relative */
         cube__pending_reply *reply;     /* the answer this work counts toward, or NULL */
         void *owned;                    /* freed once the work completes */
         cube__launch_work *launch;      /* a launch's own record */
@@ -325,6 +326,8 @@ void cube__schedule(cube__server *srv);
 void cube__op_retire(cube__op *o);
 /* Marks the device poisoned (once) with why; every later operation reports it. */
 void cube__server_poison(cube__server *srv, cube_error *poison);
+/* ServerError::DevicePoisoned for the poisoned device. */
+cube_error *cube__poisoned(cube__server *srv);
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
 /* Called when every piece of work for the reply was submitted. */
 void cube__pending_arm(cube__pending_reply *r);
@@ -519,7 +522,6 @@ typedef struct cube__options {
 
 void cube__options_default(cube__options *o);
 void cube__options_done(cube__options *o);
-int cube__options_copy(const cube__options *from, cube__options *to);
 /* Sets one option by its key (the long command-line option's name). */
 int cube__option_set(cube__options *o, const char *key, const char *value, const char **ret_why);
 /* Builds the options from defaults, the file at path (may be NULL), then

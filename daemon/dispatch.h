@@ -30,8 +30,6 @@ bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **
  * write them did not. Takes e. */
 void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
-/* ServerError::DevicePoisoned for the poisoned device. */
-cube_error *cube__poisoned(cube__server *srv);
 
 /* memops.c */
 cube__dispatched cube__do_create(cube__msg *k);

@@ -217,7 +217,6 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
         cube__failures_prune(&srv->failures, failure);
 }
 
-/* The first failure an input carries, and which memory carried it. */
 /* The first failure claiming bytes of [start, end), or 0. */
 static uint64_t claimed(const cube__claims *claims, uint64_t start, uint64_t end)
 {
@@ -227,6 +226,7 @@ static uint64_t claimed(const cube__claims *claims, uint64_t start, uint64_t end
         return 0;
 }
 
+/* The first failure an input carries, and which memory carried it. */
 static uint64_t input_failure(const launch_req *r, const cube__kernel *kernel, uint64_t *ret_memory)
 {
         uint64_t failure;
@@ -504,7 +504,6 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 }
         failure = input_failure(&r, kernel, &needed);
         if (failure) {
-                s->count_ready = false;
                 skip(k, &r, kernel, failure, needed);
                 goto out;
         }
@@ -522,7 +521,6 @@ cube__dispatched cube__do_launch(cube__msg *k)
                                                                         "reading a dynamic count"));
                         goto out;
                 }
-                s->count_ready = false;
                 if (s->count_error) {
                         e = s->count_error;
                         s->count_error = NULL;
@@ -550,6 +548,13 @@ cube__dispatched cube__do_launch(cube__msg *k)
         }
         submit(k, &r, kernel, st);
 out:
+        if (d != CUBE__DISPATCH_PAUSED) {
+                /* A fetched count belongs to this launch alone, however it
+                 * ended. */
+                s->count_ready = false;
+                cube_error_free(s->count_error);
+                s->count_error = NULL;
+        }
         req_free(&r);
         return d;
 }

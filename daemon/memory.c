@@ -230,12 +230,9 @@ void cube__name_free(cube__name *n)
                 }
         a->holders--;
         if (a->charged == n->session) {
-                /* Another holder keeps the bytes now, if any holds them. */
-                cube__session *heir = NULL;
-                for (cube__name *h = a->names; h && !heir; h = h->next_holder)
-                        if (h->session != n->session)
-                                heir = h->session;
-                charge(a, heir);
+                /* The next holder keeps the bytes now, if any holds them: the
+                 * same session, when it imported its own export. */
+                charge(a, a->names ? a->names->session : NULL);
         }
         cube__claims_clear(&srv->failures, &n->local);
         free(n);

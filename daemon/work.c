@@ -40,7 +40,7 @@ static void pending_finish(cube__pending_reply *r)
 
         /* The barrier came after a fault: nothing it waited for can be trusted. */
         if (!e && srv->poison)
-                e = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
+                e = cube__poisoned(srv);
         if (!e && r->handles)
                 e = cube__ensure_written(s, r->handles, r->n_handles);
         if (r->finished) {
@@ -121,6 +121,8 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
                 region->pending++;
         }
         o->alloc = a;
+        o->start = offset;
+        o->end = offset + (copy->rows ? (copy->rows - 1) * copy->pitch + copy->width : 0);
         o->reply = reply;
         o->owned = owned;
         if (owned && op == CUBE__WORK_COPY_TO_DEVICE) {
@@ -217,8 +219,8 @@ static void op_finish(cube__op *o)
                          * bytes it was to write, for the next read to report. */
                         uint64_t failure = cube__failures_insert(&srv->failures, o->work.error,
                                                                  s->id);
-                        cube__claims_taint(&srv->failures, &o->alloc->claims, o->work.offset,
-                                           o->work.offset + o->work.len, failure);
+                        cube__claims_taint(&srv->failures, &o->alloc->claims, o->start, o->end,
+                                           failure);
                         cube__failures_prune(&srv->failures, failure);
                 } else {
                         cube_error_free(o->work.error);

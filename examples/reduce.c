@@ -43,7 +43,9 @@ static const char source[] =
         "                        part[t] += part[t + s];\n"
         "                sync_cube();\n"
         "        }\n"
-        "        if (t == 0)\n"
+        "        /* The grid is rounded up to whole rows of cubes: the ones past\n"
+        "         * the data have no slot of their own to write. */\n"
+        "        if (t == 0 && (uint64_t) CUBE_POS * CUBE_DIM < n)\n"
         "                partial[CUBE_POS] = part[0];\n"
         "}\n";
 

@@ -47,6 +47,13 @@ const char *cube_client_backend(const cube_client *c)
         return c->backend;
 }
 
+cube_error *cube_client_require_backend(const cube_client *c, const char *backend)
+{
+        if (strcmp(c->backend, backend) == 0)
+                return NULL;
+        return cube__err_service_mismatch(c->service, backend);
+}
+
 const cube_device_properties *cube_client_properties(const cube_client *c)
 {
         return &c->properties;

@@ -257,19 +257,11 @@ cube_error *cube_empty_tensor(cube_client *c, const uint64_t *shape, uint32_t ra
                 a = a < 16 ? 16 : a > align ? align : a;
                 pitch = (row + a - 1) / a * a;
         }
+        if (pitch % elem_size)
+                pitch = row;    /* strides count elements: a pitch holds whole ones */
         t.strides[rank - 1] = 1;
-        if (rank > 1)
-                t.strides[rank - 2] = pitch / elem_size;
-        for (uint32_t i = rank - 2; rank > 2 && i-- > 0;)
-                t.strides[i] = t.strides[i + 1] * shape[i + 1];
-        if (pitch % elem_size) {
-                /* Strides count elements: a pitch must hold whole ones. */
-                pitch = row;
-                if (rank > 1)
-                        t.strides[rank - 2] = shape[rank - 1];
-                for (uint32_t i = rank - 2; rank > 2 && i-- > 0;)
-                        t.strides[i] = t.strides[i + 1] * shape[i + 1];
-        }
+        for (uint32_t i = rank - 1; i-- > 0;)
+                t.strides[i] = i == rank - 2 ? pitch / elem_size : t.strides[i + 1] * shape[i + 1];
         for (uint32_t i = 0; i + 1 < rank; i++) {
                 if (shape[i] && rows > UINT64_MAX / shape[i])
                         return cube__err_validation("the tensor's shape overflows 64 bits");

@@ -221,6 +221,75 @@ START_TEST(requests_before_hello_and_responses_are_refused)
 }
 END_TEST
 
+/* Sends a check of one handle as request msgid. */
+static void send_check(int fd, uint32_t msgid, const cube_handle *h)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, msgid, "check", 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        cube__pack_handle(&pk, h);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+static void send_create(int fd, uint64_t memory, uint64_t size)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "create", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, memory);
+        msgpack_pack_uint64(&pk, size);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* What the library would refuse before sending, sent raw: the daemon refuses
+ * it too, and keeps the connection. */
+START_TEST(hostile_sizes_and_offsets_are_refused_by_the_daemon)
+{
+        int fd = raw_connect(D.socket);
+        uint64_t nonce, session;
+
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        uint64_t huge = session << 40 | 1, small = session << 40 | 2;
+
+        send_create(fd, huge, UINT64_MAX);
+        send_check(fd, 1, &(cube_handle) { .service = nonce, .memory = huge, .size = UINT64_MAX });
+        expect_error(fd, 1, CUBE_SERVER_SEVERAL, "can't allocate buffer of size: 18446744073709551615");
+
+        send_create(fd, small, 16);
+        send_check(fd, 2, &(cube_handle) { .service = nonce, .memory = small, .offset_start = 10,
+                                           .offset_end = 10, .size = 16 });
+        expect_error(fd, 2, CUBE_SERVER_VALIDATION, "do not fit memory");
+        send_check(fd, 3, &(cube_handle) { .service = nonce, .memory = small,
+                                           .offset_start = UINT64_MAX, .offset_end = 2,
+                                           .size = 16 });
+        expect_error(fd, 3, CUBE_SERVER_VALIDATION, "do not fit memory");
+
+        /* The connection still serves: the whole of it checks clean. */
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        send_check(fd, 4, &(cube_handle) { .service = nonce, .memory = small, .size = 16 });
+        ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_uint_eq(env.msgid, 4);
+        ck_assert_int_eq(env.error->type, MSGPACK_OBJECT_NIL);
+        msgpack_unpacked_destroy(&up);
+        close(fd);
+}
+END_TEST
+
 START_TEST(a_wrong_version_and_an_unknown_method_keep_the_connection)
 {
         int fd = raw_connect(D.socket);
@@ -415,6 +484,7 @@ int main(void)
         tcase_add_test(tc, limit_str);
         tcase_add_test(tc, limit_objects);
         tcase_add_test(tc, hostile_input_in_parallel_sessions);
+        tcase_add_test(tc, hostile_sizes_and_offsets_are_refused_by_the_daemon);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);

@@ -1197,6 +1197,32 @@ START_TEST(a_session_over_its_quota_by_inheritance_may_not_grow)
 }
 END_TEST
 
+/* Importing one's own export and freeing the first name must not shed the
+ * charge: the bytes are still the session's. */
+START_TEST(a_session_that_imports_its_own_export_keeps_the_charge)
+{
+        static const char *const args[] = { "--session-memory", "1M", NULL };
+        char token[33];
+        cube_client *a;
+        cube_handle ha, hi, more;
+
+        start(args);
+        ck_ok(cube_connect(D.socket, "a", &a));
+        ck_ok(cube_empty(a, 600 * 1024, &ha));
+        ck_ok(cube_export(a, &ha, token));
+        ck_ok(cube_import(a, token, false, &hi));
+        ck_ok(cube_free(a, &ha));
+        ck_ok(cube_sync(a, NULL, 0));
+        ck_assert_uint_eq(session_info(a, cube_client_session(a)).memory_in_use, 600 * 1024);
+
+        ck_ok(cube_empty(a, 600 * 1024, &more));
+        expect_over_quota(cube_check(a, &more, 1), 614400, "session-memory");
+        cube_disconnect(a);
+        ck_assert(wait_memory_in_use(D.socket, 0, 5000));
+        stop_clean();
+}
+END_TEST
+
 /* nobody holds two sessions; a third is refused; root still gets in; once one
  * ends, nobody gets in again. */
 static int hold_max_sessions(const char *socket, int from_test, int to_test)
@@ -1798,6 +1824,7 @@ int main(void)
         tcase_add_test(quotas, session_memory_caps_one_session);
         tcase_add_test(quotas, uid_memory_caps_a_users_sessions_together);
         tcase_add_test(quotas, a_session_over_its_quota_by_inheritance_may_not_grow);
+        tcase_add_test(quotas, a_session_that_imports_its_own_export_keeps_the_charge);
         tcase_add_test(quotas, max_sessions_refuses_one_more);
         tcase_add_test(quotas, max_sessions_per_uid_refuses_a_second);
         tcase_add_test(quotas, max_streams_refuses_a_fifth_stream);

@@ -74,6 +74,13 @@ static void human_bytes(uint64_t n, char *buf, size_t cap)
                 snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+static int report(const char *what, cube_error *e)
+{
+        fprintf(stderr, "cubectl: %s failed: %s\n", what, cube_error_message(e));
+        cube_error_free(e);
+        return EXIT_ERROR;
+}
+
 static int cmd_status(cube_client *c, bool json, const char *arg)
 {
         cube_status st;
@@ -81,11 +88,8 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
         const cube_device_properties *p = &st.properties;
         char mem[32], peak[32], total[32];
 
-        if (e) {
-                fprintf(stderr, "cubectl: status failed: %s\n", cube_error_message(e));
-                cube_error_free(e);
-                return EXIT_ERROR;
-        }
+        if (e)
+                return report("status", e);
         if (json) {
                 printf("{\"service\":");
                 print_json_string(st.service);
@@ -136,11 +140,8 @@ static int cmd_kernels(cube_client *c, bool json, const char *arg)
         size_t n;
         cube_error *e = cube_daemon_kernels(c, &v, &n);
 
-        if (e) {
-                fprintf(stderr, "cubectl: kernels failed: %s\n", cube_error_message(e));
-                cube_error_free(e);
-                return EXIT_ERROR;
-        }
+        if (e)
+                return report("kernels", e);
         if (json) {
                 putchar('[');
                 for (size_t i = 0; i < n; i++) {
@@ -180,11 +181,8 @@ static int cmd_failures(cube_client *c, bool json, const char *arg)
         size_t n;
         cube_error *e = cube_daemon_failures(c, &v, &n);
 
-        if (e) {
-                fprintf(stderr, "cubectl: failures failed: %s\n", cube_error_message(e));
-                cube_error_free(e);
-                return EXIT_ERROR;
-        }
+        if (e)
+                return report("failures", e);
         if (json)
                 putchar('[');
         for (size_t i = 0; i < n; i++) {
@@ -223,13 +221,6 @@ static int cmd_failures(cube_client *c, bool json, const char *arg)
                 printf("no live failures\n");
         cube_failures_free(v, n);
         return EXIT_OK;
-}
-
-static int report(const char *what, cube_error *e)
-{
-        fprintf(stderr, "cubectl: %s failed: %s\n", what, cube_error_message(e));
-        cube_error_free(e);
-        return EXIT_ERROR;
 }
 
 static int cmd_sessions(cube_client *c, bool json, const char *arg)

@@ -161,9 +161,13 @@ static int thread_prepare_units(cpu_thread *t)
 
         if (t->stacks)
                 return 0;
-        t->uctx = calloc(t->max_units, sizeof(*t->uctx));
-        t->units = calloc(t->max_units, sizeof(*t->units));
-        t->state = calloc(t->max_units, 1);
+        /* A failed try keeps what it got, for the next one to reuse. */
+        if (!t->uctx)
+                t->uctx = calloc(t->max_units, sizeof(*t->uctx));
+        if (!t->units)
+                t->units = calloc(t->max_units, sizeof(*t->units));
+        if (!t->state)
+                t->state = calloc(t->max_units, 1);
         if (!t->uctx || !t->units || !t->state)
                 return -ENOMEM;
         t->stacks = mmap(NULL, total, PROT_READ | PROT_WRITE,

@@ -178,6 +178,10 @@ void cube_disconnect(cube_client *c);
 const char *cube_client_service(const cube_client *c);
 /* The backend's name, "cpu" or "cuda". */
 const char *cube_client_backend(const cube_client *c);
+/* NULL when the client reaches a daemon of that backend, else
+ * ServiceMismatch{client, requested}: for a caller that can only use one
+ * kind of device and must not run its work on another. */
+cube_error *cube_client_require_backend(const cube_client *c, const char *backend);
 
 typedef struct cube_device_properties {
         char name[64];
