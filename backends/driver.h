@@ -75,6 +75,8 @@ struct cube__work {
         cube_error *error;              /* set by the backend; the core takes it */
 };
 
+/* Hands back one piece of work, or several linked by next (NULL-terminated):
+ * a backend that finishes a batch hands it back with one call. */
 typedef void (*cube__complete_fn)(void *ctx, cube__work *work);
 
 typedef struct cube__device_config {
@@ -108,8 +110,9 @@ typedef struct cube__driver {
         /* Called once no submitted work remains on the stream. */
         void (*stream_close)(cube__device *d, cube__dstream *s);
 
-        /* Queues work on a stream; work on one stream completes in order. A
-         * launch that faults completes with DevicePoison as its error. */
+        /* Queues work on a stream: w and whatever is linked after it by next
+         * (NULL-terminated), in that order. Work on one stream completes in
+         * order. A launch that faults completes with DevicePoison as its error. */
         void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
 
         /* Kernels. artifact_ext names the compiled form's files ("so").

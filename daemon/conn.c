@@ -116,6 +116,20 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
                         close(fd);
                 return;
         }
+        /* Most answers fit the socket at once: written now, they cost no
+         * request, no callback and no second pass of the loop. libuv refuses
+         * (EAGAIN) while earlier writes wait, which keeps answers in order. */
+        size_t sent = 0;
+        if (fd < 0) {
+                uv_buf_t now = uv_buf_init(frame, (unsigned) len);
+                int n = uv_try_write((uv_stream_t *) &c->pipe, &now, 1);
+                if (n > 0)
+                        sent = (size_t) n;
+                if (sent == len) {
+                        free(frame);
+                        return;
+                }
+        }
         w = calloc(1, sizeof(*w));
         if (!w || (fd >= 0 && !(w->fd_handle = malloc(sizeof(*w->fd_handle))))) {
                 free(w);
@@ -127,7 +141,7 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
         }
         w->conn = c;
         w->frame = frame;
-        b = uv_buf_init(frame, (unsigned) len);
+        b = uv_buf_init(frame + sent, (unsigned) (len - sent));
         if (fd >= 0) {
                 /* libuv sends only handles: wrap the descriptor in one. */
                 uv_pipe_init(c->server->loop, w->fd_handle, 0);
@@ -291,7 +305,7 @@ static bool decode_dispatch(cube__conn *c, const uint8_t *msg, size_t mlen,
 }
 
 /* Decodes and dispatches every whole message buffered. */
-static void process(cube__conn *c)
+static void process_buffered(cube__conn *c)
 {
         const cube__limits *lim = &c->server->opts.limits;
         cube__rbuf *b = &c->rb;
@@ -349,6 +363,16 @@ static void process(cube__conn *c)
                 fresh.len = rest;
                 *b = fresh;
         }
+}
+
+/* The work of everything one read brought goes to the device together. */
+static void process(cube__conn *c)
+{
+        cube__server *srv = c->server;
+
+        cube__schedule_plug(srv);
+        process_buffered(c);
+        cube__schedule_unplug(srv);
 }
 
 bool cube__conn_wait_for(cube__conn *c, cube__kernel *k)

@@ -155,6 +155,8 @@ typedef struct cube__stream {
         struct cube__op *head, *tail;   /* queued, not yet submitted */
         bool active;                    /* on the session's list of streams with queued work */
         struct cube__stream *active_next;
+        cube__work *batch_head, *batch_tail;    /* picked, about to be submitted */
+        struct cube__stream *batch_next;
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
@@ -312,8 +314,11 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
                        cube__pending_reply *reply, struct cube__region *region);
 
 /* ---- the executor (executor.c) ------------------------------------------ */
-/* A new piece of work on st that will touch n_uses allocations, or NULL. */
-cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses);
+/* A new piece of work on st that will touch n_uses allocations, or NULL.
+ * extra bytes (16-aligned, zeroed) come with it at *ret_extra and go with it;
+ * freeing o frees everything. */
+cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses,
+                       size_t extra, void **ret_extra);
 /* Declares the next allocation o touches, and whether it writes it. */
 void cube__op_use(cube__op *o, cube__alloc *a, bool writes);
 /* Queues o: it runs after everything queued before it on its stream, and
@@ -322,6 +327,11 @@ void cube__op_use(cube__op *o, cube__alloc *a, bool writes);
 void cube__op_enqueue(cube__op *o);
 /* Submits what may run now, one piece of work per session in turn. */
 void cube__schedule(cube__server *srv);
+/* While plugged, cube__schedule only notes that it is owed: the loop plugs
+ * while it dispatches everything one read brought, so a burst of requests
+ * reaches the device as one batch. The last unplug runs what was owed. */
+void cube__schedule_plug(cube__server *srv);
+void cube__schedule_unplug(cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);
 /* Marks the device poisoned (once) with why; every later operation reports it. */
@@ -578,6 +588,8 @@ struct cube__server {
         unsigned submitted;             /* work on the device now */
         cube__session *rr;              /* the session the executor serves first next */
         bool scheduling, reschedule;
+        unsigned plugged;               /* see cube__schedule_plug */
+        cube__stream *batched;          /* streams with work picked this pass */
         cube__kernel *kernels;          /* every cache entry of this run */
         cube__idmap kernel_index;       /* hash prefix -> first entry with it */
         uint64_t n_kernels;

@@ -19,6 +19,7 @@
  * work of every other session with ready work, plus what the device already
  * holds (at most DEVICE_WINDOW pieces), runs before it.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "cubed.h"
@@ -26,20 +27,22 @@
 #define DEVICE_WINDOW 64
 #define STREAM_WINDOW 16
 
-cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses)
+/* One allocation holds the op, its uses and extra bytes for the caller
+ * (a launch's record): a launch costs one malloc, not a dozen. */
+cube__op *cube__op_new(cube__session *s, cube__stream *st, cube__work_op kind, size_t n_uses,
+                       size_t extra, void **ret_extra)
 {
-        cube__op *o = calloc(1, sizeof(*o));
+        size_t head = (sizeof(cube__op) + n_uses * sizeof(cube__use) + 15) & ~(size_t) 15;
+        cube__op *o;
 
-        if (!o)
+        if (extra > SIZE_MAX - head || !(o = calloc(1, head + extra)))
                 return NULL;
-        o->uses = calloc(n_uses ? n_uses : 1, sizeof(*o->uses));
-        if (!o->uses) {
-                free(o);
-                return NULL;
-        }
+        o->uses = (cube__use *) (o + 1);
         o->session = s;
         o->stream = st;
         o->work.op = kind;
+        if (ret_extra)
+                *ret_extra = (char *) o + head;
         return o;
 }
 
@@ -113,6 +116,34 @@ void cube__op_enqueue(cube__op *o)
         cube__schedule(srv);
 }
 
+/* Work picked in one pass of the scheduler goes to the device as one chain
+ * per stream: the backend takes the chain with one lock and one wake-up. */
+static void batch(cube__server *srv, cube__stream *st, cube__work *w)
+{
+        w->next = NULL;
+        if (st->batch_tail) {
+                st->batch_tail->next = w;
+        } else {
+                st->batch_head = w;
+                st->batch_next = srv->batched;
+                srv->batched = st;
+        }
+        st->batch_tail = w;
+}
+
+static void submit_batches(cube__server *srv)
+{
+        while (srv->batched) {
+                cube__stream *st = srv->batched;
+                cube__work *w = st->batch_head;
+
+                srv->batched = st->batch_next;
+                st->batch_head = st->batch_tail = NULL;
+                st->batch_next = NULL;
+                srv->driver->submit(srv->device, st->device, w);
+        }
+}
+
 /* Submits one piece of this session's work, taking its streams in turn. */
 static bool submit_one(cube__session *s)
 {
@@ -140,7 +171,7 @@ static bool submit_one(cube__session *s)
                 o->submitted = true;
                 st->submitted++;
                 srv->submitted++;
-                srv->driver->submit(srv->device, st->device, &o->work);
+                batch(srv, st, &o->work);
                 return true;
         }
         return false;
@@ -148,7 +179,7 @@ static bool submit_one(cube__session *s)
 
 void cube__schedule(cube__server *srv)
 {
-        if (srv->scheduling) {
+        if (srv->scheduling || srv->plugged) {
                 srv->reschedule = true;
                 return;
         }
@@ -172,8 +203,20 @@ void cube__schedule(cube__server *srv)
                                 s = next;
                         } while (s != start);
                 }
+                submit_batches(srv);
         } while (srv->reschedule);
         srv->scheduling = false;
+}
+
+void cube__schedule_plug(cube__server *srv)
+{
+        srv->plugged++;
+}
+
+void cube__schedule_unplug(cube__server *srv)
+{
+        if (--srv->plugged == 0 && srv->reschedule)
+                cube__schedule(srv);
 }
 
 void cube__op_retire(cube__op *o)

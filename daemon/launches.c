@@ -70,12 +70,7 @@ typedef struct launch_req {
 
 static void req_free(launch_req *r)
 {
-        free(r->handles);
-        free(r->io);
-        free(r->allocs);
-        free(r->names);
-        free(r->start);
-        free(r->end);
+        free(r->handles);       /* the arrays share one block */
 }
 
 static bool obj_u32x3(const msgpack_object *o, uint32_t ret[3])
@@ -123,14 +118,16 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         r->n_io = p[5].via.array.size;
         if (r->n_io > r->n)
                 return cube__malformed(k, "more io declarations than buffers");
-        r->handles = calloc(r->n + 1, sizeof(*r->handles));
-        r->io = calloc(r->n_io + 1, sizeof(*r->io));
-        r->allocs = calloc(r->n + 1, sizeof(*r->allocs));
-        r->names = calloc(r->n + 1, sizeof(*r->names));
-        r->start = calloc(r->n + 1, sizeof(*r->start));
-        r->end = calloc(r->n + 1, sizeof(*r->end));
-        if (!r->handles || !r->io || !r->allocs || !r->names || !r->start || !r->end)
+        size_t slots = r->n + 1;
+        r->handles = calloc(slots, sizeof(*r->handles) + sizeof(*r->allocs) + sizeof(*r->names) +
+                                   sizeof(*r->start) + sizeof(*r->end) + sizeof(*r->io));
+        if (!r->handles)
                 return cube__malformed(k, "out of host memory");
+        r->allocs = (cube__alloc **) (r->handles + slots);
+        r->names = (cube__name **) (r->allocs + slots);
+        r->start = (uint64_t *) (r->names + slots);
+        r->end = r->start + slots;
+        r->io = (cube_buffer_io *) (r->end + slots);
         for (size_t i = 0; i < r->n; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
                         return cube__malformed(k, "a handle must be [service, memory, "
@@ -318,37 +315,28 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
 static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
 {
         cube__session *s = k->session;
-        cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, r->n + (r->count_alloc ? 1 : 0));
-        cube__launch_work *l = calloc(1, sizeof(*l));
-        size_t w = 0;
+        size_t n = r->n, w = 0;
+        /* The launch's record and its arrays ride in the op's own block. */
+        size_t extra = sizeof(cube__launch_work) + n * sizeof(cube__storage *) +
+                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) +
+                       2 * n * sizeof(uint64_t) + r->info_len + 8;
+        void *block;
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, n + (r->count_alloc ? 1 : 0), extra,
+                                   &block);
+        cube__launch_work *l = block;
 
-        if (o && l) {
-                o->launch = l;
-                o->work.launch = l;
-                l->storages = calloc(r->n + 1, sizeof(*l->storages));
-                l->offsets = calloc(r->n + 1, sizeof(*l->offsets));
-                l->info = malloc(r->info_len + 8);
-                o->written = calloc(r->n + 1, sizeof(*o->written));
-                o->written_range = calloc(2 * r->n + 2, sizeof(*o->written_range));
-        }
-        if (!o || !l || !l->storages || !l->offsets || !l->info || !o->written ||
-            !o->written_range) {
-                if (l) {
-                        free(l->storages);
-                        free(l->offsets);
-                        free(l->info);
-                }
-                if (o) {
-                        free(o->uses);
-                        free(o->written);
-                        free(o->written_range);
-                }
-                free(l);
-                free(o);
+        if (!o) {
                 refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));
                 return;
         }
+        o->launch = l;
+        o->work.launch = l;
+        l->info = (uint64_t *) (l + 1);
+        l->offsets = l->info + r->info_len / 8 + 1;
+        o->written_range = l->offsets + n;
+        l->storages = (cube__storage **) (o->written_range + 2 * n);
+        o->written = (cube__alloc **) (l->storages + n);
         l->module = kernel->module;
         l->kernel = kernel->entry;
         memcpy(l->count, r->count, sizeof(l->count));

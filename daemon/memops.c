@@ -472,7 +472,7 @@ cube__dispatched cube__do_sync(cube__msg *k)
         r->n_handles = n;
         /* The barrier also waits for work of other streams on the named
          * buffers, as a read of them would. */
-        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, n);
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, n, 0, NULL);
         if (!o) {
                 r->error = cube__err_generic("out of host memory queueing a sync");
         } else {

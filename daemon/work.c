@@ -4,10 +4,10 @@
  * The loop thread queues cube__op items (executor.c decides when each goes
  * to the device) and counts them on their session, stream and allocations,
  * so none of those can go away under the device. The backend hands each item
- * back from its own thread; the
- * completion queue carries it to the loop thread (uv_async coalesces wakeups,
- * so every wakeup drains the whole queue), where the counts drop and any
- * answer whose last piece of work finished is sent.
+ * back from its own thread, alone or in a batch; the completion queue
+ * carries it to the loop thread (an eventfd written only when the queue was
+ * empty, so every wakeup drains the whole queue), where the counts drop and
+ * any answer whose last piece of work finished is sent.
  */
 #include <inttypes.h>
 #include <stddef.h>
@@ -101,7 +101,7 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
 {
         uint64_t len = copy->rows * copy->width;
         cube__server *srv = s->server;
-        cube__op *o = cube__op_new(s, st, op, a ? 1 : 0);
+        cube__op *o = cube__op_new(s, st, op, a ? 1 : 0, 0, NULL);
 
         if (!o) {
                 /* Nothing was queued: the work's target must not read as written. */
@@ -184,16 +184,18 @@ static void launch_failed(cube__op *o)
 void cube__server_complete(void *ctx, cube__work *work)
 {
         cube__server *srv = ctx;
+        cube__work *last = work;
         bool first;
 
+        while (last->next)
+                last = last->next;
         uv_mutex_lock(&srv->completions_lock);
-        work->next = NULL;
         first = !srv->completions_head;
         if (srv->completions_tail)
                 srv->completions_tail->next = work;
         else
                 srv->completions_head = work;
-        srv->completions_tail = work;
+        srv->completions_tail = last;
         uv_mutex_unlock(&srv->completions_lock);
         /* A queue that was not empty has a wake-up on its way already: the
          * loop takes the whole queue at once. */
@@ -233,15 +235,6 @@ static void op_finish(cube__op *o)
         cube__op_retire(o);
         for (size_t i = 0; i < o->n_uses; i++)
                 cube__alloc_unref(o->uses[i].alloc);
-        if (o->launch) {
-                free(o->launch->storages);
-                free(o->launch->offsets);
-                free(o->launch->info);
-                free(o->launch);
-        }
-        free(o->uses);
-        free(o->written);
-        free(o->written_range);
         if (o->reply)
                 pending_put(o->reply);
         free(o);
@@ -262,11 +255,14 @@ void cube__server_drain_completions(cube__server *srv)
         srv->completions_head = srv->completions_tail = NULL;
         uv_mutex_unlock(&srv->completions_lock);
 
+        /* Room on the device, and work that waited on what finished, once
+         * everything that finished is retired. */
+        cube__schedule_plug(srv);
         while (w) {
                 cube__work *next = w->next;
                 op_finish((cube__op *) ((char *) w - offsetof(cube__op, work)));
                 w = next;
         }
-        /* Room on the device, and work that waited on what finished. */
+        cube__schedule_unplug(srv);
         cube__schedule(srv);
 }

@@ -135,6 +135,7 @@ static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
 
 static void client_free(cube_client *c)
 {
+        cube__batch_finish(c);
         for (size_t i = 0; i < c->n_fds; i++)
                 close(c->fds[i]);
         if (c->fd >= 0)

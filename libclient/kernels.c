@@ -100,8 +100,7 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         PACK(msgpack_pack_uint32(&pk, dyn));
         PACK(msgpack_pack_uint32(&pk, (uint32_t) l->mode));
         free(words);
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__send(c, &iov, 1);
+        e = cube__send_batched(c, sb.data, sb.size);
         msgpack_sbuffer_destroy(&sb);
         return e;
 oom:

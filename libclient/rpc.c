@@ -5,10 +5,11 @@
  * socket in whatever order the daemon finishes them, so whichever waiting
  * thread finds nobody reading becomes the reader: it reads one message,
  * delivers it to the call it answers (copying a read's bytes straight into
- * that caller's buffer), and wakes everyone to look again. No thread of the
- * library's own runs in the background.
+ * that caller's buffer), and wakes everyone to look again. The only thread
+ * of the library's own is batch.c's flusher, which only sends.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -74,16 +75,20 @@ static cube_error *parting_reason(cube_client *c)
         return why;
 }
 
-cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
+cube_error *cube__send_locked(cube_client *c, const struct iovec *iov, int n)
 {
-        struct iovec v[8];
-        struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t) n };
+        struct iovec v[9];
+        struct msghdr mh = { .msg_iov = v };
         cube_error *e = NULL;
 
         if (n > 8)
                 return cube__err_generic("a frame of more than 8 pieces");
-        memcpy(v, iov, (size_t) n * sizeof(*v));
-        pthread_mutex_lock(&c->write_lock);
+        /* Batched launches were queued first: they go first. */
+        if (c->batch.len > 0)
+                v[mh.msg_iovlen++] = (struct iovec) { c->batch.buf, c->batch.len };
+        memcpy(v + mh.msg_iovlen, iov, (size_t) n * sizeof(*v));
+        mh.msg_iovlen += (size_t) n;
+        c->batch.len = 0;
         while (mh.msg_iovlen > 0) {
                 ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
                 if (w < 0) {
@@ -106,12 +111,21 @@ cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
                         mh.msg_iov->iov_len -= (size_t) w;
                 }
         }
-        pthread_mutex_unlock(&c->write_lock);
         if (e) {
                 pthread_mutex_lock(&c->lock);
                 mark_dead(c, cube_error_clone(e));
                 pthread_mutex_unlock(&c->lock);
         }
+        return e;
+}
+
+cube_error *cube__send(cube_client *c, const struct iovec *iov, int n)
+{
+        cube_error *e;
+
+        pthread_mutex_lock(&c->write_lock);
+        e = cube__send_locked(c, iov, n);
+        pthread_mutex_unlock(&c->write_lock);
         return e;
 }
 
@@ -209,7 +223,19 @@ static cube_error *read_one(cube_client *c)
                 struct iovec iov = { b->p + b->len, b->cap - b->len };
                 struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                                      .msg_controllen = sizeof(ctl) };
-                ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+                ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        /* Wait in poll, not in a blocking recvmsg: a reader
+                         * blocked in recvmsg is woken each time the daemon
+                         * takes a request off this socket (the kernel's
+                         * "room to write" wake-up reaches every sleeper),
+                         * a wasted context switch per call; poll sleeps
+                         * until there is something to read. */
+                        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+                        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                                return lost(c, "waiting for an answer failed", errno);
+                        continue;
+                }
                 if (r < 0 && errno == EINTR)
                         continue;
                 for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); r > 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {

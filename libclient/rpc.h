@@ -32,11 +32,22 @@ struct cube__call {
         cube__call *next;
 };
 
+/* Launches waiting to go out together (batch.c); under write_lock. */
+typedef struct cube__batch {
+        char *buf;
+        size_t len, cap;
+        uint64_t since;                 /* CLOCK_MONOTONIC ns when the oldest was queued */
+        bool started, stop;             /* the flusher thread */
+        pthread_t thread;
+        pthread_cond_t cond;            /* wakes the flusher; waited on with write_lock */
+} cube__batch;
+
 struct cube_client {
         int fd;
         char path[108];
 
         pthread_mutex_t write_lock;     /* one frame at a time on the socket */
+        cube__batch batch;
         pthread_mutex_t lock;           /* everything below */
         pthread_cond_t cond;
         bool reading;                   /* a thread is reading for everyone */
@@ -60,8 +71,15 @@ struct cube_client {
         cube_protocol_limits daemon_limits;
 };
 
-/* Sends one frame made of iov pieces, whole, or marks the client dead. */
+/* Sends one frame made of iov pieces (at most 8), whole, after any batched
+ * launches, or marks the client dead. */
 cube_error *cube__send(cube_client *c, const struct iovec *iov, int n);
+/* cube__send with write_lock held; n may be 0 to send only the batch. */
+cube_error *cube__send_locked(cube_client *c, const struct iovec *iov, int n);
+/* Queues a frame that needs no answer in the batch (batch.c). */
+cube_error *cube__send_batched(cube_client *c, const void *frame, size_t len);
+/* Sends what the batch holds and stops its flusher; before disconnecting. */
+void cube__batch_finish(cube_client *c);
 /* Sends a request frame and waits for its response. pack fills the frame's
  * params: it is called with the msgid the frame must carry. */
 cube_error *cube__call_wait(cube_client *c, cube__call *call, const struct iovec *iov, int n);

@@ -829,6 +829,111 @@ START_TEST(a_restarted_daemon_loads_the_kernel_from_its_cache_dir)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * Launches on the wire: sent in batches, never stranded in the client
+ * ------------------------------------------------------------------------- */
+
+/* The launches the daemon has taken from session id, as another client sees
+ * them, or UINT64_MAX when it has no such session. */
+static uint64_t launches_taken(cube_client *watcher, uint64_t id)
+{
+        cube_session_info *v;
+        uint64_t taken = UINT64_MAX;
+        size_t n;
+
+        ck_ok(cube_daemon_sessions(watcher, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (v[i].id == id)
+                        taken = v[i].launches;
+        free(v);
+        return taken;
+}
+
+START_TEST(a_lone_launch_reaches_the_daemon_without_another_call)
+{
+        uint32_t in[TRIPLE_N];
+        cube_client *c, *watcher;
+        cube_handle hin, hout;
+        uint64_t k, taken = 0;
+
+        ck_ok(cube_connect(D.socket, "lone", &c));
+        ck_ok(cube_connect(D.socket, "watcher", &watcher));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 3, in, &hin, &hout);
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        /* Nothing more is asked of c until the daemon has the launch. */
+        for (int i = 0; i < 2000 && (taken = launches_taken(watcher, cube_client_session(c))) == 0;
+             i++)
+                usleep(1000);
+        ck_assert_uint_eq(taken, 1);
+        expect_tripled(c, in, &hout);
+        cube_disconnect(watcher);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(launches_queued_just_before_a_disconnect_still_run)
+{
+        uint32_t in[TRIPLE_N], got[TRIPLE_N];
+        cube_client *c, *reader;
+        cube_handle hin, hout, shared;
+        char token[33];
+        bool tripled = false;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "leaving", &c));
+        ck_ok(cube_connect(D.socket, "staying", &reader));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 4, in, &hin, &hout);
+        ck_ok(cube_export(c, &hout, token));
+        ck_ok(cube_import(reader, token, true, &shared));
+        launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        cube_disconnect(c);
+
+        for (int i = 0; i < 2000 && !tripled; i++) {
+                ck_ok(cube_read(reader, &shared, got, sizeof(got)));
+                tripled = got[0] == in[0] * 3u + 1u;
+                if (!tripled)
+                        usleep(1000);
+        }
+        ck_assert_msg(tripled, "the launch queued before the disconnect never ran");
+        for (uint32_t i = 0; i < TRIPLE_N; i++)
+                ck_assert_uint_eq(got[i], in[i] * 3u + 1u);
+        cube_disconnect(reader);
+}
+END_TEST
+
+START_TEST(a_burst_of_launches_runs_in_order_with_the_copies_between)
+{
+        enum { ROUNDS = 3000 };
+        uint32_t in[TRIPLE_N], back[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_client *c;
+        uint64_t k;
+
+        /* Every round triples in into out and out back into in; every 100th
+         * first overwrites in with fresh values. Only strict order between
+         * batched launches and unbatched writes ends with the model's values. */
+        ck_ok(cube_connect(D.socket, "burst", &c));
+        k = register_kernel(c, triple_source, "triple");
+        triple_buffers(c, 5, in, &hin, &hout);
+        for (int r = 0; r < ROUNDS; r++) {
+                if (r % 100 == 0) {
+                        fill_random(in, sizeof(in), 6 + (uint64_t) r);
+                        ck_ok(cube_write(c, &hin, in, sizeof(in)));
+                }
+                launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+                launch_triple(c, k, &hout, &hin, CUBE_LAUNCH_EXECUTE);
+                for (uint32_t i = 0; i < TRIPLE_N; i++)
+                        in[i] = (in[i] * 3u + 1u) * 3u + 1u;
+        }
+        ck_ok(cube_read(c, &hin, back, sizeof(back)));
+        for (uint32_t i = 0; i < TRIPLE_N; i++)
+                ck_assert_uint_eq(back[i], in[i]);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * A faulting kernel
  * ------------------------------------------------------------------------- */
 
@@ -1173,6 +1278,9 @@ static Suite *kernels_suite(void)
         tcase_add_test(tc, queue_mode_compiles_only_when_asked);
         tcase_add_test(tc, a_second_session_hits_the_first_sessions_compile);
         tcase_add_test(tc, a_restarted_daemon_loads_the_kernel_from_its_cache_dir);
+        tcase_add_test(tc, a_lone_launch_reaches_the_daemon_without_another_call);
+        tcase_add_test(tc, launches_queued_just_before_a_disconnect_still_run);
+        tcase_add_test(tc, a_burst_of_launches_runs_in_order_with_the_copies_between);
         tcase_add_test(tc, a_null_write_poisons_the_device_and_the_daemon_keeps_answering);
         tcase_add_test(tc, a_wild_write_between_barriers_poisons_the_device_too);
         tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);

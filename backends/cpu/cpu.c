@@ -89,8 +89,10 @@ static void perform(cube__device *d, cube__work *w)
         }
 }
 
-/* A worker: takes a ready stream, performs the work at its head, hands it
- * back, and puts the stream back on the ready list if more is queued. */
+/* A worker: takes a ready stream and everything queued on it, performs it
+ * in order, hands it all back with one completion, and puts the stream back
+ * on the ready list if more was queued meanwhile. Taking the whole queue is
+ * what makes a burst of small launches cost one wake-up, not one each. */
 static void *cpu_worker(void *arg)
 {
         cube__device *d = arg;
@@ -107,15 +109,13 @@ static void *cpu_worker(void *arg)
                         d->ready_tail = NULL;
                 s->ready = false;
                 s->busy = true;
-                cube__work *w = s->head;
-                s->head = w->next;
-                if (!s->head)
-                        s->tail = NULL;
+                cube__work *batch = s->head;
+                s->head = s->tail = NULL;
                 pthread_mutex_unlock(&d->lock);
 
-                perform(d, w);
-                w->next = NULL;
-                d->config.complete(d->config.complete_ctx, w);
+                for (cube__work *w = batch; w; w = w->next)
+                        perform(d, w);
+                d->config.complete(d->config.complete_ctx, batch);
 
                 /* The completion may already have let the daemon close the
                  * stream: then it is ours to free. */
@@ -303,13 +303,16 @@ static void cpu_stream_close(cube__device *d, cube__dstream *s)
 
 static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
 {
-        w->next = NULL;
+        cube__work *last = w;
+
+        while (last->next)
+                last = last->next;
         pthread_mutex_lock(&d->lock);
         if (s->tail)
                 s->tail->next = w;
         else
                 s->head = w;
-        s->tail = w;
+        s->tail = last;
         make_ready(d, s);
         pthread_mutex_unlock(&d->lock);
 }

@@ -269,9 +269,16 @@ static void participate(cpu_thread *t, cpu_job *job)
 
         self = t;
         t->job = job;
-        if (sigsetjmp(jb, 1)) {
+        /* Saving the signal mask would cost two system calls per launch; the
+         * only change a fault makes to it is blocking its own signal, which
+         * is undone here. */
+        if (sigsetjmp(jb, 0)) {
                 int expected = 0;
+                sigset_t faulted;
                 fault_jump = NULL;
+                sigemptyset(&faulted);
+                sigaddset(&faulted, fault_signal);
+                pthread_sigmask(SIG_UNBLOCK, &faulted, NULL);
                 if (atomic_compare_exchange_strong(&job->faulted, &expected, 1))
                         snprintf(job->fault, sizeof(job->fault), "%s at address %p in kernel "
                                  "'%s'", strsignal(fault_signal), fault_address, job->l->kernel);
@@ -393,7 +400,8 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
         job.total = (uint64_t) job.count[0] * job.count[1] * job.count[2];
         if (job.total == 0)
                 return NULL;
-        job.bufs = calloc(l->n_buffers ? l->n_buffers : 1, sizeof(void *));
+        void *few[16];
+        job.bufs = l->n_buffers <= 16 ? few : calloc(l->n_buffers, sizeof(void *));
         if (!job.bufs)
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                       "out of host memory launching kernel '%s'", l->kernel));
@@ -401,12 +409,14 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
                 job.bufs[i] = l->storages[i] ? (char *) l->storages[i]->bytes + l->offsets[i] : NULL;
 
         if (!caller && !(caller = thread_new(p->max_units))) {
-                free(job.bufs);
+                if (job.bufs != few)
+                        free(job.bufs);
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                       "out of host memory launching kernel '%s'", l->kernel));
         }
         if (l->module->uses_sync && thread_prepare_units(caller) < 0) {
-                free(job.bufs);
+                if (job.bufs != few)
+                        free(job.bufs);
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                       "cannot map unit stacks for kernel '%s'", l->kernel));
         }
@@ -438,6 +448,7 @@ cube_error *cube__cpu_run(cube__cpu_pool *p, const cube__launch_work *l)
 
         if (atomic_load(&job.faulted))
                 e = cube__err_poison("%s", job.fault);
-        free(job.bufs);
+        if (job.bufs != few)
+                free(job.bufs);
         return e;
 }

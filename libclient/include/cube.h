@@ -256,7 +256,8 @@ cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t 
 cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n);
 /* The claim check a read makes, instantly and without a barrier. */
 cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n);
-/* Flushes the stream; reports only device faults. */
+/* Sends the batched launches and flushes the stream; reports only device
+ * faults. */
 cube_error *cube_flush(cube_client *c);
 /* Releases the allocation; the daemon frees it once no queued work uses it. */
 cube_error *cube_free(cube_client *c, const cube_handle *h);
@@ -423,7 +424,9 @@ typedef struct cube_launch {
 cube_error *cube_kernel_register(cube_client *c, const char *source, const char *entry,
                                  uint64_t *ret_kernel);
 /* Launches on the calling thread's stream. Only mistakes the library can see
- * itself are returned here; everything else lands on the written buffers. */
+ * itself are returned here; everything else lands on the written buffers.
+ * The launch joins the connection's batch: it goes out ahead of the next
+ * frame any thread sends, when the batch fills, or at most 50 us later. */
 cube_error *cube_launch_kernel(cube_client *c, const cube_launch *launch);
 /* Compiles every kernel this session queued with CUBE_LAUNCH_QUEUE, and waits
  * for them. A kernel that failed reports it when it is launched. */
