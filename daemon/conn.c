@@ -29,6 +29,7 @@ struct cube__conn {
         cube__server *server;
         cube__session *session;
         cube__rbuf rb;
+        cube__direct direct;            /* a write's payload read into its target */
         unsigned writes_pending;
         bool paused;                    /* waiting for a kernel; see cube__conn_wait_for */
         bool held;                      /* accepted during a reinit: no session yet */
@@ -60,6 +61,7 @@ static void on_closed(uv_handle_t *h)
         if (c->next)
                 c->next->prev = c->prev;
         cube__rbuf_free(&c->rb);
+        cube__direct_end(&c->direct);
         if (c->waiting_on)
                 cube__kernel_forget(c->waiting_on, c);
         if (c->session)
@@ -162,6 +164,27 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
         c->writes_pending++;
 }
 
+void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len)
+{
+        uv_buf_t now = uv_buf_init((char *) bytes, (unsigned) len);
+        int n;
+        char *rest;
+
+        if (!c || c->closing)
+                return;
+        n = uv_try_write((uv_stream_t *) &c->pipe, &now, 1);
+        if (n < 0)
+                n = 0;
+        if ((size_t) n == len)
+                return;
+        if (!(rest = malloc(len - (size_t) n))) {
+                cube__conn_close(c);
+                return;
+        }
+        memcpy(rest, bytes + n, len - (size_t) n);
+        cube__conn_send(c, rest, len - (size_t) n);
+}
+
 void cube__conn_send(cube__conn *c, char *frame, size_t len)
 {
         cube__conn_send_fd(c, frame, len, -1);
@@ -256,6 +279,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret)
 {
         cube__conn *c = h->data;
 
+        if (c->direct.left) {
+                *ret = uv_buf_init(c->direct.dst, (unsigned) (c->direct.left < (1u << 30) ?
+                                                              c->direct.left : (1u << 30)));
+                return;
+        }
         if (cube__rbuf_reserve(&c->rb, READ_CHUNK) < 0) {
                 *ret = uv_buf_init(NULL, 0);    /* libuv reports UV_ENOBUFS */
                 return;
@@ -327,6 +355,12 @@ static void process_buffered(cube__conn *c)
                         return;
                 scan = cube__prescan(msg, avail, lim, &mlen);
                 if (scan == CUBE__SCAN_INCOMPLETE) {
+                        if (cube__direct_begin(c->session, msg, avail, mlen, &c->direct)) {
+                                /* The rest of the message is read into its target. */
+                                b->need = 0;
+                                cube__rbuf_consume(b, avail);
+                                return;
+                        }
                         b->need = mlen;
                         return;
                 }
@@ -457,8 +491,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 }
                 uv_close((uv_handle_t *) h, (uv_close_cb) free);
         }
-        c->rb.len += (size_t) nread;
         c->session->bytes_in += (uint64_t) nread;
+        if (c->direct.left) {
+                cube__direct_advance(&c->direct, (size_t) nread);
+                return;
+        }
+        c->rb.len += (size_t) nread;
         process(c);
 }
 

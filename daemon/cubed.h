@@ -446,9 +446,33 @@ void cube__session_detach(cube__session *s);
 /* Frees the session if it is detached and idle. */
 void cube__session_maybe_free(cube__session *s);
 
+/* ---- writes received straight into device memory (direct.c) ------------ */
+/* An inline write whose payload is being read into its target. */
+typedef struct cube__direct {
+        cube__alloc *alloc;             /* NULL: none in progress */
+        char *dst;                      /* where the next payload byte goes */
+        uint64_t left;                  /* payload bytes still to come */
+} cube__direct;
+
+/* Whether the message of mlen bytes, of which avail are buffered at msg, is
+ * an inline write that may be received into its target; if so, takes the
+ * payload bytes already buffered and fills *ret, and every byte of the
+ * message buffered so far is consumed. */
+bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size_t mlen,
+                        cube__direct *ret);
+/* n more payload bytes: copied from bytes, or already read to d->dst. The
+ * write ends with its last byte. */
+void cube__direct_take(cube__direct *d, const void *bytes, size_t n);
+void cube__direct_advance(cube__direct *d, size_t n);
+/* Ends it, done or abandoned (the connection closed mid-payload). */
+void cube__direct_end(cube__direct *d);
+
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);
+/* Sends len bytes the caller keeps: written at once when the socket takes
+ * them, else copied and queued. */
+void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len);
 /* The same, with a descriptor sent along (taken, closed once sent). */
 void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
 /* Sends a response, or an error response, for msgid. */

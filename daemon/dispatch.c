@@ -33,16 +33,35 @@ bool cube__malformed(cube__msg *k, const char *what)
         return false;
 }
 
+typedef struct small_frame {
+        char bytes[32];
+        size_t len;
+} small_frame;
+
+static int small_frame_write(void *data, const char *buf, size_t len)
+{
+        small_frame *f = data;
+
+        if (len > sizeof(f->bytes) - f->len)
+                return -1;
+        memcpy(f->bytes + f->len, buf, len);
+        f->len += len;
+        return 0;
+}
+
+/* The commonest answer (every idle sync), packed on the stack. */
 void cube__reply_ok_nil(cube__msg *k)
 {
-        msgpack_sbuffer sb;
+        cube__session *s = k->session;
+        small_frame f = { .len = 0 };
         msgpack_packer pk;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_nil(&pk) == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
+        msgpack_packer_init(&pk, &f, small_frame_write);
+        if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_nil(&pk) == 0 &&
+            s->conn) {
+                s->bytes_out += f.len;
+                cube__conn_send_copy(s->conn, f.bytes, f.len);
+        }
 }
 
 void cube__reply_owned_error(cube__msg *k, cube_error *e)

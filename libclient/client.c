@@ -145,6 +145,7 @@ static void client_free(cube_client *c)
         pthread_mutex_destroy(&c->write_lock);
         pthread_cond_destroy(&c->cond);
         cube__rbuf_free(&c->rb);
+        msgpack_zone_free(c->zone);
         free(c);
 }
 
@@ -173,6 +174,10 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
         if (!c)
                 return oom();
         c->fd = -1;
+        if (!(c->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE))) {
+                free(c);
+                return oom();
+        }
         pthread_mutex_init(&c->lock, NULL);
         pthread_mutex_init(&c->write_lock, NULL);
         pthread_cond_init(&c->cond, NULL);

@@ -132,7 +132,8 @@ static cube_error *call_read(cube_client *c, const cube_handle *h, const cube_co
                              uint64_t size, const cube_region *r, uint64_t offset)
 {
         read_into t = { dst, size, r != NULL };
-        cube__call call = { .deliver = deliver_read, .ctx = &t };
+        cube__call call = { .deliver = deliver_read, .ctx = &t, .direct = r ? NULL : dst,
+                            .direct_len = size };
         msgpack_sbuffer sb;
         msgpack_packer pk;
         int rc;

@@ -18,6 +18,8 @@
 #include "rpc.h"
 
 #define READ_CHUNK (64 * 1024)
+/* Answers at least this large are read straight into the caller's buffer. */
+#define DIRECT_READ_MIN (1u << 20)
 
 uint32_t cube__next_msgid(cube_client *c)
 {
@@ -181,62 +183,34 @@ static cube_error *handle_message(cube_client *c, const msgpack_object *msg)
         return NULL;
 }
 
-/* Reads until one whole message was handled. Returns an error only when the
- * connection can no longer be used. */
-static cube_error *read_one(cube_client *c)
+/* Receives up to cap bytes into buf, waiting for at least one; sets *ret_n.
+ * Descriptors (staging regions) come along the answer that names them; they
+ * are kept in order for it. Returns an error only when the connection can no
+ * longer be used.
+ *
+ * It waits in poll, not in a blocking recvmsg: a reader blocked in recvmsg
+ * is woken each time the daemon takes a request off this socket (the
+ * kernel's "room to write" wake-up reaches every sleeper), a wasted context
+ * switch per call; poll sleeps until there is something to read. Between
+ * messages an answer is rarely there yet, so poll comes first; within one
+ * (mid_message), the rest usually is. */
+static cube_error *receive(cube_client *c, void *buf, size_t cap, bool mid_message,
+                           size_t *ret_n)
 {
-        cube__rbuf *b = &c->rb;
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        bool wait = !mid_message;
 
         for (;;) {
-                size_t avail = b->len - b->pos, mlen = 0, off = 0;
-
-                if (avail > 0 && avail >= b->need) {
-                        const uint8_t *msg = b->p + b->pos;
-                        cube__scan scan = cube__prescan(msg, avail, &c->limits, &mlen);
-                        if (scan == CUBE__SCAN_COMPLETE) {
-                                msgpack_unpacked up;
-                                cube_error *e;
-
-                                b->need = 0;
-                                msgpack_unpacked_init(&up);
-                                if (msgpack_unpack_next(&up, (const char *) msg, mlen, &off) !=
-                                    MSGPACK_UNPACK_SUCCESS) {
-                                        msgpack_unpacked_destroy(&up);
-                                        return lost(c, "a message from cubed could not be decoded", 0);
-                                }
-                                e = handle_message(c, &up.data);
-                                msgpack_unpacked_destroy(&up);
-                                cube__rbuf_consume(b, mlen);
-                                return e;
-                        }
-                        if (scan != CUBE__SCAN_INCOMPLETE)
-                                return cube__err_generic("cubed at %s sent a message this library "
-                                                         "refuses: %s", c->path,
-                                                         cube__scan_describe(scan));
-                        b->need = mlen;
-                }
-                if (cube__rbuf_reserve(b, READ_CHUNK) < 0)
-                        return lost(c, "out of memory buffering a reply", 0);
-                /* Descriptors (staging regions) come along the answer that
-                 * names them; they are kept in order for it. */
                 char ctl[CMSG_SPACE(sizeof(int) * 4)];
-                struct iovec iov = { b->p + b->len, b->cap - b->len };
+                struct iovec iov = { buf, cap };
                 struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                                      .msg_controllen = sizeof(ctl) };
+
+                if (wait && poll(&p, 1, -1) < 0 && errno != EINTR)
+                        return lost(c, "waiting for an answer failed", errno);
                 ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                        /* Wait in poll, not in a blocking recvmsg: a reader
-                         * blocked in recvmsg is woken each time the daemon
-                         * takes a request off this socket (the kernel's
-                         * "room to write" wake-up reaches every sleeper),
-                         * a wasted context switch per call; poll sleeps
-                         * until there is something to read. */
-                        struct pollfd p = { .fd = c->fd, .events = POLLIN };
-                        if (poll(&p, 1, -1) < 0 && errno != EINTR)
-                                return lost(c, "waiting for an answer failed", errno);
-                        continue;
-                }
-                if (r < 0 && errno == EINTR)
+                wait = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+                if (wait || (r < 0 && errno == EINTR))
                         continue;
                 for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); r > 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
                         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -257,7 +231,132 @@ static cube_error *read_one(cube_client *c)
                         return lost(c, "receiving failed", errno);
                 if (r == 0)
                         return lost(c, "the daemon closed it", 0);
-                b->len += (size_t) r;
+                *ret_n = (size_t) r;
+                return NULL;
+        }
+}
+
+/* Parses a successful answer [1, msgid, nil, [bin]] up to its payload, from
+ * the avail bytes of a message of mlen. */
+static bool bin_answer_prefix(const uint8_t *p, size_t avail, size_t mlen, uint32_t *ret_msgid,
+                              size_t *ret_header, uint64_t *ret_len)
+{
+        size_t off = 2;
+        uint32_t id;
+
+        if (avail < 16 || p[0] != 0x94 || p[1] != CUBE__MSG_RESPONSE)
+                return false;
+        if (p[off] <= 0x7f) {
+                id = p[off];
+                off += 1;
+        } else if (p[off] == 0xcc) {
+                id = p[off + 1];
+                off += 2;
+        } else if (p[off] == 0xcd) {
+                id = (uint32_t) p[off + 1] << 8 | p[off + 2];
+                off += 3;
+        } else if (p[off] == 0xce) {
+                id = (uint32_t) p[off + 1] << 24 | (uint32_t) p[off + 2] << 16 |
+                     (uint32_t) p[off + 3] << 8 | p[off + 4];
+                off += 5;
+        } else {
+                return false;
+        }
+        if (off + 7 > avail || p[off] != 0xc0 || p[off + 1] != 0x91 || p[off + 2] != 0xc6)
+                return false;
+        *ret_len = (uint64_t) p[off + 3] << 24 | (uint64_t) p[off + 4] << 16 |
+                   (uint64_t) p[off + 5] << 8 | p[off + 6];
+        off += 7;
+        if (off + *ret_len != mlen)
+                return false;
+        *ret_msgid = id;
+        *ret_header = off;
+        return true;
+}
+
+/* A large read's answer goes straight into the caller's buffer, not through
+ * the receive buffer and a copy: the payload is most of the transfer. Returns
+ * whether the message was taken (and *ret_fatal, if the connection failed). */
+static bool read_direct(cube_client *c, size_t avail, size_t mlen, cube_error **ret_fatal)
+{
+        cube__rbuf *b = &c->rb;
+        uint32_t msgid;
+        size_t header, got;
+        uint64_t len;
+        cube__call *call;
+        char *dst = NULL;
+
+        if (mlen < DIRECT_READ_MIN ||
+            !bin_answer_prefix(b->p + b->pos, avail, mlen, &msgid, &header, &len))
+                return false;
+        pthread_mutex_lock(&c->lock);
+        call = find_call(c, msgid);
+        if (call && call->direct && call->direct_len == len)
+                dst = call->direct;
+        pthread_mutex_unlock(&c->lock);
+        if (!dst)
+                return false;
+
+        got = avail - header;
+        memcpy(dst, b->p + b->pos + header, got);
+        b->need = 0;
+        cube__rbuf_consume(b, avail);
+        *ret_fatal = NULL;
+        while (got < len) {
+                size_t n;
+                if ((*ret_fatal = receive(c, dst + got, len - got, true, &n)))
+                        return true;
+                got += n;
+        }
+        pthread_mutex_lock(&c->lock);
+        call->error = NULL;
+        call->done = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return true;
+}
+
+/* Reads until one whole message was handled. Returns an error only when the
+ * connection can no longer be used. */
+static cube_error *read_one(cube_client *c)
+{
+        cube__rbuf *b = &c->rb;
+
+        for (;;) {
+                size_t avail = b->len - b->pos, mlen = 0, off = 0, n;
+                cube_error *e;
+
+                if (avail > 0 && avail >= b->need) {
+                        const uint8_t *msg = b->p + b->pos;
+                        cube__scan scan = cube__prescan(msg, avail, &c->limits, &mlen);
+                        if (scan == CUBE__SCAN_COMPLETE) {
+                                msgpack_object obj;
+                                int u;
+
+                                b->need = 0;
+                                /* The reader's zone outlives each message: a
+                                 * zone per message costs a malloc and free. */
+                                u = msgpack_unpack((const char *) msg, mlen, &off, c->zone, &obj);
+                                e = u == MSGPACK_UNPACK_SUCCESS ? handle_message(c, &obj) :
+                                    lost(c, "a message from cubed could not be decoded", 0);
+                                msgpack_zone_clear(c->zone);
+                                if (u == MSGPACK_UNPACK_SUCCESS)
+                                        cube__rbuf_consume(b, mlen);
+                                return e;
+                        }
+                        if (scan != CUBE__SCAN_INCOMPLETE)
+                                return cube__err_generic("cubed at %s sent a message this library "
+                                                         "refuses: %s", c->path,
+                                                         cube__scan_describe(scan));
+                        if (b->need == 0 && read_direct(c, avail, mlen, &e))
+                                return e;
+                        b->need = mlen;
+                }
+                if (cube__rbuf_reserve(b, READ_CHUNK) < 0)
+                        return lost(c, "out of memory buffering a reply", 0);
+                if ((e = receive(c, b->p + b->len, b->cap - b->len, b->len > b->pos, &n)))
+                        return e;
+                b->len += n;
         }
 }
 

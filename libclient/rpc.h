@@ -29,6 +29,11 @@ struct cube__call {
         cube__deliver_fn deliver;
         void *ctx;
         cube_client *client;            /* for deliver functions that need it */
+        /* A bin answer [bytes] of direct_len bytes may be read straight into
+         * direct, with no deliver call; NULL where the caller has no such
+         * buffer. */
+        void *direct;
+        uint64_t direct_len;
         cube__call *next;
 };
 
@@ -59,6 +64,7 @@ struct cube_client {
         atomic_uint_fast64_t next_kernel;
 
         cube__rbuf rb;                  /* the reading thread's */
+        msgpack_zone *zone;             /* the reading thread's, cleared per message */
         int fds[16];                    /* descriptors received, in order, not yet taken */
         size_t n_fds;
         cube__limits limits;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "wire.h"
 
 #define KiB ((uint64_t) 1 << 10)
 #define MiB ((uint64_t) 1 << 20)
@@ -1280,6 +1281,125 @@ START_TEST(regions_are_reclaimed_when_the_session_ends)
 }
 END_TEST
 
+/* Large inline writes are read from the socket straight into their memory
+ * when nothing else can see it; these hold that path to what a queued write
+ * does. */
+START_TEST(a_large_inline_write_lands_on_exactly_its_range)
+{
+        const uint64_t n = 8 * MiB, at = 1 * MiB + 5, len = 3 * MiB + 3;
+        cube_client *c = connect_as("direct-range");
+        cube_handle h = buffer(c, n), mid = cube_handle_slice(&h, at, n - at - len);
+        unsigned char *want = malloc(n), *got = malloc(n);
+
+        ck_assert_ptr_nonnull(want);
+        ck_assert_ptr_nonnull(got);
+        write_pattern(c, &h, 40);
+        write_pattern(c, &mid, 41);
+        pattern(want, n, 40);
+        pattern(want + at, len, 41);
+        ck_ok(cube_read(c, &h, got, n));
+        for (uint64_t i = 0; i < n; i++)
+                ck_assert_msg(got[i] == want[i], "byte %" PRIu64 " is %#x, expected %#x", i,
+                              got[i], want[i]);
+        free(want);
+        free(got);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_large_write_behind_queued_work_keeps_its_place)
+{
+        cube_client *c = connect_as("direct-order");
+        cube_region *busy, *first;
+        cube_handle big = buffer(c, 64 * MiB), a = buffer(c, 2 * MiB);
+
+        ck_ok(cube_region_create(c, 64 * MiB, &busy));
+        ck_ok(cube_region_create(c, 2 * MiB, &first));
+        pattern(first->data, 2 * MiB, 50);
+        /* The stream is busy a while; a region write to a waits behind that,
+         * and the inline write to a sent after it must land after it. */
+        for (int i = 0; i < 4; i++)
+                ck_ok(cube_write_region(c, &big, busy, 0));
+        ck_ok(cube_write_region(c, &a, first, 0));
+        write_pattern(c, &a, 51);
+        expect_read_pattern(c, &a, 51);
+        cube_region_free(c, busy);
+        cube_region_free(c, first);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
+{
+        cube_client *owner = connect_as("direct-owner"), *reader = connect_as("direct-reader");
+        cube_handle h = buffer(owner, 2 * MiB), imported;
+        char token[33];
+        void *got = malloc(2 * MiB);
+        cube_error *e;
+
+        ck_assert_ptr_nonnull(got);
+        write_pattern(owner, &h, 60);
+        ck_ok(cube_sync(owner, NULL, 0));
+        ck_ok(cube_export(owner, &h, token));
+        ck_ok(cube_import(reader, token, true, &imported));
+        write_pattern(reader, &imported, 61);
+        e = cube_read(reader, &imported, got, 2 * MiB);
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_SEVERAL &&
+                      strstr(cube_error_message(e), "read-only import"),
+                      "the importer's write was not refused: %s",
+                      e ? cube_error_message(e) : "the read succeeded");
+        cube_error_free(e);
+        expect_read_pattern(owner, &h, 60);
+        free(got);
+        cube_disconnect(reader);
+        cube_disconnect(owner);
+}
+END_TEST
+
+/* A large inline write is read straight into its memory as it arrives; a
+ * peer that hangs up halfway must leave no allocation held behind it. */
+START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        int fd = raw_connect(D.socket);
+        uint64_t nonce, session;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        char *payload = calloc(1, sent);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_ptr_nonnull(payload);
+        raw_greet(fd, &nonce, &session);
+        uint64_t memory = session << 40 | 1;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "create", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, memory);
+        msgpack_pack_uint64(&pk, size);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        ck_assert(wait_memory_in_use(D.socket, size, 5000));
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, &(cube_handle) { .service = nonce, .memory = memory,
+                                                .size = size });
+        msgpack_pack_bin(&pk, size);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        ck_assert_int_eq(raw_send(fd, payload, sent), 0);
+        free(payload);
+        close(fd);
+
+        ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000),
+                      "the allocation outlived its session");
+        cube_disconnect(connect_as("next"));   /* and a new peer is served */
+}
+END_TEST
+
 START_TEST(copies_beyond_one_message_go_through_staging)
 {
         const uint64_t n = 100 * MiB, inline_n = 8 * MiB;
@@ -1380,6 +1500,10 @@ static Suite *memory_suite(void)
         tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
         tcase_add_test(staging, staged_round_trips_at_every_size);
         tcase_add_test(staging, a_region_is_reused_for_several_writes_after_a_sync);
+        tcase_add_test(staging, a_large_inline_write_lands_on_exactly_its_range);
+        tcase_add_test(staging, a_large_write_behind_queued_work_keeps_its_place);
+        tcase_add_test(staging, a_large_write_to_a_read_only_import_changes_nothing);
+        tcase_add_test(staging, a_peer_gone_halfway_through_a_large_write_leaves_nothing_held);
 
         tcase_add_test(quota, regions_count_against_the_session_quota);
         tcase_add_test(quota, a_range_beyond_the_region_is_validation);

@@ -77,7 +77,14 @@ placement() {
         [ -n "$bcpus" ] && pin_b=(taskset -c "$bcpus")
         echo
         echo "== placement: $name (daemon: ${pin_d[*]:-unpinned}; client: ${pin_b[*]:-unpinned})"
-        redis=$(redis_ops "${pin_d[*]}" "${pin_b[*]}")
+        # redis-benchmark is the baseline of the many-clients figure only, and
+        # a smoke run has no use for it.
+        redis=
+        case " $* " in
+        *" --smoke "*) ;;
+        *" --only "*) [[ " $* " == *" --only clients "* ]] && redis=$(redis_ops "${pin_d[*]}" "${pin_b[*]}") ;;
+        *) redis=$(redis_ops "${pin_d[*]}" "${pin_b[*]}") ;;
+        esac
         if [ -n "$redis" ]; then
                 extra=(--redis-ops "$redis")
         fi
