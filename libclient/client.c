@@ -64,39 +64,9 @@ const cube_protocol_limits *cube_client_limits(const cube_client *c)
         return &c->daemon_limits;
 }
 
-/* A small frame packed into an sbuffer, sent as one piece. */
-typedef struct frame {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-} frame;
-
-static void frame_init(frame *f)
-{
-        msgpack_sbuffer_init(&f->sb);
-        msgpack_packer_init(&f->pk, &f->sb, msgpack_sbuffer_write);
-}
-
 static cube_error *oom(void)
 {
         return cube__err_generic("out of memory in libcubeclient");
-}
-
-static cube_error *frame_call(cube_client *c, frame *f, cube__call *call)
-{
-        struct iovec iov = { f->sb.data, f->sb.size };
-        cube_error *e = cube__call_wait(c, call, &iov, 1);
-
-        msgpack_sbuffer_destroy(&f->sb);
-        return e;
-}
-
-static cube_error *frame_send(cube_client *c, frame *f)
-{
-        struct iovec iov = { f->sb.data, f->sb.size };
-        cube_error *e = cube__send(c, &iov, 1);
-
-        msgpack_sbuffer_destroy(&f->sb);
-        return e;
 }
 
 cube_error *cube__check_handle(cube_client *c, const cube_handle *h)
@@ -155,7 +125,7 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
         const char *origin = "given";
         cube_client *c;
         cube__call call = {0};
-        frame f;
+        cube__frame f;
         cube_error *e;
 
         if (!path) {
@@ -196,18 +166,18 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
                                          origin, strerror(err));
         }
 
-        frame_init(&f);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         call.deliver = deliver_hello;
         call.ctx = c;
         if (cube__pack_request(&f.pk, call.msgid, "hello", 2) < 0 ||
             msgpack_pack_uint32(&f.pk, CUBE_PROTOCOL_VERSION) < 0 ||
             (name ? cube__pack_str(&f.pk, name) : msgpack_pack_nil(&f.pk)) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 client_free(c);
                 return oom();
         }
-        e = frame_call(c, &f, &call);
+        e = cube__frame_send(c, &f, &call, NULL, 0);
         if (e) {
                 client_free(c);
                 return e;
@@ -238,17 +208,17 @@ cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle)
                 .stream = cube_stream_current(),
                 .size = size,
         };
-        frame f;
+        cube__frame f;
 
-        frame_init(&f);
+        cube__frame_init(&f);
         if (cube__pack_notify(&f.pk, "create", 3) < 0 ||
             msgpack_pack_uint64(&f.pk, h.stream) < 0 ||
             msgpack_pack_uint64(&f.pk, h.memory) < 0 ||
             msgpack_pack_uint64(&f.pk, size) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        cube_error *e = frame_send(c, &f);
+        cube_error *e = cube__frame_send(c, &f, NULL, NULL, 0);
         if (!e)
                 *ret_handle = h;
         return e;
@@ -281,22 +251,22 @@ cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_ha
 cube_error *cube_free(cube_client *c, const cube_handle *h)
 {
         cube_error *e = cube__check_handle(c, h);
-        frame f;
+        cube__frame f;
 
         if (e)
                 return e;
-        frame_init(&f);
+        cube__frame_init(&f);
         if (cube__pack_notify(&f.pk, "free", 2) < 0 ||
             msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0 ||
             msgpack_pack_uint64(&f.pk, h->memory) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        return frame_send(c, &f);
+        return cube__frame_send(c, &f, NULL, NULL, 0);
 }
 
 /* Packs [stream, [handle, ...]] after a request header. */
-static int pack_stream_handles(frame *f, uint32_t msgid, const char *method,
+static int pack_stream_handles(cube__frame *f, uint32_t msgid, const char *method,
                                const cube_handle *handles, size_t n)
 {
         if (cube__pack_request(&f->pk, msgid, method, 2) < 0 ||
@@ -325,20 +295,20 @@ static cube_error *handles_call(cube_client *c, const char *method, const cube_h
                                 size_t n)
 {
         cube__call call = {0};
-        frame f;
+        cube__frame f;
 
         for (size_t i = 0; i < n; i++) {
                 cube_error *e = cube__check_handle(c, &handles[i]);
                 if (e)
                         return e;
         }
-        frame_init(&f);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         if (pack_stream_handles(&f, call.msgid, method, handles, n) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        return frame_call(c, &f, &call);
+        return cube__frame_send(c, &f, &call, NULL, 0);
 }
 
 cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n)
@@ -416,18 +386,18 @@ cube_error *cube_export(cube_client *c, const cube_handle *h, char ret_token[33]
         char token[33];
         cube__call call = { .deliver = deliver_token, .ctx = token };
         cube_error *e = cube__check_handle(c, h);
-        frame f;
+        cube__frame f;
 
         if (e)
                 return e;
-        frame_init(&f);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         if (cube__pack_request(&f.pk, call.msgid, "export", 1) < 0 ||
             msgpack_pack_uint64(&f.pk, h->memory) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        e = frame_call(c, &f, &call);
+        e = cube__frame_send(c, &f, &call, NULL, 0);
         if (!e)
                 memcpy(ret_token, token, 33);
         return e;
@@ -449,17 +419,17 @@ cube_error *cube_import(cube_client *c, const char *token, bool read_only, cube_
         };
         cube__call call = { .deliver = deliver_size, .ctx = &h.size };
         cube_error *e;
-        frame f;
+        cube__frame f;
 
-        frame_init(&f);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         if (cube__pack_request(&f.pk, call.msgid, "import", 3) < 0 ||
             cube__pack_str(&f.pk, token) < 0 || msgpack_pack_uint64(&f.pk, h.memory) < 0 ||
             (read_only ? msgpack_pack_true(&f.pk) : msgpack_pack_false(&f.pk)) < 0) {
-                msgpack_sbuffer_destroy(&f.sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        e = frame_call(c, &f, &call);
+        e = cube__frame_send(c, &f, &call, NULL, 0);
         if (!e)
                 *ret_handle = h;
         return e;

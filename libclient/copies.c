@@ -16,24 +16,6 @@ static cube_error *oom(void)
         return cube__err_generic("out of memory in libcubeclient");
 }
 
-static void sb_init(msgpack_sbuffer *sb, msgpack_packer *pk)
-{
-        msgpack_sbuffer_init(sb);
-        msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
-}
-
-/* Sends a packed frame and, when call is given, waits for its answer. */
-static cube_error *send_packed(cube_client *c, msgpack_sbuffer *sb, cube__call *call,
-                               const void *tail, size_t tail_len)
-{
-        struct iovec iov[2] = { { sb->data, sb->size }, { (void *) tail, tail_len } };
-        int n = tail_len ? 2 : 1;
-        cube_error *e = call ? cube__call_wait(c, call, iov, n) : cube__send(c, iov, n);
-
-        msgpack_sbuffer_destroy(sb);
-        return e;
-}
-
 uint64_t cube_copy_len(const cube_copy *d)
 {
         uint64_t n = d->elem_size;
@@ -86,19 +68,18 @@ static cube_error *send_write(cube_client *c, const cube_handle *h, const cube_c
                               const void *bytes, uint64_t size, const cube_region *r,
                               uint64_t offset)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         int rc;
 
-        sb_init(&sb, &pk);
-        rc = cube__pack_notify(&pk, "write", 3) | msgpack_pack_uint64(&pk, cube_stream_current());
-        rc |= d ? pack_descriptor(&pk, d) : cube__pack_handle(&pk, h);
-        rc |= r ? pack_region_ref(&pk, r->id, offset, &size) : msgpack_pack_bin(&pk, (size_t) size);
+        cube__frame_init(&f);
+        rc = cube__pack_notify(&f.pk, "write", 3) | msgpack_pack_uint64(&f.pk, cube_stream_current());
+        rc |= d ? pack_descriptor(&f.pk, d) : cube__pack_handle(&f.pk, h);
+        rc |= r ? pack_region_ref(&f.pk, r->id, offset, &size) : msgpack_pack_bin(&f.pk, (size_t) size);
         if (rc) {
-                msgpack_sbuffer_destroy(&sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        return send_packed(c, &sb, NULL, r ? NULL : bytes, r ? 0 : (size_t) size);
+        return cube__frame_send(c, &f, NULL, r ? NULL : bytes, r ? 0 : (size_t) size);
 }
 
 typedef struct read_into {
@@ -134,22 +115,21 @@ static cube_error *call_read(cube_client *c, const cube_handle *h, const cube_co
         read_into t = { dst, size, r != NULL };
         cube__call call = { .deliver = deliver_read, .ctx = &t, .direct = r ? NULL : dst,
                             .direct_len = size };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         int rc;
 
-        sb_init(&sb, &pk);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
-        rc = cube__pack_request(&pk, call.msgid, "read", r ? 3 : 2) |
-             msgpack_pack_uint64(&pk, cube_stream_current()) | msgpack_pack_array(&pk, 1);
-        rc |= d ? pack_descriptor(&pk, d) : cube__pack_handle(&pk, h);
+        rc = cube__pack_request(&f.pk, call.msgid, "read", r ? 3 : 2) |
+             msgpack_pack_uint64(&f.pk, cube_stream_current()) | msgpack_pack_array(&f.pk, 1);
+        rc |= d ? pack_descriptor(&f.pk, d) : cube__pack_handle(&f.pk, h);
         if (r)
-                rc |= pack_region_ref(&pk, r->id, offset, NULL);
+                rc |= pack_region_ref(&f.pk, r->id, offset, NULL);
         if (rc) {
-                msgpack_sbuffer_destroy(&sb);
+                cube__frame_destroy(&f);
                 return oom();
         }
-        return send_packed(c, &sb, &call, NULL, 0);
+        return cube__frame_send(c, &f, &call, NULL, 0);
 }
 
 static bool fits_message(cube_client *c, uint64_t size)
@@ -325,15 +305,14 @@ cube_error *cube_region_create(cube_client *c, uint64_t size, cube_region **ret_
 
 static void send_region_free(cube_client *c, uint64_t id)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
 
-        sb_init(&sb, &pk);
-        if (cube__pack_notify(&pk, "region_free", 1) | msgpack_pack_uint64(&pk, id)) {
-                msgpack_sbuffer_destroy(&sb);
+        cube__frame_init(&f);
+        if (cube__pack_notify(&f.pk, "region_free", 1) | msgpack_pack_uint64(&f.pk, id)) {
+                cube__frame_destroy(&f);
                 return;
         }
-        cube_error_free(send_packed(c, &sb, NULL, NULL, 0));
+        cube_error_free(cube__frame_send(c, &f, NULL, NULL, 0));
 }
 
 void cube_region_free(cube_client *c, cube_region *r)

@@ -69,25 +69,21 @@ cube_error *cube_debug_inject(cube_client *c, cube_fault_site site, cube_error_k
                 [CUBE_FAULT_POISON] = "poison", [CUBE_FAULT_TEARDOWN] = "teardown",
         };
         cube__call call = {0};
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         cube_error *e;
 
         if ((unsigned) site > CUBE_FAULT_TEARDOWN)
                 return cube__err_validation("unknown fault site %d", (int) site);
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
-        if (cube__pack_request(&pk, call.msgid, "debug_inject", 4) < 0 ||
-            cube__pack_str(&pk, sites[site]) < 0 ||
-            msgpack_pack_uint32(&pk, (uint32_t) kind) < 0 ||
-            cube__pack_str(&pk, reason ? reason : "") < 0 ||
-            msgpack_pack_uint64(&pk, size) < 0) {
-                msgpack_sbuffer_destroy(&sb);
+        if (cube__pack_request(&f.pk, call.msgid, "debug_inject", 4) < 0 ||
+            cube__pack_str(&f.pk, sites[site]) < 0 ||
+            msgpack_pack_uint32(&f.pk, (uint32_t) kind) < 0 ||
+            cube__pack_str(&f.pk, reason ? reason : "") < 0 ||
+            msgpack_pack_uint64(&f.pk, size) < 0) {
+                cube__frame_destroy(&f);
                 return cube__err_generic("out of memory in libcubeclient");
         }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
+        e = cube__frame_send(c, &f, &call, NULL, 0);
         return e;
 }

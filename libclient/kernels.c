@@ -21,28 +21,24 @@ cube_error *cube_kernel_register(cube_client *c, const char *source, const char 
 {
         uint64_t id = atomic_fetch_add(&c->next_kernel, 1);
         size_t n = strlen(source);
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         cube_error *e;
 
         if (n > c->daemon_limits.max_str_bytes)
                 return cube__err_validation("a kernel source of %zu bytes exceeds the daemon's "
                                             "string limit of %" PRIu64 " bytes", n,
                                             c->daemon_limits.max_str_bytes);
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        PACK(cube__pack_notify(&pk, "kernel", 3));
-        PACK(msgpack_pack_uint64(&pk, id));
-        PACK(cube__pack_str(&pk, source));
-        PACK(cube__pack_str(&pk, entry));
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__send(c, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
+        cube__frame_init(&f);
+        PACK(cube__pack_notify(&f.pk, "kernel", 3));
+        PACK(msgpack_pack_uint64(&f.pk, id));
+        PACK(cube__pack_str(&f.pk, source));
+        PACK(cube__pack_str(&f.pk, entry));
+        e = cube__frame_send(c, &f, NULL, NULL, 0);
         if (!e)
                 *ret_kernel = id;
         return e;
 oom:
-        msgpack_sbuffer_destroy(&sb);
+        cube__frame_destroy(&f);
         return cube__err_generic("out of memory in libcubeclient");
 }
 
@@ -51,8 +47,7 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         uint8_t *words = NULL;
         size_t words_len = 0;
         uint32_t meta = 0, dyn = 0;
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         cube_error *e;
 
         for (size_t i = 0; i < l->n_buffers; i++)
@@ -65,47 +60,46 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         if (cube__info_words(l->info, &words, &words_len, &meta, &dyn) < 0)
                 return cube__err_generic("out of memory in libcubeclient");
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        PACK(cube__pack_notify(&pk, "launch", 9));
-        PACK(msgpack_pack_uint64(&pk, cube_stream_current()));
-        PACK(msgpack_pack_uint64(&pk, l->kernel));
-        PACK(msgpack_pack_array(&pk, 2));
+        cube__frame_init(&f);
+        PACK(cube__pack_notify(&f.pk, "launch", 9));
+        PACK(msgpack_pack_uint64(&f.pk, cube_stream_current()));
+        PACK(msgpack_pack_uint64(&f.pk, l->kernel));
+        PACK(msgpack_pack_array(&f.pk, 2));
         if (l->dynamic_count) {
-                PACK(cube__pack_str(&pk, "dynamic"));
-                PACK(cube__pack_handle(&pk, l->dynamic_count));
+                PACK(cube__pack_str(&f.pk, "dynamic"));
+                PACK(cube__pack_handle(&f.pk, l->dynamic_count));
         } else {
-                PACK(cube__pack_str(&pk, "static"));
-                PACK(msgpack_pack_array(&pk, 3));
+                PACK(cube__pack_str(&f.pk, "static"));
+                PACK(msgpack_pack_array(&f.pk, 3));
                 for (int i = 0; i < 3; i++)
-                        PACK(msgpack_pack_uint32(&pk, l->cube_count[i]));
+                        PACK(msgpack_pack_uint32(&f.pk, l->cube_count[i]));
         }
-        PACK(msgpack_pack_array(&pk, 3));
+        PACK(msgpack_pack_array(&f.pk, 3));
         for (int i = 0; i < 3; i++)
-                PACK(msgpack_pack_uint32(&pk, l->cube_dim[i]));
-        PACK(msgpack_pack_array(&pk, (uint32_t) l->n_buffers));
+                PACK(msgpack_pack_uint32(&f.pk, l->cube_dim[i]));
+        PACK(msgpack_pack_array(&f.pk, (uint32_t) l->n_buffers));
         for (size_t i = 0; i < l->n_buffers; i++)
-                PACK(cube__pack_handle(&pk, &l->buffers[i]));
-        PACK(msgpack_pack_array(&pk, l->io ? (uint32_t) l->n_buffers : 0));
+                PACK(cube__pack_handle(&f.pk, &l->buffers[i]));
+        PACK(msgpack_pack_array(&f.pk, l->io ? (uint32_t) l->n_buffers : 0));
         for (size_t i = 0; l->io && i < l->n_buffers; i++) {
                 if (l->io[i] == CUBE_BUFFER_UNDECLARED)
-                        PACK(msgpack_pack_nil(&pk));
+                        PACK(msgpack_pack_nil(&f.pk));
                 else
-                        PACK(msgpack_pack_uint32(&pk, (uint32_t) l->io[i]));
+                        PACK(msgpack_pack_uint32(&f.pk, (uint32_t) l->io[i]));
         }
-        PACK(msgpack_pack_bin(&pk, words_len));
-        PACK(msgpack_pack_bin_body(&pk, words, words_len));
-        PACK(msgpack_pack_array(&pk, 2));
-        PACK(msgpack_pack_uint32(&pk, meta));
-        PACK(msgpack_pack_uint32(&pk, dyn));
-        PACK(msgpack_pack_uint32(&pk, (uint32_t) l->mode));
+        PACK(msgpack_pack_bin(&f.pk, words_len));
+        PACK(msgpack_pack_bin_body(&f.pk, words, words_len));
+        PACK(msgpack_pack_array(&f.pk, 2));
+        PACK(msgpack_pack_uint32(&f.pk, meta));
+        PACK(msgpack_pack_uint32(&f.pk, dyn));
+        PACK(msgpack_pack_uint32(&f.pk, (uint32_t) l->mode));
         free(words);
-        e = cube__send_batched(c, sb.data, sb.size);
-        msgpack_sbuffer_destroy(&sb);
+        e = cube__send_batched(c, f.data, f.len);
+        cube__frame_destroy(&f);
         return e;
 oom:
         free(words);
-        msgpack_sbuffer_destroy(&sb);
+        cube__frame_destroy(&f);
         return cube__err_generic("out of memory in libcubeclient");
 }
 

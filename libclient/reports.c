@@ -145,22 +145,18 @@ cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports,
 
 cube_error *cube_set_allocation_mode(cube_client *c, cube_allocation_mode mode)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        cube__frame f;
         cube_error *e;
 
         if ((unsigned) mode > CUBE_ALLOCATION_DEDICATED)
                 return cube__err_validation("unknown allocation mode %d", (int) mode);
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (cube__pack_notify(&pk, "allocation_mode", 2) < 0 ||
-            msgpack_pack_uint64(&pk, cube_stream_current()) < 0 ||
-            msgpack_pack_uint32(&pk, (uint32_t) mode) < 0) {
-                msgpack_sbuffer_destroy(&sb);
+        cube__frame_init(&f);
+        if (cube__pack_notify(&f.pk, "allocation_mode", 2) < 0 ||
+            msgpack_pack_uint64(&f.pk, cube_stream_current()) < 0 ||
+            msgpack_pack_uint32(&f.pk, (uint32_t) mode) < 0) {
+                cube__frame_destroy(&f);
                 return cube__err_generic("out of memory in libcubeclient");
         }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__send(c, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
+        e = cube__frame_send(c, &f, NULL, NULL, 0);
         return e;
 }

@@ -77,6 +77,51 @@ static cube_error *parting_reason(cube_client *c)
         return why;
 }
 
+static int frame_write(void *data, const char *buf, size_t len)
+{
+        cube__frame *f = data;
+
+        if (len > f->cap - f->len) {
+                size_t cap = f->cap * 2 > f->len + len ? f->cap * 2 : f->len + len;
+                char *grown = f->data == f->room ? malloc(cap) : realloc(f->data, cap);
+                if (!grown)
+                        return -1;
+                if (f->data == f->room)
+                        memcpy(grown, f->room, f->len);
+                f->data = grown;
+                f->cap = cap;
+        }
+        memcpy(f->data + f->len, buf, len);
+        f->len += len;
+        return 0;
+}
+
+void cube__frame_init(cube__frame *f)
+{
+        f->data = f->room;
+        f->len = 0;
+        f->cap = sizeof(f->room);
+        msgpack_packer_init(&f->pk, f, frame_write);
+}
+
+void cube__frame_destroy(cube__frame *f)
+{
+        if (f->data != f->room)
+                free(f->data);
+        cube__frame_init(f);
+}
+
+cube_error *cube__frame_send(cube_client *c, cube__frame *f, cube__call *call, const void *tail,
+                             size_t tail_len)
+{
+        struct iovec iov[2] = { { f->data, f->len }, { (void *) tail, tail_len } };
+        int n = tail_len ? 2 : 1;
+        cube_error *e = call ? cube__call_wait(c, call, iov, n) : cube__send(c, iov, n);
+
+        cube__frame_destroy(f);
+        return e;
+}
+
 cube_error *cube__send_locked(cube_client *c, const struct iovec *iov, int n)
 {
         struct iovec v[9];
@@ -430,25 +475,19 @@ cube_error *cube__request(cube_client *c, const char *method, const uint64_t *pa
                           cube__deliver_fn deliver, void *ctx)
 {
         cube__call call = { .deliver = deliver, .ctx = ctx, .client = c };
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        cube_error *e;
+        cube__frame f;
         int r;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
-        r = cube__pack_request(&pk, call.msgid, method, n);
+        r = cube__pack_request(&f.pk, call.msgid, method, n);
         for (uint32_t i = 0; r == 0 && i < n; i++)
-                r = msgpack_pack_uint64(&pk, params[i]);
+                r = msgpack_pack_uint64(&f.pk, params[i]);
         if (r < 0) {
-                msgpack_sbuffer_destroy(&sb);
+                cube__frame_destroy(&f);
                 return cube__err_generic("out of memory in libcubeclient");
         }
-        struct iovec iov = { sb.data, sb.size };
-        e = cube__call_wait(c, &call, &iov, 1);
-        msgpack_sbuffer_destroy(&sb);
-        return e;
+        return cube__frame_send(c, &f, &call, NULL, 0);
 }
 
 cube_error *cube__err_answer(const char *method)

@@ -77,6 +77,23 @@ struct cube_client {
         cube_protocol_limits daemon_limits;
 };
 
+/* A frame being packed: in its own room while it is small, which is almost
+ * always, and on the heap beyond that. It points into itself, so it is
+ * packed and sent where it was declared. */
+typedef struct cube__frame {
+        msgpack_packer pk;
+        char *data;
+        size_t len, cap;
+        char room[256];
+} cube__frame;
+
+void cube__frame_init(cube__frame *f);
+void cube__frame_destroy(cube__frame *f);
+/* Sends the frame and then tail_len bytes at tail (a payload not copied into
+ * it), waits for call's answer when call is given, and destroys f. */
+cube_error *cube__frame_send(cube_client *c, cube__frame *f, cube__call *call, const void *tail,
+                             size_t tail_len);
+
 /* Sends one frame made of iov pieces (at most 8), whole, after any batched
  * launches, or marks the client dead. */
 cube_error *cube__send(cube_client *c, const struct iovec *iov, int n);
