@@ -9,13 +9,16 @@
  * flusher thread the connection starts with its first batched launch. So a
  * burst of launches costs one send per batch, a launch followed by a sync
  * goes out with the sync, and a lone launch still reaches the device within
- * BATCH_DELAY_NS, never waiting on the caller's next call.
+ * BATCH_DELAY_NS, never waiting on the caller's next call. A process that
+ * exits without disconnecting still sends what waits: the library's
+ * destructor flushes every batch.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rpc.h"
 
@@ -31,6 +34,49 @@ static uint64_t now_ns(void)
 
         clock_gettime(CLOCK_MONOTONIC, &t);
         return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
+}
+
+/* Every connection with a flusher, for the destructor. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube_client *live;
+
+static void live_add(cube_client *c)
+{
+        pthread_mutex_lock(&live_lock);
+        c->batch.next_live = live;
+        live = c;
+        pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(cube_client *c)
+{
+        pthread_mutex_lock(&live_lock);
+        for (cube_client **p = &live; *p; p = &(*p)->batch.next_live)
+                if (*p == c) {
+                        *p = c->batch.next_live;
+                        break;
+                }
+        pthread_mutex_unlock(&live_lock);
+}
+
+/* exit() without cube_disconnect: launches still waiting are sent, as they
+ * would have been had each gone out on its own. Only by the process that
+ * made them: a forked child's copy of a batch is not its to send. A
+ * connection whose lock is held is sending already (and a thread holding it
+ * may wait for live_lock: trying avoids that deadlock). */
+__attribute__((destructor)) static void flush_at_exit(void)
+{
+        pid_t self = getpid();
+
+        pthread_mutex_lock(&live_lock);
+        for (cube_client *c = live; c; c = c->batch.next_live) {
+                if (c->batch.owner != self || pthread_mutex_trylock(&c->write_lock) != 0)
+                        continue;
+                if (c->batch.len > 0)
+                        cube_error_free(cube__send_locked(c, NULL, 0));
+                pthread_mutex_unlock(&c->write_lock);
+        }
+        pthread_mutex_unlock(&live_lock);
 }
 
 /* Sends whatever waits once it has waited BATCH_DELAY_NS. */
@@ -84,6 +130,8 @@ static int start_flusher(cube_client *c)
                 return -r;
         }
         b->started = true;
+        b->owner = getpid();
+        live_add(c);
         return 0;
 }
 
@@ -94,6 +142,15 @@ cube_error *cube__send_batched(cube_client *c, const void *frame, size_t len)
         cube_error *e = NULL;
 
         pthread_mutex_lock(&c->write_lock);
+        /* A launch on a lost connection says so, as a send would have. */
+        pthread_mutex_lock(&c->lock);
+        if (c->dead)
+                e = cube_error_clone(c->dead);
+        pthread_mutex_unlock(&c->lock);
+        if (e) {
+                pthread_mutex_unlock(&c->write_lock);
+                return e;
+        }
         if (b->len + len > b->cap) {
                 size_t cap = b->len + len > BATCH_BYTES ? b->len + len : BATCH_BYTES;
                 char *grown = realloc(b->buf, cap);
@@ -123,6 +180,14 @@ void cube__batch_finish(cube_client *c)
 {
         cube__batch *b = &c->batch;
 
+        if (b->started && b->owner != getpid()) {
+                /* A forked child's copy: the flusher and the batch are the
+                 * parent's. */
+                live_remove(c);
+                free(b->buf);
+                *b = (cube__batch) {0};
+                return;
+        }
         pthread_mutex_lock(&c->write_lock);
         if (b->len > 0 && c->fd >= 0)
                 cube_error_free(cube__send_locked(c, NULL, 0));
@@ -133,6 +198,7 @@ void cube__batch_finish(cube_client *c)
         if (b->started) {
                 pthread_join(b->thread, NULL);
                 pthread_cond_destroy(&b->cond);
+                live_remove(c);
         }
         free(b->buf);
         *b = (cube__batch) {0};

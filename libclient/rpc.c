@@ -91,8 +91,10 @@ static int frame_write(void *data, const char *buf, size_t len)
                 f->data = grown;
                 f->cap = cap;
         }
-        memcpy(f->data + f->len, buf, len);
-        f->len += len;
+        if (len) {
+                memcpy(f->data + f->len, buf, len);
+                f->len += len;
+        }
         return 0;
 }
 
@@ -133,7 +135,8 @@ cube_error *cube__send_locked(cube_client *c, const struct iovec *iov, int n)
         /* Batched launches were queued first: they go first. */
         if (c->batch.len > 0)
                 v[mh.msg_iovlen++] = (struct iovec) { c->batch.buf, c->batch.len };
-        memcpy(v + mh.msg_iovlen, iov, (size_t) n * sizeof(*v));
+        if (n > 0)
+                memcpy(v + mh.msg_iovlen, iov, (size_t) n * sizeof(*v));
         mh.msg_iovlen += (size_t) n;
         c->batch.len = 0;
         while (mh.msg_iovlen > 0) {

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "cube.h"
@@ -45,6 +46,8 @@ typedef struct cube__batch {
         bool started, stop;             /* the flusher thread */
         pthread_t thread;
         pthread_cond_t cond;            /* wakes the flusher; waited on with write_lock */
+        struct cube_client *next_live;  /* batch.c's list of connections with a flusher */
+        pid_t owner;                    /* the process that started the flusher */
 } cube__batch;
 
 struct cube_client {

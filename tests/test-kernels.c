@@ -848,6 +848,20 @@ static uint64_t launches_taken(cube_client *watcher, uint64_t id)
         return taken;
 }
 
+/* Connects and runs triple once, so that the kernel is compiled and a
+ * launch's timing is the wire's alone. */
+static void ck_connect_compiled(cube_client **ret_client, uint64_t *ret_kernel, const char *name)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+
+        ck_ok(cube_connect(D.socket, name, ret_client));
+        *ret_kernel = register_kernel(*ret_client, triple_source, "triple");
+        triple_buffers(*ret_client, 2, in, &hin, &hout);
+        launch_triple(*ret_client, *ret_kernel, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+        expect_tripled(*ret_client, in, &hout);
+}
+
 START_TEST(a_lone_launch_reaches_the_daemon_without_another_call)
 {
         uint32_t in[TRIPLE_N];
@@ -855,16 +869,15 @@ START_TEST(a_lone_launch_reaches_the_daemon_without_another_call)
         cube_handle hin, hout;
         uint64_t k, taken = 0;
 
-        ck_ok(cube_connect(D.socket, "lone", &c));
+        ck_connect_compiled(&c, &k, "lone");
         ck_ok(cube_connect(D.socket, "watcher", &watcher));
-        k = register_kernel(c, triple_source, "triple");
         triple_buffers(c, 3, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         /* Nothing more is asked of c until the daemon has the launch. */
-        for (int i = 0; i < 2000 && (taken = launches_taken(watcher, cube_client_session(c))) == 0;
+        for (int i = 0; i < 2000 && (taken = launches_taken(watcher, cube_client_session(c))) == 1;
              i++)
                 usleep(1000);
-        ck_assert_uint_eq(taken, 1);
+        ck_assert_uint_eq(taken, 2);
         expect_tripled(c, in, &hout);
         cube_disconnect(watcher);
         cube_disconnect(c);
@@ -880,9 +893,8 @@ START_TEST(launches_queued_just_before_a_disconnect_still_run)
         bool tripled = false;
         uint64_t k;
 
-        ck_ok(cube_connect(D.socket, "leaving", &c));
+        ck_connect_compiled(&c, &k, "leaving");
         ck_ok(cube_connect(D.socket, "staying", &reader));
-        k = register_kernel(c, triple_source, "triple");
         triple_buffers(c, 4, in, &hin, &hout);
         ck_ok(cube_export(c, &hout, token));
         ck_ok(cube_import(reader, token, true, &shared));
@@ -899,6 +911,89 @@ START_TEST(launches_queued_just_before_a_disconnect_still_run)
         for (uint32_t i = 0; i < TRIPLE_N; i++)
                 ck_assert_uint_eq(got[i], in[i] * 3u + 1u);
         cube_disconnect(reader);
+}
+END_TEST
+
+START_TEST(a_process_that_exits_without_disconnecting_still_sends_its_launches)
+{
+        int to_parent[2], to_child[2];
+        uint32_t in[TRIPLE_N], got[TRIPLE_N];
+        char token[33], go = 0;
+        cube_handle shared;
+        cube_client *reader;
+        bool tripled = false;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe(to_parent), 0);
+        ck_assert_int_eq(pipe(to_child), 0);
+        fill_random(in, sizeof(in), 10);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                cube_handle hin, hout;
+                cube_client *c;
+                uint64_t k;
+                char t[33];
+
+                ck_connect_compiled(&c, &k, "exiting");
+                triple_buffers(c, 10, in, &hin, &hout);
+                if (cube_export(c, &hout, t) != NULL ||
+                    write(to_parent[1], t, sizeof(t)) != (ssize_t) sizeof(t) ||
+                    read(to_child[0], &go, 1) != 1)
+                        _exit(1);
+                launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
+                exit(0);        /* no cube_disconnect */
+        }
+        ck_assert_int_eq(read(to_parent[0], token, sizeof(token)), (ssize_t) sizeof(token));
+        ck_ok(cube_connect(D.socket, "survivor", &reader));
+        ck_ok(cube_import(reader, token, true, &shared));
+        ck_assert_int_eq(write(to_child[1], &go, 1), 1);
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        for (int i = 0; i < 2000 && !tripled; i++) {
+                ck_ok(cube_read(reader, &shared, got, sizeof(got)));
+                tripled = got[0] == in[0] * 3u + 1u;
+                if (!tripled)
+                        usleep(1000);
+        }
+        ck_assert_msg(tripled, "the launch made just before exit() never ran");
+        cube_disconnect(reader);
+        for (int i = 0; i < 2; i++) {
+                close(to_parent[i]);
+                close(to_child[i]);
+        }
+}
+END_TEST
+
+START_TEST(a_launch_on_a_lost_connection_says_so)
+{
+        uint32_t in[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_client *c;
+        cube_error *e;
+        uint64_t k;
+
+        ck_connect_compiled(&c, &k, "orphan");
+        triple_buffers(c, 9, in, &hin, &hout);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        e = cube_sync(c, NULL, 0);
+        ck_assert_msg(e != NULL, "a sync on a stopped daemon succeeded");
+        cube_error_free(e);
+        static const uint32_t lens[2] = { TRIPLE_N, TRIPLE_N };
+        cube_handle bufs[2] = { hin, hout };
+        cube_info *info = info_with_lens(2, lens);
+        e = cube_launch_kernel(c, &(cube_launch) {
+                .kernel = k, .cube_count = { 16, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = bufs, .n_buffers = 2, .info = info,
+        });
+        cube_info_free(info);
+        ck_assert_msg(e && strstr(cube_error_message(e), "lost"),
+                      "a launch on a lost connection: %s",
+                      e ? cube_error_message(e) : "accepted");
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
 }
 END_TEST
 
@@ -1281,6 +1376,8 @@ static Suite *kernels_suite(void)
         tcase_add_test(tc, a_lone_launch_reaches_the_daemon_without_another_call);
         tcase_add_test(tc, launches_queued_just_before_a_disconnect_still_run);
         tcase_add_test(tc, a_burst_of_launches_runs_in_order_with_the_copies_between);
+        tcase_add_test(tc, a_process_that_exits_without_disconnecting_still_sends_its_launches);
+        tcase_add_test(tc, a_launch_on_a_lost_connection_says_so);
         tcase_add_test(tc, a_null_write_poisons_the_device_and_the_daemon_keeps_answering);
         tcase_add_test(tc, a_wild_write_between_barriers_poisons_the_device_too);
         tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);

@@ -170,8 +170,11 @@ typedef struct cube_client cube_client;
  * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL).
  * Negotiates the protocol version before returning. */
 cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client);
-/* Closes the connection. The daemon reclaims everything the session held.
- * No other thread may be inside a call on c while it runs. */
+/* Sends the batched launches and closes the connection. The daemon reclaims
+ * everything the session held once its queued work has run. No other thread
+ * may be inside a call on c while it runs. A connection belongs to the
+ * process that made it: a forked child connects afresh (it may disconnect
+ * its copy, which sends nothing). */
 void cube_disconnect(cube_client *c);
 
 /* The service this connection reaches, e.g. "cpu0-4f1c9a0d2e3b5a67". */
