@@ -40,6 +40,10 @@ struct cube__conn {
         bool closing;
         bool close_after_write;
         cube__conn *prev, *next;
+        char answers[64];               /* small answers not yet written */
+        size_t answers_len;
+        bool answers_listed;               /* on server->answering */
+        cube__conn *answers_next;
 };
 
 typedef struct write_req {
@@ -49,11 +53,21 @@ typedef struct write_req {
         uv_pipe_t *fd_handle;           /* a descriptor sent along, closed once sent */
 } write_req;
 
+static void answers_unlist(cube__conn *c)
+{
+        for (cube__conn **p = &c->server->answering; c->answers_listed && *p; p = &(*p)->answers_next)
+                if (*p == c) {
+                        *p = c->answers_next;
+                        c->answers_listed = false;
+                }
+}
+
 static void on_closed(uv_handle_t *h)
 {
         cube__conn *c = h->data;
         cube__server *srv = c->server;
 
+        answers_unlist(c);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -106,11 +120,16 @@ static void on_written(uv_write_t *req, int status)
                 cube__conn_unthrottle(c);
 }
 
+static void send_answers(cube__conn *c);
+
 void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
 {
         write_req *w;
         uv_buf_t b;
         int r;
+
+        if (c && c->answers_len)
+                send_answers(c);   /* answers go out in the order they were made */
 
         if (!c || c->closing) {
                 free(frame);
@@ -164,13 +183,17 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
         c->writes_pending++;
 }
 
-void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len)
+/* Writes what the connection holds: at once when the socket takes it, else
+ * copied and queued. */
+static void send_answers(cube__conn *c)
 {
-        uv_buf_t now = uv_buf_init((char *) bytes, (unsigned) len);
+        size_t len = c->answers_len;
+        uv_buf_t now = uv_buf_init(c->answers, (unsigned) len);
         int n;
         char *rest;
 
-        if (!c || c->closing)
+        c->answers_len = 0;
+        if (!len || c->closing)
                 return;
         n = uv_try_write((uv_stream_t *) &c->pipe, &now, 1);
         if (n < 0)
@@ -181,8 +204,78 @@ void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len)
                 cube__conn_close(c);
                 return;
         }
-        memcpy(rest, bytes + n, len - (size_t) n);
+        memcpy(rest, c->answers + n, len - (size_t) n);
         cube__conn_send(c, rest, len - (size_t) n);
+}
+
+/* Holding small answers until a round of I/O is dispatched matters when many
+ * clients share the daemon's CPU: each answer written wakes its client,
+ * which takes the CPU from the daemon before it reads the next request; held,
+ * the round's requests are all read first, and each client's wake-up finds
+ * the daemon done. */
+void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len)
+{
+        if (!c || c->closing)
+                return;
+        if (len > sizeof(c->answers) - c->answers_len) {
+                send_answers(c);
+                if (len > sizeof(c->answers)) {
+                        char *frame = malloc(len);
+                        if (!frame) {
+                                cube__conn_close(c);
+                                return;
+                        }
+                        memcpy(frame, bytes, len);
+                        cube__conn_send(c, frame, len);
+                        return;
+                }
+        }
+        memcpy(c->answers + c->answers_len, bytes, len);
+        c->answers_len += len;
+        if (!c->answers_listed) {
+                c->answers_listed = true;
+                c->answers_next = c->server->answering;
+                c->server->answering = c;
+        }
+}
+
+static void send_all_answers(cube__server *srv)
+{
+        while (srv->answering) {
+                cube__conn *c = srv->answering;
+                srv->answering = c->answers_next;
+                c->answers_listed = false;
+                send_answers(c);
+        }
+}
+
+static void on_answers_check(uv_check_t *h)
+{
+        send_all_answers(h->data);
+}
+
+static void on_answers_prepare(uv_prepare_t *h)
+{
+        send_all_answers(h->data);
+}
+
+void cube__conn_answers_init(cube__server *srv)
+{
+        uv_check_init(srv->loop, &srv->answers_check);
+        uv_prepare_init(srv->loop, &srv->answers_prepare);
+        srv->answers_check.data = srv->answers_prepare.data = srv;
+        uv_check_start(&srv->answers_check, on_answers_check);
+        uv_prepare_start(&srv->answers_prepare, on_answers_prepare);
+        /* They keep nothing alive: the loop ends when its connections do. */
+        uv_unref((uv_handle_t *) &srv->answers_check);
+        uv_unref((uv_handle_t *) &srv->answers_prepare);
+}
+
+void cube__conn_answers_close(cube__server *srv)
+{
+        send_all_answers(srv);
+        uv_close((uv_handle_t *) &srv->answers_check, NULL);
+        uv_close((uv_handle_t *) &srv->answers_prepare, NULL);
 }
 
 void cube__conn_send(cube__conn *c, char *frame, size_t len)

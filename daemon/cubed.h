@@ -470,9 +470,13 @@ void cube__direct_end(cube__direct *d);
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);
-/* Sends len bytes the caller keeps: written at once when the socket takes
- * them, else copied and queued. */
+/* Sends a small answer whose bytes the caller keeps. It is held until the
+ * loop has dispatched everything this round of I/O brought, then written
+ * with the others: see cube__conn_send_answers. */
 void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len);
+/* Starts and stops the loop handles that send held answers. */
+void cube__conn_answers_init(cube__server *srv);
+void cube__conn_answers_close(cube__server *srv);
 /* The same, with a descriptor sent along (taken, closed once sent). */
 void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
 /* Sends a response, or an error response, for msgid. */
@@ -584,6 +588,9 @@ struct cube__server {
         bool poison_grace_over;
         int exit_code;
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
+        cube__conn *answering;          /* connections holding small answers (conn.c) */
+        uv_check_t answers_check;          /* sends them after each round of I/O... */
+        uv_prepare_t answers_prepare;      /* ...and before the loop waits */
         int completions_fd;
         msgpack_zone *zone;             /* decodes requests, one at a time */
         bool zone_busy;
