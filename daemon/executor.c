@@ -12,7 +12,8 @@
  * independent streams run side by side.
  *
  * Fairness: the device holds at most DEVICE_WINDOW pieces of work, and each
- * stream at most STREAM_WINDOW. When there is room, the executor serves the
+ * stream at most STREAM_WINDOW while another session has work in flight
+ * (the whole window otherwise). When there is room, the executor serves the
  * sessions in turn, one piece of work each, starting after the last one it
  * served. A session that queues 100k launches therefore delays another
  * session's next piece of work by at most one round: at most one piece of
@@ -144,16 +145,19 @@ static void submit_batches(cube__server *srv)
         }
 }
 
-/* Submits one piece of this session's work, taking its streams in turn. */
+/* Submits one piece of this session's work, taking its streams in turn. A
+ * stream may hold the whole device window while no other session has work in
+ * flight: sharing is then moot, and bigger batches cost fewer wake-ups. */
 static bool submit_one(cube__session *s)
 {
         cube__server *srv = s->server;
         cube__stream *prev = NULL;
+        unsigned window = srv->inflight > s->inflight ? STREAM_WINDOW : DEVICE_WINDOW;
 
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
-                if (!o || st->submitted >= STREAM_WINDOW || !ready(o))
+                if (!o || st->submitted >= window || !ready(o))
                         continue;
                 st->head = o->next;
                 if (!st->head)

@@ -23,6 +23,7 @@
 #define CPU_DEFAULT_MEMORY (4ull << 30)
 #define CPU_MAX_UNITS 1024
 #define CPU_ALIGNMENT 64
+#define CPU_WORKER_BATCH 16
 /* Allocations at least this large are mapped straight from the kernel. */
 #define CPU_MMAP_MIN (128 * 1024)
 
@@ -89,10 +90,12 @@ static void perform(cube__device *d, cube__work *w)
         }
 }
 
-/* A worker: takes a ready stream and everything queued on it, performs it
- * in order, hands it all back with one completion, and puts the stream back
- * on the ready list if more was queued meanwhile. Taking the whole queue is
- * what makes a burst of small launches cost one wake-up, not one each. */
+/* A worker: takes a ready stream and up to CPU_WORKER_BATCH pieces of work
+ * queued on it, performs them in order, hands them back with one completion,
+ * and puts the stream at the back of the ready list if more is queued.
+ * Taking a batch is what makes a burst of small launches cost one wake-up,
+ * not one each; bounding it keeps another stream from waiting behind a
+ * whole queue. */
 static void *cpu_worker(void *arg)
 {
         cube__device *d = arg;
@@ -109,8 +112,13 @@ static void *cpu_worker(void *arg)
                         d->ready_tail = NULL;
                 s->ready = false;
                 s->busy = true;
-                cube__work *batch = s->head;
-                s->head = s->tail = NULL;
+                cube__work *batch = s->head, *last = batch;
+                for (int n = 1; n < CPU_WORKER_BATCH && last->next; n++)
+                        last = last->next;
+                s->head = last->next;
+                if (!s->head)
+                        s->tail = NULL;
+                last->next = NULL;
                 pthread_mutex_unlock(&d->lock);
 
                 for (cube__work *w = batch; w; w = w->next)
