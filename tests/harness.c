@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "prescan.h"
+#include "wire.h"
 
 static long now_ms(void)
 {
@@ -397,4 +398,19 @@ bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms)
                         return false;
                 usleep(10000);
         }
+}
+
+void raw_send_create(int fd, uint64_t memory, uint64_t size)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "create", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, memory);
+        msgpack_pack_uint64(&pk, size);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
 }

@@ -43,6 +43,8 @@ int raw_connect(const char *path);
 int raw_send(int fd, const void *buf, size_t len);
 /* Sends an sbuffer's bytes. */
 int raw_send_sbuffer(int fd, msgpack_sbuffer *sb);
+/* Sends the notification create [stream 1, memory, size]. */
+void raw_send_create(int fd, uint64_t memory, uint64_t size);
 /* Receives one whole message into up (msgpack_unpacked_destroy it), within
  * timeout_ms. Returns 1 on a message, 0 on EOF, -1 on timeout or error. */
 int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms);

@@ -237,21 +237,6 @@ static void send_check(int fd, uint32_t msgid, const cube_handle *h)
         msgpack_sbuffer_destroy(&sb);
 }
 
-static void send_create(int fd, uint64_t memory, uint64_t size)
-{
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "create", 3);
-        msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_uint64(&pk, memory);
-        msgpack_pack_uint64(&pk, size);
-        raw_send_sbuffer(fd, &sb);
-        msgpack_sbuffer_destroy(&sb);
-}
-
 /* What the library would refuse before sending, sent raw: the daemon refuses
  * it too, and keeps the connection. */
 START_TEST(hostile_sizes_and_offsets_are_refused_by_the_daemon)
@@ -263,11 +248,11 @@ START_TEST(hostile_sizes_and_offsets_are_refused_by_the_daemon)
         raw_greet(fd, &nonce, &session);
         uint64_t huge = session << 40 | 1, small = session << 40 | 2;
 
-        send_create(fd, huge, UINT64_MAX);
+        raw_send_create(fd, huge, UINT64_MAX);
         send_check(fd, 1, &(cube_handle) { .service = nonce, .memory = huge, .size = UINT64_MAX });
         expect_error(fd, 1, CUBE_SERVER_SEVERAL, "can't allocate buffer of size: 18446744073709551615");
 
-        send_create(fd, small, 16);
+        raw_send_create(fd, small, 16);
         send_check(fd, 2, &(cube_handle) { .service = nonce, .memory = small, .offset_start = 10,
                                            .offset_end = 10, .size = 16 });
         expect_error(fd, 2, CUBE_SERVER_VALIDATION, "do not fit memory");

@@ -1371,14 +1371,7 @@ START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
         ck_assert_ptr_nonnull(payload);
         raw_greet(fd, &nonce, &session);
         uint64_t memory = session << 40 | 1;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "create", 3);
-        msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_uint64(&pk, memory);
-        msgpack_pack_uint64(&pk, size);
-        raw_send_sbuffer(fd, &sb);
-        msgpack_sbuffer_destroy(&sb);
+        raw_send_create(fd, memory, size);
         ck_assert(wait_memory_in_use(D.socket, size, 5000));
 
         msgpack_sbuffer_init(&sb);
