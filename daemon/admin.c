@@ -157,11 +157,32 @@ cube__dispatched cube__do_sessions(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* What packs one stream's entry of a daemon-wide list. */
 typedef struct stream_ctx {
         msgpack_packer *pk;
         uint64_t session;
         int r;
 } stream_ctx;
+
+/* Answers with an array of one entry per stream of every session. */
+static cube__dispatched answer_every_stream(cube__msg *k,
+                                            void (*pack)(uint64_t, void *, void *))
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint64_t n = 0;
+        stream_ctx c = { &pk, 0, 0 };
+
+        for (cube__session *s = k->server->sessions; s; s = s->next)
+                n += s->streams.len;
+        begin(&sb, &pk, k);
+        c.r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (cube__session *s = k->server->sessions; s; s = s->next) {
+                c.session = s->id;
+                cube__idmap_foreach(&s->streams, pack, &c);
+        }
+        return finish(&sb, k, c.r);
+}
 
 static void pack_stream(uint64_t key, void *value, void *ctx)
 {
@@ -176,31 +197,12 @@ static void pack_stream(uint64_t key, void *value, void *ctx)
 
 cube__dispatched cube__do_streams(cube__msg *k)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        uint64_t n = 0;
-        stream_ctx c = { &pk, 0, 0 };
-
-        for (cube__session *s = k->server->sessions; s; s = s->next)
-                n += s->streams.len;
-        begin(&sb, &pk, k);
-        c.r |= msgpack_pack_array(&pk, (uint32_t) n);
-        for (cube__session *s = k->server->sessions; s; s = s->next) {
-                c.session = s->id;
-                cube__idmap_foreach(&s->streams, pack_stream, &c);
-        }
-        return finish(&sb, k, c.r);
+        return answer_every_stream(k, pack_stream);
 }
-
-typedef struct memory_ctx {
-        msgpack_packer *pk;
-        uint64_t session;
-        int r;
-} memory_ctx;
 
 static void pack_report(uint64_t key, void *value, void *ctx)
 {
-        memory_ctx *c = ctx;
+        stream_ctx *c = ctx;
         cube__stream *st = value;
         cube__memory *m = st->memory ? st->memory : cube__memory_new(st->session->server);
 
@@ -215,20 +217,7 @@ static void pack_report(uint64_t key, void *value, void *ctx)
 /* Every session's streams' memory reports: the device-wide view. */
 cube__dispatched cube__do_memory(cube__msg *k)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        uint64_t n = 0;
-        memory_ctx c = { &pk, 0, 0 };
-
-        for (cube__session *s = k->server->sessions; s; s = s->next)
-                n += s->streams.len;
-        begin(&sb, &pk, k);
-        c.r |= msgpack_pack_array(&pk, (uint32_t) n);
-        for (cube__session *s = k->server->sessions; s; s = s->next) {
-                c.session = s->id;
-                cube__idmap_foreach(&s->streams, pack_report, &c);
-        }
-        return finish(&sb, k, c.r);
+        return answer_every_stream(k, pack_report);
 }
 
 /* The daemon's figures in the Prometheus text exposition format. */

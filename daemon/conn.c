@@ -40,9 +40,9 @@ struct cube__conn {
         bool closing;
         bool close_after_write;
         cube__conn *prev, *next;
-        char answers[64];               /* small answers not yet written */
+        char answers[2 * CUBE__SMALL_ANSWER];   /* small answers not yet written */
         size_t answers_len;
-        bool answers_listed;               /* on server->answering */
+        bool answers_listed;            /* on server->answering */
         cube__conn *answers_next;
 };
 
@@ -122,6 +122,18 @@ static void on_written(uv_write_t *req, int status)
 
 static void send_answers(cube__conn *c);
 
+/* Most answers fit the socket at once: written now, they cost no request,
+ * no callback and no second pass of the loop. libuv refuses (EAGAIN) while
+ * earlier writes wait, which keeps answers in order. Returns the bytes
+ * written. */
+static size_t write_now(cube__conn *c, const char *bytes, size_t len)
+{
+        uv_buf_t b = uv_buf_init((char *) bytes, (unsigned) len);
+        int n = uv_try_write((uv_stream_t *) &c->pipe, &b, 1);
+
+        return n > 0 ? (size_t) n : 0;
+}
+
 void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
 {
         write_req *w;
@@ -137,19 +149,10 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
                         close(fd);
                 return;
         }
-        /* Most answers fit the socket at once: written now, they cost no
-         * request, no callback and no second pass of the loop. libuv refuses
-         * (EAGAIN) while earlier writes wait, which keeps answers in order. */
-        size_t sent = 0;
-        if (fd < 0) {
-                uv_buf_t now = uv_buf_init(frame, (unsigned) len);
-                int n = uv_try_write((uv_stream_t *) &c->pipe, &now, 1);
-                if (n > 0)
-                        sent = (size_t) n;
-                if (sent == len) {
-                        free(frame);
-                        return;
-                }
+        size_t sent = fd < 0 ? write_now(c, frame, len) : 0;
+        if (sent == len) {
+                free(frame);
+                return;
         }
         w = calloc(1, sizeof(*w));
         if (!w || (fd >= 0 && !(w->fd_handle = malloc(sizeof(*w->fd_handle))))) {
@@ -187,25 +190,18 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
  * copied and queued. */
 static void send_answers(cube__conn *c)
 {
-        size_t len = c->answers_len;
-        uv_buf_t now = uv_buf_init(c->answers, (unsigned) len);
-        int n;
+        size_t len = c->answers_len, sent;
         char *rest;
 
         c->answers_len = 0;
-        if (!len || c->closing)
+        if (!len || c->closing || (sent = write_now(c, c->answers, len)) == len)
                 return;
-        n = uv_try_write((uv_stream_t *) &c->pipe, &now, 1);
-        if (n < 0)
-                n = 0;
-        if ((size_t) n == len)
-                return;
-        if (!(rest = malloc(len - (size_t) n))) {
+        if (!(rest = malloc(len - sent))) {
                 cube__conn_close(c);
                 return;
         }
-        memcpy(rest, c->answers + n, len - (size_t) n);
-        cube__conn_send(c, rest, len - (size_t) n);
+        memcpy(rest, c->answers + sent, len - sent);
+        cube__conn_send(c, rest, len - sent);
 }
 
 /* Holding small answers until a round of I/O is dispatched matters when many
@@ -213,23 +209,12 @@ static void send_answers(cube__conn *c)
  * which takes the CPU from the daemon before it reads the next request; held,
  * the round's requests are all read first, and each client's wake-up finds
  * the daemon done. */
-void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len)
+void cube__conn_send_small(cube__conn *c, const char *bytes, size_t len)
 {
         if (!c || c->closing)
                 return;
-        if (len > sizeof(c->answers) - c->answers_len) {
+        if (len > sizeof(c->answers) - c->answers_len)
                 send_answers(c);
-                if (len > sizeof(c->answers)) {
-                        char *frame = malloc(len);
-                        if (!frame) {
-                                cube__conn_close(c);
-                                return;
-                        }
-                        memcpy(frame, bytes, len);
-                        cube__conn_send(c, frame, len);
-                        return;
-                }
-        }
         memcpy(c->answers + c->answers_len, bytes, len);
         c->answers_len += len;
         if (!c->answers_listed) {

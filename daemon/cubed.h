@@ -460,9 +460,7 @@ typedef struct cube__direct {
  * message buffered so far is consumed. */
 bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size_t mlen,
                         cube__direct *ret);
-/* n more payload bytes: copied from bytes, or already read to d->dst. The
- * write ends with its last byte. */
-void cube__direct_take(cube__direct *d, const void *bytes, size_t n);
+/* n more payload bytes were read to d->dst. The write ends with its last. */
 void cube__direct_advance(cube__direct *d, size_t n);
 /* Ends it, done or abandoned (the connection closed mid-payload). */
 void cube__direct_end(cube__direct *d);
@@ -470,15 +468,16 @@ void cube__direct_end(cube__direct *d);
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);
-/* Sends a small answer whose bytes the caller keeps. It is held until the
- * loop has dispatched everything this round of I/O brought, then written
- * with the others: see cube__conn_send_answers. */
-void cube__conn_send_copy(cube__conn *c, const char *bytes, size_t len);
+/* The same, with a descriptor sent along (taken, closed once sent). */
+void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
+/* Sends an answer of at most CUBE__SMALL_ANSWER bytes, which the caller
+ * keeps. It is held until the loop has dispatched everything this round of
+ * I/O brought, then written with the others (see conn.c). */
+#define CUBE__SMALL_ANSWER 32
+void cube__conn_send_small(cube__conn *c, const char *bytes, size_t len);
 /* Starts and stops the loop handles that send held answers. */
 void cube__conn_answers_init(cube__server *srv);
 void cube__conn_answers_close(cube__server *srv);
-/* The same, with a descriptor sent along (taken, closed once sent). */
-void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
 /* Sends a response, or an error response, for msgid. */
 void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error);
 void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb);

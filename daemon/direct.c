@@ -120,14 +120,9 @@ bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size
                 .dst = base + a->base + start,
                 .left = len,
         };
-        cube__direct_take(ret, msg + header, avail - header);
+        memcpy(ret->dst, msg + header, avail - header);
+        cube__direct_advance(ret, avail - header);
         return true;
-}
-
-void cube__direct_take(cube__direct *d, const void *bytes, size_t n)
-{
-        memcpy(d->dst, bytes, n);
-        cube__direct_advance(d, n);
 }
 
 void cube__direct_advance(cube__direct *d, size_t n)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "frame.h"
 
 
 cube_error *cube__poisoned(cube__server *srv)
@@ -33,35 +34,20 @@ bool cube__malformed(cube__msg *k, const char *what)
         return false;
 }
 
-typedef struct small_frame {
-        char bytes[32];
-        size_t len;
-} small_frame;
-
-static int small_frame_write(void *data, const char *buf, size_t len)
-{
-        small_frame *f = data;
-
-        if (len > sizeof(f->bytes) - f->len)
-                return -1;
-        memcpy(f->bytes + f->len, buf, len);
-        f->len += len;
-        return 0;
-}
-
 /* The commonest answer (every idle sync), packed on the stack. */
 void cube__reply_ok_nil(cube__msg *k)
 {
         cube__session *s = k->session;
-        small_frame f = { .len = 0 };
-        msgpack_packer pk;
+        cube__frame f;
 
-        msgpack_packer_init(&pk, &f, small_frame_write);
-        if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_nil(&pk) == 0 &&
+        /* [1, msgid, nil, nil]: at most 9 bytes, a small answer. */
+        cube__frame_init(&f);
+        if (cube__pack_response_ok(&f.pk, k->env->msgid) == 0 && msgpack_pack_nil(&f.pk) == 0 &&
             s->conn) {
                 s->bytes_out += f.len;
-                cube__conn_send_copy(s->conn, f.bytes, f.len);
+                cube__conn_send_small(s->conn, f.data, f.len);
         }
+        cube__frame_destroy(&f);
 }
 
 void cube__reply_owned_error(cube__msg *k, cube_error *e)

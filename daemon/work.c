@@ -263,6 +263,6 @@ void cube__server_drain_completions(cube__server *srv)
                 op_finish((cube__op *) ((char *) w - offsetof(cube__op, work)));
                 w = next;
         }
+        cube__schedule(srv);    /* owed in any case: the device has room */
         cube__schedule_unplug(srv);
-        cube__schedule(srv);
 }

@@ -7,11 +7,6 @@
 
 #include "rpc.h"
 
-typedef struct failure_list {
-        cube_failure_info *v;
-        size_t n;
-} failure_list;
-
 void cube_failures_free(cube_failure_info *failures, size_t n)
 {
         for (size_t i = 0; failures && i < n; i++)
@@ -19,45 +14,26 @@ void cube_failures_free(cube_failure_info *failures, size_t n)
         free(failures);
 }
 
-static cube_error *deliver_failures(cube__call *call, const msgpack_object *r)
+static void free_failures(void *v, size_t n)
 {
-        failure_list *list = call->ctx;
+        cube_failures_free(v, n);
+}
 
-        if (r->type != MSGPACK_OBJECT_ARRAY)
-                goto bad;
-        list->v = calloc(r->via.array.size + 1, sizeof(*list->v));
-        if (!list->v)
-                return cube__err_generic("out of memory in libcubeclient");
-        for (uint32_t i = 0; i < r->via.array.size; i++) {
-                const msgpack_object *m = &r->via.array.ptr[i], *v;
-                cube_failure_info *f = &list->v[i];
-                if (!(v = cube__map_get(m, "id")) || !cube__obj_u64(v, &f->id) ||
-                    !(v = cube__map_get(m, "session")) || !cube__obj_u64(v, &f->session) ||
-                    !(v = cube__map_get(m, "report")) ||
-                    cube__err_unpack(v, CUBE__FAMILY_SERVER, &f->report) < 0) {
-                        cube_failures_free(list->v, i);
-                        list->v = NULL;
-                        goto bad;
-                }
-        }
-        list->n = r->via.array.size;
-        return NULL;
-bad:
-        return cube__err_answer("failures");
+static bool decode_failure(const msgpack_object *m, void *elem)
+{
+        cube_failure_info *f = elem;
+        const msgpack_object *v;
+
+        return (v = cube__map_get(m, "id")) && cube__obj_u64(v, &f->id) &&
+               (v = cube__map_get(m, "session")) && cube__obj_u64(v, &f->session) &&
+               (v = cube__map_get(m, "report")) &&
+               cube__err_unpack(v, CUBE__FAMILY_SERVER, &f->report) == 0;
 }
 
 cube_error *cube_daemon_failures(cube_client *c, cube_failure_info **ret_failures, size_t *ret_n)
 {
-        failure_list list = {0};
-        cube_error *e = cube__request(c, "failures", NULL, 0, deliver_failures, &list);
-
-        if (e) {
-                cube_failures_free(list.v, list.n);
-                return e;
-        }
-        *ret_failures = list.v;
-        *ret_n = list.n;
-        return NULL;
+        return cube__request_list(c, "failures", sizeof(**ret_failures), decode_failure,
+                                  free_failures, (void **) ret_failures, ret_n);
 }
 
 cube_error *cube_debug_inject(cube_client *c, cube_fault_site site, cube_error_kind kind,

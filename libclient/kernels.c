@@ -108,58 +108,28 @@ cube_error *cube_compile_queued(cube_client *c)
         return cube__request(c, "compile_queued", NULL, 0, NULL, NULL);
 }
 
-typedef struct kernel_list {
-        cube_kernel_info *v;
-        size_t n;
-} kernel_list;
-
 static bool map_str(const msgpack_object *m, const char *key, char *buf, size_t cap)
 {
         const msgpack_object *v = cube__map_get(m, key);
         return v && cube__obj_str(v, buf, cap);
 }
 
-static cube_error *deliver_kernels(cube__call *call, const msgpack_object *r)
+static bool decode_kernel(const msgpack_object *m, void *elem)
 {
-        kernel_list *list = call->ctx;
+        cube_kernel_info *k = elem;
         const msgpack_object *v;
 
-        if (r->type != MSGPACK_OBJECT_ARRAY)
-                goto bad;
-        list->v = calloc(r->via.array.size + 1, sizeof(*list->v));
-        if (!list->v)
-                return cube__err_generic("out of memory in libcubeclient");
-        for (uint32_t i = 0; i < r->via.array.size; i++) {
-                const msgpack_object *m = &r->via.array.ptr[i];
-                cube_kernel_info *k = &list->v[i];
-                if (!map_str(m, "hash", k->hash, sizeof(k->hash)) ||
-                    !map_str(m, "entry", k->entry, sizeof(k->entry)) ||
-                    !map_str(m, "backend", k->backend, sizeof(k->backend)) ||
-                    !map_str(m, "state", k->state, sizeof(k->state)) ||
-                    !(v = cube__map_get(m, "from_disk")) || !cube__obj_bool(v, &k->from_disk) ||
-                    !(v = cube__map_get(m, "compile_ms")) || !cube__obj_double(v, &k->compile_ms) ||
-                    !(v = cube__map_get(m, "hits")) || !cube__obj_u64(v, &k->hits)) {
-                        free(list->v);
-                        list->v = NULL;
-                        goto bad;
-                }
-        }
-        list->n = r->via.array.size;
-        return NULL;
-bad:
-        return cube__err_answer("kernels");
+        return map_str(m, "hash", k->hash, sizeof(k->hash)) &&
+               map_str(m, "entry", k->entry, sizeof(k->entry)) &&
+               map_str(m, "backend", k->backend, sizeof(k->backend)) &&
+               map_str(m, "state", k->state, sizeof(k->state)) &&
+               (v = cube__map_get(m, "from_disk")) && cube__obj_bool(v, &k->from_disk) &&
+               (v = cube__map_get(m, "compile_ms")) && cube__obj_double(v, &k->compile_ms) &&
+               (v = cube__map_get(m, "hits")) && cube__obj_u64(v, &k->hits);
 }
 
 cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n)
 {
-        kernel_list list = {0};
-        cube_error *e = cube__request(c, "kernels", NULL, 0, deliver_kernels, &list);
-
-        if (e) {
-                free(list.v);
-                return e;
-        }
-        *ret_kernels = list.v;
-        *ret_n = list.n;
-        return NULL;
+        return cube__request_list(c, "kernels", sizeof(**ret_kernels), decode_kernel, NULL,
+                                  (void **) ret_kernels, ret_n);
 }

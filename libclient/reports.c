@@ -69,78 +69,29 @@ cube_error *cube_stream_memory_report(cube_client *c, uint64_t stream, bool *ret
         return NULL;
 }
 
-typedef struct id_list {
-        uint64_t *v;
-        size_t n;
-} id_list;
-
-static cube_error *deliver_ids(cube__call *call, const msgpack_object *r)
+static bool decode_id(const msgpack_object *o, void *elem)
 {
-        id_list *l = call->ctx;
-
-        if (r->type != MSGPACK_OBJECT_ARRAY)
-                return cube__err_answer("stream_ids");
-        l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
-        if (!l->v)
-                return cube__err_generic("out of memory in libcubeclient");
-        for (uint32_t i = 0; i < r->via.array.size; i++)
-                if (!cube__obj_u64(&r->via.array.ptr[i], &l->v[i])) {
-                        free(l->v);
-                        l->v = NULL;
-                        return cube__err_answer("stream_ids");
-                }
-        l->n = r->via.array.size;
-        return NULL;
+        return cube__obj_u64(o, elem);
 }
 
 cube_error *cube_stream_ids(cube_client *c, uint64_t **ret_ids, size_t *ret_n)
 {
-        id_list l = {0};
-        cube_error *e = cube__request(c, "stream_ids", NULL, 0, deliver_ids, &l);
-
-        if (e)
-                return e;
-        *ret_ids = l.v;
-        *ret_n = l.n;
-        return NULL;
+        return cube__request_list(c, "stream_ids", sizeof(**ret_ids), decode_id, NULL,
+                                  (void **) ret_ids, ret_n);
 }
 
-typedef struct report_list {
-        cube_memory_report *v;
-        size_t n;
-} report_list;
-
-static cube_error *deliver_reports(cube__call *call, const msgpack_object *r)
+static bool decode_session_report(const msgpack_object *m, void *elem)
 {
-        report_list *l = call->ctx;
+        cube_memory_report *v = elem;
+        const msgpack_object *rep = cube__map_get(m, "report");
 
-        if (r->type != MSGPACK_OBJECT_ARRAY)
-                return cube__err_answer("memory");
-        l->v = calloc(r->via.array.size + 1, sizeof(*l->v));
-        if (!l->v)
-                return cube__err_generic("out of memory in libcubeclient");
-        for (uint32_t i = 0; i < r->via.array.size; i++) {
-                const msgpack_object *m = &r->via.array.ptr[i], *rep = cube__map_get(m, "report");
-                if (!rep || !parse_report(rep, &l->v[i]) || !cube__map_u64(m, "session", &l->v[i].session)) {
-                        free(l->v);
-                        l->v = NULL;
-                        return cube__err_answer("memory");
-                }
-        }
-        l->n = r->via.array.size;
-        return NULL;
+        return rep && parse_report(rep, v) && cube__map_u64(m, "session", &v->session);
 }
 
 cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports, size_t *ret_n)
 {
-        report_list l = {0};
-        cube_error *e = cube__request(c, "memory", NULL, 0, deliver_reports, &l);
-
-        if (e)
-                return e;
-        *ret_reports = l.v;
-        *ret_n = l.n;
-        return NULL;
+        return cube__request_list(c, "memory", sizeof(**ret_reports), decode_session_report, NULL,
+                                  (void **) ret_reports, ret_n);
 }
 
 cube_error *cube_set_allocation_mode(cube_client *c, cube_allocation_mode mode)

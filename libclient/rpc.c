@@ -77,42 +77,6 @@ static cube_error *parting_reason(cube_client *c)
         return why;
 }
 
-static int frame_write(void *data, const char *buf, size_t len)
-{
-        cube__frame *f = data;
-
-        if (len > f->cap - f->len) {
-                size_t cap = f->cap * 2 > f->len + len ? f->cap * 2 : f->len + len;
-                char *grown = f->data == f->room ? malloc(cap) : realloc(f->data, cap);
-                if (!grown)
-                        return -1;
-                if (f->data == f->room)
-                        memcpy(grown, f->room, f->len);
-                f->data = grown;
-                f->cap = cap;
-        }
-        if (len) {
-                memcpy(f->data + f->len, buf, len);
-                f->len += len;
-        }
-        return 0;
-}
-
-void cube__frame_init(cube__frame *f)
-{
-        f->data = f->room;
-        f->len = 0;
-        f->cap = sizeof(f->room);
-        msgpack_packer_init(&f->pk, f, frame_write);
-}
-
-void cube__frame_destroy(cube__frame *f)
-{
-        if (f->data != f->room)
-                free(f->data);
-        cube__frame_init(f);
-}
-
 cube_error *cube__frame_send(cube_client *c, cube__frame *f, cube__call *call, const void *tail,
                              size_t tail_len)
 {
@@ -491,6 +455,51 @@ cube_error *cube__request(cube_client *c, const char *method, const uint64_t *pa
                 return cube__err_generic("out of memory in libcubeclient");
         }
         return cube__frame_send(c, &f, &call, NULL, 0);
+}
+
+typedef struct list_call {
+        const char *method;
+        size_t elem_size;
+        cube__decode_fn decode;
+        void (*clean)(void *v, size_t n);
+        void *v;
+        size_t n;
+} list_call;
+
+static cube_error *deliver_list(cube__call *call, const msgpack_object *r)
+{
+        list_call *l = call->ctx;
+        char *v;
+
+        if (r->type != MSGPACK_OBJECT_ARRAY)
+                return cube__err_answer(l->method);
+        if (!(v = calloc(r->via.array.size + 1, l->elem_size)))
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < r->via.array.size; i++)
+                if (!l->decode(&r->via.array.ptr[i], v + i * l->elem_size)) {
+                        if (l->clean)
+                                l->clean(v, i);
+                        else
+                                free(v);
+                        return cube__err_answer(l->method);
+                }
+        l->v = v;
+        l->n = r->via.array.size;
+        return NULL;
+}
+
+cube_error *cube__request_list(cube_client *c, const char *method, size_t elem_size,
+                               cube__decode_fn decode, void (*clean)(void *v, size_t n),
+                               void **ret_v, size_t *ret_n)
+{
+        list_call l = { method, elem_size, decode, clean, NULL, 0 };
+        cube_error *e = cube__request(c, method, NULL, 0, deliver_list, &l);
+
+        if (e)
+                return e;
+        *ret_v = l.v;
+        *ret_n = l.n;
+        return NULL;
 }
 
 cube_error *cube__err_answer(const char *method)

@@ -12,6 +12,7 @@
 
 #include "cube.h"
 #include "errors.h"
+#include "frame.h"
 #include "prescan.h"
 #include "rbuf.h"
 #include "wire.h"
@@ -80,18 +81,6 @@ struct cube_client {
         cube_protocol_limits daemon_limits;
 };
 
-/* A frame being packed: in its own room while it is small, which is almost
- * always, and on the heap beyond that. It points into itself, so it is
- * packed and sent where it was declared. */
-typedef struct cube__frame {
-        msgpack_packer pk;
-        char *data;
-        size_t len, cap;
-        char room[256];
-} cube__frame;
-
-void cube__frame_init(cube__frame *f);
-void cube__frame_destroy(cube__frame *f);
 /* Sends the frame and then tail_len bytes at tail (a payload not copied into
  * it), waits for call's answer when call is given, and destroys f. */
 cube_error *cube__frame_send(cube_client *c, cube__frame *f, cube__call *call, const void *tail,
@@ -119,6 +108,15 @@ int cube__take_fd(cube_client *c);
 /* Sends a request whose params are n u64 values, and waits for its answer. */
 cube_error *cube__request(cube_client *c, const char *method, const uint64_t *params, uint32_t n,
                           cube__deliver_fn deliver, void *ctx);
+/* Decodes one element of a list answer into *elem; false when it is not one. */
+typedef bool (*cube__decode_fn)(const msgpack_object *o, void *elem);
+/* A request (no params) answered with an array: decoded element by element
+ * into a calloc'd array (one spare element, so never NULL) the caller frees.
+ * clean, when given, releases the first n elements and the array after a
+ * malformed element. */
+cube_error *cube__request_list(cube_client *c, const char *method, size_t elem_size,
+                               cube__decode_fn decode, void (*clean)(void *v, size_t n),
+                               void **ret_v, size_t *ret_n);
 /* The error for an answer that is not the protocol's. */
 cube_error *cube__err_answer(const char *method);
 /* Whether map m holds key with an unsigned integer, stored in *ret. */
