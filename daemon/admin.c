@@ -51,9 +51,7 @@ cube__dispatched cube__do_status(cube__msg *k)
         msgpack_packer pk;
         int r = 0;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        begin(&sb, &pk, k);
         r |= msgpack_pack_map(&pk, 14);
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
@@ -72,10 +70,7 @@ cube__dispatched cube__do_status(cube__msg *k)
         r |= cube__pack_kv_str(&pk, "poison", srv->poison ? cube_error_reason(srv->poison) : "");
         r |= cube__pack_str(&pk, "properties");
         r |= cube__pack_properties(&pk, &srv->properties);
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
+        return finish(&sb, k, r);
 }
 
 cube__dispatched cube__do_kernels(cube__msg *k)
@@ -86,9 +81,7 @@ cube__dispatched cube__do_kernels(cube__msg *k)
         msgpack_packer pk;
         int r = 0;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        begin(&sb, &pk, k);
         r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
         for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
                 /* A compiling kernel's figures are the thread pool's until it
@@ -107,10 +100,7 @@ cube__dispatched cube__do_kernels(cube__msg *k)
                 r |= cube__pack_kv_u64(&pk, "buffers", kn->desc.n_buffers);
                 r |= cube__pack_kv_u64(&pk, "shared_bytes", done ? kn->shared_bytes : 0);
         }
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
+        return finish(&sb, k, r);
 }
 
 cube__dispatched cube__do_failures(cube__msg *k)
@@ -119,14 +109,9 @@ cube__dispatched cube__do_failures(cube__msg *k)
         msgpack_packer pk;
         int r = 0;
 
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        r |= cube__pack_response_ok(&pk, k->env->msgid);
+        begin(&sb, &pk, k);
         r |= cube__failures_pack(&k->server->failures, &pk);
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
+        return finish(&sb, k, r);
 }
 
 cube__dispatched cube__do_sessions(cube__msg *k)
