@@ -775,7 +775,10 @@ static bool container_accepted(const char *socket, int n)
         msgpack_pack_array(&pk, (size_t) n);
         for (int i = 0; i < n; i++)
                 msgpack_pack_nil(&pk);
-        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        /* A message over the limit is refused from its header: the daemon
+         * answers and hangs up before the rest is sent, so the send may fail
+         * (EPIPE) with the answer already waiting to be read. */
+        (void) raw_send_sbuffer(fd, &sb);
         msgpack_sbuffer_destroy(&sb);
 
         ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
