@@ -55,16 +55,45 @@ void cube__idmap_foreach(const cube__idmap *m, void (*fn)(uint64_t key, void *va
 void cube__idmap_free(cube__idmap *m);
 
 /* ---- the failure store (failures.c) ------------------------------------- */
+/* Work on the device that is to write some bytes and has not completed: its
+ * outcome is not known yet. Claims name it while the bytes are its; answers
+ * queued behind it (a read, a sync, a launch reading them) hold it, so they
+ * learn how it ended even once later work has claimed the bytes. */
+typedef struct cube__writer {
+        unsigned refs;
+        bool done;
+        uint64_t failure;               /* once done: what it ended with, 0 if it wrote */
+} cube__writer;
+
+/* A range of one allocation whose bytes are not simply there: either a
+ * failure claims them (their writer failed) or a writer still pending does.
+ * Exactly one of failure and writer is set; a writer here is never done
+ * (claims are settled as their writer completes). */
 typedef struct cube__claim {
         uint64_t failure;
+        cube__writer *writer;
         uint64_t start, end;            /* [start, end) of the allocation */
 } cube__claim;
 
-/* The bytes of one allocation that carry failures: sorted, disjoint ranges. */
+/* The claims of one allocation: sorted, disjoint ranges. */
 typedef struct cube__claims {
         cube__claim *v;
         size_t n, cap;
 } cube__claims;
+
+/* What some bytes were, as seen at one request's place in the order: the
+ * failures and pending writers claiming them then, in binding and offset
+ * order. Holds every record and writer it names. */
+typedef struct cube__await {
+        uint64_t failure;
+        cube__writer *writer;
+        uint64_t memory;                /* the memory they were found on */
+} cube__await;
+
+typedef struct cube__awaits {
+        cube__await *v;
+        size_t n, cap;
+} cube__awaits;
 
 typedef struct cube__failures {
         uint64_t minted;                /* ids are never reused */
@@ -78,8 +107,41 @@ int cube__claims_taint(cube__failures *fs, cube__claims *c, uint64_t start, uint
                        uint64_t failure);
 /* Marks [start, end) as written: whatever it carried is repaired. */
 int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end);
+/* Marks [start, end) as the pending writer's: what it carried is replaced,
+ * and what the writer ends with will land there, unless later work claims
+ * the bytes first. */
+int cube__claims_pending(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
+                         cube__writer *writer);
+/* The writer is done: the bytes it still claims carry its failure, or are
+ * plain bytes again. Call once per allocation it wrote, after
+ * cube__writer_finish. */
+void cube__claims_settle(cube__failures *fs, cube__claims *c, cube__writer *writer);
 /* Forgets every claim (the allocation is gone). */
 void cube__claims_clear(cube__failures *fs, cube__claims *c);
+
+/* A pending writer with one reference, for the work that is to write. */
+cube__writer *cube__writer_new(void);
+/* The work ended: failure 0 if it wrote its bytes. A failure is held for as
+ * long as the writer is, so answers waiting on it can still report it. */
+void cube__writer_finish(cube__failures *fs, cube__writer *w, uint64_t failure);
+void cube__writer_unref(cube__failures *fs, cube__writer *w);
+
+/* Appends the claims on [start, end) of c, in order, to a. */
+int cube__awaits_collect(cube__failures *fs, cube__awaits *a, const cube__claims *c,
+                         uint64_t start, uint64_t end, uint64_t memory);
+/* The first failure in a once its writers are done (or known so far): 0 if
+ * none. Sets *ret_memory to where it was found, and *ret_pending to whether a
+ * writer still pending comes before it (the answer may still change). */
+uint64_t cube__awaits_first(const cube__awaits *a, uint64_t *ret_memory, bool *ret_pending);
+/* Every distinct failure a names, as ServerError::Several of Unwritten, or
+ * NULL when there is none. */
+cube_error *cube__awaits_report(cube__failures *fs, const cube__awaits *a);
+void cube__awaits_release(cube__failures *fs, cube__awaits *a);
+/* Adds failure's report, walked back from memory, to *several (made on
+ * first use) unless it is there already. */
+int cube__failures_add_report(cube__failures *fs, cube_error **several, uint64_t failure,
+                              uint64_t memory);
+
 /* Drops a record that no allocation carries. */
 void cube__failures_prune(cube__failures *fs, uint64_t failure);
 /* Records that a launch of kernel was skipped because memory needed carried
@@ -87,6 +149,10 @@ void cube__failures_prune(cube__failures *fs, uint64_t failure);
  * downstream reports in its chain. */
 void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
                             uint64_t needed, const uint64_t *produced, size_t n_produced);
+/* The same hop for a launch that ran before its input's writer was known to
+ * have failed: what it wrote claims the failure as if it had been skipped. */
+void cube__failures_ran_stale(cube__failures *fs, uint64_t failure, const char *kernel,
+                              uint64_t needed, const uint64_t *produced, size_t n_produced);
 /* Adds a line to what a failure's reports say after the chain: why the root
  * happened, when the root alone does not say (a quota). */
 void cube__failures_note(cube__failures *fs, uint64_t failure, const char *note);
@@ -174,6 +240,15 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
                                 uint64_t *ret_start, uint64_t *ret_end);
 /* The claim check a read makes over resolved handles: NULL or Several. */
 cube_error *cube__ensure_written(cube__session *s, const cube_handle *handles, size_t n);
+/* What the handles' bytes are at this place in the order, failures and
+ * pending writers both, for an answer that is decided after the barrier.
+ * Returns a resolution error, or NULL. */
+cube_error *cube__await_handles(cube__session *s, const cube_handle *handles, size_t n,
+                                cube__awaits *a);
+/* Lands failure on [start, end) of a. A failed reservation keeps its own
+ * failure over every byte: it is what every read of it reports, whatever
+ * later work failed to write there. */
+void cube__alloc_taint(cube__alloc *a, uint64_t start, uint64_t end, uint64_t failure);
 /* Export: a token another session imports the allocation with. */
 const char *cube__alloc_export(cube__name *n);
 /* Import: a new name in s for the exported allocation, or an error. */
@@ -272,9 +347,10 @@ typedef struct cube__op {
         cube__launch_work *launch;      /* a launch's own record */
         cube__use *uses;                /* every allocation the work touches */
         size_t n_uses;
-        cube__alloc **written;          /* what a launch writes, to claim if it faults */
+        cube__alloc **written;          /* what a launch writes: where its writer's claims are */
         size_t n_written;
-        uint64_t *written_range;        /* [start, end) per written buffer */
+        cube__writer *writer;           /* a write or launch: its claim on what it writes */
+        cube__awaits awaits;            /* a launch: what its inputs were when it was queued */
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         cube__region *region;           /* the staging region it copies from or into */
         bool submitted;
@@ -288,8 +364,9 @@ struct cube__pending_reply {
         cube_error *error;              /* the first the device reported */
         char *frame;                    /* a prepared response (read), or NULL */
         size_t frame_len;
-        cube_handle *handles;           /* sync: checked once the barrier passed */
-        size_t n_handles;
+        cube_error *answer;             /* decided when queued, answered after the barrier */
+        cube__awaits awaits;            /* writers still pending when it was queued: a
+                                         * failure of theirs is the answer */
         /* When set, called with the outcome (which it takes) instead of
          * answering msgid: work the daemon does for itself. */
         void (*finished)(cube__session *s, cube_error *e);
@@ -568,7 +645,7 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
 /* Applies what a reload may change. */
 void cube__options_reload(cube__options *cur, const cube__options *next);
 
-#define CUBE__FAULT_SITES (CUBE_FAULT_TEARDOWN + 1)
+#define CUBE__FAULT_SITES (CUBE_FAULT_DEVICE_LAUNCH + 1)
 
 struct cube__server {
         uv_loop_t *loop;

@@ -16,6 +16,7 @@
 #include "cubed.h"
 
 #define SKIPS_KEPT 16
+#define DROPPED_KEPT 64         /* memories produced by dropped hops, remembered */
 
 /* A launch skipped because memory `needed` carried the failure; the memory
  * it was to write (`produced`) claims the failure now. */
@@ -31,10 +32,17 @@ typedef struct failure_record {
         uint64_t session;
         cube_error *root;
         uint32_t tagged;                /* allocations that carry it */
+        uint32_t held;                  /* writers and answers that may still report it */
         char *note;                     /* why the root happened, when there is more to say */
         skip_record skips[SKIPS_KEPT];  /* newest first */
         size_t n_skips;
         uint64_t skips_dropped;
+        /* What the dropped hops produced, so that a walk that ends on one of
+         * them says the records were dropped instead of reading as a direct
+         * claim. Past DROPPED_KEPT, every walk says so. */
+        uint64_t dropped[DROPPED_KEPT];
+        size_t n_dropped;
+        bool dropped_overflow;
 } failure_record;
 
 static void skip_free(skip_record *k)
@@ -76,7 +84,7 @@ void cube__failures_prune(cube__failures *fs, uint64_t failure)
 {
         failure_record *r = cube__idmap_get(&fs->records, failure);
 
-        if (!r || r->tagged > 0)
+        if (!r || r->tagged > 0 || r->held > 0)
                 return;
         cube__idmap_remove(&fs->records, failure);
         record_free(r);
@@ -92,8 +100,51 @@ static void retag(cube__failures *fs, uint64_t failure, int delta)
                 r->tagged++;
         else if (r->tagged > 0)
                 r->tagged--;
-        if (r->tagged == 0)
-                cube__failures_prune(fs, failure);
+        cube__failures_prune(fs, failure);
+}
+
+static void hold(cube__failures *fs, uint64_t failure, int delta)
+{
+        failure_record *r = cube__idmap_get(&fs->records, failure);
+
+        if (!r)
+                return;
+        if (delta > 0)
+                r->held++;
+        else if (r->held > 0)
+                r->held--;
+        cube__failures_prune(fs, failure);
+}
+
+cube__writer *cube__writer_new(void)
+{
+        cube__writer *w = calloc(1, sizeof(*w));
+
+        if (w)
+                w->refs = 1;
+        return w;
+}
+
+void cube__writer_finish(cube__failures *fs, cube__writer *w, uint64_t failure)
+{
+        w->done = true;
+        w->failure = failure;
+        if (failure)
+                hold(fs, failure, +1);
+}
+
+void cube__writer_unref(cube__failures *fs, cube__writer *w)
+{
+        if (!w || --w->refs > 0)
+                return;
+        if (w->failure)
+                hold(fs, w->failure, -1);
+        free(w);
+}
+
+static bool same(const cube__claim *a, const cube__claim *b)
+{
+        return a->failure == b->failure && a->writer == b->writer;
 }
 
 static bool carries(const cube__claim *v, size_t n, uint64_t failure)
@@ -104,72 +155,103 @@ static bool carries(const cube__claim *v, size_t n, uint64_t failure)
         return false;
 }
 
-/* Recomputes which failures gained or lost this allocation as a carrier,
- * comparing the claims before a change with the claims after it. */
-static void update_tags(cube__failures *fs, const cube__claim *before, size_t n_before,
-                        const cube__claim *after, size_t n_after)
+/* Puts claims v (sorted, disjoint; n of them) in place of c's, keeping every
+ * count right: a failure's carriers, a writer's references. */
+static int install(cube__failures *fs, cube__claims *c, cube__claim *v, size_t n)
 {
-        for (size_t i = 0; i < n_after; i++)
-                if (!carries(after, i, after[i].failure) &&
-                    !carries(before, n_before, after[i].failure))
-                        retag(fs, after[i].failure, +1);
-        for (size_t i = 0; i < n_before; i++)
-                if (!carries(before, i, before[i].failure) &&
-                    !carries(after, n_after, before[i].failure))
-                        retag(fs, before[i].failure, -1);
-}
-
-/* Builds the claims with [start, end) cut out, plus, when failure is not 0,
- * [start, end) claimed by it; neighbours of the same failure are fused. */
-static int rewrite(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
-                   uint64_t failure)
-{
-        cube__claim *v = malloc((c->n + 3) * sizeof(*v));
-        size_t n = 0;
-        bool placed = failure == 0;
-
-        if (!v)
-                return -ENOMEM;
-        for (size_t i = 0; i < c->n; i++) {
-                cube__claim k = c->v[i];
-                if (!placed && k.start >= start) {
-                        v[n++] = (cube__claim) { failure, start, end };
-                        placed = true;
-                }
-                if (k.end <= start || k.start >= end) {
-                        v[n++] = k;
-                        continue;
-                }
-                if (k.start < start)
-                        v[n++] = (cube__claim) { k.failure, k.start, start };
-                if (k.end > end) {
-                        if (!placed) {
-                                v[n++] = (cube__claim) { failure, start, end };
-                                placed = true;
-                        }
-                        v[n++] = (cube__claim) { k.failure, end, k.end };
-                }
-        }
-        if (!placed)
-                v[n++] = (cube__claim) { failure, start, end };
-
-        /* Fuse touching ranges of one failure: [0,10) + [10,20) is [0,20). */
         size_t m = 0;
+
+        /* Fuse touching ranges of one claim: [0,10) + [10,20) is [0,20). */
         for (size_t i = 0; i < n; i++) {
-                if (m > 0 && v[m - 1].failure == v[i].failure && v[m - 1].end == v[i].start)
+                if (m > 0 && same(&v[m - 1], &v[i]) && v[m - 1].end == v[i].start)
                         v[m - 1].end = v[i].end;
                 else
                         v[m++] = v[i];
         }
-
-        cube__claim *before = c->v;
-        size_t n_before = c->n;
-        c->v = v;
+        if (m > c->cap) {
+                size_t cap = m < 4 ? 4 : 2 * m;
+                cube__claim *grown = malloc(cap * sizeof(*grown));
+                if (!grown)
+                        return -ENOMEM;
+                /* The old claims move to the new room untouched; the counts
+                 * below are computed from the copy kept in v's caller. */
+                if (c->n)
+                        memcpy(grown, c->v, c->n * sizeof(*grown));
+                free(c->v);
+                c->v = grown;
+                c->cap = cap;
+        }
+        for (size_t i = 0; i < m; i++)
+                if (v[i].writer)
+                        v[i].writer->refs++;
+        for (size_t i = 0; i < m; i++)
+                if (v[i].failure && !carries(v, i, v[i].failure) &&
+                    !carries(c->v, c->n, v[i].failure))
+                        retag(fs, v[i].failure, +1);
+        for (size_t i = 0; i < c->n; i++)
+                if (c->v[i].failure && !carries(c->v, i, c->v[i].failure) &&
+                    !carries(v, m, c->v[i].failure))
+                        retag(fs, c->v[i].failure, -1);
+        for (size_t i = 0; i < c->n; i++)
+                if (c->v[i].writer)
+                        cube__writer_unref(fs, c->v[i].writer);
+        if (m)
+                memcpy(c->v, v, m * sizeof(*v));
         c->n = m;
-        c->cap = n_before + 3;
-        update_tags(fs, before, n_before, v, m);
-        free(before);
         return 0;
+}
+
+/* Room for the claims an edit of c builds: on the stack while small. */
+#define EDIT_ROOM 16
+
+static cube__claim *edit_room(const cube__claims *c, cube__claim *stack)
+{
+        return c->n + 3 <= EDIT_ROOM ? stack : malloc((c->n + 3) * sizeof(cube__claim));
+}
+
+/* Builds the claims with [start, end) cut out, plus, unless k claims
+ * nothing, [start, end) claimed as k says. */
+static int rewrite(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
+                   cube__claim k)
+{
+        cube__claim stack[EDIT_ROOM], *v = edit_room(c, stack);
+        size_t n = 0;
+        bool placed = !k.failure && !k.writer;
+        int r;
+
+        if (!v)
+                return -ENOMEM;
+        k.start = start;
+        k.end = end;
+        for (size_t i = 0; i < c->n; i++) {
+                cube__claim x = c->v[i];
+                if (!placed && x.start >= start) {
+                        v[n++] = k;
+                        placed = true;
+                }
+                if (x.end <= start || x.start >= end) {
+                        v[n++] = x;
+                        continue;
+                }
+                if (x.start < start) {
+                        v[n] = x;
+                        v[n++].end = start;
+                }
+                if (x.end > end) {
+                        if (!placed) {
+                                v[n++] = k;
+                                placed = true;
+                        }
+                        v[n] = x;
+                        v[n++].start = end;
+                }
+        }
+        if (!placed)
+                v[n++] = k;
+        r = install(fs, c, v, n);
+        if (v != stack)
+                free(v);
+        return r;
 }
 
 int cube__claims_taint(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
@@ -177,45 +259,195 @@ int cube__claims_taint(cube__failures *fs, cube__claims *c, uint64_t start, uint
 {
         if (start >= end || failure == 0)
                 return 0;
-        return rewrite(fs, c, start, end, failure);
+        return rewrite(fs, c, start, end, (cube__claim) { .failure = failure });
 }
 
 int cube__claims_written(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end)
 {
         if (start >= end || c->n == 0)
                 return 0;
-        return rewrite(fs, c, start, end, 0);
+        return rewrite(fs, c, start, end, (cube__claim) {0});
+}
+
+int cube__claims_pending(cube__failures *fs, cube__claims *c, uint64_t start, uint64_t end,
+                         cube__writer *writer)
+{
+        if (start >= end)
+                return 0;
+        return rewrite(fs, c, start, end, (cube__claim) { .writer = writer });
+}
+
+void cube__claims_settle(cube__failures *fs, cube__claims *c, cube__writer *writer)
+{
+        cube__claim stack[EDIT_ROOM], *v;
+        size_t n = 0;
+        bool found = false;
+
+        for (size_t i = 0; i < c->n && !found; i++)
+                found = c->v[i].writer == writer;
+        if (!found || !(v = edit_room(c, stack)))
+                return;         /* later work claimed all it wrote: nothing lands */
+        for (size_t i = 0; i < c->n; i++) {
+                cube__claim x = c->v[i];
+                if (x.writer == writer) {
+                        if (!writer->failure)
+                                continue;
+                        x.writer = NULL;
+                        x.failure = writer->failure;
+                }
+                v[n++] = x;
+        }
+        install(fs, c, v, n);
+        if (v != stack)
+                free(v);
 }
 
 void cube__claims_clear(cube__failures *fs, cube__claims *c)
 {
-        update_tags(fs, c->v, c->n, NULL, 0);
+        install(fs, c, NULL, 0);
         free(c->v);
         *c = (cube__claims) {0};
 }
 
-void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
-                            uint64_t needed, const uint64_t *produced, size_t n_produced)
+int cube__awaits_collect(cube__failures *fs, cube__awaits *a, const cube__claims *c,
+                         uint64_t start, uint64_t end, uint64_t memory)
+{
+        for (size_t i = 0; i < c->n; i++) {
+                const cube__claim *x = &c->v[i];
+                bool known = false;
+
+                if (x->end <= start || x->start >= end)
+                        continue;
+                for (size_t j = 0; j < a->n && !known; j++)
+                        known = a->v[j].failure == x->failure && a->v[j].writer == x->writer;
+                if (known)
+                        continue;
+                if (a->n == a->cap) {
+                        size_t cap = a->cap ? 2 * a->cap : 4;
+                        cube__await *grown = realloc(a->v, cap * sizeof(*grown));
+                        if (!grown)
+                                return -ENOMEM;
+                        a->v = grown;
+                        a->cap = cap;
+                }
+                a->v[a->n++] = (cube__await) { x->failure, x->writer, memory };
+                if (x->writer)
+                        x->writer->refs++;
+                else
+                        hold(fs, x->failure, +1);
+        }
+        return 0;
+}
+
+static uint64_t await_failure(const cube__await *w)
+{
+        return w->writer ? (w->writer->done ? w->writer->failure : 0) : w->failure;
+}
+
+uint64_t cube__awaits_first(const cube__awaits *a, uint64_t *ret_memory, bool *ret_pending)
+{
+        bool pending = false;
+
+        for (size_t i = 0; i < a->n; i++) {
+                uint64_t failure = await_failure(&a->v[i]);
+                if (a->v[i].writer && !a->v[i].writer->done)
+                        pending = true;
+                if (failure) {
+                        *ret_memory = a->v[i].memory;
+                        *ret_pending = pending;
+                        return failure;
+                }
+        }
+        *ret_pending = pending;
+        return 0;
+}
+
+int cube__failures_add_report(cube__failures *fs, cube_error **several, uint64_t failure,
+                              uint64_t memory)
+{
+        for (size_t i = 0; *several && i < cube_error_count(*several); i++)
+                if (cube_error_failure(cube_error_at(*several, i)) == failure)
+                        return 0;
+        if (!*several && !(*several = cube__err_several()))
+                return -ENOMEM;
+        return cube__err_several_add(*several, cube__failures_report(fs, failure, memory));
+}
+
+cube_error *cube__awaits_report(cube__failures *fs, const cube__awaits *a)
+{
+        cube_error *several = NULL;
+
+        for (size_t i = 0; i < a->n; i++) {
+                uint64_t failure = await_failure(&a->v[i]);
+                if (failure && cube__failures_add_report(fs, &several, failure,
+                                                         a->v[i].memory) < 0) {
+                        cube_error_free(several);
+                        return cube__err_generic("out of host memory reporting failures");
+                }
+        }
+        return several;
+}
+
+void cube__awaits_release(cube__failures *fs, cube__awaits *a)
+{
+        for (size_t i = 0; i < a->n; i++) {
+                if (a->v[i].writer)
+                        cube__writer_unref(fs, a->v[i].writer);
+                else
+                        hold(fs, a->v[i].failure, -1);
+        }
+        free(a->v);
+        *a = (cube__awaits) {0};
+}
+
+static void add_hop(cube__failures *fs, uint64_t failure, char *hop, uint64_t needed,
+                    const uint64_t *produced, size_t n_produced)
 {
         failure_record *r = cube__idmap_get(&fs->records, failure);
-        skip_record k = { .needed = needed, .n_produced = n_produced };
+        skip_record k = { .hop = hop, .needed = needed, .n_produced = n_produced };
 
-        if (!r)
-                return;
-        k.produced = malloc((n_produced ? n_produced : 1) * sizeof(*k.produced));
-        if (!k.produced || asprintf(&k.hop, "skipped `%s`: it needed memory %llu, which carried "
-                                    "the failure", kernel, (unsigned long long) needed) < 0) {
-                free(k.produced);
+        if (!r || !hop || !(k.produced = malloc((n_produced ? n_produced : 1) *
+                                                sizeof(*k.produced)))) {
+                free(hop);
                 return;
         }
         memcpy(k.produced, produced, n_produced * sizeof(*produced));
         if (r->n_skips == SKIPS_KEPT) {
-                skip_free(&r->skips[--r->n_skips]);
+                skip_record *old = &r->skips[--r->n_skips];
+                for (size_t i = 0; i < old->n_produced; i++) {
+                        if (r->n_dropped < DROPPED_KEPT)
+                                r->dropped[r->n_dropped++] = old->produced[i];
+                        else
+                                r->dropped_overflow = true;
+                }
+                skip_free(old);
                 r->skips_dropped++;
         }
         memmove(r->skips + 1, r->skips, r->n_skips * sizeof(*r->skips));
         r->skips[0] = k;
         r->n_skips++;
+}
+
+void cube__failures_skipped(cube__failures *fs, uint64_t failure, const char *kernel,
+                            uint64_t needed, const uint64_t *produced, size_t n_produced)
+{
+        char *hop = NULL;
+
+        if (asprintf(&hop, "skipped `%s`: it needed memory %llu, which carried the failure",
+                     kernel, (unsigned long long) needed) < 0)
+                hop = NULL;
+        add_hop(fs, failure, hop, needed, produced, n_produced);
+}
+
+void cube__failures_ran_stale(cube__failures *fs, uint64_t failure, const char *kernel,
+                              uint64_t needed, const uint64_t *produced, size_t n_produced)
+{
+        char *hop = NULL;
+
+        if (asprintf(&hop, "`%s` ran on memory %llu, whose writer failed on the device: what "
+                     "it wrote carries the failure", kernel, (unsigned long long) needed) < 0)
+                hop = NULL;
+        add_hop(fs, failure, hop, needed, produced, n_produced);
 }
 
 void cube__failures_note(cube__failures *fs, uint64_t failure, const char *note)
@@ -230,6 +462,17 @@ static bool produced(const skip_record *k, uint64_t memory)
 {
         for (size_t i = 0; i < k->n_produced; i++)
                 if (k->produced[i] == memory)
+                        return true;
+        return false;
+}
+
+/* Whether a hop that was dropped may have produced memory. */
+static bool dropped_made(const failure_record *r, uint64_t memory)
+{
+        if (r->dropped_overflow)
+                return true;
+        for (size_t i = 0; i < r->n_dropped; i++)
+                if (r->dropped[i] == memory)
                         return true;
         return false;
 }
@@ -261,7 +504,7 @@ cube_error *cube__failures_report(cube__failures *fs, uint64_t failure, uint64_t
                 if (memory)
                         memory = r->skips[i].needed;
         }
-        if (r->skips_dropped && n > 0 &&
+        if (r->skips_dropped && (!memory || dropped_made(r, memory)) &&
             asprintf(&chain[n], "(%llu older skip record(s) were dropped; the walk may stop "
                      "before the root)", (unsigned long long) r->skips_dropped) >= 0)
                 n++;

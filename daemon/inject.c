@@ -1,7 +1,9 @@
 /*
  * inject.c - fault injection, for tests: make the next reservation, copy,
  * launch or compile fail with a chosen error, poison the device, or abandon a
- * launch's write scope.
+ * launch's write scope. The copy and device-launch sites fail on the device,
+ * in stream order, as a real device's faults arrive: after the request was
+ * handled, often after later work was queued behind it.
  *
  * Off unless the daemon was started with --enable-fault-injection; the
  * shipped configuration never enables it. A request to inject into a daemon
@@ -20,6 +22,7 @@ static const char *const sites[CUBE__FAULT_SITES] = {
         [CUBE_FAULT_COMPILE] = "compile",
         [CUBE_FAULT_POISON] = "poison",
         [CUBE_FAULT_TEARDOWN] = "teardown",
+        [CUBE_FAULT_DEVICE_LAUNCH] = "device-launch",
 };
 
 /* The compilation-family node for kind, bare. */
@@ -142,7 +145,7 @@ cube__dispatched cube__do_inject(cube__msg *k)
                         site = i;
         if (site < 0) {
                 cube__reply_owned_error(k, cube__err_validation("unknown fault site '%s'; the "
-                        "sites are alloc, copy, launch, compile, poison and teardown", site_name));
+                        "sites are alloc, copy, launch, compile, poison, teardown and device-launch", site_name));
                 return CUBE__DISPATCH_DONE;
         }
 

@@ -206,55 +206,48 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
                           "failed (failure #%" PRIu64 "): %s", s->id,
                           kernel ? kernel->entry : "an unknown kernel", failure,
                           failure ? cube_error_message(e) : "out of memory");
-        for (size_t i = 0; i < r->n; i++)
-                if (r->names[i] && writes(r, kernel, i))
-                        cube__claims_taint(&srv->failures, r->names[i]->read_only ?
-                                           &r->names[i]->local : &r->allocs[i]->claims,
-                                           r->start[i], r->end[i], failure);
+        for (size_t i = 0; i < r->n; i++) {
+                if (!r->names[i] || !writes(r, kernel, i))
+                        continue;
+                if (r->names[i]->read_only)
+                        cube__claims_taint(&srv->failures, &r->names[i]->local, r->start[i],
+                                           r->end[i], failure);
+                else
+                        cube__alloc_taint(r->allocs[i], r->start[i], r->end[i], failure);
+        }
         cube__failures_prune(&srv->failures, failure);
 }
 
-/* The first failure claiming bytes of [start, end), or 0. */
-static uint64_t claimed(const cube__claims *claims, uint64_t start, uint64_t end)
+/* What the launch's inputs are at its place in the order, in binding order:
+ * the failures and pending writers that claim the bytes it reads. */
+static int inputs(cube__server *srv, const launch_req *r, const cube__kernel *kernel,
+                  cube__awaits *ret)
 {
-        for (size_t c = 0; c < claims->n; c++)
-                if (claims->v[c].start < end && start < claims->v[c].end)
-                        return claims->v[c].failure;
-        return 0;
-}
-
-/* The first failure an input carries, and which memory carried it. */
-static uint64_t input_failure(const launch_req *r, const cube__kernel *kernel, uint64_t *ret_memory)
-{
-        uint64_t failure;
+        cube__failures *fs = &srv->failures;
 
         for (size_t i = 0; i < r->n; i++) {
                 const cube__alloc *a = r->allocs[i];
-                bool needed = reads(r, kernel, i) || !a->storage;
                 uint64_t start = r->start[i], end = r->end[i];
 
+                if (!reads(r, kernel, i) && a->storage)
+                        continue;
                 if (!a->storage && start == end) {
                         start = 0;      /* the virtual byte of a failed reservation */
                         end = 1;
                 }
-                if (!needed)
-                        continue;
+                if (cube__awaits_collect(fs, ret, &a->claims, start, end, a->id) < 0)
+                        return -ENOMEM;
                 /* A read-only name's own failures (refused writes through it)
-                 * are what a read of it reports: an input carrying one is
-                 * as failed as one whose memory carries it. */
-                failure = claimed(&a->claims, start, end);
-                if (!failure && r->names[i] && r->names[i]->read_only)
-                        failure = claimed(&r->names[i]->local, start, end);
-                if (failure) {
-                        *ret_memory = a->id;
-                        return failure;
-                }
+                 * are what a read of it reports: an input carrying one is as
+                 * failed as one whose memory carries it. */
+                if (r->names[i]->read_only &&
+                    cube__awaits_collect(fs, ret, &r->names[i]->local, start, end, a->id) < 0)
+                        return -ENOMEM;
         }
         if (r->count_alloc &&
-            (failure = claimed(&r->count_alloc->claims, r->count_start, r->count_start + 12))) {
-                *ret_memory = r->count_alloc->id;
-                return failure;
-        }
+            cube__awaits_collect(fs, ret, &r->count_alloc->claims, r->count_start,
+                                 r->count_start + 12, r->count_alloc->id) < 0)
+                return -ENOMEM;
         return 0;
 }
 
@@ -269,8 +262,7 @@ static void skip(cube__msg *k, launch_req *r, const cube__kernel *kernel, uint64
 
         for (size_t i = 0; i < r->n; i++)
                 if (writes(r, kernel, i)) {
-                        cube__claims_taint(fs, &r->allocs[i]->claims, r->start[i], r->end[i],
-                                           failure);
+                        cube__alloc_taint(r->allocs[i], r->start[i], r->end[i], failure);
                         if (ids)
                                 ids[n++] = r->allocs[i]->id;
                 }
@@ -312,19 +304,23 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
 }
 
 /* Builds the device's record of the launch and queues it. */
-static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
+static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st,
+                   cube__awaits *awaits)
 {
         cube__session *s = k->session;
         size_t n = r->n, w = 0;
         /* The launch's record and its arrays ride in the op's own block. */
         size_t extra = sizeof(cube__launch_work) + n * sizeof(cube__storage *) +
-                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) +
-                       2 * n * sizeof(uint64_t) + r->info_len + 8;
+                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) + r->info_len + 8;
         void *block;
         cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, n + (r->count_alloc ? 1 : 0), extra,
                                    &block);
         cube__launch_work *l = block;
 
+        if (o && !(o->writer = cube__writer_new())) {
+                free(o);
+                o = NULL;
+        }
         if (!o) {
                 refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));
@@ -332,10 +328,12 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         }
         o->launch = l;
         o->work.launch = l;
+        /* What the inputs were: if a writer of theirs fails, so does this. */
+        o->awaits = *awaits;
+        *awaits = (cube__awaits) {0};
         l->info = (uint64_t *) (l + 1);
         l->offsets = l->info + r->info_len / 8 + 1;
-        o->written_range = l->offsets + n;
-        l->storages = (cube__storage **) (o->written_range + 2 * n);
+        l->storages = (cube__storage **) (l->offsets + n);
         o->written = (cube__alloc **) (l->storages + n);
         l->module = kernel->module;
         l->kernel = kernel->entry;
@@ -353,17 +351,16 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                 cube__op_use(o, r->allocs[i], written);
                 if (written) {
                         /* Enqueued: the bytes are the launch's now. */
-                        cube__claims_written(&k->server->failures, &r->allocs[i]->claims,
-                                             r->start[i], r->end[i]);
-                        o->written[w] = r->allocs[i];
-                        o->written_range[2 * w] = r->start[i];
-                        o->written_range[2 * w + 1] = r->end[i];
-                        w++;
+                        cube__claims_pending(&k->server->failures, &r->allocs[i]->claims,
+                                             r->start[i], r->end[i], o->writer);
+                        o->written[w++] = r->allocs[i];
                 }
         }
         if (r->count_alloc)
                 cube__op_use(o, r->count_alloc, false);
         o->n_written = w;
+        if ((o->work.error = cube__inject_take(k->server, CUBE_FAULT_DEVICE_LAUNCH)))
+                o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, running nothing */
         s->launches++;
         cube__op_enqueue(o);
 }
@@ -427,6 +424,8 @@ cube__dispatched cube__do_launch(cube__msg *k)
         cube__stream *st;
         cube_error *e;
         uint64_t failure, needed;
+        cube__awaits awaits = {0};
+        bool pending;
         cube__dispatched d = CUBE__DISPATCH_DONE;
 
         if (!parse_launch(k, &r))
@@ -490,8 +489,16 @@ cube__dispatched cube__do_launch(cube__msg *k)
                                 kernel->entry, r.names[i]->id));
                         goto out;
                 }
-        failure = input_failure(&r, kernel, &needed);
-        if (failure) {
+        if (inputs(srv, &r, kernel, &awaits) < 0) {
+                refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));
+                goto out;
+        }
+        /* An input known to carry a failure skips the launch, unless a
+         * writer still pending comes first: its outcome decides which
+         * failure the outputs carry, once the launch completes. */
+        failure = cube__awaits_first(&awaits, &needed, &pending);
+        if (failure && !pending) {
                 skip(k, &r, kernel, failure, needed);
                 goto out;
         }
@@ -534,8 +541,9 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, kernel, e);
                 goto out;
         }
-        submit(k, &r, kernel, st);
+        submit(k, &r, kernel, st, &awaits);
 out:
+        cube__awaits_release(&srv->failures, &awaits);
         if (d != CUBE__DISPATCH_PAUSED) {
                 /* A fetched count belongs to this launch alone, however it
                  * ended. */

@@ -61,8 +61,10 @@ void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t 
                                   end, n->id);
         /* A read-only name's refused write is its own: the memory it shares
          * was not touched, and no other holder may see a failure. */
-        cube__claims_taint(&srv->failures, n->read_only ? &n->local : &n->alloc->claims, start,
-                           end, failure);
+        if (n->read_only)
+                cube__claims_taint(&srv->failures, &n->local, start, end, failure);
+        else
+                cube__alloc_taint(n->alloc, start, end, failure);
         cube__failures_prune(&srv->failures, failure);
 }
 
@@ -241,7 +243,6 @@ cube__dispatched cube__do_write(cube__msg *k)
                         data = owned;
                 }
         }
-        cube__claims_written(&k->server->failures, &a->claims, start, end);
         cube__submit_copy(s, st, a, CUBE__WORK_COPY_TO_DEVICE, start, (void *) data, &copy, owned,
                           NULL, region);
         return keep ? CUBE__DISPATCH_KEPT : CUBE__DISPATCH_DONE;
@@ -363,6 +364,9 @@ cube__dispatched cube__do_read(cube__msg *k)
                 cube__reply_owned_error(k, st ? NULL : e);
                 goto out;
         }
+        /* No failure claims the bytes now; a writer still pending may fail,
+         * and the answer waits for it. */
+        r->answer = cube__await_handles(s, hs, n, &r->awaits);
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -414,16 +418,17 @@ out:
         return CUBE__DISPATCH_DONE;
 }
 
-/* Whether the stream has no work queued or running, and no other stream has
- * work on the named buffers that a barrier would wait for. */
-static bool idle_for(cube__stream *st, const cube_handle *hs, size_t n)
+/* Whether none of the session's streams has work queued or running, and no
+ * other session has work on the named buffers that a barrier would wait
+ * for. */
+static bool idle_for(cube__session *s, const cube_handle *hs, size_t n)
 {
-        if (st->pending)
+        if (s->inflight)
                 return false;
         for (size_t i = 0; i < n; i++) {
                 cube__alloc *a;
                 uint64_t start, end;
-                cube_error *bad = cube__alloc_resolve(st->session, &hs[i], &a, &start, &end);
+                cube_error *bad = cube__alloc_resolve(s, &hs[i], &a, &start, &end);
                 if (bad)
                         cube_error_free(bad);
                 else if (a->uses_head)
@@ -432,6 +437,49 @@ static bool idle_for(cube__stream *st, const cube_handle *hs, size_t n)
         return true;
 }
 
+/* A fence on st that counts toward r, waiting also for the work of other
+ * streams on the named buffers, as a read of them would. */
+static void fence(cube__session *s, cube__stream *st, cube__pending_reply *r,
+                  const cube_handle *hs, size_t n)
+{
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, n, 0, NULL);
+
+        if (!o) {
+                if (!r->error)
+                        r->error = cube__err_generic("out of host memory queueing a sync");
+                return;
+        }
+        o->reply = r;
+        for (size_t i = 0; i < n; i++) {
+                cube__alloc *a;
+                uint64_t start, end;
+                cube_error *bad = cube__alloc_resolve(s, &hs[i], &a, &start, &end);
+                if (bad)
+                        cube_error_free(bad);   /* the answer reports it */
+                else
+                        cube__op_use(o, a, false);
+        }
+        cube__op_enqueue(o);
+}
+
+typedef struct fence_ctx {
+        cube__session *session;
+        cube__stream *except;
+        cube__pending_reply *reply;
+} fence_ctx;
+
+static void fence_busy_stream(uint64_t id, void *value, void *ctx)
+{
+        fence_ctx *f = ctx;
+        cube__stream *st = value;
+
+        if (st != f->except && st->pending)
+                fence(f->session, st, f->reply, NULL, 0);
+}
+
+/* sync: the barrier waits for everything the session queued before it, on
+ * every stream, so a device fault raised by any of it is reported; then the
+ * claim check, as the bytes were at the sync's place in the order. */
 cube__dispatched cube__do_sync(cube__msg *k)
 {
         cube__session *s = k->session;
@@ -450,7 +498,7 @@ cube__dispatched cube__do_sync(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         st = cube__stream_get(s, stream, &e);
-        if (st && idle_for(st, hs, n)) {
+        if (st && idle_for(s, hs, n)) {
                 /* Nothing queued can change the answer: the claim check now
                  * is the one the barrier would make, without a trip through
                  * the device's queue. */
@@ -468,26 +516,11 @@ cube__dispatched cube__do_sync(cube__msg *k)
                 free(hs);
                 return CUBE__DISPATCH_DONE;
         }
-        r->handles = hs;
-        r->n_handles = n;
-        /* The barrier also waits for work of other streams on the named
-         * buffers, as a read of them would. */
-        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, n, 0, NULL);
-        if (!o) {
-                r->error = cube__err_generic("out of host memory queueing a sync");
-        } else {
-                o->reply = r;
-                for (size_t i = 0; i < n; i++) {
-                        cube__alloc *a;
-                        uint64_t start, end;
-                        cube_error *bad = cube__alloc_resolve(s, &hs[i], &a, &start, &end);
-                        if (bad)
-                                cube_error_free(bad);   /* reported by the claim check */
-                        else
-                                cube__op_use(o, a, false);
-                }
-                cube__op_enqueue(o);
-        }
+        r->answer = cube__await_handles(s, hs, n, &r->awaits);
+        fence(s, st, r, hs, n);
+        cube__idmap_foreach(&s->streams, fence_busy_stream,
+                            &(fence_ctx) { .session = s, .except = st, .reply = r });
+        free(hs);
         cube__pending_arm(r);
         return CUBE__DISPATCH_DONE;
 }

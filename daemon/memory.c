@@ -198,6 +198,36 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t st
         return 0;
 }
 
+cube_error *cube__await_handles(cube__session *s, const cube_handle *handles, size_t n,
+                                cube__awaits *a)
+{
+        cube__failures *fs = &s->server->failures;
+
+        for (size_t i = 0; i < n; i++) {
+                cube__name *nm;
+                uint64_t start, end;
+                cube_error *e = cube__name_resolve(s, &handles[i], &nm, &start, &end);
+
+                if (e)
+                        return e;
+                if (!nm->alloc->storage && start == end) {
+                        start = 0;      /* the virtual byte of a failed reservation */
+                        end = 1;
+                }
+                if (cube__awaits_collect(fs, a, &nm->alloc->claims, start, end,
+                                         nm->alloc->id) < 0 ||
+                    cube__awaits_collect(fs, a, &nm->local, start, end, nm->id) < 0)
+                        return cube__err_generic("out of host memory reporting failures");
+        }
+        return NULL;
+}
+
+void cube__alloc_taint(cube__alloc *a, uint64_t start, uint64_t end, uint64_t failure)
+{
+        if (a->storage)
+                cube__claims_taint(&a->server->failures, &a->claims, start, end, failure);
+}
+
 static uint64_t token_key(const char *token);
 
 /* Gives the storage back once no name and no work is left. */
@@ -295,25 +325,13 @@ cube_error *cube__alloc_resolve(cube__session *s, const cube_handle *h, cube__al
         return e;
 }
 
-/* Adds the failure to the group unless it is there already. */
-static int add_failure(cube__failures *fs, cube_error **several, uint64_t failure,
-                       uint64_t memory)
-{
-        for (size_t i = 0; *several && i < cube_error_count(*several); i++)
-                if (cube_error_failure(cube_error_at(*several, i)) == failure)
-                        return 0;
-        if (!*several && !(*several = cube__err_several()))
-                return -ENOMEM;
-        return cube__err_several_add(*several, cube__failures_report(fs, failure, memory));
-}
-
 static int add_claims(cube__failures *fs, cube_error **several, const cube__claims *claims,
                       uint64_t start, uint64_t end, uint64_t memory)
 {
         for (size_t k = 0; k < claims->n; k++) {
                 const cube__claim *c = &claims->v[k];
-                if (c->start < end && start < c->end &&
-                    add_failure(fs, several, c->failure, memory) < 0)
+                if (c->failure && c->start < end && start < c->end &&
+                    cube__failures_add_report(fs, several, c->failure, memory) < 0)
                         return -ENOMEM;
         }
         return 0;

@@ -41,8 +41,14 @@ static void pending_finish(cube__pending_reply *r)
         /* The barrier came after a fault: nothing it waited for can be trusted. */
         if (!e && srv->poison)
                 e = cube__poisoned(srv);
-        if (!e && r->handles)
-                e = cube__ensure_written(s, r->handles, r->n_handles);
+        if (!e && r->answer) {
+                e = r->answer;
+                r->answer = NULL;
+        }
+        /* Every writer it waited for is done now: a failure of one means the
+         * bytes were never written, whatever later work has claimed them. */
+        if (!e && r->awaits.n)
+                e = cube__awaits_report(&srv->failures, &r->awaits);
         if (r->finished) {
                 r->finished(s, e);
         } else if (e) {
@@ -65,7 +71,8 @@ static void pending_finish(cube__pending_reply *r)
         if (e && !r->finished)
                 cube_error_free(e);
         free(r->frame);
-        free(r->handles);
+        cube_error_free(r->answer);
+        cube__awaits_release(&srv->failures, &r->awaits);
         free(r);
         s->inflight--;
         srv->inflight--;
@@ -95,6 +102,18 @@ void cube__submit(cube__session *s, cube__stream *st, cube__alloc *a, cube__work
         cube__submit_copy(s, st, a, op, offset, host, &copy, owned, reply, NULL);
 }
 
+/* A write that never reached the device: its failure lands on its bytes. */
+static void lost_write(cube__session *s, cube__alloc *a, uint64_t start, uint64_t end,
+                       cube_error *e)
+{
+        cube__failures *fs = &s->server->failures;
+        uint64_t failure = cube__failures_insert(fs, e, s->id);
+
+        s->errors++;
+        cube__alloc_taint(a, start, end, failure);
+        cube__failures_prune(fs, failure);
+}
+
 void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
                        uint64_t offset, void *host, const cube__copy *copy, void *owned,
                        cube__pending_reply *reply, cube__region *region)
@@ -103,10 +122,16 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         cube__server *srv = s->server;
         cube__op *o = cube__op_new(s, st, op, a ? 1 : 0, 0, NULL);
 
-        if (!o) {
+        if (!o || (op == CUBE__WORK_COPY_TO_DEVICE && a && !(o->writer = cube__writer_new()))) {
                 /* Nothing was queued: the work's target must not read as written. */
+                cube_error *e = cube__err_generic("out of host memory queueing device work");
                 if (reply && !reply->error)
-                        reply->error = cube__err_generic("out of host memory queueing device work");
+                        reply->error = e;
+                else if (a && op == CUBE__WORK_COPY_TO_DEVICE)
+                        lost_write(s, a, offset, offset + copy->rows * copy->width, e);
+                else
+                        cube_error_free(e);
+                free(o);
                 free(owned);
                 return;
         }
@@ -131,6 +156,9 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         }
         if (a)
                 cube__op_use(o, a, op == CUBE__WORK_COPY_TO_DEVICE);
+        /* Queued: the bytes are this write's now, whatever it ends with. */
+        if (o->writer)
+                cube__claims_pending(&srv->failures, &a->claims, o->start, o->end, o->writer);
         if (op != CUBE__WORK_FENCE && (o->work.error = cube__inject_take(srv, CUBE_FAULT_COPY)))
                 o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, copying nothing */
         cube__op_enqueue(o);
@@ -148,9 +176,9 @@ void cube__server_poison(cube__server *srv, cube_error *poison)
         cube__server_poison_started(srv);
 }
 
-/* A launch that failed on the device: a fault poisons the device, and either
- * way the failure lands on what the launch was to write. */
-static void launch_failed(cube__op *o)
+/* A launch that failed on the device: a fault poisons the device. Returns
+ * the failure its outputs are to carry. */
+static uint64_t launch_failed(cube__op *o)
 {
         cube__session *s = o->session;
         cube__server *srv = s->server;
@@ -175,10 +203,62 @@ static void launch_failed(cube__op *o)
                 cube__log_session(CUBE__LOG_WARNING, s, failure, "session %" PRIu64 ": kernel '%s' "
                                   "failed on the device (failure #%" PRIu64 ")", s->id,
                                   o->launch->kernel, failure);
-        for (size_t i = 0; i < o->n_written; i++)
-                cube__claims_taint(&srv->failures, &o->written[i]->claims,
-                                   o->written_range[2 * i], o->written_range[2 * i + 1], failure);
-        cube__failures_prune(&srv->failures, failure);
+        return failure;
+}
+
+/* A launch that ran while a writer of its input was pending, and that writer
+ * failed: what it wrote was computed from bytes that were never there, so it
+ * claims the same failure, as if it had been skipped when queued. */
+static uint64_t ran_stale(cube__op *o)
+{
+        cube__failures *fs = &o->session->server->failures;
+        uint64_t needed = 0, failure, *ids;
+        bool pending;
+
+        failure = cube__awaits_first(&o->awaits, &needed, &pending);
+        if (!failure)
+                return 0;
+        if ((ids = calloc(o->n_written + 1, sizeof(*ids)))) {
+                for (size_t i = 0; i < o->n_written; i++)
+                        ids[i] = o->written[i]->id;
+                cube__failures_ran_stale(fs, failure, o->launch->kernel, needed, ids,
+                                         o->n_written);
+                free(ids);
+        }
+        return failure;
+}
+
+/* A write or launch is done: what it claimed carries its failure, or is
+ * plain bytes again. Bytes that later work claimed meanwhile are that work's. */
+static void writer_done(cube__op *o)
+{
+        cube__session *s = o->session;
+        cube__failures *fs = &s->server->failures;
+        uint64_t failure = 0;
+
+        if (o->work.error && o->launch) {
+                failure = launch_failed(o);
+        } else if (o->work.error) {
+                s->errors++;
+                failure = cube__failures_insert(fs, o->work.error, s->id);
+                o->work.error = NULL;
+                if (failure)
+                        cube__log_session(CUBE__LOG_INFO, s, failure, "session %" PRIu64 ": a "
+                                          "write to memory %" PRIu64 " failed on the device "
+                                          "(failure #%" PRIu64 ")", s->id, o->alloc->id, failure);
+        } else if (o->launch) {
+                failure = ran_stale(o);
+        }
+        cube__writer_finish(fs, o->writer, failure);
+        if (o->launch)
+                for (size_t i = 0; i < o->n_written; i++)
+                        cube__claims_settle(fs, &o->written[i]->claims, o->writer);
+        else
+                cube__claims_settle(fs, &o->alloc->claims, o->writer);
+        cube__writer_unref(fs, o->writer);
+        o->writer = NULL;
+        if (failure)
+                cube__failures_prune(fs, failure);
 }
 
 void cube__server_complete(void *ctx, cube__work *work)
@@ -211,23 +291,15 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
-        if (o->work.error && o->launch) {
-                launch_failed(o);
+        if (o->writer) {
+                writer_done(o);
         } else if (o->work.error) {
-                if (o->reply && !o->reply->error) {
+                if (o->reply && !o->reply->error)
                         o->reply->error = o->work.error;
-                } else if (!o->reply && o->alloc) {
-                        /* A write has no answer: its failure lands on the
-                         * bytes it was to write, for the next read to report. */
-                        uint64_t failure = cube__failures_insert(&srv->failures, o->work.error,
-                                                                 s->id);
-                        cube__claims_taint(&srv->failures, &o->alloc->claims, o->start, o->end,
-                                           failure);
-                        cube__failures_prune(&srv->failures, failure);
-                } else {
+                else
                         cube_error_free(o->work.error);
-                }
         }
+        cube__awaits_release(&srv->failures, &o->awaits);
         free(o->owned);
         s->queued_bytes -= o->held_bytes;
         if (o->region)

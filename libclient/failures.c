@@ -43,12 +43,13 @@ cube_error *cube_debug_inject(cube_client *c, cube_fault_site site, cube_error_k
                 [CUBE_FAULT_ALLOC] = "alloc", [CUBE_FAULT_COPY] = "copy",
                 [CUBE_FAULT_LAUNCH] = "launch", [CUBE_FAULT_COMPILE] = "compile",
                 [CUBE_FAULT_POISON] = "poison", [CUBE_FAULT_TEARDOWN] = "teardown",
+                [CUBE_FAULT_DEVICE_LAUNCH] = "device-launch",
         };
         cube__call call = {0};
         cube__frame f;
         cube_error *e;
 
-        if ((unsigned) site > CUBE_FAULT_TEARDOWN)
+        if ((unsigned) site > CUBE_FAULT_DEVICE_LAUNCH)
                 return cube__err_validation("unknown fault site %d", (int) site);
         cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);

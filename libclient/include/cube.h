@@ -511,6 +511,7 @@ typedef enum cube_fault_site {
         CUBE_FAULT_COMPILE,             /* the next compile fails */
         CUBE_FAULT_POISON,              /* the device is poisoned now */
         CUBE_FAULT_TEARDOWN,            /* the next launch's write scope never ends */
+        CUBE_FAULT_DEVICE_LAUNCH,       /* the next launch is queued, and fails on the device */
 } cube_fault_site;
 
 /* Makes the daemon fail as asked, for tests. Only a daemon started with
