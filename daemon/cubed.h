@@ -447,7 +447,11 @@ typedef struct cube__kernel {
         cube__kernel_state state;
         cube__module *module;
         uint32_t shared_bytes;
-        cube_error *error;              /* a CompilationError, when FAILED */
+        cube_error *error;              /* when FAILED: a CompilationError (the source's
+                                         * fault), or, with retry, the whole ServerError */
+        bool retry;                     /* failed for a reason outside the kernel (no
+                                         * compiler, no memory, no disk): a later launch
+                                         * compiles it again */
         bool from_disk;
         double compile_ms;
         uint64_t hits;
@@ -469,8 +473,12 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
 bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
-/* The launch error for a kernel that failed: Launch(CompilationError(...)). */
+/* The launch error for a kernel that failed: Launch(CompilationError(...))
+ * when the source was at fault, else the defect as it was. */
 cube_error *cube__kernel_launch_error(const cube__kernel *k);
+/* A kernel that failed for a reason outside itself is new again, so the
+ * launch asking now compiles it; any other kernel is left as it is. */
+void cube__kernel_retry(cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
 
 /* ---- access and session quotas (access.c) ------------------------------ */

@@ -158,8 +158,15 @@ cube__dispatched cube__do_inject(cube__msg *k)
                 e = cube__err_new(CUBE_SERVER_TORN_DOWN);
                 break;
         case CUBE_FAULT_COMPILE:
-                e = cube__err_family_of(kind) == CUBE__FAMILY_COMPILATION ?
-                    compilation(kind, reason) : NULL;
+                /* The source's fault, or a defect of the build (no compiler,
+                 * no memory, no disk), which a later launch retries. */
+                if (cube__err_family_of(kind) == CUBE__FAMILY_COMPILATION)
+                        e = compilation(kind, reason);
+                else if (kind == CUBE_LAUNCH_UNKNOWN || kind == CUBE_LAUNCH_OUT_OF_MEMORY ||
+                         kind == CUBE_IO_UNKNOWN)
+                        e = server_error(kind, reason, size);
+                else
+                        e = NULL;
                 break;
         default:
                 e = server_error(kind, reason, size);

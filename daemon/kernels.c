@@ -88,7 +88,9 @@ static cube_error *read_signature(cube__kernel *k)
                         free(last);
                         last = strndup(a, (size_t) (b - a));
                         if (!last)
-                                return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory reading "
+                                        "a kernel's signature"));
                         if (*p == ')')
                                 break;
                         if (!strchr(last, '*')) {
@@ -102,7 +104,9 @@ static cube_error *read_signature(cube__kernel *k)
                         cube_buffer_io *grown = realloc(k->io, (n + 1) * sizeof(*grown));
                         if (!grown) {
                                 free(last);
-                                return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory reading "
+                                        "a kernel's signature"));
                         }
                         k->io = grown;
                         k->io[n++] = word_at(last, last + strlen(last) + 1, "const") ?
@@ -202,6 +206,13 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         return k;
 }
 
+/* Whether a build failure is the source's fault (a CompilationError, which
+ * refuses the kernel for good), as opposed to a defect of the machine. */
+static bool source_fault(const cube_error *e)
+{
+        return cube__err_family_of(cube_error_kind_of(e)) == CUBE__FAMILY_COMPILATION;
+}
+
 static char *artifact_path(const cube__kernel *k)
 {
         cube__server *srv = k->server;
@@ -228,7 +239,8 @@ static void prepare_work(uv_work_t *w)
         cube_error *e;
 
         if (!path) {
-                k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory");
+                k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
         if (access(path, R_OK) == 0) {
@@ -262,10 +274,15 @@ static void prepare_done(uv_work_t *w, int status)
                 srv->compiles++;
         k->state = k->module ? CUBE__KERNEL_READY : CUBE__KERNEL_FAILED;
         if (!k->module && !k->error)
-                k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "the kernel was not built");
+                k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_UNKNOWN, "the kernel was not built, and the backend said "
+                        "nothing of why"));
+        k->retry = k->error && !source_fault(k->error);
         if (k->error)
-                cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) failed to build: %s", k->entry,
-                          k->hash, cube_error_message(k->error));
+                cube__log(k->retry ? CUBE__LOG_WARNING : CUBE__LOG_INFO, "kernel %s (%.12s) "
+                          "failed to build%s: %s", k->entry, k->hash,
+                          k->retry ? " (not the source's fault: a later launch tries again)" : "",
+                          cube_error_message(k->error));
         else
                 cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) %s in %.1f ms", k->entry, k->hash,
                           k->from_disk ? "loaded from the cache" : "compiled", k->compile_ms);
@@ -293,6 +310,7 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
         }
         if (k->state == CUBE__KERNEL_NEW && (k->error = cube__inject_take(srv, CUBE_FAULT_COMPILE))) {
                 k->state = CUBE__KERNEL_FAILED;
+                k->retry = !source_fault(k->error);
                 free(k->waiters);
                 k->waiters = NULL;
                 k->n_waiters = 0;
@@ -304,13 +322,24 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
                 srv->compiling++;
                 if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) < 0) {
                         srv->compiling--;
-                        k->error = cube__err_text(CUBE_COMPILATION_GENERIC, "could not queue the "
-                                                  "compile");
+                        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                CUBE_LAUNCH_UNKNOWN, "could not queue the compile"));
                         k->state = CUBE__KERNEL_FAILED;
+                        k->retry = true;
                         return false;
                 }
         }
         return true;
+}
+
+void cube__kernel_retry(cube__kernel *k)
+{
+        if (k->state != CUBE__KERNEL_FAILED || !k->retry)
+                return;
+        cube_error_free(k->error);
+        k->error = NULL;
+        k->retry = false;
+        k->state = CUBE__KERNEL_NEW;
 }
 
 void cube__kernel_forget(cube__kernel *k, void *ctx)
@@ -325,6 +354,8 @@ void cube__kernel_forget(cube__kernel *k, void *ctx)
 
 cube_error *cube__kernel_launch_error(const cube__kernel *k)
 {
+        if (!source_fault(k->error))
+                return cube_error_clone(k->error);
         return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(CUBE_LAUNCH_COMPILATION_ERROR,
                                                                  cube_error_clone(k->error)));
 }

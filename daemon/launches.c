@@ -444,6 +444,11 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 goto out;
         }
 
+        /* A build that failed for a reason outside the kernel is tried
+         * again by the next launch; the launches that waited for it report
+         * its failure. */
+        if (!cube__conn_redispatching(k->conn))
+                cube__kernel_retry(kernel);
         if (kernel->state == CUBE__KERNEL_NEW || kernel->state == CUBE__KERNEL_COMPILING) {
                 if (r.mode == CUBE_LAUNCH_QUEUE) {
                         queue(s, kernel);

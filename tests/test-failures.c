@@ -1316,8 +1316,9 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
         out = buffer(c, BYTES);
         other = buffer(c, BYTES);
 
-        /* Only a CompilationError variant can fail a compile. */
-        e = cube_debug_inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "not a compile error", 0);
+        /* A compile fails with a CompilationError, or a defect of the build. */
+        e = cube_debug_inject(c, CUBE_FAULT_COMPILE, CUBE_IO_BUFFER_TOO_BIG, "not a build failure",
+                              0);
         ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION, "%s",
                       e ? cube_error_message(e) : "accepted");
         cube_error_free(e);
@@ -1716,6 +1717,291 @@ START_TEST(cubectl_failures_lists_every_live_failure)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Failures that arrive late: known only once the device completes the work,
+ * after later work was queued behind it
+ * ------------------------------------------------------------------------- */
+
+/* A linger kernel on scratch, compiled and run once, so that what is queued
+ * next on the stream waits ms behind it on the device. */
+static uint64_t slow_stream(cube_client *c, cube_handle *ret_scratch)
+{
+        uint64_t k = kernel(c, linger_source, "linger");
+
+        *ret_scratch = buffer(c, 16);
+        launch_linger(c, k, ret_scratch, 0, false, CUBE_LAUNCH_EXECUTE);
+        ck_ok(cube_sync(c, NULL, 0));
+        return k;
+}
+
+/* The root reason of the one failure e reports (Several of one Unwritten),
+ * which it frees. */
+static void expect_late(cube_error *e, const char *reason)
+{
+        expect_several(e, 1);
+        ck_assert_str_eq(cube_error_reason(cube_error_source(cube_error_at(e, 0))), reason);
+        cube_error_free(e);
+}
+
+START_TEST(a_read_behind_a_write_that_fails_on_the_device_reports_it)
+{
+        cube_client *c = connect_as("late-read");
+        uint32_t old[N], fresh[N], back[N];
+        cube_handle h, scratch;
+        uint64_t k = slow_stream(c, &scratch);
+
+        fill_random(old, sizeof(old), 31);
+        fill_random(fresh, sizeof(fresh), 32);
+        h = filled(c, old, BYTES);
+        ck_ok(cube_sync(c, &h, 1));
+
+        /* The read is handled while the write still waits behind the kernel:
+         * no claim is known yet, and the old bytes must not come back. */
+        launch_linger(c, k, &scratch, 200, false, CUBE_LAUNCH_EXECUTE);
+        inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "the late copy failed", 0);
+        ck_ok(cube_write(c, &h, fresh, sizeof(fresh)));
+        expect_late(cube_read(c, &h, back, sizeof(back)), "the late copy failed");
+        expect_late(cube_check(c, &h, 1), "the late copy failed");
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
+{
+        cube_client *c = connect_as("late-launch");
+        uint64_t aff = kernel(c, affine_source, "affine");
+        uint32_t data[N], fresh[N], back[N];
+        cube_handle in, out, scratch;
+        uint64_t k = slow_stream(c, &scratch);
+        const cube_error *u;
+        cube_error *e, *first;
+
+        fill_random(data, sizeof(data), 33);
+        fill_random(fresh, sizeof(fresh), 34);
+        in = filled(c, data, BYTES);
+        out = buffer(c, BYTES);
+        /* Compiled, and run once on good input. */
+        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        ck_ok(cube_sync(c, &out, 1));
+
+        launch_linger(c, k, &scratch, 200, false, CUBE_LAUNCH_EXECUTE);
+        inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "the input never arrived", 0);
+        ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
+        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+
+        /* out was computed from bytes that were never there: it carries the
+         * write's own failure, one hop on, as a skipped launch's would. */
+        first = cube_read(c, &out, back, sizeof(back));
+        expect_several(first, 1);
+        u = cube_error_at(first, 0);
+        ck_assert_str_eq(cube_error_reason(cube_error_source(u)), "the input never arrived");
+        expect_claims(u, 2, 1);
+        ck_assert_msg(strstr(cube_error_chain_at(u, 0), "`affine` ran on memory") != NULL,
+                      "hop: %s", cube_error_chain_at(u, 0));
+        e = cube_check(c, &in, 1);
+        expect_several(e, 1);
+        ck_assert_uint_eq(cube_error_failure(cube_error_at(e, 0)), cube_error_failure(u));
+        cube_error_free(e);
+        cube_error_free(first);
+        expect_late(cube_sync(c, &out, 1), "the input never arrived");
+
+        /* A good write and launch repair both. */
+        ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
+        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        ck_ok(cube_read(c, &out, back, sizeof(back)));
+        for (size_t i = 0; i < N; i++)
+                ck_assert_uint_eq(back[i], affine(fresh[i]));
+        ck_assert_uint_eq(live_failures(c), 0);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
+{
+        cube_client *c = connect_as("late-repair");
+        uint32_t first[N], second[N], part[N / 2];
+        cube_handle h, scratch;
+        uint64_t k = slow_stream(c, &scratch);
+
+        fill_random(first, sizeof(first), 35);
+        fill_random(second, sizeof(second), 36);
+        fill_random(part, sizeof(part), 37);
+        h = buffer(c, BYTES);
+
+        /* W1 fails once both are queued: the bytes are W2's. */
+        launch_linger(c, k, &scratch, 150, false, CUBE_LAUNCH_EXECUTE);
+        inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "W1 failed", 0);
+        ck_ok(cube_write(c, &h, first, sizeof(first)));
+        ck_ok(cube_write(c, &h, second, sizeof(second)));
+        ck_ok(cube_sync(c, &h, 1));
+        ck_ok(cube_check(c, &h, 1));
+        expect_bytes(c, &h, second);
+        ck_assert_uint_eq(live_failures(c), 0);
+
+        /* Over half of it: the failure lands on the other half alone. */
+        cube_handle front = range(&h, 0, BYTES / 2), back = range(&h, BYTES / 2, BYTES);
+        launch_linger(c, k, &scratch, 150, false, CUBE_LAUNCH_EXECUTE);
+        inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "W1 failed again", 0);
+        ck_ok(cube_write(c, &h, first, sizeof(first)));
+        ck_ok(cube_write(c, &front, part, sizeof(part)));
+        expect_late(cube_sync(c, &h, 1), "W1 failed again");
+        ck_ok(cube_check(c, &front, 1));
+        expect_late(cube_check(c, &back, 1), "W1 failed again");
+        expect_bytes(c, &front, part);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_sync_waits_for_every_stream_of_its_session)
+{
+        cube_client *c = connect_as("late-streams");
+        cube_handle scratch, out;
+        uint64_t k = slow_stream(c, &scratch);
+        cube_error *e;
+
+        out = buffer(c, 16);
+        cube_stream_set(2);
+        launch_linger(c, k, &out, 200, true, CUBE_LAUNCH_EXECUTE);
+        cube_stream_set(1);
+        /* Stream 1 has nothing queued; the fault on stream 2 was raised by
+         * work the session queued before the sync. */
+        e = cube_sync(c, NULL, 0);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
+                      e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_stream_set(0);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
+{
+        cube_client *c = connect_as("late-reservation");
+        uint64_t fill = kernel(c, fill_source, "fill");
+        uint8_t byte = 7;
+        cube_handle h, first;
+        cube_error *u;
+        uint64_t f;
+
+        inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", BYTES);
+        h = buffer(c, BYTES);
+        u = only_failure(c, &h, 1);
+        f = cube_error_failure(u);
+        cube_error_free(u);
+
+        /* A write of one byte, a refused launch over it, a read-only...:
+         * whatever fails to write it, the reservation's failure stays what
+         * every read reports. */
+        first = range(&h, 0, 1);
+        ck_ok(cube_write(c, &first, &byte, 1));
+        launch_refused(c, over(fill, &h, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
+        launch_refused(c, over(fill, &first, NULL, 1), CUBE_RESOURCE_UNITS);
+        expect_failures(cube_sync(c, &h, 1), &f, 1);
+        expect_failures(cube_check(c, &first, 1), &f, 1);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_walk_that_ends_on_a_dropped_hop_says_so)
+{
+        cube_client *c = connect_as("dropped");
+        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        uint32_t pattern[N];
+        cube_handle p[19], w;
+        cube_error *u;
+
+        fill_pattern(pattern, N);
+        w = filled(c, pattern, BYTES);
+        for (size_t i = 0; i < LEN(p); i++)
+                p[i] = buffer(c, BYTES);
+        launch_refused(c, over(fill, &p[0], NULL, 1), CUBE_RESOURCE_CUBE_DIM);
+        for (size_t i = 1; i < LEN(p); i++)
+                launch(c, over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
+
+        /* p[1] was made by the oldest skip, whose record was dropped: its
+         * report must not read as a claim made directly by the root. */
+        u = only_failure(c, &p[1], 1);
+        ck_assert_msg(cube_error_chain_len(u) == 1, "chain of %zu: %s", cube_error_chain_len(u),
+                      cube_error_message(u));
+        ck_assert_msg(strstr(cube_error_chain_at(u, 0), "older skip record(s) were dropped"),
+                      "%s", cube_error_chain_at(u, 0));
+        cube_error_free(u);
+        /* The root's own memory is a direct claim, and says nothing more. */
+        u = only_failure(c, &p[0], 1);
+        ck_assert_uint_eq(cube_error_chain_len(u), 0);
+        cube_error_free(u);
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
+{
+        static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
+        cube_client *c = connect_as("defect");
+        uint64_t k = kernel(c, affine_source, "affine");
+        uint32_t data[N], back[N];
+        cube_handle in, out;
+        cube_error *u;
+
+        fill_random(data, sizeof(data), 38);
+        in = filled(c, data, BYTES);
+        out = buffer(c, BYTES);
+        inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "the compiler was killed", 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        u = only_failure(c, &out, 1);
+        ck_assert_str_eq(cube_error_reason(expect_root(u, defect, LEN(defect))),
+                         "the compiler was killed");
+        ck_assert(!cube_error_is_refusal(u));
+        ck_assert(!cube_error_is_device_poisoned(u));
+        cube_error_free(u);
+        ck_assert_str_eq(kernel_state(c, "affine"), "failed");
+
+        /* The next launch compiles it again, and it runs. */
+        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        ck_ok(cube_read(c, &out, back, sizeof(back)));
+        for (size_t i = 0; i < N; i++)
+                ck_assert_uint_eq(back[i], affine(data[i]));
+        ck_assert_str_eq(kernel_state(c, "affine"), "compiled");
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_missing_compiler_is_no_refusal)
+{
+        static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
+        const char *path = getenv("PATH");
+        char *saved = strdup(path ? path : "/usr/bin:/bin");
+        test_daemon d;
+        cube_client *c;
+        cube_handle out;
+        cube_error *u;
+
+        /* cubed finds cc on its PATH: a daemon started without one has no
+         * compiler at all. */
+        ck_assert_ptr_nonnull(saved);
+        setenv("PATH", "/nonexistent", 1);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        setenv("PATH", saved, 1);
+        free(saved);
+        ck_ok(cube_connect(d.socket, "no-cc", &c));
+        uint64_t k = kernel(c, fill_source, "fill");
+        out = buffer(c, BYTES);
+        for (int attempt = 0; attempt < 2; attempt++) {
+                launch(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
+                ck_ok(cube_sync(c, NULL, 0));
+                u = cube_check(c, &out, 1);
+                expect_several(u, 1);
+                const cube_error *root = expect_root(cube_error_at(u, 0), defect, LEN(defect));
+                ck_assert_msg(strstr(cube_error_reason(root), "cannot run the C compiler"),
+                              "%s", cube_error_reason(root));
+                ck_assert(!cube_error_is_refusal(u));
+                cube_error_free(u);
+        }
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
         Suite *s = suite_create("failures");
@@ -1726,7 +2012,8 @@ static Suite *failures_suite(void)
         TCase *inject_tc = tcase_create("inject");
         TCase *plain = tcase_create("plain");
         TCase *tools = tcase_create("tools");
-        TCase *with_daemon[] = { claims, launches, skips, reports, inject_tc, tools };
+        TCase *late = tcase_create("late");
+        TCase *with_daemon[] = { claims, launches, skips, reports, inject_tc, tools, late };
 
         for (size_t i = 0; i < LEN(with_daemon); i++)
                 tcase_add_checked_fixture(with_daemon[i], start_with_faults, stop_clean);
@@ -1766,6 +2053,16 @@ static Suite *failures_suite(void)
 
         tcase_add_test(tools, cubectl_failures_lists_every_live_failure);
         suite_add_tcase(s, tools);
+
+        tcase_add_test(late, a_read_behind_a_write_that_fails_on_the_device_reports_it);
+        tcase_add_test(late, a_launch_queued_behind_a_failing_write_passes_the_failure_on);
+        tcase_add_test(late, a_later_write_over_a_failing_one_keeps_its_bytes);
+        tcase_add_test(late, a_sync_waits_for_every_stream_of_its_session);
+        tcase_add_test(late, a_failed_reservation_keeps_its_failure_whatever_is_written);
+        tcase_add_test(late, a_walk_that_ends_on_a_dropped_hop_says_so);
+        tcase_add_test(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried);
+        tcase_add_test(plain, a_missing_compiler_is_no_refusal);
+        suite_add_tcase(s, late);
         return s;
 }
 

@@ -15,6 +15,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <elf.h>
 #include <pthread.h>
@@ -229,6 +230,60 @@ static char *read_log(const char *path)
         return buf;
 }
 
+/* Build failures that say nothing about the kernel: the compiler, the host
+ * or the cache directory let it down. They are defects, never refusals (an
+ * autotuner must not drop a good kernel over them), and the core compiles
+ * again at a later launch. */
+static cube_error *defect(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cube_error *defect(const char *fmt, ...)
+{
+        char reason[4096];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof(reason), fmt, ap);
+        va_end(ap);
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s",
+                                                                 reason));
+}
+
+static cube_error *host_oom(const char *what)
+{
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                                                                 "out of host memory %s", what));
+}
+
+static cube_error *cache_io(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cube_error *cache_io(const char *fmt, ...)
+{
+        char reason[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof(reason), fmt, ap);
+        va_end(ap);
+        return cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN, "%s; check the "
+                                                             "cache directory", reason));
+}
+
+/* Whether a compiler that did not succeed failed on its own account (killed,
+ * crashed, out of memory or disk) rather than on the source: gcc exits 4 on
+ * an internal compiler error. */
+static bool compiler_failed(int status, const char *log)
+{
+        static const char *const host[] = {
+                "internal compiler error", "virtual memory exhausted", "Cannot allocate memory",
+                "No space left on device", "Killed signal terminated program",
+        };
+
+        if (!WIFEXITED(status) || WEXITSTATUS(status) == 4)
+                return true;
+        for (size_t i = 0; log && i < sizeof(host) / sizeof(host[0]); i++)
+                if (strstr(log, host[i]))
+                        return true;
+        return false;
+}
+
 cube_error *cube__cpu_compile(const cube__kernel_desc *desc, const char *artifact_path)
 {
         extern char **environ;
@@ -241,15 +296,14 @@ cube_error *cube__cpu_compile(const cube__kernel_desc *desc, const char *artifac
         cube_error *e = NULL;
 
         if (!src || !obj || !log) {
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory compiling");
+                e = host_oom("compiling a kernel");
                 goto out;
         }
         snprintf(src, plen, "%s.tmp.c", artifact_path);
         snprintf(obj, plen, "%s.tmp", artifact_path);
         snprintf(log, plen, "%s.log", artifact_path);
         if ((r = write_source(src, desc)) < 0) {
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "cannot write the kernel source to "
-                                   "%s: %s", src, strerror(-r));
+                e = cache_io("cannot write the kernel source to %s: %s", src, strerror(-r));
                 goto out;
         }
 
@@ -269,8 +323,8 @@ cube_error *cube__cpu_compile(const cube__kernel_desc *desc, const char *artifac
         r = posix_spawnp(&pid, "cc", &fa, NULL, (char *const *) argv, environ);
         posix_spawn_file_actions_destroy(&fa);
         if (r != 0) {
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "cannot run the C compiler (cc): %s",
-                                   strerror(r));
+                e = defect("cannot run the C compiler (cc): %s; install gcc, or put cc on "
+                           "cubed's PATH", strerror(r));
                 goto out;
         }
 
@@ -288,9 +342,9 @@ cube_error *cube__cpu_compile(const cube__kernel_desc *desc, const char *artifac
                 if (now.tv_sec - start.tv_sec > COMPILE_TIMEOUT_S) {
                         kill(pid, SIGKILL);
                         waitpid(pid, &status, 0);
-                        e = cube__err_text(CUBE_COMPILATION_GENERIC, "compiling kernel '%s' took "
-                                           "longer than %d s; the compiler was stopped",
-                                           desc->entry, COMPILE_TIMEOUT_S);
+                        e = defect("compiling kernel '%s' took longer than %d s; the compiler "
+                                   "was stopped, and a later launch tries again", desc->entry,
+                                   COMPILE_TIMEOUT_S);
                         goto out;
                 }
                 struct timespec ms = { 0, 500 * 1000 };
@@ -299,14 +353,22 @@ cube_error *cube__cpu_compile(const cube__kernel_desc *desc, const char *artifac
 
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 char *text = read_log(log);
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "the C compiler could not build "
-                                   "kernel '%s':\n%s", desc->entry, text ? text : "");
+                if (compiler_failed(status, text))
+                        e = defect("the C compiler failed while building kernel '%s' (%s %d); "
+                                   "a later launch tries again:\n%s", desc->entry,
+                                   WIFSIGNALED(status) ? "signal" : "exit status",
+                                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                                   text ? text : "");
+                else
+                        e = cube__err_text(CUBE_COMPILATION_GENERIC, "the C compiler could not "
+                                           "build kernel '%s':\n%s", desc->entry,
+                                           text ? text : "");
                 free(text);
                 goto out;
         }
         if (rename(obj, artifact_path) < 0)
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "cannot store the compiled kernel "
-                                   "at %s: %s", artifact_path, strerror(errno));
+                e = cache_io("cannot store the compiled kernel at %s: %s", artifact_path,
+                             strerror(errno));
 out:
         if (src) {
                 unlink(src);
@@ -377,11 +439,11 @@ cube_error *cube__cpu_load(const cube__kernel_desc *desc, const char *artifact_p
         uint64_t shared = 0;
 
         if (!m)
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "out of host memory loading a kernel");
+                return host_oom("loading a kernel");
         m->dl = dlopen(artifact_path, RTLD_NOW | RTLD_LOCAL);
         if (!m->dl) {
-                cube_error *e = cube__err_text(CUBE_COMPILATION_GENERIC, "cannot load kernel '%s' "
-                                               "from %s: %s", desc->entry, artifact_path, dlerror());
+                cube_error *e = defect("cannot load kernel '%s' from %s: %s", desc->entry,
+                                       artifact_path, dlerror());
                 free(m);
                 return e;
         }
@@ -390,14 +452,14 @@ cube_error *cube__cpu_load(const cube__kernel_desc *desc, const char *artifact_p
         if (!m->unit_entry || !m->cube_entry) {
                 dlclose(m->dl);
                 free(m);
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "%s holds no cube entry points; "
-                                      "it was not built by this backend", artifact_path);
+                return defect("%s holds no cube entry points; it was not built by this "
+                              "backend", artifact_path);
         }
         if (shared_bytes_of(artifact_path, &shared) < 0) {
                 dlclose(m->dl);
                 free(m);
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "cannot read the shared memory "
-                                      "kernel '%s' declares from %s", desc->entry, artifact_path);
+                return defect("cannot read the shared memory kernel '%s' declares from %s",
+                              desc->entry, artifact_path);
         }
         m->uses_sync = desc->uses_sync;
         m->n_buffers = desc->n_buffers;
