@@ -317,10 +317,12 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                                    &block);
         cube__launch_work *l = block;
 
-        if (o && !(o->writer = cube__writer_new())) {
-                free(o);
-                o = NULL;
-        }
+        /* Only a launch that writes something has a claim to make. */
+        for (size_t i = 0; o && i < n && !o->writer; i++)
+                if (writes(r, kernel, i) && !(o->writer = cube__writer_new())) {
+                        free(o);
+                        o = NULL;
+                }
         if (!o) {
                 refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));

@@ -229,7 +229,8 @@ static uint64_t ran_stale(cube__op *o)
 }
 
 /* A write or launch is done: what it claimed carries its failure, or is
- * plain bytes again. Bytes that later work claimed meanwhile are that work's. */
+ * plain bytes again. Bytes that later work claimed meanwhile are that work's.
+ * A launch that writes nothing has no writer, but its fault still counts. */
 static void writer_done(cube__op *o)
 {
         cube__session *s = o->session;
@@ -248,6 +249,11 @@ static void writer_done(cube__op *o)
                                           "(failure #%" PRIu64 ")", s->id, o->alloc->id, failure);
         } else if (o->launch) {
                 failure = ran_stale(o);
+        }
+        if (!o->writer) {
+                /* A launch that writes nothing: its failure lands nowhere. */
+                cube__failures_prune(fs, failure);
+                return;
         }
         cube__writer_finish(fs, o->writer, failure);
         if (o->launch)
@@ -291,7 +297,7 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
-        if (o->writer) {
+        if (o->writer || o->launch) {
                 writer_done(o);
         } else if (o->work.error) {
                 if (o->reply && !o->reply->error)
