@@ -354,6 +354,8 @@ typedef struct cube__op {
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         cube__region *region;           /* the staging region it copies from or into */
         bool submitted;
+        bool deferred_skip;             /* a launch that cannot run, queued only to learn
+                                         * which failure its outputs carry */
 } cube__op;
 
 /* A request whose answer waits for device work. */

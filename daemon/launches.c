@@ -305,7 +305,7 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
 
 /* Builds the device's record of the launch and queues it. */
 static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st,
-                   cube__awaits *awaits)
+                   cube__awaits *awaits, bool deferred_skip)
 {
         cube__session *s = k->session;
         size_t n = r->n, w = 0;
@@ -352,17 +352,26 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                 l->offsets[i] = r->allocs[i]->base + r->start[i];
                 cube__op_use(o, r->allocs[i], written);
                 if (written) {
-                        /* Enqueued: the bytes are the launch's now. */
-                        cube__claims_pending(&k->server->failures, &r->allocs[i]->claims,
-                                             r->start[i], r->end[i], o->writer);
+                        /* Enqueued: the bytes are the launch's now (a failed
+                         * reservation's stay its failure's). */
+                        if (r->allocs[i]->storage)
+                                cube__claims_pending(&k->server->failures,
+                                                     &r->allocs[i]->claims, r->start[i],
+                                                     r->end[i], o->writer);
                         o->written[w++] = r->allocs[i];
                 }
         }
         if (r->count_alloc)
                 cube__op_use(o, r->count_alloc, false);
         o->n_written = w;
-        if ((o->work.error = cube__inject_take(k->server, CUBE_FAULT_DEVICE_LAUNCH)))
+        if (deferred_skip) {
+                /* It will be skipped; which failure it passes on is known once
+                 * the writers before it are done. */
+                o->deferred_skip = true;
+                o->work.op = CUBE__WORK_FENCE;
+        } else if ((o->work.error = cube__inject_take(k->server, CUBE_FAULT_DEVICE_LAUNCH))) {
                 o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, running nothing */
+        }
         s->launches++;
         cube__op_enqueue(o);
 }
@@ -514,6 +523,13 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, kernel, e);
                 goto out;
         }
+        /* An input known to have failed behind a writer still pending: the
+         * launch will not run (it may bind memory that has no storage), but
+         * it is queued so as to pass on the first failure once known. */
+        if (failure) {
+                submit(k, &r, kernel, st, &awaits, true);
+                goto out;
+        }
         if (r.dynamic) {
                 if (!s->count_ready) {
                         if (fetch_count(k, &r, st))
@@ -548,7 +564,7 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, kernel, e);
                 goto out;
         }
-        submit(k, &r, kernel, st, &awaits);
+        submit(k, &r, kernel, st, &awaits, false);
 out:
         cube__awaits_release(&srv->failures, &awaits);
         if (d != CUBE__DISPATCH_PAUSED) {

@@ -208,7 +208,8 @@ static uint64_t launch_failed(cube__op *o)
 
 /* A launch that ran while a writer of its input was pending, and that writer
  * failed: what it wrote was computed from bytes that were never there, so it
- * claims the same failure, as if it had been skipped when queued. */
+ * claims the same failure, as if it had been skipped when queued. A deferred
+ * skip ran nothing, and is recorded as the skip it is. */
 static uint64_t ran_stale(cube__op *o)
 {
         cube__failures *fs = &o->session->server->failures;
@@ -221,8 +222,8 @@ static uint64_t ran_stale(cube__op *o)
         if ((ids = calloc(o->n_written + 1, sizeof(*ids)))) {
                 for (size_t i = 0; i < o->n_written; i++)
                         ids[i] = o->written[i]->id;
-                cube__failures_ran_stale(fs, failure, o->launch->kernel, needed, ids,
-                                         o->n_written);
+                (o->deferred_skip ? cube__failures_skipped : cube__failures_ran_stale)(
+                        fs, failure, o->launch->kernel, needed, ids, o->n_written);
                 free(ids);
         }
         return failure;
