@@ -433,7 +433,8 @@ struct cube__session {
         uint64_t queued_bytes;          /* write payloads held by queued work */
         cube__idmap regions;            /* region id -> cube__region */
         uint64_t next_region;
-        uint64_t region_bytes;
+        uint64_t region_bytes;          /* in whole pages */
+        uint32_t n_regions;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
         cube__session *prev, *next;
@@ -548,7 +549,8 @@ typedef struct cube__options {
         uint32_t max_streams;           /* per session */
         uint32_t max_requests;          /* per session: work queued and answers owed */
         uint64_t max_queued_bytes;      /* per session: payloads held and replies unsent */
-        uint64_t region_memory;         /* per session: staging regions */
+        uint64_t region_memory;         /* per session: staging regions, in whole pages */
+        uint32_t max_regions;           /* per session: staging regions (each is a mapping) */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */

@@ -50,7 +50,9 @@ static void usage(FILE *f)
 "                         the daemon stops reading it (default 4096)\n"
 "  --max-queued-bytes BYTES  payloads and unsent answers of one session before the\n"
 "                         daemon stops reading it (default 256M)\n"
-"  --region-memory BYTES  staging regions one session may hold (default 1G)\n"
+"  --region-memory BYTES  staging regions one session may hold, in whole pages\n"
+"                         (default 1G)\n"
+"  --max-regions N        staging regions one session may hold (default 64)\n"
 "Access:\n"
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
@@ -92,6 +94,7 @@ int main(int argc, char **argv)
                 { "max-requests", required_argument, NULL, 'o' },
                 { "max-queued-bytes", required_argument, NULL, 'o' },
                 { "region-memory", required_argument, NULL, 'o' },
+                { "max-regions", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },

@@ -7,8 +7,19 @@
  * data must come back intact.
  */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -444,6 +455,154 @@ START_TEST(hostile_input_in_parallel_sessions)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * One hostile client (issue 19): each case starts a daemon of its own, with
+ * the options it needs.
+ * ------------------------------------------------------------------------- */
+
+static void start_with(const char *const *args)
+{
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+}
+
+static void pack_handle(msgpack_packer *pk, uint64_t nonce, uint64_t memory)
+{
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint64(pk, nonce);
+        msgpack_pack_uint64(pk, memory);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint64(pk, 0);
+}
+
+static void pack_region_ref(msgpack_packer *pk, uint64_t region, uint64_t offset,
+                            const uint64_t *size)
+{
+        msgpack_pack_array(pk, size ? 4 : 3);
+        cube__pack_str(pk, "region");
+        msgpack_pack_uint64(pk, region);
+        msgpack_pack_uint64(pk, offset);
+        if (size)
+                msgpack_pack_uint64(pk, *size);
+}
+
+/* write [1, handle, region range] of the whole memory, then read it back
+ * into the region on msgid. */
+static void send_region_write_read(int fd, uint64_t nonce, uint64_t memory, uint64_t region,
+                                   uint64_t size, uint32_t msgid)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        pack_handle(&pk, nonce, memory);
+        pack_region_ref(&pk, region, 0, &size);
+        cube__pack_request(&pk, msgid, "read", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        pack_handle(&pk, nonce, memory);
+        pack_region_ref(&pk, region, 0, NULL);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* The next message is the answer to msgid; returns whether it was an error. */
+static bool answered(int fd, uint32_t msgid, int timeout_ms)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        bool error;
+
+        ck_assert_msg(raw_recv(fd, &up, timeout_ms) == 1, "no answer to request %u", msgid);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+        ck_assert_uint_eq(env.msgid, msgid);
+        error = env.error && env.error->type != MSGPACK_OBJECT_NIL;
+        msgpack_unpacked_destroy(&up);
+        return error;
+}
+
+/* Item 1: a client truncates a staging region it was given and then copies
+ * through it. The region is sealed: the truncation fails, and both copies
+ * run. */
+START_TEST(a_region_cannot_be_shrunk_under_the_daemon)
+{
+        uint64_t nonce, session, region = 0, memory;
+        cube_error *e;
+        int fd, rfd;
+
+        start_with(NULL);
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        memory = session << 40 | 1;
+        raw_send_create(fd, memory, 1 << 20);
+        rfd = raw_region(fd, 2, 1 << 20, &region, &e);
+        ck_assert_msg(rfd >= 0, "no region: %s", e ? cube_error_message(e) : "no answer");
+        int shrunk = ftruncate(rfd, 0), shrink_errno = errno;
+        send_region_write_read(fd, nonce, memory, region, 1 << 20, 3);
+        ck_assert(!answered(fd, 3, 5000));      /* before the seals: cubed died of SIGBUS */
+        ck_assert_int_eq(shrunk, -1);
+        ck_assert_int_eq(shrink_errno, EPERM);
+        ck_assert_int_eq(ftruncate(rfd, 2 << 20), -1);
+        ck_assert_int_eq(fcntl(rfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+        close(rfd);
+        close(fd);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Item 3: one-byte regions cost a mapping each; a session holds at most
+ * max-regions, and each is charged in whole pages. */
+START_TEST(regions_are_counted_and_charged_in_pages)
+{
+        static const char *const args[] = { "--max-regions", "8", NULL };
+        static const char *const pages[] = { "--max-regions", "1000", "--region-memory", "1M", NULL };
+        long page = sysconf(_SC_PAGESIZE), maps_before;
+        uint64_t id;
+        cube_error *e;
+        int fd, rfd;
+
+        start_with(args);
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        maps_before = test_mappings(D.pid);
+        for (uint32_t i = 0; i < 8; i++) {
+                rfd = raw_region(fd, 10 + i, 1, &id, &e);
+                ck_assert_msg(rfd >= 0, "region %u: %s", i, e ? cube_error_message(e) : "no answer");
+                close(rfd);
+        }
+        ck_assert_int_lt(raw_region(fd, 20, 1, &id, &e), 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "max-regions"), "%s",
+                      e ? cube_error_message(e) : "no answer");
+        cube_error_free(e);
+        close(fd);
+        /* The session's mappings go with it. */
+        status_of(D.socket);
+        ck_assert_int_le(test_mappings(D.pid), maps_before);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        start_with(pages);
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        for (long i = 0; i < (1 << 20) / page; i++) {
+                rfd = raw_region(fd, (uint32_t) (10 + i), 1, &id, &e);
+                ck_assert_msg(rfd >= 0, "region %ld: %s", i, e ? cube_error_message(e) : "no answer");
+                close(rfd);
+        }
+        ck_assert_int_lt(raw_region(fd, 5, 1, &id, &e), 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "out of device memory"), "%s",
+                      e ? cube_error_message(e) : "no answer");
+        cube_error_free(e);
+        close(fd);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -470,6 +629,11 @@ int main(void)
         tcase_add_test(tc, limit_objects);
         tcase_add_test(tc, hostile_input_in_parallel_sessions);
         tcase_add_test(tc, hostile_sizes_and_offsets_are_refused_by_the_daemon);
+        suite_add_tcase(s, tc);
+        tc = tcase_create("one-client");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
+        tcase_add_test(tc, regions_are_counted_and_charged_in_pages);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
