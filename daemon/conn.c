@@ -84,13 +84,22 @@ static void on_closed(uv_handle_t *h)
         cube__server_check_stopped(srv);
 }
 
+/* The connection's own last close goes off the loop too: descriptors a
+ * client left queued in the socket are dropped by the kernel in the thread
+ * that closes it. */
 void cube__conn_close(cube__conn *c)
 {
+        uv_os_fd_t fd;
+        int keep = -1;
+
         if (c->closing)
                 return;
         c->closing = true;
         uv_read_stop((uv_stream_t *) &c->pipe);
+        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
+                keep = cube__close_keep(fd);
         uv_close((uv_handle_t *) &c->pipe, on_closed);
+        cube__close_later(keep);
 }
 
 cube__session *cube__conn_session(cube__conn *c)
@@ -557,9 +566,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 cube__conn_close(c);
                 return;
         }
-        /* A client has no descriptor to send: close any it does. */
+        /* The protocol never has a client send a descriptor: one that does
+         * breaks it. What it sent is closed off the loop (see closer.c). */
+        int passed = 0;
         while (uv_pipe_pending_count(&c->pipe) > 0) {
                 uv_pipe_t *h = malloc(sizeof(*h));
+                uv_os_fd_t fd;
+                int keep = -1;
                 if (!h)
                         break;
                 uv_pipe_init(c->server->loop, h, 0);
@@ -567,7 +580,19 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                         free(h);
                         break;
                 }
+                if (uv_fileno((uv_handle_t *) h, &fd) == 0) {
+                        struct linger now = { .l_onoff = 1, .l_linger = 0 };
+                        (void) setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+                        keep = cube__close_keep(fd);
+                }
                 uv_close((uv_handle_t *) h, (uv_close_cb) free);
+                cube__close_received(keep);
+                passed++;
+        }
+        if (passed) {
+                cube__conn_protocol_error(c, -1, "the client sent %d descriptor(s); the protocol "
+                                          "never has a client send one", passed);
+                return;
         }
         c->session->bytes_in += (uint64_t) nread;
         if (c->direct.left) {

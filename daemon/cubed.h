@@ -466,6 +466,17 @@ void cube__direct_advance(cube__direct *d, size_t n);
 /* Ends it, done or abandoned (the connection closed mid-payload). */
 void cube__direct_end(cube__direct *d);
 
+/* ---- closing descriptors off the loop (closer.c) ----------------------- */
+/* Starts the closer thread (at start, so its stack is in the baseline). */
+void cube__closer_init(void);
+/* Closes fd on the closer thread (in place when it cannot take it). */
+void cube__close_later(int fd);
+/* The same for a descriptor a client passed: a socket loses its linger. */
+void cube__close_received(int fd);
+/* A duplicate of fd, to close a handle's descriptor on the loop while the
+ * duplicate's close, the last one, goes to cube__close_later; -1 on failure. */
+int cube__close_keep(int fd);
+
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);

@@ -237,6 +237,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
         cube__conn_answers_init(srv);
+        cube__closer_init();
         if ((r = open_device(srv)) < 0)
                 return r;
         if ((r = prepare_cache_dir(opts->cache_dir)) < 0)

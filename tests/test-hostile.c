@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,6 +604,80 @@ START_TEST(regions_are_counted_and_charged_in_pages)
 }
 END_TEST
 
+/* A loopback TCP socket whose close blocks for linger_s seconds: data it
+ * cannot send (its peer never reads), and SO_LINGER. *ret_listener keeps
+ * the peer alive; the caller closes both. */
+static int lingering_socket(int linger_s, int *ret_listener)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(sa);
+        int small = 4096, l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct linger lg = { .l_onoff = 1, .l_linger = linger_s };
+        static char junk[65536];
+
+        ck_assert(l >= 0 && t >= 0);
+        ck_assert_int_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+        ck_assert_int_eq(bind(l, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(l, 1), 0);
+        ck_assert_int_eq(getsockname(l, (struct sockaddr *) &sa, &len), 0);
+        ck_assert_int_eq(setsockopt(t, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+        ck_assert_int_eq(connect(t, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        fcntl(t, F_SETFL, O_NONBLOCK);
+        for (int i = 0; i < 1000 && send(t, junk, sizeof(junk), MSG_NOSIGNAL) > 0; i++)
+                ;
+        ck_assert_int_eq(setsockopt(t, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        *ret_listener = l;
+        return t;
+}
+
+/* The longest of n status round trips through libcubeclient, in ms. */
+static long worst_status_ms(cube_client *c, int n)
+{
+        long worst = 0;
+
+        for (int i = 0; i < n; i++) {
+                cube_status st;
+                long t0 = test_now_ms();
+                ck_ok(cube_daemon_status(c, &st));
+                if (test_now_ms() - t0 > worst)
+                        worst = test_now_ms() - t0;
+        }
+        return worst;
+}
+
+/* Item 2: a client passes a descriptor whose close blocks. The protocol
+ * expects none: the connection is refused, and the descriptor is closed
+ * without stalling the loop. */
+START_TEST(a_passed_descriptor_never_blocks_the_loop)
+{
+        static const unsigned char status_req[] = { 0x94, 0x00, 0x02, 0xa6, 's', 't', 'a', 't',
+                                                    'u', 's', 0x90 };
+        cube_client *c;
+        int listener, t, fd;
+        long worst;
+
+        start_with(NULL);
+        ck_ok(cube_connect(D.socket, "bystander", &c));
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        t = lingering_socket(5, &listener);
+        /* The daemon is stopped while the descriptor travels, so that its
+         * copy is the last: its close is the one that would wait. */
+        kill(D.pid, SIGSTOP);
+        ck_assert_int_eq(raw_send_fd(fd, status_req, sizeof(status_req), t), 0);
+        close(t);
+        kill(D.pid, SIGCONT);
+        worst = worst_status_ms(c, 20);
+        ck_assert_msg(worst < 1000, "a round trip took %ld ms (the loop closed the socket)", worst);
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "descriptor");
+        expect_closed(fd);
+        close(listener);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -634,6 +709,7 @@ int main(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
         tcase_add_test(tc, regions_are_counted_and_charged_in_pages);
+        tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
