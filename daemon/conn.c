@@ -74,6 +74,7 @@ static void on_closed(uv_handle_t *h)
                 srv->conns = c->next;
         if (c->next)
                 c->next->prev = c->prev;
+        srv->n_conns--;
         cube__rbuf_free(&c->rb);
         cube__direct_end(&c->direct);
         if (c->waiting_on)
@@ -613,6 +614,12 @@ void cube__on_connection(uv_stream_t *listener, int status)
         socklen_t cred_len = sizeof(cred);
         uv_os_fd_t fd;
 
+        if (status == UV_EMFILE || status == UV_ENFILE) {
+                cube__log(CUBE__LOG_ERR, "a connection was refused unanswered: out of descriptors "
+                          "(%s; %u connections, RLIMIT_NOFILE %" PRIu64 ")", uv_strerror(status),
+                          srv->n_conns, srv->fd_limit);
+                return;
+        }
         if (status < 0) {
                 cube__log(CUBE__LOG_WARNING, "accept failed: %s", uv_strerror(status));
                 return;
@@ -621,6 +628,7 @@ void cube__on_connection(uv_stream_t *listener, int status)
         if (!c)
                 return;
         c->server = srv;
+        srv->n_conns++;
         /* ipc: staging regions travel as descriptors (SCM_RIGHTS). */
         uv_pipe_init(srv->loop, &c->pipe, 1);
         c->pipe.data = c;
@@ -661,6 +669,15 @@ static void conn_start(cube__conn *c)
         c->held = false;
         refused = cube__access_refused(srv, &c->cred, why, sizeof(why)) ||
                   cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
+        /* The last descriptors are root's and the daemon's user's. */
+        if (!refused && !cube__uid_is_admin(c->cred.uid) &&
+            (uint64_t) srv->n_conns + srv->fd_base + CUBE__ADMIN_FDS + CUBE__SPARE_FDS / 2 >= srv->fd_limit) {
+                snprintf(why, sizeof(why), "the daemon is short of descriptors (%u connections, "
+                         "RLIMIT_NOFILE %" PRIu64 "); the last ones are kept for root and the "
+                         "daemon's user; try again once sessions have ended",
+                         srv->n_conns, srv->fd_limit);
+                refused = true;
+        }
         c->session = cube__session_new(srv, c, c->cred.pid, c->cred.uid, c->cred.gid);
         if (!c->session) {
                 cube__conn_close(c);

@@ -642,7 +642,23 @@ struct cube__server {
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;
         bool stopping;
+        /* Descriptors (server.c): the soft RLIMIT_NOFILE, those open at
+         * start, and the connections open now. */
+        uint64_t fd_limit;
+        uint32_t fd_base;
+        uint32_t n_conns;
 };
+
+/* Descriptors kept for root and the daemon's own user: others' connections
+ * are refused before they would take these, so an operator can always get in. */
+#define CUBE__ADMIN_FDS 32
+/* Descriptors beyond one a session kept for the rest: regions being sent,
+ * compiles, the cache, the device. */
+#define CUBE__SPARE_FDS 64
+/* Whether max-sessions fits the descriptor limit; why says what to change. */
+bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
+/* Whether an administrative peer (root, the daemon's uid). */
+bool cube__uid_is_admin(uid_t uid);
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,

@@ -678,6 +678,102 @@ START_TEST(a_passed_descriptor_never_blocks_the_loop)
 }
 END_TEST
 
+/* The soft and hard descriptor limits in /proc/PID/limits. */
+static void nofile_of(pid_t pid, long *ret_soft, long *ret_hard)
+{
+        char path[64], line[256];
+        FILE *f;
+
+        *ret_soft = *ret_hard = -1;
+        snprintf(path, sizeof(path), "/proc/%d/limits", (int) pid);
+        ck_assert((f = fopen(path, "re")) != NULL);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Max open files", 14) == 0)
+                        sscanf(line + 14, "%ld %ld", ret_soft, ret_hard);
+        fclose(f);
+}
+
+static bool log_holds(const test_daemon *d, const char *needle)
+{
+        char line[1024];
+        bool found = false;
+        FILE *f = fopen(d->log, "re");
+
+        while (f && !found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+        if (f)
+                fclose(f);
+        return found;
+}
+
+/* In a child of uid nobody: opens as many connections as it can (up to
+ * 400), says so, and holds them until told. */
+static int hold_many_connections(const char *socket, int from_test, int to_test)
+{
+        struct rlimit rl;
+        int n = 0;
+
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        while (n < 400 && raw_connect(socket) >= 0)
+                n++;
+        dprintf(2, "nobody holds %d connections\n", n);
+        tell(to_test, 'h');
+        hear(from_test, 30000);
+        return 0;
+}
+
+/* Item 4: a daemon started by hand with a soft limit of 128 raises it to
+ * the hard one; a max-sessions that does not fit is refused at start. */
+START_TEST(the_descriptor_limit_is_raised_and_checked)
+{
+        static const char *const fits[] = { "--max-sessions", "1000", NULL };
+        struct rlimit rl = { 128, 4096 };
+        long soft, hard;
+
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        start_with(fits);
+        nofile_of(D.pid, &soft, &hard);
+        ck_assert_int_eq(soft, 4096);   /* before: 128 */
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        /* The default max-sessions, 4096, cannot fit 4096 descriptors. */
+        ck_assert_int_eq(test_daemon_start(&D, NULL), -1);
+        ck_assert_msg(log_holds(&D, "RLIMIT_NOFILE allows 4096"), "no word of the limit");
+        char rm[128];
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", D.dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* Item 4: one user's connections fill the descriptors; root still gets an
+ * answer, and the refusals are logged. */
+START_TEST(root_is_answered_when_one_user_fills_the_descriptors)
+{
+        static const char *const args[] = { "--max-sessions", "0", "--max-sessions-per-uid", "0",
+                                            NULL };
+        struct rlimit rl = { 200, 200 };
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        start_with(args);
+        open_socket_to_all(&D);
+        nobody_start(&n, D.socket, hold_many_connections);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), 'h');
+        usleep(200000);
+        cube_status st = status_of(D.socket);           /* before: dropped unanswered */
+        ck_assert_uint_ge(st.sessions, 1);
+        ck_assert_uint_lt(test_open_fds(D.pid), 200);
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_msg(log_holds(&D, "short of descriptors"), "the refusals were not logged");
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -710,6 +806,8 @@ int main(void)
         tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
         tcase_add_test(tc, regions_are_counted_and_charged_in_pages);
         tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);
+        tcase_add_test(tc, the_descriptor_limit_is_raised_and_checked);
+        tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
