@@ -253,6 +253,7 @@ void cube__region_unref(cube__region *r);
 typedef struct cube__uid {
         uint32_t sessions;
         uint64_t memory;
+        uint64_t rx_bytes;              /* receive buffers of its connections */
 } cube__uid;
 
 cube__uid *cube__uid_get(cube__server *srv, uid_t uid);
@@ -562,6 +563,10 @@ typedef struct cube__options {
         uint64_t max_queued_bytes;      /* per session: payloads held and replies unsent */
         uint64_t region_memory;         /* per session: staging regions, in whole pages */
         uint32_t max_regions;           /* per session: staging regions (each is a mapping) */
+        uint64_t uid_queued_bytes;      /* per user: messages being received */
+        uint64_t max_receive_bytes;     /* the daemon: messages being received */
+        uint32_t hello_timeout_s;       /* from accept to hello */
+        uint32_t frame_timeout_s;       /* a message begun and not arriving */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
@@ -647,6 +652,8 @@ struct cube__server {
         uint64_t fd_limit;
         uint32_t fd_base;
         uint32_t n_conns;
+        uint64_t rx_bytes;              /* every connection's receive buffer (conn.c) */
+        uint32_t rx_blocked;            /* connections not read for the receive caps */
 };
 
 /* Descriptors kept for root and the daemon's own user: others' connections

@@ -477,6 +477,11 @@ long test_rss_kib(pid_t pid)
         return proc_status_field(pid, "VmRSS");
 }
 
+long test_vm_kib(pid_t pid)
+{
+        return proc_status_field(pid, "VmSize");
+}
+
 /* Lines of a /proc file, or entries of a /proc directory. */
 static long proc_count(pid_t pid, const char *what, bool dir)
 {

@@ -73,6 +73,7 @@ int test_scaled_ms(int ms);
 /* The daemon's resident memory (VmRSS), its open descriptors and its
  * mappings, from /proc; -1 when they cannot be read. */
 long test_rss_kib(pid_t pid);
+long test_vm_kib(pid_t pid);
 long test_open_fds(pid_t pid);
 long test_mappings(pid_t pid);
 

@@ -774,6 +774,145 @@ START_TEST(root_is_answered_when_one_user_fills_the_descriptors)
 }
 END_TEST
 
+/* Sends as much of len bytes as the socket takes within ms; returns it. */
+static size_t send_for(int fd, const void *p, size_t len, int ms)
+{
+        long deadline = test_now_ms() + ms;
+        size_t done = 0;
+
+        while (done < len && test_now_ms() < deadline) {
+                ssize_t w = send(fd, (const char *) p + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0)
+                        done += (size_t) w;
+                else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                        break;
+                else
+                        usleep(1000);
+        }
+        return done;
+}
+
+/* Item 5: twenty pipelined 4 MiB reads and 40 000 status requests whose
+ * answers are never read cost what max-queued-bytes allows, not more. */
+START_TEST(answers_nobody_reads_are_counted)
+{
+        static const char *const args[] = { "--max-queued-bytes", "16M", NULL };
+        uint64_t nonce, session;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        long rss0, grown;
+        int fd;
+
+        start_with(args);
+        rss0 = test_rss_kib(D.pid);
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 4 << 20);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 20; i++) {
+                cube__pack_request(&pk, 100 + i, "read", 2);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_array(&pk, 1);
+                pack_handle(&pk, nonce, session << 40 | 1);
+        }
+        send_for(fd, sb.data, sb.size, 2000);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(500000);
+        grown = test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 48 * 1024, "20 unread 4 MiB reads grew cubed by %ld KiB "
+                      "(max-queued-bytes is 16 MiB)", grown);   /* before: 80 MiB */
+        close(fd);
+        status_of(D.socket);
+
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        rss0 = test_rss_kib(D.pid);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 40000; i++)
+                cube__pack_request(&pk, i, "status", 0);
+        send_for(fd, sb.data, sb.size, 3000);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(500000);
+        grown = test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 48 * 1024, "40000 unread status answers grew cubed by %ld KiB "
+                      "(max-queued-bytes is 16 MiB)", grown);   /* before: 250 MiB */
+        close(fd);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* The start of a message [2, "x", [bin32 of 64 MiB ...: what a client
+ * declares, not what it sends. */
+static const unsigned char declares_64m[] = { 0x93, 0x02, 0xa1, 'x', 0x91, 0xc6,
+                                              0x04, 0x00, 0x00, 0x00 };
+
+/* Item 6: sessions that declare 64 MiB and send a few bytes reserve
+ * nothing; sessions that stall inside a large message hold no more than
+ * max-receive-bytes between them. */
+START_TEST(partial_messages_are_counted)
+{
+        static const char *const args[] = { "--max-receive-bytes", "32M", NULL };
+        static unsigned char chunk[16 << 20];
+        int fds[8];
+        long vm0, rss0, grown;
+
+        start_with(args);
+        vm0 = test_vm_kib(D.pid);
+        for (int i = 0; i < 8; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                ck_assert_int_eq(raw_send(fds[i], "thirteen byte", 13), 0);
+        }
+        status_of(D.socket);
+        grown = test_vm_kib(D.pid) - vm0;
+        ck_assert_msg(grown < 64 * 1024, "8 declared 64 MiB messages took %ld KiB of address "
+                      "space", grown);                          /* before: 512 MiB */
+        rss0 = test_rss_kib(D.pid);
+        for (int i = 0; i < 8; i++)
+                send_for(fds[i], chunk, sizeof(chunk), 300);
+        status_of(D.socket);
+        grown = test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 96 * 1024, "8 stalled 16 MiB partial messages grew cubed by %ld "
+                      "KiB (max-receive-bytes is 32 MiB)", grown);      /* before: 128 MiB */
+        for (int i = 0; i < 8; i++)
+                close(fds[i]);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Item 7: half a hello, and a message that stops arriving, are ended. */
+START_TEST(idle_connections_time_out)
+{
+        static const char *const args[] = { "--hello-timeout", "1", "--frame-timeout", "1", NULL };
+        static const unsigned char half_hello[] = { 0x94, 0x00, 0x01, 0xa5, 'h', 'e' };
+        int quiet, half, stalled, fine;
+
+        start_with(args);
+        quiet = raw_connect(D.socket);
+        half = raw_connect(D.socket);
+        ck_assert_int_eq(raw_send(half, half_hello, sizeof(half_hello)), 0);
+        stalled = raw_connect(D.socket);
+        raw_hello(stalled);
+        ck_assert_int_eq(raw_send(stalled, declares_64m, sizeof(declares_64m)), 0);
+        fine = raw_connect(D.socket);
+        raw_hello(fine);
+        expect_error(quiet, -1, CUBE_SERVER_VALIDATION, "hello-timeout");
+        expect_closed(quiet);
+        expect_error(half, -1, CUBE_SERVER_VALIDATION, "hello-timeout");
+        expect_closed(half);
+        expect_error(stalled, -1, CUBE_SERVER_VALIDATION, "frame-timeout");
+        expect_closed(stalled);
+        /* A greeted session with nothing half-sent stays. */
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        close(fine);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -808,6 +947,9 @@ int main(void)
         tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);
         tcase_add_test(tc, the_descriptor_limit_is_raised_and_checked);
         tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
+        tcase_add_test(tc, answers_nobody_reads_are_counted);
+        tcase_add_test(tc, partial_messages_are_counted);
+        tcase_add_test(tc, idle_connections_time_out);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
