@@ -913,6 +913,68 @@ START_TEST(idle_connections_time_out)
 }
 END_TEST
 
+/* In a child of uid nobody: what the listings show it. Exit 0 when it sees
+ * its own session only and no kernel of root's. */
+static int look_as_nobody(const char *socket, int from_test, int to_test)
+{
+        cube_client *c;
+        cube_session_info *ss;
+        cube_kernel_info *ks;
+        cube_failure_info *fs;
+        size_t n_ss, n_ks, n_fs;
+        int bad = 0;
+
+        if (cube_connect(socket, "nobody", &c) || cube_daemon_sessions(c, &ss, &n_ss) ||
+            cube_daemon_kernels(c, &ks, &n_ks) || cube_daemon_failures(c, &fs, &n_fs))
+                return 10;
+        for (size_t i = 0; i < n_ss; i++)
+                if (ss[i].uid != NOBODY) {
+                        dprintf(2, "nobody sees session %s of uid %u\n", ss[i].name, ss[i].uid);
+                        bad = 1;
+                }
+        if (n_ss != 1 || n_ks != 0) {
+                dprintf(2, "nobody sees %zu sessions and %zu kernels\n", n_ss, n_ks);
+                bad = 1;
+        }
+        free(ss);
+        free(ks);
+        free(fs);
+        cube_disconnect(c);
+        return bad;
+}
+
+/* Item 11: a session sees only its own user's sessions, kernels and
+ * failures; root sees every one. */
+START_TEST(listings_show_only_the_callers_own)
+{
+        static const char source[] = "KERNEL void secret(uint32_t *out, INFO)\n"
+                                     "{\n        out[ABSOLUTE_POS] = 7u;\n}\n";
+        cube_client *root;
+        cube_session_info *ss;
+        cube_kernel_info *ks;
+        size_t n_ss, n_ks;
+        uint64_t kernel;
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        start_with(NULL);
+        open_socket_to_all(&D);
+        ck_ok(cube_connect(D.socket, "root-secret", &root));
+        ck_ok(cube_kernel_register(root, source, "secret", &kernel));
+        nobody_start(&n, D.socket, look_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);         /* before: it saw root's */
+        ck_ok(cube_daemon_sessions(root, &ss, &n_ss));
+        ck_ok(cube_daemon_kernels(root, &ks, &n_ks));
+        ck_assert_uint_ge(n_ss, 1);
+        ck_assert_uint_eq(n_ks, 1);
+        free(ss);
+        free(ks);
+        cube_disconnect(root);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -950,6 +1012,7 @@ int main(void)
         tcase_add_test(tc, answers_nobody_reads_are_counted);
         tcase_add_test(tc, partial_messages_are_counted);
         tcase_add_test(tc, idle_connections_time_out);
+        tcase_add_test(tc, listings_show_only_the_callers_own);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
