@@ -975,6 +975,205 @@ START_TEST(listings_show_only_the_callers_own)
 }
 END_TEST
 
+/* ---- a bystander's loop: writes, reads and launches, timed ------------- */
+typedef struct bystander {
+        const char *socket;
+        atomic_bool stop, ready;
+        long worst_ms;
+        long rounds;
+        char error[256];
+} bystander;
+
+static void *bystander_main(void *arg)
+{
+        static const char source[] = "KERNEL void fill(uint32_t *out, INFO)\n"
+                                     "{\n        uint64_t i = ABSOLUTE_POS;\n"
+                                     "        out[i] = (uint32_t) i * 2u + 1u;\n}\n";
+        bystander *b = arg;
+        uint32_t data[1024], back[1024];
+        cube_client *c = NULL;
+        cube_handle in, out;
+        uint64_t kernel;
+        cube_error *e;
+
+        if ((e = cube_connect(b->socket, "bystander", &c)) ||
+            (e = cube_create(c, memset(data, 0, sizeof(data)), sizeof(data), &in)) ||
+            (e = cube_create(c, data, sizeof(data), &out)) ||
+            (e = cube_kernel_register(c, source, "fill", &kernel)))
+                goto failed;
+        cube_launch l = { .kernel = kernel, .cube_count = { 16, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                          .buffers = &out, .n_buffers = 1, .mode = CUBE_LAUNCH_EXECUTE };
+        if ((e = cube_launch_kernel(c, &l)) || (e = cube_read(c, &out, back, sizeof(back))))
+                goto failed;    /* compiled before the clock starts */
+        atomic_store(&b->ready, true);
+        for (uint32_t round = 0; !atomic_load(&b->stop); round++) {
+                long t0 = test_now_ms();
+                for (uint32_t i = 0; i < 1024; i++)
+                        data[i] = round * 7919u + i;
+                if ((e = cube_write(c, &in, data, sizeof(data))) ||
+                    (e = cube_read(c, &in, back, sizeof(back))))
+                        goto failed;
+                if (memcmp(data, back, sizeof(data)) != 0) {
+                        snprintf(b->error, sizeof(b->error), "round %u read back other bytes", round);
+                        break;
+                }
+                if ((e = cube_launch_kernel(c, &l)) || (e = cube_read(c, &out, back, sizeof(back))))
+                        goto failed;
+                if (back[1000] != 2001u) {
+                        snprintf(b->error, sizeof(b->error), "round %u: the launch wrote %u", round,
+                                 back[1000]);
+                        break;
+                }
+                long took = test_now_ms() - t0;
+                if (took > b->worst_ms)
+                        b->worst_ms = took;
+                b->rounds++;
+                usleep(2000);
+        }
+        cube_disconnect(c);
+        atomic_store(&b->ready, true);
+        return NULL;
+failed:
+        snprintf(b->error, sizeof(b->error), "%s: %s", cube_error_message(e),
+                 cube_error_reason(e) ? cube_error_reason(e) : "");
+        cube_error_free(e);
+        if (c)
+                cube_disconnect(c);
+        atomic_store(&b->ready, true);
+        return NULL;
+}
+
+/* Whether f(pid) comes back to at most want within ms. */
+static bool settles(long (*f)(pid_t), pid_t pid, long want, int ms, long *ret_last)
+{
+        long deadline = test_now_ms() + ms;
+
+        do {
+                *ret_last = f(pid);
+                if (*ret_last <= want)
+                        return true;
+                usleep(20000);
+        } while (test_now_ms() < deadline);
+        return false;
+}
+
+/* The issue's demonstration: one hostile client does items 1, 2, 3, 5, 6
+ * and 7 in turn against one daemon while a bystander writes, reads and
+ * launches in a loop. The bystander's worst round trip stays under 100 ms
+ * (times CUBE_TEST_TIMEOUT_MULT) with no error, cubed's RSS stays within
+ * 160 MiB of where it started, and its descriptors and mappings come back
+ * to where they were. */
+START_TEST(one_hostile_client)
+{
+        static const char *const args[] = {
+                "--max-queued-bytes", "16M", "--max-receive-bytes", "32M", "--max-regions", "8",
+                "--hello-timeout", "1", "--frame-timeout", "1", NULL
+        };
+        static const unsigned char status_req[] = { 0x94, 0x00, 0x02, 0xa6, 's', 't', 'a', 't',
+                                                    'u', 's', 0x90 };
+        static const unsigned char half_hello[] = { 0x94, 0x00, 0x01, 0xa5, 'h', 'e' };
+        static unsigned char chunk[4 << 20];
+        bystander b = { 0 };
+        pthread_t t;
+        long rss0, fds0, maps0, peak = 0, last;
+        uint64_t nonce, session, region = 0;
+        cube_error *e;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int fd, rfd, listener, sock, fds[8];
+
+        start_with(args);
+        b.socket = D.socket;
+        ck_assert_int_eq(pthread_create(&t, NULL, bystander_main, &b), 0);
+        while (!atomic_load(&b.ready))
+                usleep(1000);
+        ck_assert_msg(!b.error[0], "bystander: %s", b.error);
+        usleep(100000);
+        rss0 = test_rss_kib(D.pid);
+        fds0 = test_open_fds(D.pid);
+        maps0 = test_mappings(D.pid);
+#define PEAK() do { long r_ = test_rss_kib(D.pid); if (r_ > peak) peak = r_; } while (0)
+
+        /* 1: a region truncated under the daemon. */
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 1 << 20);
+        rfd = raw_region(fd, 2, 1 << 20, &region, &e);
+        ck_assert(rfd >= 0);
+        (void) ftruncate(rfd, 0);
+        send_region_write_read(fd, nonce, session << 40 | 1, region, 1 << 20, 3);
+        ck_assert(!answered(fd, 3, 5000));
+        close(rfd);
+        /* 3: regions until max-regions. */
+        for (uint32_t i = 0; i < 12; i++) {
+                int r = raw_region(fd, 10 + i, 1, &region, &e);
+                if (r >= 0)
+                        close(r);
+                cube_error_free(e);
+        }
+        close(fd);
+        /* 2: a descriptor whose close blocks. */
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        sock = lingering_socket(2, &listener);
+        ck_assert_int_eq(raw_send_fd(fd, status_req, sizeof(status_req), sock), 0);
+        close(sock);
+        expect_closed(fd);
+        close(listener);
+        PEAK();
+        /* 5: answers nobody reads. */
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 1 << 20);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 40; i++) {
+                cube__pack_request(&pk, 100 + i, "read", 2);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_array(&pk, 1);
+                pack_handle(&pk, nonce, session << 40 | 1);
+        }
+        for (uint32_t i = 0; i < 20000; i++)
+                cube__pack_request(&pk, 1000 + i, "status", 0);
+        send_for(fd, sb.data, sb.size, 1500);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(300000);
+        PEAK();
+        close(fd);
+        /* 6: messages declared large and stalled. */
+        for (int i = 0; i < 8; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                send_for(fds[i], chunk, sizeof(chunk), 200);
+        }
+        PEAK();
+        /* 7: they stop arriving, and half a hello; all are ended. */
+        int half = raw_connect(D.socket);
+        ck_assert_int_eq(raw_send(half, half_hello, sizeof(half_hello)), 0);
+        for (int i = 0; i < 8; i++)
+                expect_closed(fds[i]);
+        expect_closed(half);
+        PEAK();
+
+        atomic_store(&b.ready, false);
+        atomic_store(&b.stop, true);
+        pthread_join(t, NULL);
+        ck_assert_msg(!b.error[0], "bystander: %s", b.error);
+        ck_assert_int_gt(b.rounds, 10);
+        ck_assert_msg(b.worst_ms < test_scaled_ms(100), "the bystander's worst round trip took "
+                      "%ld ms over %ld rounds", b.worst_ms, b.rounds);
+        ck_assert_msg(peak - rss0 < 160 * 1024, "cubed grew by %ld KiB", peak - rss0);
+        ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000), "memory is still held");
+        ck_assert_msg(settles(test_open_fds, D.pid, fds0, test_scaled_ms(5000), &last),
+                      "%ld descriptors open, %ld before", last, fds0);
+        ck_assert_msg(settles(test_mappings, D.pid, maps0, test_scaled_ms(5000), &last),
+                      "%ld mappings, %ld before", last, maps0);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+#undef PEAK
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -1013,6 +1212,7 @@ int main(void)
         tcase_add_test(tc, partial_messages_are_counted);
         tcase_add_test(tc, idle_connections_time_out);
         tcase_add_test(tc, listings_show_only_the_callers_own);
+        tcase_add_test(tc, one_hostile_client);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);
