@@ -477,6 +477,21 @@ long test_rss_kib(pid_t pid)
         return proc_status_field(pid, "VmRSS");
 }
 
+bool test_under_asan(pid_t pid)
+{
+        char path[64], line[512];
+        bool found = false;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int) pid);
+        if (!(f = fopen(path, "re")))
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strstr(line, "libasan") != NULL;
+        fclose(f);
+        return found;
+}
+
 long test_vm_kib(pid_t pid)
 {
         return proc_status_field(pid, "VmSize");

@@ -74,6 +74,10 @@ int test_scaled_ms(int ms);
  * mappings, from /proc; -1 when they cannot be read. */
 long test_rss_kib(pid_t pid);
 long test_vm_kib(pid_t pid);
+/* Whether the daemon runs under AddressSanitizer: its quarantine and shadow
+ * memory make RSS and mapping counts say nothing, and it is several times
+ * slower. */
+bool test_under_asan(pid_t pid);
 long test_open_fds(pid_t pid);
 long test_mappings(pid_t pid);
 

@@ -584,7 +584,8 @@ START_TEST(regions_are_counted_and_charged_in_pages)
         close(fd);
         /* The session's mappings go with it. */
         status_of(D.socket);
-        ck_assert_int_le(test_mappings(D.pid), maps_before);
+        if (!test_under_asan(D.pid))
+                ck_assert_int_le(test_mappings(D.pid), maps_before);
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 
         start_with(pages);
@@ -819,7 +820,7 @@ START_TEST(answers_nobody_reads_are_counted)
         send_for(fd, sb.data, sb.size, 2000);
         msgpack_sbuffer_destroy(&sb);
         usleep(500000);
-        grown = test_rss_kib(D.pid) - rss0;
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
         ck_assert_msg(grown < 48 * 1024, "20 unread 4 MiB reads grew cubed by %ld KiB "
                       "(max-queued-bytes is 16 MiB)", grown);   /* before: 80 MiB */
         close(fd);
@@ -835,7 +836,7 @@ START_TEST(answers_nobody_reads_are_counted)
         send_for(fd, sb.data, sb.size, 3000);
         msgpack_sbuffer_destroy(&sb);
         usleep(500000);
-        grown = test_rss_kib(D.pid) - rss0;
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
         ck_assert_msg(grown < 48 * 1024, "40000 unread status answers grew cubed by %ld KiB "
                       "(max-queued-bytes is 16 MiB)", grown);   /* before: 250 MiB */
         close(fd);
@@ -875,7 +876,7 @@ START_TEST(partial_messages_are_counted)
         for (int i = 0; i < 8; i++)
                 send_for(fds[i], chunk, sizeof(chunk), 300);
         status_of(D.socket);
-        grown = test_rss_kib(D.pid) - rss0;
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
         ck_assert_msg(grown < 96 * 1024, "8 stalled 16 MiB partial messages grew cubed by %ld "
                       "KiB (max-receive-bytes is 32 MiB)", grown);      /* before: 128 MiB */
         for (int i = 0; i < 8; i++)
@@ -1161,13 +1162,14 @@ START_TEST(one_hostile_client)
         pthread_join(t, NULL);
         ck_assert_msg(!b.error[0], "bystander: %s", b.error);
         ck_assert_int_gt(b.rounds, 10);
-        ck_assert_msg(b.worst_ms < test_scaled_ms(100), "the bystander's worst round trip took "
-                      "%ld ms over %ld rounds", b.worst_ms, b.rounds);
-        ck_assert_msg(peak - rss0 < 160 * 1024, "cubed grew by %ld KiB", peak - rss0);
+        bool asan = test_under_asan(D.pid);
+        ck_assert_msg(b.worst_ms < test_scaled_ms(asan ? 200 : 100), "the bystander's worst "
+                      "round trip took %ld ms over %ld rounds", b.worst_ms, b.rounds);
+        ck_assert_msg(asan || peak - rss0 < 160 * 1024, "cubed grew by %ld KiB", peak - rss0);
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000), "memory is still held");
         ck_assert_msg(settles(test_open_fds, D.pid, fds0, test_scaled_ms(5000), &last),
                       "%ld descriptors open, %ld before", last, fds0);
-        ck_assert_msg(settles(test_mappings, D.pid, maps0, test_scaled_ms(5000), &last),
+        ck_assert_msg(asan || settles(test_mappings, D.pid, maps0, test_scaled_ms(5000), &last),
                       "%ld mappings, %ld before", last, maps0);
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 #undef PEAK
