@@ -89,6 +89,11 @@ static bool in_listed_group(const char *list, const struct ucred *cred)
         return found;
 }
 
+bool cube__uid_is_admin(uid_t uid)
+{
+        return uid == 0 || uid == geteuid();
+}
+
 bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len)
 {
         const char *uids = srv->opts.allow_uids, *groups = srv->opts.allow_groups;

@@ -2,7 +2,10 @@
  * admin.c - what cubectl asks of a running daemon: status, sessions, streams,
  * kernels, failures and metrics to look at, and drain and kill_session to act.
  *
- * Looking is open to every session (its peer may use the socket already).
+ * Looking is open to every session (its peer may use the socket already),
+ * but a caller sees only what is its own user's: the sessions of its uid,
+ * their streams and memory reports, the kernels they registered and the
+ * failures of their sessions. Root and the daemon's own user see everything.
  * Acting is for the daemon's own user and root only, checked against the
  * peer's credentials taken at accept.
  */
@@ -13,6 +16,12 @@
 #include <unistd.h>
 
 #include "dispatch.h"
+
+/* Whether the caller may see what session s holds. */
+static bool visible(const cube__msg *k, const cube__session *s)
+{
+        return cube__uid_is_admin(k->session->uid) || s->uid == k->session->uid;
+}
 
 /* Starts an answer: [1, msgid, nil, ...]. */
 static void begin(msgpack_sbuffer *sb, msgpack_packer *pk, cube__msg *k)
@@ -73,17 +82,47 @@ cube__dispatched cube__do_status(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+typedef struct find_ctx {
+        const void *want;
+        bool found;
+} find_ctx;
+
+static void find_value(uint64_t key, void *value, void *ctx)
+{
+        find_ctx *f = ctx;
+
+        f->found |= value == f->want;
+}
+
+/* Whether a session the caller may see registered kernel kn. */
+static bool kernel_visible(const cube__msg *k, const cube__kernel *kn)
+{
+        find_ctx f = { kn, false };
+
+        if (cube__uid_is_admin(k->session->uid))
+                return true;
+        for (const cube__session *s = k->server->sessions; s && !f.found; s = s->next)
+                if (visible(k, s))
+                        cube__idmap_foreach(&s->kernels, find_value, &f);
+        return f.found;
+}
+
 cube__dispatched cube__do_kernels(cube__msg *k)
 {
         cube__server *srv = k->server;
         static const char *const states[] = { "new", "compiling", "compiled", "failed" };
         msgpack_sbuffer sb;
         msgpack_packer pk;
+        uint32_t n = 0;
         int r = 0;
 
+        for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next)
+                n += kernel_visible(k, kn);
         begin(&sb, &pk, k);
-        r |= msgpack_pack_array(&pk, (uint32_t) srv->n_kernels);
+        r |= msgpack_pack_array(&pk, n);
         for (cube__kernel *kn = srv->kernels; kn; kn = kn->all_next) {
+                if (!kernel_visible(k, kn))
+                        continue;
                 /* A compiling kernel's figures are the thread pool's until it
                  * is done: they read as zeros until then. */
                 bool done = kn->state != CUBE__KERNEL_COMPILING;
@@ -103,14 +142,57 @@ cube__dispatched cube__do_kernels(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* Whether the failure entry {id, session, report} is of a session the
+ * caller may see (a live one: an ended session's user is not known). */
+static bool failure_visible(const cube__msg *k, const msgpack_object *entry)
+{
+        if (cube__uid_is_admin(k->session->uid))
+                return true;
+        if (entry->type != MSGPACK_OBJECT_MAP)
+                return false;
+        for (uint32_t i = 0; i < entry->via.map.size; i++) {
+                const msgpack_object_kv *kv = &entry->via.map.ptr[i];
+                if (kv->key.type != MSGPACK_OBJECT_STR || kv->key.via.str.size != 7 ||
+                    memcmp(kv->key.via.str.ptr, "session", 7) != 0 ||
+                    kv->val.type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        continue;
+                for (const cube__session *s = k->server->sessions; s; s = s->next)
+                        if (s->id == kv->val.via.u64)
+                                return visible(k, s);
+        }
+        return false;
+}
+
+/* The failure store packs every record; the caller gets those of its own
+ * user's sessions, filtered here so that the store stays as it is. */
 cube__dispatched cube__do_failures(cube__msg *k)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
+        msgpack_sbuffer sb, all;
+        msgpack_packer pk, all_pk;
+        msgpack_unpacked up;
+        size_t off = 0;
         int r = 0;
 
+        msgpack_sbuffer_init(&all);
+        msgpack_packer_init(&all_pk, &all, msgpack_sbuffer_write);
+        msgpack_unpacked_init(&up);
         begin(&sb, &pk, k);
-        r |= cube__failures_pack(&k->server->failures, &pk);
+        r |= cube__failures_pack(&k->server->failures, &all_pk);
+        if (r == 0 && msgpack_unpack_next(&up, all.data, all.size, &off) == MSGPACK_UNPACK_SUCCESS &&
+            up.data.type == MSGPACK_OBJECT_ARRAY) {
+                const msgpack_object_array *a = &up.data.via.array;
+                uint32_t n = 0;
+                for (uint32_t i = 0; i < a->size; i++)
+                        n += failure_visible(k, &a->ptr[i]);
+                r |= msgpack_pack_array(&pk, n);
+                for (uint32_t i = 0; i < a->size; i++)
+                        if (failure_visible(k, &a->ptr[i]))
+                                r |= msgpack_pack_object(&pk, a->ptr[i]);
+        } else {
+                r = -1;
+        }
+        msgpack_unpacked_destroy(&up);
+        msgpack_sbuffer_destroy(&all);
         return finish(&sb, k, r);
 }
 
@@ -120,9 +202,14 @@ cube__dispatched cube__do_sessions(cube__msg *k)
         msgpack_packer pk;
         int r = 0;
 
+        uint32_t n = 0;
+        for (cube__session *s = k->server->sessions; s; s = s->next)
+                n += visible(k, s);
         begin(&sb, &pk, k);
-        r |= msgpack_pack_array(&pk, k->server->n_sessions);
+        r |= msgpack_pack_array(&pk, n);
         for (cube__session *s = k->server->sessions; s; s = s->next) {
+                if (!visible(k, s))
+                        continue;
                 r |= msgpack_pack_map(&pk, 13);
                 r |= cube__pack_kv_u64(&pk, "id", s->id);
                 r |= cube__pack_kv_u64(&pk, "pid", (uint64_t) s->pid);
@@ -159,10 +246,12 @@ static cube__dispatched answer_every_stream(cube__msg *k,
         stream_ctx c = { &pk, 0, 0 };
 
         for (cube__session *s = k->server->sessions; s; s = s->next)
-                n += s->streams.len;
+                n += visible(k, s) ? s->streams.len : 0;
         begin(&sb, &pk, k);
         c.r |= msgpack_pack_array(&pk, (uint32_t) n);
         for (cube__session *s = k->server->sessions; s; s = s->next) {
+                if (!visible(k, s))
+                        continue;
                 c.session = s->id;
                 cube__idmap_foreach(&s->streams, pack, &c);
         }

@@ -56,6 +56,11 @@ static const option_spec specs[] = {
         { "max-requests", K_U32, OFF(max_requests), 1, UINT32_MAX, true },
         { "max-queued-bytes", K_SIZE, OFF(max_queued_bytes), 1u << 20, UINT64_MAX, true },
         { "region-memory", K_SIZE, OFF(region_memory), 1u << 20, UINT64_MAX, true },
+        { "max-regions", K_U32, OFF(max_regions), 1, 1u << 20, true },
+        { "uid-queued-bytes", K_SIZE, OFF(uid_queued_bytes), 0, UINT64_MAX, true },
+        { "max-receive-bytes", K_SIZE, OFF(max_receive_bytes), 0, UINT64_MAX, true },
+        { "hello-timeout", K_SECONDS, OFF(hello_timeout_s), 0, 3600, true },
+        { "frame-timeout", K_SECONDS, OFF(frame_timeout_s), 0, 3600, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
@@ -76,6 +81,11 @@ void cube__options_default(cube__options *o)
                 .max_requests = 4096,
                 .max_queued_bytes = 256ull << 20,
                 .region_memory = 1ull << 30,
+                .max_regions = 64,
+                .uid_queued_bytes = 1ull << 30,
+                .max_receive_bytes = 2ull << 30,
+                .hello_timeout_s = 10,
+                .frame_timeout_s = 30,
                 .poison_grace_s = 5,
         };
         cube__limits_daemon_default(&o->limits);
@@ -340,6 +350,11 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_requests = next->max_requests;
         cur->max_queued_bytes = next->max_queued_bytes;
         cur->region_memory = next->region_memory;
+        cur->max_regions = next->max_regions;
+        cur->uid_queued_bytes = next->uid_queued_bytes;
+        cur->max_receive_bytes = next->max_receive_bytes;
+        cur->hello_timeout_s = next->hello_timeout_s;
+        cur->frame_timeout_s = next->frame_timeout_s;
         free(cur->allow_uids);
         free(cur->allow_groups);
         cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;

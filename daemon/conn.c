@@ -7,9 +7,21 @@
  * protocol is answered with ServerError::Validation where a reply can be
  * framed (its msgid is readable), else with a protocol_error notification,
  * and then its connection is closed; other sessions never notice.
+ *
+ * What a connection holds is counted at what it really holds: answers queued
+ * for a client that does not read (their allocations, as malloc sized them,
+ * and their write requests) count in the session's max-queued-bytes, and a
+ * message still arriving counts its receive buffer in the session's
+ * max-queued-bytes, its user's uid-queued-bytes and the daemon's
+ * max-receive-bytes. The receive buffer grows with what arrives, never with
+ * what a message declares. A session over any of them is not read until it
+ * is under again. A connection must say hello within hello-timeout, and a
+ * message that has started must keep arriving: frame-timeout seconds
+ * without a byte of it end the connection.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +46,11 @@ struct cube__conn {
         bool paused;                    /* waiting for a kernel; see cube__conn_wait_for */
         bool held;                      /* accepted during a reinit: no session yet */
         bool throttled;                 /* over max-requests or max-queued-bytes: not read */
+        bool rx_blocked;                /* a message arriving would cross a receive cap: not read */
+        uint64_t out_bytes;             /* queued answers, as allocated */
+        uint64_t rx_held;               /* the receive buffer, as counted */
+        uv_timer_t timer;               /* hello-timeout, then frame-timeout */
+        int handles_open;
         struct ucred cred;
         cube__kernel *waiting_on;
         bool redispatching;
@@ -50,8 +67,12 @@ typedef struct write_req {
         uv_write_t req;
         cube__conn *conn;
         char *frame;
+        uint64_t charged;               /* what it counts in out_bytes */
         uv_pipe_t *fd_handle;           /* a descriptor sent along, closed once sent */
 } write_req;
+
+static void rx_account(cube__conn *c);
+static void rx_wake(cube__server *srv);
 
 static void answers_unlist(cube__conn *c)
 {
@@ -67,6 +88,8 @@ static void on_closed(uv_handle_t *h)
         cube__conn *c = h->data;
         cube__server *srv = c->server;
 
+        if (--c->handles_open > 0)
+                return;
         answers_unlist(c);
         if (c->prev)
                 c->prev->next = c->next;
@@ -74,7 +97,12 @@ static void on_closed(uv_handle_t *h)
                 srv->conns = c->next;
         if (c->next)
                 c->next->prev = c->prev;
+        srv->n_conns--;
         cube__rbuf_free(&c->rb);
+        rx_account(c);
+        if (c->rx_blocked)
+                srv->rx_blocked--;
+        rx_wake(srv);
         cube__direct_end(&c->direct);
         if (c->waiting_on)
                 cube__kernel_forget(c->waiting_on, c);
@@ -84,13 +112,24 @@ static void on_closed(uv_handle_t *h)
         cube__server_check_stopped(srv);
 }
 
+/* The connection's own last close goes off the loop too: descriptors a
+ * client left queued in the socket are dropped by the kernel in the thread
+ * that closes it. */
 void cube__conn_close(cube__conn *c)
 {
+        uv_os_fd_t fd;
+        int keep = -1;
+
         if (c->closing)
                 return;
         c->closing = true;
         uv_read_stop((uv_stream_t *) &c->pipe);
+        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
+                keep = cube__close_keep(fd);
         uv_close((uv_handle_t *) &c->pipe, on_closed);
+        if (c->handles_open > 1)
+                uv_close((uv_handle_t *) &c->timer, on_closed);
+        cube__close_later(keep);
 }
 
 cube__session *cube__conn_session(cube__conn *c)
@@ -112,6 +151,7 @@ static void on_written(uv_write_t *req, int status)
         free(w->frame);
         if (w->fd_handle)
                 uv_close((uv_handle_t *) w->fd_handle, (uv_close_cb) free);
+        c->out_bytes -= w->charged;
         free(w);
         c->writes_pending--;
         if (c->close_after_write && c->writes_pending == 0)
@@ -163,8 +203,17 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
                 cube__conn_close(c);
                 return;
         }
+        /* A queued answer is kept at its size (an sbuffer's is 8 KiB for a
+         * few hundred bytes), and counted at what malloc holds for it. */
+        if (sent == 0 && len > 0) {
+                char *fit = realloc(frame, len);
+                if (fit)
+                        frame = fit;
+        }
         w->conn = c;
         w->frame = frame;
+        w->charged = malloc_usable_size(frame) + sizeof(*w) +
+                     (w->fd_handle ? sizeof(*w->fd_handle) : 0);
         b = uv_buf_init(frame + sent, (unsigned) (len - sent));
         if (fd >= 0) {
                 /* libuv sends only handles: wrap the descriptor in one. */
@@ -184,6 +233,7 @@ void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
                 return;
         }
         c->writes_pending++;
+        c->out_bytes += w->charged;
 }
 
 /* Writes what the connection holds: at once when the socket takes it, else
@@ -376,8 +426,115 @@ static bool over_limits(const cube__conn *c)
         const cube__session *s = c->session;
 
         return s->inflight >= o->max_requests ||
-               s->queued_bytes + uv_stream_get_write_queue_size((const uv_stream_t *) &c->pipe) >=
-               o->max_queued_bytes;
+               s->queued_bytes + c->out_bytes >= o->max_queued_bytes;
+}
+
+/* Keeps the receive buffer's count in its user's and the daemon's totals. */
+static void rx_account(cube__conn *c)
+{
+        cube__server *srv = c->server;
+        uint64_t now = c->rb.cap;
+        cube__uid *u = c->session ? cube__idmap_get(&srv->uids, c->session->uid) : NULL;
+
+        if (now == c->rx_held)
+                return;
+        srv->rx_bytes += now - c->rx_held;      /* modular: a decrease works too */
+        if (u)
+                u->rx_bytes += now - c->rx_held;
+        c->rx_held = now;
+}
+
+/* Whether a message arriving on c may not grow: its session, its user or
+ * the daemon hold as many bytes as they may. */
+static bool rx_over(const cube__conn *c)
+{
+        const cube__server *srv = c->server;
+        const cube__options *o = &srv->opts;
+        const cube__session *s = c->session;
+        const cube__uid *u = cube__idmap_get(&srv->uids, s->uid);
+
+        return s->queued_bytes + c->out_bytes + c->rx_held >= o->max_queued_bytes ||
+               (o->uid_queued_bytes && u && u->rx_bytes >= o->uid_queued_bytes) ||
+               (o->max_receive_bytes && srv->rx_bytes >= o->max_receive_bytes);
+}
+
+static void timer_update(cube__conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret);
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b);
+
+/* Whether c is read: not paused, throttled, blocked, closing. */
+static bool reading(const cube__conn *c)
+{
+        return !c->paused && !c->throttled && !c->rx_blocked && !c->closing &&
+               !c->close_after_write;
+}
+
+/* After a read: a message still arriving that crosses a receive cap stops
+ * the reading of its connection until room is made. */
+static void rx_check(cube__conn *c)
+{
+        rx_account(c);
+        if (c->rx_blocked || c->closing || c->rb.len == c->rb.pos || !rx_over(c))
+                return;
+        c->rx_blocked = true;
+        c->server->rx_blocked++;
+        uv_read_stop((uv_stream_t *) &c->pipe);
+        timer_update(c);
+        cube__log_session(CUBE__LOG_INFO, c->session, 0, "session %" PRIu64 ": not read while "
+                          "the message it sends would cross max-queued-bytes, uid-queued-bytes "
+                          "or max-receive-bytes", c->session->id);
+}
+
+/* Room was made: connections blocked on the receive caps are read again
+ * where they fit. */
+static void rx_wake(cube__server *srv)
+{
+        if (!srv->rx_blocked)
+                return;
+        for (cube__conn *c = srv->conns; c; c = c->next) {
+                if (!c->rx_blocked || c->closing || rx_over(c))
+                        continue;
+                c->rx_blocked = false;
+                srv->rx_blocked--;
+                if (reading(c))
+                        uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+                timer_update(c);
+        }
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+        cube__conn *c = t->data;
+        const cube__options *o = &c->server->opts;
+
+        if (!c->session->greeted)
+                cube__conn_protocol_error(c, -1, "no hello within hello-timeout (%u s)",
+                                          o->hello_timeout_s);
+        else
+                cube__conn_protocol_error(c, -1, "a message stopped arriving: no byte of it "
+                                          "for frame-timeout (%u s)", o->frame_timeout_s);
+        /* A peer that does not read is not waited for. */
+        cube__conn_close(c);
+}
+
+/* The hello clock runs from the start until hello; afterwards, a message
+ * begun and not finished has frame-timeout from its last byte, while the
+ * connection is read. */
+static void timer_update(cube__conn *c)
+{
+        const cube__options *o = &c->server->opts;
+
+        if (c->handles_open < 2 || c->closing || c->close_after_write)
+                return;
+        if (!c->session->greeted) {
+                if (!uv_is_active((uv_handle_t *) &c->timer) && o->hello_timeout_s)
+                        uv_timer_start(&c->timer, on_timeout, (uint64_t) o->hello_timeout_s * 1000, 0);
+                return;
+        }
+        if (o->frame_timeout_s && reading(c) && (c->rb.len > c->rb.pos || c->direct.left))
+                uv_timer_start(&c->timer, on_timeout, (uint64_t) o->frame_timeout_s * 1000, 0);
+        else
+                uv_timer_stop(&c->timer);
 }
 
 /* Decodes one whole message and dispatches it. The server's zone decodes
@@ -424,6 +581,7 @@ static void process_buffered(cube__conn *c)
                          * socket until its work drains. */
                         c->throttled = true;
                         uv_read_stop((uv_stream_t *) &c->pipe);
+                        timer_update(c);
                         return;
                 }
                 size_t avail = b->len - b->pos, mlen = 0;
@@ -485,6 +643,11 @@ static void process(cube__conn *c)
         cube__schedule_plug(srv);
         process_buffered(c);
         cube__schedule_unplug(srv);
+        if (!c->closing) {
+                rx_check(c);
+                timer_update(c);
+        }
+        rx_wake(srv);
 }
 
 bool cube__conn_wait_for(cube__conn *c, cube__kernel *k)
@@ -496,11 +659,9 @@ bool cube__conn_wait_for(cube__conn *c, cube__kernel *k)
         c->paused = true;
         c->waiting_on = k;
         uv_read_stop((uv_stream_t *) &c->pipe);
+        timer_update(c);
         return true;
 }
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret);
-static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b);
 
 void cube__conn_hold(cube__conn *c)
 {
@@ -519,26 +680,31 @@ void cube__conn_resume(void *conn)
         c->redispatching = true;
         process(c);
         c->redispatching = false;
-        if (!c->paused && !c->throttled && !c->closing && !c->close_after_write)
+        if (reading(c))
                 uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+        timer_update(c);
 }
 
 void cube__conn_unthrottle(cube__conn *c)
 {
         const cube__options *o;
 
-        if (!c || !c->throttled || c->closing)
+        if (!c || c->closing)
+                return;
+        if (c->rx_blocked)
+                rx_wake(c->server);
+        if (!c->throttled)
                 return;
         o = &c->server->opts;
         /* Resume at half the limits, so a session is not woken per reply. */
         if (c->session->inflight > o->max_requests / 2 ||
-            c->session->queued_bytes + uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) >
-            o->max_queued_bytes / 2)
+            c->session->queued_bytes + c->out_bytes > o->max_queued_bytes / 2)
                 return;
         c->throttled = false;
         process(c);
-        if (!c->paused && !c->throttled && !c->closing && !c->close_after_write)
+        if (reading(c))
                 uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
+        timer_update(c);
 }
 
 bool cube__conn_redispatching(const cube__conn *c)
@@ -557,9 +723,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 cube__conn_close(c);
                 return;
         }
-        /* A client has no descriptor to send: close any it does. */
+        /* The protocol never has a client send a descriptor: one that does
+         * breaks it. What it sent is closed off the loop (see closer.c). */
+        int passed = 0;
         while (uv_pipe_pending_count(&c->pipe) > 0) {
                 uv_pipe_t *h = malloc(sizeof(*h));
+                uv_os_fd_t fd;
+                int keep = -1;
                 if (!h)
                         break;
                 uv_pipe_init(c->server->loop, h, 0);
@@ -567,7 +737,19 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                         free(h);
                         break;
                 }
+                if (uv_fileno((uv_handle_t *) h, &fd) == 0) {
+                        struct linger now = { .l_onoff = 1, .l_linger = 0 };
+                        (void) setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+                        keep = cube__close_keep(fd);
+                }
                 uv_close((uv_handle_t *) h, (uv_close_cb) free);
+                cube__close_received(keep);
+                passed++;
+        }
+        if (passed) {
+                cube__conn_protocol_error(c, -1, "the client sent %d descriptor(s); the protocol "
+                                          "never has a client send one", passed);
+                return;
         }
         c->session->bytes_in += (uint64_t) nread;
         if (c->direct.left) {
@@ -588,6 +770,12 @@ void cube__on_connection(uv_stream_t *listener, int status)
         socklen_t cred_len = sizeof(cred);
         uv_os_fd_t fd;
 
+        if (status == UV_EMFILE || status == UV_ENFILE) {
+                cube__log(CUBE__LOG_ERR, "a connection was refused unanswered: out of descriptors "
+                          "(%s; %u connections, RLIMIT_NOFILE %" PRIu64 ")", uv_strerror(status),
+                          srv->n_conns, srv->fd_limit);
+                return;
+        }
         if (status < 0) {
                 cube__log(CUBE__LOG_WARNING, "accept failed: %s", uv_strerror(status));
                 return;
@@ -596,9 +784,13 @@ void cube__on_connection(uv_stream_t *listener, int status)
         if (!c)
                 return;
         c->server = srv;
+        srv->n_conns++;
         /* ipc: staging regions travel as descriptors (SCM_RIGHTS). */
         uv_pipe_init(srv->loop, &c->pipe, 1);
         c->pipe.data = c;
+        uv_timer_init(srv->loop, &c->timer);
+        c->timer.data = c;
+        c->handles_open = 2;
         c->next = srv->conns;
         if (srv->conns)
                 srv->conns->prev = c;
@@ -606,6 +798,7 @@ void cube__on_connection(uv_stream_t *listener, int status)
         if (uv_accept(listener, (uv_stream_t *) &c->pipe) < 0) {
                 c->closing = true;
                 uv_close((uv_handle_t *) &c->pipe, on_closed);
+                uv_close((uv_handle_t *) &c->timer, on_closed);
                 return;
         }
         if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
@@ -636,6 +829,15 @@ static void conn_start(cube__conn *c)
         c->held = false;
         refused = cube__access_refused(srv, &c->cred, why, sizeof(why)) ||
                   cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
+        /* The last descriptors are root's and the daemon's user's. */
+        if (!refused && !cube__uid_is_admin(c->cred.uid) &&
+            (uint64_t) srv->n_conns + srv->fd_base + CUBE__ADMIN_FDS + CUBE__SPARE_FDS / 2 >= srv->fd_limit) {
+                snprintf(why, sizeof(why), "the daemon is short of descriptors (%u connections, "
+                         "RLIMIT_NOFILE %" PRIu64 "); the last ones are kept for root and the "
+                         "daemon's user; try again once sessions have ended",
+                         srv->n_conns, srv->fd_limit);
+                refused = true;
+        }
         c->session = cube__session_new(srv, c, c->cred.pid, c->cred.uid, c->cred.gid);
         if (!c->session) {
                 cube__conn_close(c);
@@ -644,6 +846,8 @@ static void conn_start(cube__conn *c)
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
         if (refused)
                 cube__conn_protocol_error(c, -1, "%s", why);
+        else
+                timer_update(c);
 }
 
 void cube__conn_start_held(cube__server *srv)

@@ -328,6 +328,7 @@ void cube__region_unref(cube__region *r);
 typedef struct cube__uid {
         uint32_t sessions;
         uint64_t memory;
+        uint64_t rx_bytes;              /* receive buffers of its connections */
 } cube__uid;
 
 cube__uid *cube__uid_get(cube__server *srv, uid_t uid);
@@ -520,7 +521,8 @@ struct cube__session {
         uint64_t queued_bytes;          /* write payloads held by queued work */
         cube__idmap regions;            /* region id -> cube__region */
         uint64_t next_region;
-        uint64_t region_bytes;
+        uint64_t region_bytes;          /* in whole pages */
+        uint32_t n_regions;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
         cube__session *prev, *next;
@@ -551,6 +553,17 @@ bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size
 void cube__direct_advance(cube__direct *d, size_t n);
 /* Ends it, done or abandoned (the connection closed mid-payload). */
 void cube__direct_end(cube__direct *d);
+
+/* ---- closing descriptors off the loop (closer.c) ----------------------- */
+/* Starts the closer thread (at start, so its stack is in the baseline). */
+void cube__closer_init(void);
+/* Closes fd on the closer thread (in place when it cannot take it). */
+void cube__close_later(int fd);
+/* The same for a descriptor a client passed: a socket loses its linger. */
+void cube__close_received(int fd);
+/* A duplicate of fd, to close a handle's descriptor on the loop while the
+ * duplicate's close, the last one, goes to cube__close_later; -1 on failure. */
+int cube__close_keep(int fd);
 
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
@@ -635,7 +648,12 @@ typedef struct cube__options {
         uint32_t max_streams;           /* per session */
         uint32_t max_requests;          /* per session: work queued and answers owed */
         uint64_t max_queued_bytes;      /* per session: payloads held and replies unsent */
-        uint64_t region_memory;         /* per session: staging regions */
+        uint64_t region_memory;         /* per session: staging regions, in whole pages */
+        uint32_t max_regions;           /* per session: staging regions (each is a mapping) */
+        uint64_t uid_queued_bytes;      /* per user: messages being received */
+        uint64_t max_receive_bytes;     /* the daemon: messages being received */
+        uint32_t hello_timeout_s;       /* from accept to hello */
+        uint32_t frame_timeout_s;       /* a message begun and not arriving */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
@@ -716,7 +734,25 @@ struct cube__server {
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;
         bool stopping;
+        /* Descriptors (server.c): the soft RLIMIT_NOFILE, those open at
+         * start, and the connections open now. */
+        uint64_t fd_limit;
+        uint32_t fd_base;
+        uint32_t n_conns;
+        uint64_t rx_bytes;              /* every connection's receive buffer (conn.c) */
+        uint32_t rx_blocked;            /* connections not read for the receive caps */
 };
+
+/* Descriptors kept for root and the daemon's own user: others' connections
+ * are refused before they would take these, so an operator can always get in. */
+#define CUBE__ADMIN_FDS 32
+/* Descriptors beyond one a session kept for the rest: regions being sent,
+ * compiles, the cache, the device. */
+#define CUBE__SPARE_FDS 64
+/* Whether max-sessions fits the descriptor limit; why says what to change. */
+bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
+/* Whether an administrative peer (root, the daemon's uid). */
+bool cube__uid_is_admin(uid_t uid);
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,

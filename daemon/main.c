@@ -50,7 +50,16 @@ static void usage(FILE *f)
 "                         the daemon stops reading it (default 4096)\n"
 "  --max-queued-bytes BYTES  payloads and unsent answers of one session before the\n"
 "                         daemon stops reading it (default 256M)\n"
-"  --region-memory BYTES  staging regions one session may hold (default 1G)\n"
+"  --region-memory BYTES  staging regions one session may hold, in whole pages\n"
+"                         (default 1G)\n"
+"  --max-regions N        staging regions one session may hold (default 64)\n"
+"  --uid-queued-bytes BYTES  messages still arriving on one user's sessions\n"
+"                         before they are no longer read (default 1G)\n"
+"  --max-receive-bytes BYTES  messages still arriving on every session before\n"
+"                         they are no longer read (default 2G)\n"
+"  --hello-timeout S      seconds a connection has to say hello (default 10)\n"
+"  --frame-timeout S      seconds a message begun may go without a byte\n"
+"                         before its connection is closed (default 30)\n"
 "Access:\n"
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
@@ -92,6 +101,11 @@ int main(int argc, char **argv)
                 { "max-requests", required_argument, NULL, 'o' },
                 { "max-queued-bytes", required_argument, NULL, 'o' },
                 { "region-memory", required_argument, NULL, 'o' },
+                { "max-regions", required_argument, NULL, 'o' },
+                { "uid-queued-bytes", required_argument, NULL, 'o' },
+                { "max-receive-bytes", required_argument, NULL, 'o' },
+                { "hello-timeout", required_argument, NULL, 'o' },
+                { "frame-timeout", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },

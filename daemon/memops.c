@@ -408,6 +408,8 @@ cube__dispatched cube__do_read(cube__msg *k)
                 }
                 r->frame_len = off;
         }
+        if (r->frame)
+                s->queued_bytes += r->frame_len;        /* an answer held from now on */
         msgpack_sbuffer_destroy(&sb);
         cube__pending_arm(r);
 out:

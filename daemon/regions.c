@@ -8,8 +8,17 @@
  * the bytes, so the only copy is the device's own. A region counts against
  * its session's region-memory quota and goes with the session; its mapping
  * stays while queued work still uses it.
+ *
+ * The client holds the region's descriptor too, so what it could do to it is
+ * part of the design: every region is sealed against shrinking and growing
+ * (and against unsealing) before it is sent, so that no client can truncate
+ * the file under a mapping the daemon copies through (that would be SIGBUS
+ * in cubed). A region is charged in whole pages, and a session holds at most
+ * max-regions of them: each is a mapping, and the kernel's vm.max_map_count
+ * is shared by every session of the daemon.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +27,21 @@
 
 #include "dispatch.h"
 
+/* What a region of size bytes is charged: whole pages, as it is mapped. */
+static uint64_t region_charge(uint64_t size)
+{
+        uint64_t page = (uint64_t) sysconf(_SC_PAGESIZE);
+
+        return size > UINT64_MAX - page ? UINT64_MAX : (size + page - 1) / page * page;
+}
+
 static void region_unmap(cube__region *r)
 {
         cube__session *s = r->session;
 
         munmap(r->map, r->size);
-        s->region_bytes -= r->size;
+        s->region_bytes -= region_charge(r->size);
+        s->n_regions--;
         free(r);
 }
 
@@ -72,7 +90,7 @@ cube__dispatched cube__do_region(cube__msg *k)
 {
         cube__session *s = k->session;
         cube__server *srv = k->server;
-        uint64_t size;
+        uint64_t size, charge;
         cube__region *r;
         int fd = -1;
         msgpack_sbuffer sb;
@@ -82,18 +100,30 @@ cube__dispatched cube__do_region(cube__msg *k)
                 cube__malformed(k, "params must be [size] with a size above 0");
                 return CUBE__DISPATCH_DONE;
         }
-        if (size > srv->opts.region_memory || s->region_bytes > srv->opts.region_memory - size) {
+        charge = region_charge(size);
+        if (charge > srv->opts.region_memory || s->region_bytes > srv->opts.region_memory - charge) {
                 cube__reply_owned_error(k, cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size));
                 cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": a region of %" PRIu64
-                                  " bytes would cross region-memory (%" PRIu64 " bytes; it holds %"
-                                  PRIu64 ")", s->id, size, srv->opts.region_memory,
-                                  s->region_bytes);
+                                  " bytes (%" PRIu64 " in whole pages) would cross region-memory (%"
+                                  PRIu64 " bytes; it holds %" PRIu64 ")", s->id, size, charge,
+                                  srv->opts.region_memory, s->region_bytes);
+                return CUBE__DISPATCH_DONE;
+        }
+        if (s->n_regions >= srv->opts.max_regions) {
+                cube__reply_owned_error(k, cube__err_validation(
+                        "this session holds %u staging regions, the most max-regions allows; "
+                        "free one (region_free) or reuse it", s->n_regions));
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": refused a region: "
+                                  "it holds max-regions (%u)", s->id, srv->opts.max_regions);
                 return CUBE__DISPATCH_DONE;
         }
         r = calloc(1, sizeof(*r));
         if (r)
-                fd = memfd_create("cube-region", MFD_CLOEXEC);
+                fd = memfd_create("cube-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        /* Sealed before anyone else holds it: the client cannot shrink the
+         * file under the daemon's mapping, nor lift the seals. */
         if (!r || fd < 0 || ftruncate(fd, (off_t) size) < 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
             (r->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
                 cube__reply_owned_error(k, cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size));
                 if (fd >= 0)
@@ -111,7 +141,8 @@ cube__dispatched cube__do_region(cube__msg *k)
                 cube__reply_owned_error(k, NULL);
                 return CUBE__DISPATCH_DONE;
         }
-        s->region_bytes += size;
+        s->region_bytes += charge;
+        s->n_regions++;
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_array(&pk, 2) == 0 &&

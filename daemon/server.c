@@ -25,7 +25,9 @@
 #include <string.h>
 #include <time.h>
 #include <sys/eventfd.h>
+#include <dirent.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -75,6 +77,10 @@ static void reload(cube__server *srv)
                               srv->n_overrides, &next, why, sizeof(why)) < 0) {
                 cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
                           why);
+        } else if (!cube__fds_fit(srv, &next, why, sizeof(why))) {
+                cube__log(CUBE__LOG_ERR, "reload refused, keeping the running configuration: %s",
+                          why);
+                cube__options_done(&next);
         } else {
                 cube__options_reload(&srv->opts, &next);
                 cube__options_done(&next);
@@ -132,6 +138,61 @@ static int prepare_cache_dir(const char *dir)
                           "writable by no one else (it holds code the daemon loads); fix it "
                           "with chown and chmod 0700", dir);
                 return -EPERM;
+        }
+        return 0;
+}
+
+/* The descriptors open now, counted in /proc/self/fd (less the one that
+ * counts them). */
+static uint32_t fds_open(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        uint32_t n = 0;
+
+        if (!d)
+                return 16;
+        for (struct dirent *e; (e = readdir(d));)
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n > 0 ? n - 1 : 0;
+}
+
+bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len)
+{
+        uint64_t need = (uint64_t) o->max_sessions + CUBE__ADMIN_FDS + CUBE__SPARE_FDS + srv->fd_base;
+
+        if (!o->max_sessions || need <= srv->fd_limit)
+                return true;
+        snprintf(why, len, "max-sessions %u needs about %" PRIu64 " descriptors (%u open at start, "
+                 "%u kept for root and the daemon's user, %u spare), but RLIMIT_NOFILE allows %"
+                 PRIu64 "; raise the limit (LimitNOFILE= in the unit, ulimit -Hn) or lower "
+                 "max-sessions to %" PRIu64 " or fewer", o->max_sessions, need, srv->fd_base,
+                 CUBE__ADMIN_FDS, CUBE__SPARE_FDS, srv->fd_limit,
+                 srv->fd_limit > need - o->max_sessions ? srv->fd_limit - (need - o->max_sessions) : 0);
+        return false;
+}
+
+/* Every session costs a descriptor: the soft limit is raised to the hard
+ * one (a shell's soft 1024 fills with one user's sessions), and a
+ * max-sessions the descriptors cannot hold is refused. */
+static int prepare_descriptors(cube__server *srv)
+{
+        struct rlimit rl;
+        char why[512];
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rlim_t was = rl.rlim_cur;
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+                        cube__log(CUBE__LOG_INFO, "raised the soft RLIMIT_NOFILE from %llu to %llu",
+                                  (unsigned long long) was, (unsigned long long) rl.rlim_cur);
+        }
+        srv->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+                        rl.rlim_cur : UINT32_MAX;
+        srv->fd_base = fds_open();
+        if (!cube__fds_fit(srv, &srv->opts, why, sizeof(why))) {
+                cube__log(CUBE__LOG_ERR, "%s", why);
+                return -EMFILE;
         }
         return 0;
 }
@@ -237,9 +298,12 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
         cube__conn_answers_init(srv);
+        cube__closer_init();
         if ((r = open_device(srv)) < 0)
                 return r;
         if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
+                return r;
+        if ((r = prepare_descriptors(srv)) < 0)
                 return r;
 
         uv_signal_init(srv->loop, &srv->sigterm);

@@ -38,6 +38,8 @@ static void pending_finish(cube__pending_reply *r)
         cube__server *srv = s->server;
         cube_error *e = r->error;
 
+        if (r->frame)
+                s->queued_bytes -= r->frame_len;        /* counted from here as it is sent */
         /* The barrier came after a fault: nothing it waited for can be trusted. */
         if (!e && srv->poison)
                 e = cube__poisoned(srv);

@@ -22,9 +22,13 @@ int cube__rbuf_reserve(cube__rbuf *b, size_t chunk)
                         b->cap = 0;
                 }
         }
+        /* Room for what a message declares is made as its bytes arrive, at
+         * most doubling what has come: a declared size costs nothing. */
         want = b->len + chunk;
-        if (b->need > 0 && b->pos + b->need > want)
-                want = b->pos + b->need;
+        if (b->need > 0 && b->pos + b->need > want) {
+                size_t grown = b->len + (b->len - b->pos > chunk ? b->len - b->pos : chunk);
+                want = b->pos + b->need < grown ? b->pos + b->need : grown;
+        }
         if (want > b->cap && b->pos > 0) {
                 memmove(b->p, b->p + b->pos, b->len - b->pos);
                 b->len -= b->pos;

@@ -2,8 +2,8 @@
  * rbuf.h - the receive buffer both sides read a socket into.
  *
  * Unparsed bytes are [pos, len). need is how many bytes from pos the next
- * message needs in all, as the pre-scan last said, so a large message is read
- * into room made for it once instead of in doublings.
+ * message needs in all, as the pre-scan last said; room for it is made as its
+ * bytes arrive (doubling at most), never all at once for what it declares.
  */
 #ifndef CUBE_PROTO_RBUF_H
 #define CUBE_PROTO_RBUF_H
@@ -19,7 +19,8 @@ typedef struct cube__rbuf {
 } cube__rbuf;
 
 /* Makes room for at least chunk more bytes, and for the whole of the next
- * message when need says how long it is; moves unparsed bytes to the front
+ * message when need says how long it is (at most twice what has arrived of
+ * it); moves unparsed bytes to the front
  * before growing, and gives back room beyond keep once its message is
  * consumed. Returns 0, or -ENOMEM with the buffer unchanged. */
 int cube__rbuf_reserve(cube__rbuf *b, size_t chunk);

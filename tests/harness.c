@@ -4,6 +4,7 @@
  * with status 0 and its socket file gone.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "errors.h"
 #include "prescan.h"
 #include "wire.h"
 
@@ -246,6 +250,7 @@ static struct rbuf {
         int fd;
         char *p;
         size_t len, cap;
+        int passed;             /* a descriptor that came along, or -1 */
 } rbufs[32];
 
 static struct rbuf *rbuf_of(int fd)
@@ -259,6 +264,7 @@ static struct rbuf *rbuf_of(int fd)
                         rbufs[i].cap = 1 << 16;
                         rbufs[i].p = malloc(rbufs[i].cap);
                         rbufs[i].len = 0;
+                        rbufs[i].passed = -1;
                         return &rbufs[i];
                 }
         return NULL;
@@ -294,8 +300,21 @@ int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms)
                 long left = deadline - now_ms();
                 if (left <= 0 || poll(&p, 1, (int) left) <= 0)
                         return -1;
-                ssize_t r = recv(fd, b->p + b->len, b->cap - b->len, 0);
+                char control[CMSG_SPACE(sizeof(int))];
+                struct iovec iov = { b->p + b->len, b->cap - b->len };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                                     .msg_controllen = sizeof(control) };
+                ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+                for (struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm;
+                     cm = CMSG_NXTHDR(&mh, cm))
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                                if (b->passed >= 0)
+                                        close(b->passed);
+                                memcpy(&b->passed, CMSG_DATA(cm), sizeof(int));
+                        }
                 if (r == 0 || (r < 0 && errno == ECONNRESET)) {
+                        if (b->passed >= 0)
+                                close(b->passed);
                         free(b->p);
                         b->p = NULL;
                         return 0;
@@ -361,6 +380,234 @@ void raw_greet(int fd, uint64_t *ret_nonce, uint64_t *ret_session)
         }
         msgpack_unpacked_destroy(&up);
 }
+
+int raw_take_fd(int fd)
+{
+        struct rbuf *b = rbuf_of(fd);
+        int passed = b ? b->passed : -1;
+
+        if (b)
+                b->passed = -1;
+        return passed;
+}
+
+int raw_send_fd(int fd, const void *buf, size_t len, int passed)
+{
+        char control[CMSG_SPACE(sizeof(int))] = {0};
+        struct iovec iov = { (void *) buf, len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                             .msg_controllen = sizeof(control) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &passed, sizeof(int));
+        return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t) len ? 0 : -1;
+}
+
+void raw_send_request_u64(int fd, uint32_t msgid, const char *method, const uint64_t *v, size_t n)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, msgid, method, (uint32_t) n);
+        for (size_t i = 0; i < n; i++)
+                msgpack_pack_uint64(&pk, v[i]);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+int raw_region(int fd, uint32_t msgid, uint64_t size, uint64_t *ret_id, cube_error **ret_error)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        int passed = -1;
+
+        *ret_error = NULL;
+        raw_send_request_u64(fd, msgid, "region", &size, 1);
+        if (raw_recv(fd, &up, 5000) != 1)
+                return -1;
+        if (cube__envelope_parse(&up.data, &env, &why) == 0 && env.type == CUBE__MSG_RESPONSE &&
+            env.msgid == msgid) {
+                if (env.error && env.error->type != MSGPACK_OBJECT_NIL)
+                        (void) cube__err_unpack(env.error, CUBE__FAMILY_SERVER, ret_error);
+                else if (env.result && env.result->type == MSGPACK_OBJECT_ARRAY &&
+                         env.result->via.array.size == 2 &&
+                         (passed = raw_take_fd(fd)) >= 0)
+                        *ret_id = env.result->via.array.ptr[0].via.u64;
+        }
+        msgpack_unpacked_destroy(&up);
+        return passed;
+}
+
+long test_now_ms(void)
+{
+        return now_ms();
+}
+
+int test_scaled_ms(int ms)
+{
+        return ms * timeout_multiplier();
+}
+
+/* A figure from /proc/PID/status, in its own unit. */
+static long proc_status_field(pid_t pid, const char *field)
+{
+        char path[64], line[256];
+        size_t n = strlen(field);
+        long v = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        if (!(f = fopen(path, "re")))
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, field, n) == 0 && line[n] == ':')
+                        v = atol(line + n + 1);
+        fclose(f);
+        return v;
+}
+
+long test_rss_kib(pid_t pid)
+{
+        return proc_status_field(pid, "VmRSS");
+}
+
+bool test_under_asan(pid_t pid)
+{
+        char path[64], line[512];
+        bool found = false;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int) pid);
+        if (!(f = fopen(path, "re")))
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strstr(line, "libasan") != NULL;
+        fclose(f);
+        return found;
+}
+
+long test_vm_kib(pid_t pid)
+{
+        return proc_status_field(pid, "VmSize");
+}
+
+/* Lines of a /proc file, or entries of a /proc directory. */
+static long proc_count(pid_t pid, const char *what, bool dir)
+{
+        char path[64];
+        long n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int) pid, what);
+        if (dir) {
+                DIR *d = opendir(path);
+                if (!d)
+                        return -1;
+                for (struct dirent *e; (e = readdir(d));)
+                        n += e->d_name[0] != '.';
+                closedir(d);
+                return n;
+        }
+        FILE *f = fopen(path, "re");
+        int ch;
+        if (!f)
+                return -1;
+        while ((ch = fgetc(f)) != EOF)
+                n += ch == '\n';
+        fclose(f);
+        return n;
+}
+
+long test_open_fds(pid_t pid)
+{
+        return proc_count(pid, "fd", true);
+}
+
+long test_mappings(pid_t pid)
+{
+        return proc_count(pid, "maps", false);
+}
+
+bool running_as_root(void)
+{
+        if (geteuid() == 0)
+                return true;
+        fprintf(stderr, "not root: the checks of other users are skipped\n");
+        return false;
+}
+
+void open_socket_to_all(const test_daemon *d)
+{
+        ck_assert_int_eq(chmod(d->dir, 0755), 0);
+        ck_assert_int_eq(chmod(d->socket, 0666), 0);
+}
+
+void nobody_start(nobody *n, const char *socket, nobody_fn fn)
+{
+        int down[2], up[2];
+
+        ck_assert_int_eq(pipe(down), 0);
+        ck_assert_int_eq(pipe(up), 0);
+        n->pid = fork();
+        ck_assert_int_ge(n->pid, 0);
+        if (n->pid == 0) {
+                close(down[1]);
+                close(up[0]);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0 ||
+                    geteuid() != NOBODY) {
+                        dprintf(2, "could not become nobody: %s\n", strerror(errno));
+                        _exit(100);
+                }
+                _exit(fn(socket, down[0], up[1]));
+        }
+        close(down[0]);
+        close(up[1]);
+        n->to_child = down[1];
+        n->from_child = up[0];
+}
+
+void tell(int fd, char what)
+{
+        ck_assert_int_eq(write(fd, &what, 1), 1);
+}
+
+/* The next byte from fd within timeout_ms, or -1 (EOF, timeout). */
+int hear(int fd, int timeout_ms)
+{
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        char what;
+
+        if (poll(&p, 1, timeout_ms) <= 0 || read(fd, &what, 1) != 1)
+                return -1;
+        return (unsigned char) what;
+}
+
+/* The child's exit status, or -1 when it did not end normally in time. */
+int nobody_finish(nobody *n)
+{
+        long deadline = now_ms() + (long) 20000 * timeout_multiplier();
+        int status;
+
+        close(n->to_child);
+        close(n->from_child);
+        for (;;) {
+                if (waitpid(n->pid, &status, WNOHANG) == n->pid)
+                        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                if (now_ms() > deadline) {
+                        kill(n->pid, SIGKILL);
+                        waitpid(n->pid, NULL, 0);
+                        return -1;
+                }
+                usleep(2000);
+        }
+}
+
 
 void fill_random(void *buf, size_t n, uint64_t seed)
 {

@@ -55,6 +55,53 @@ uint64_t raw_hello(int fd);
 /* The same, also giving the session id (memory ids are session << 40 | n). */
 void raw_greet(int fd, uint64_t *ret_nonce, uint64_t *ret_session);
 
+/* The descriptor that last came with a message on fd (SCM_RIGHTS), taken:
+ * the caller closes it. -1 when none came. */
+int raw_take_fd(int fd);
+/* Sends len bytes with the descriptor passed along (SCM_RIGHTS). */
+int raw_send_fd(int fd, const void *buf, size_t len, int passed);
+/* Asks for a staging region of size bytes on msgid; returns the region's
+ * descriptor and sets *ret_id, or returns -1 and fills *ret_error with what
+ * the daemon answered instead (when it answered). */
+int raw_region(int fd, uint32_t msgid, uint64_t size, uint64_t *ret_id, cube_error **ret_error);
+/* Sends a request whose params are a single array of n u64 values. */
+void raw_send_request_u64(int fd, uint32_t msgid, const char *method, const uint64_t *v, size_t n);
+
+/* A monotonic clock in milliseconds, and ms scaled by CUBE_TEST_TIMEOUT_MULT. */
+long test_now_ms(void);
+int test_scaled_ms(int ms);
+/* The daemon's resident memory (VmRSS), its open descriptors and its
+ * mappings, from /proc; -1 when they cannot be read. */
+long test_rss_kib(pid_t pid);
+long test_vm_kib(pid_t pid);
+/* Whether the daemon runs under AddressSanitizer: its quarantine and shadow
+ * memory make RSS and mapping counts say nothing, and it is several times
+ * slower. */
+bool test_under_asan(pid_t pid);
+long test_open_fds(pid_t pid);
+long test_mappings(pid_t pid);
+
+/* ---- peers of another uid --------------------------------------------------
+ * A child becomes nobody and runs a step function; it talks to the test over
+ * two pipes, one byte a message, so that the test can act while the child
+ * holds its sessions. Its exit status is the step's verdict (0: as expected). */
+#define NOBODY 65534
+typedef int (*nobody_fn)(const char *socket, int from_test, int to_test);
+typedef struct nobody {
+        pid_t pid;
+        int to_child, from_child;
+} nobody;
+/* Whether the test runs as root; says the checks are skipped otherwise. */
+bool running_as_root(void);
+/* Lets every user reach the daemon's socket. */
+void open_socket_to_all(const test_daemon *d);
+void nobody_start(nobody *n, const char *socket, nobody_fn fn);
+void tell(int fd, char what);
+/* The next byte from fd within timeout_ms, or -1 (EOF, timeout). */
+int hear(int fd, int timeout_ms);
+/* The child's exit status, or -1 when it did not end normally in time. */
+int nobody_finish(nobody *n);
+
 /* Fills buf with bytes from a seeded generator that never yields long runs. */
 void fill_random(void *buf, size_t n, uint64_t seed);
 

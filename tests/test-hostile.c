@@ -7,8 +7,20 @@
  * data must come back intact.
  */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -444,6 +456,726 @@ START_TEST(hostile_input_in_parallel_sessions)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * One hostile client (issue 19): each case starts a daemon of its own, with
+ * the options it needs.
+ * ------------------------------------------------------------------------- */
+
+static void start_with(const char *const *args)
+{
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+}
+
+static void pack_handle(msgpack_packer *pk, uint64_t nonce, uint64_t memory)
+{
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint64(pk, nonce);
+        msgpack_pack_uint64(pk, memory);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint64(pk, 0);
+}
+
+static void pack_region_ref(msgpack_packer *pk, uint64_t region, uint64_t offset,
+                            const uint64_t *size)
+{
+        msgpack_pack_array(pk, size ? 4 : 3);
+        cube__pack_str(pk, "region");
+        msgpack_pack_uint64(pk, region);
+        msgpack_pack_uint64(pk, offset);
+        if (size)
+                msgpack_pack_uint64(pk, *size);
+}
+
+/* write [1, handle, region range] of the whole memory, then read it back
+ * into the region on msgid. */
+static void send_region_write_read(int fd, uint64_t nonce, uint64_t memory, uint64_t region,
+                                   uint64_t size, uint32_t msgid)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        pack_handle(&pk, nonce, memory);
+        pack_region_ref(&pk, region, 0, &size);
+        cube__pack_request(&pk, msgid, "read", 3);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        pack_handle(&pk, nonce, memory);
+        pack_region_ref(&pk, region, 0, NULL);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* The next message is the answer to msgid; returns whether it was an error. */
+static bool answered(int fd, uint32_t msgid, int timeout_ms)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        bool error;
+
+        ck_assert_msg(raw_recv(fd, &up, timeout_ms) == 1, "no answer to request %u", msgid);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+        ck_assert_uint_eq(env.msgid, msgid);
+        error = env.error && env.error->type != MSGPACK_OBJECT_NIL;
+        msgpack_unpacked_destroy(&up);
+        return error;
+}
+
+/* Item 1: a client truncates a staging region it was given and then copies
+ * through it. The region is sealed: the truncation fails, and both copies
+ * run. */
+START_TEST(a_region_cannot_be_shrunk_under_the_daemon)
+{
+        uint64_t nonce, session, region = 0, memory;
+        cube_error *e;
+        int fd, rfd;
+
+        start_with(NULL);
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        memory = session << 40 | 1;
+        raw_send_create(fd, memory, 1 << 20);
+        rfd = raw_region(fd, 2, 1 << 20, &region, &e);
+        ck_assert_msg(rfd >= 0, "no region: %s", e ? cube_error_message(e) : "no answer");
+        int shrunk = ftruncate(rfd, 0), shrink_errno = errno;
+        send_region_write_read(fd, nonce, memory, region, 1 << 20, 3);
+        ck_assert(!answered(fd, 3, 5000));      /* before the seals: cubed died of SIGBUS */
+        ck_assert_int_eq(shrunk, -1);
+        ck_assert_int_eq(shrink_errno, EPERM);
+        ck_assert_int_eq(ftruncate(rfd, 2 << 20), -1);
+        ck_assert_int_eq(fcntl(rfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+        close(rfd);
+        close(fd);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Item 3: one-byte regions cost a mapping each; a session holds at most
+ * max-regions, and each is charged in whole pages. */
+START_TEST(regions_are_counted_and_charged_in_pages)
+{
+        static const char *const args[] = { "--max-regions", "8", NULL };
+        static const char *const pages[] = { "--max-regions", "1000", "--region-memory", "1M", NULL };
+        long page = sysconf(_SC_PAGESIZE), maps_before;
+        uint64_t id;
+        cube_error *e;
+        int fd, rfd;
+
+        start_with(args);
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        maps_before = test_mappings(D.pid);
+        for (uint32_t i = 0; i < 8; i++) {
+                rfd = raw_region(fd, 10 + i, 1, &id, &e);
+                ck_assert_msg(rfd >= 0, "region %u: %s", i, e ? cube_error_message(e) : "no answer");
+                close(rfd);
+        }
+        ck_assert_int_lt(raw_region(fd, 20, 1, &id, &e), 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "max-regions"), "%s",
+                      e ? cube_error_message(e) : "no answer");
+        cube_error_free(e);
+        close(fd);
+        /* The session's mappings go with it. */
+        status_of(D.socket);
+        if (!test_under_asan(D.pid))
+                ck_assert_int_le(test_mappings(D.pid), maps_before);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        start_with(pages);
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        for (long i = 0; i < (1 << 20) / page; i++) {
+                rfd = raw_region(fd, (uint32_t) (10 + i), 1, &id, &e);
+                ck_assert_msg(rfd >= 0, "region %ld: %s", i, e ? cube_error_message(e) : "no answer");
+                close(rfd);
+        }
+        ck_assert_int_lt(raw_region(fd, 5, 1, &id, &e), 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "out of device memory"), "%s",
+                      e ? cube_error_message(e) : "no answer");
+        cube_error_free(e);
+        close(fd);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* A loopback TCP socket whose close blocks for linger_s seconds: data it
+ * cannot send (its peer never reads), and SO_LINGER. *ret_listener keeps
+ * the peer alive; the caller closes both. */
+static int lingering_socket(int linger_s, int *ret_listener)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(sa);
+        int small = 4096, l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct linger lg = { .l_onoff = 1, .l_linger = linger_s };
+        static char junk[65536];
+
+        ck_assert(l >= 0 && t >= 0);
+        ck_assert_int_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+        ck_assert_int_eq(bind(l, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(l, 1), 0);
+        ck_assert_int_eq(getsockname(l, (struct sockaddr *) &sa, &len), 0);
+        ck_assert_int_eq(setsockopt(t, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+        ck_assert_int_eq(connect(t, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        fcntl(t, F_SETFL, O_NONBLOCK);
+        for (int i = 0; i < 1000 && send(t, junk, sizeof(junk), MSG_NOSIGNAL) > 0; i++)
+                ;
+        ck_assert_int_eq(setsockopt(t, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        *ret_listener = l;
+        return t;
+}
+
+/* The longest of n status round trips through libcubeclient, in ms. */
+static long worst_status_ms(cube_client *c, int n)
+{
+        long worst = 0;
+
+        for (int i = 0; i < n; i++) {
+                cube_status st;
+                long t0 = test_now_ms();
+                ck_ok(cube_daemon_status(c, &st));
+                if (test_now_ms() - t0 > worst)
+                        worst = test_now_ms() - t0;
+        }
+        return worst;
+}
+
+/* Item 2: a client passes a descriptor whose close blocks. The protocol
+ * expects none: the connection is refused, and the descriptor is closed
+ * without stalling the loop. */
+START_TEST(a_passed_descriptor_never_blocks_the_loop)
+{
+        static const unsigned char status_req[] = { 0x94, 0x00, 0x02, 0xa6, 's', 't', 'a', 't',
+                                                    'u', 's', 0x90 };
+        cube_client *c;
+        int listener, t, fd;
+        long worst;
+
+        start_with(NULL);
+        ck_ok(cube_connect(D.socket, "bystander", &c));
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        t = lingering_socket(5, &listener);
+        /* The daemon is stopped while the descriptor travels, so that its
+         * copy is the last: its close is the one that would wait. */
+        kill(D.pid, SIGSTOP);
+        ck_assert_int_eq(raw_send_fd(fd, status_req, sizeof(status_req), t), 0);
+        close(t);
+        kill(D.pid, SIGCONT);
+        worst = worst_status_ms(c, 20);
+        ck_assert_msg(worst < 1000, "a round trip took %ld ms (the loop closed the socket)", worst);
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "descriptor");
+        expect_closed(fd);
+        close(listener);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* The soft and hard descriptor limits in /proc/PID/limits. */
+static void nofile_of(pid_t pid, long *ret_soft, long *ret_hard)
+{
+        char path[64], line[256];
+        FILE *f;
+
+        *ret_soft = *ret_hard = -1;
+        snprintf(path, sizeof(path), "/proc/%d/limits", (int) pid);
+        ck_assert((f = fopen(path, "re")) != NULL);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Max open files", 14) == 0)
+                        sscanf(line + 14, "%ld %ld", ret_soft, ret_hard);
+        fclose(f);
+}
+
+static bool log_holds(const test_daemon *d, const char *needle)
+{
+        char line[1024];
+        bool found = false;
+        FILE *f = fopen(d->log, "re");
+
+        while (f && !found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+        if (f)
+                fclose(f);
+        return found;
+}
+
+/* In a child of uid nobody: opens as many connections as it can (up to
+ * 400), says so, and holds them until told. */
+static int hold_many_connections(const char *socket, int from_test, int to_test)
+{
+        struct rlimit rl;
+        int n = 0;
+
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        while (n < 400 && raw_connect(socket) >= 0)
+                n++;
+        dprintf(2, "nobody holds %d connections\n", n);
+        tell(to_test, 'h');
+        hear(from_test, 30000);
+        return 0;
+}
+
+/* Item 4: a daemon started by hand with a soft limit of 128 raises it to
+ * the hard one; a max-sessions that does not fit is refused at start. */
+START_TEST(the_descriptor_limit_is_raised_and_checked)
+{
+        static const char *const fits[] = { "--max-sessions", "1000", NULL };
+        struct rlimit rl = { 128, 4096 };
+        long soft, hard;
+
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        start_with(fits);
+        nofile_of(D.pid, &soft, &hard);
+        ck_assert_int_eq(soft, 4096);   /* before: 128 */
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        /* The default max-sessions, 4096, cannot fit 4096 descriptors. */
+        ck_assert_int_eq(test_daemon_start(&D, NULL), -1);
+        ck_assert_msg(log_holds(&D, "RLIMIT_NOFILE allows 4096"), "no word of the limit");
+        char rm[128];
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", D.dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* Item 4: one user's connections fill the descriptors; root still gets an
+ * answer, and the refusals are logged. */
+START_TEST(root_is_answered_when_one_user_fills_the_descriptors)
+{
+        static const char *const args[] = { "--max-sessions", "0", "--max-sessions-per-uid", "0",
+                                            NULL };
+        struct rlimit rl = { 200, 200 };
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        start_with(args);
+        open_socket_to_all(&D);
+        nobody_start(&n, D.socket, hold_many_connections);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), 'h');
+        usleep(200000);
+        cube_status st = status_of(D.socket);           /* before: dropped unanswered */
+        ck_assert_uint_ge(st.sessions, 1);
+        ck_assert_uint_lt(test_open_fds(D.pid), 200);
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_msg(log_holds(&D, "short of descriptors"), "the refusals were not logged");
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Sends as much of len bytes as the socket takes within ms; returns it. */
+static size_t send_for(int fd, const void *p, size_t len, int ms)
+{
+        long deadline = test_now_ms() + ms;
+        size_t done = 0;
+
+        while (done < len && test_now_ms() < deadline) {
+                ssize_t w = send(fd, (const char *) p + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0)
+                        done += (size_t) w;
+                else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                        break;
+                else
+                        usleep(1000);
+        }
+        return done;
+}
+
+/* Item 5: twenty pipelined 4 MiB reads and 40 000 status requests whose
+ * answers are never read cost what max-queued-bytes allows, not more. */
+START_TEST(answers_nobody_reads_are_counted)
+{
+        static const char *const args[] = { "--max-queued-bytes", "16M", NULL };
+        uint64_t nonce, session;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        long rss0, grown;
+        int fd;
+
+        start_with(args);
+        rss0 = test_rss_kib(D.pid);
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 4 << 20);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 20; i++) {
+                cube__pack_request(&pk, 100 + i, "read", 2);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_array(&pk, 1);
+                pack_handle(&pk, nonce, session << 40 | 1);
+        }
+        send_for(fd, sb.data, sb.size, 2000);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(500000);
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 48 * 1024, "20 unread 4 MiB reads grew cubed by %ld KiB "
+                      "(max-queued-bytes is 16 MiB)", grown);   /* before: 80 MiB */
+        close(fd);
+        status_of(D.socket);
+
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        rss0 = test_rss_kib(D.pid);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 40000; i++)
+                cube__pack_request(&pk, i, "status", 0);
+        send_for(fd, sb.data, sb.size, 3000);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(500000);
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 48 * 1024, "40000 unread status answers grew cubed by %ld KiB "
+                      "(max-queued-bytes is 16 MiB)", grown);   /* before: 250 MiB */
+        close(fd);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* The start of a message [2, "x", [bin32 of 64 MiB ...: what a client
+ * declares, not what it sends. */
+static const unsigned char declares_64m[] = { 0x93, 0x02, 0xa1, 'x', 0x91, 0xc6,
+                                              0x04, 0x00, 0x00, 0x00 };
+
+/* Item 6: sessions that declare 64 MiB and send a few bytes reserve
+ * nothing; sessions that stall inside a large message hold no more than
+ * max-receive-bytes between them. */
+START_TEST(partial_messages_are_counted)
+{
+        static const char *const args[] = { "--max-receive-bytes", "32M", NULL };
+        static unsigned char chunk[16 << 20];
+        int fds[8];
+        long vm0, rss0, grown;
+
+        start_with(args);
+        vm0 = test_vm_kib(D.pid);
+        for (int i = 0; i < 8; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                ck_assert_int_eq(raw_send(fds[i], "thirteen byte", 13), 0);
+        }
+        status_of(D.socket);
+        grown = test_vm_kib(D.pid) - vm0;
+        ck_assert_msg(grown < 64 * 1024, "8 declared 64 MiB messages took %ld KiB of address "
+                      "space", grown);                          /* before: 512 MiB */
+        rss0 = test_rss_kib(D.pid);
+        for (int i = 0; i < 8; i++)
+                send_for(fds[i], chunk, sizeof(chunk), 300);
+        status_of(D.socket);
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(grown < 96 * 1024, "8 stalled 16 MiB partial messages grew cubed by %ld "
+                      "KiB (max-receive-bytes is 32 MiB)", grown);      /* before: 128 MiB */
+        for (int i = 0; i < 8; i++)
+                close(fds[i]);
+        status_of(D.socket);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Item 7: half a hello, and a message that stops arriving, are ended. */
+START_TEST(idle_connections_time_out)
+{
+        static const char *const args[] = { "--hello-timeout", "1", "--frame-timeout", "1", NULL };
+        static const unsigned char half_hello[] = { 0x94, 0x00, 0x01, 0xa5, 'h', 'e' };
+        int quiet, half, stalled, fine;
+
+        start_with(args);
+        quiet = raw_connect(D.socket);
+        half = raw_connect(D.socket);
+        ck_assert_int_eq(raw_send(half, half_hello, sizeof(half_hello)), 0);
+        stalled = raw_connect(D.socket);
+        raw_hello(stalled);
+        ck_assert_int_eq(raw_send(stalled, declares_64m, sizeof(declares_64m)), 0);
+        fine = raw_connect(D.socket);
+        raw_hello(fine);
+        expect_error(quiet, -1, CUBE_SERVER_VALIDATION, "hello-timeout");
+        expect_closed(quiet);
+        expect_error(half, -1, CUBE_SERVER_VALIDATION, "hello-timeout");
+        expect_closed(half);
+        expect_error(stalled, -1, CUBE_SERVER_VALIDATION, "frame-timeout");
+        expect_closed(stalled);
+        /* A greeted session with nothing half-sent stays. */
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        close(fine);
+}
+END_TEST
+
+/* In a child of uid nobody: what the listings show it. Exit 0 when it sees
+ * its own session only and no kernel of root's. */
+static int look_as_nobody(const char *socket, int from_test, int to_test)
+{
+        cube_client *c;
+        cube_session_info *ss;
+        cube_kernel_info *ks;
+        cube_failure_info *fs;
+        size_t n_ss, n_ks, n_fs;
+        int bad = 0;
+
+        if (cube_connect(socket, "nobody", &c) || cube_daemon_sessions(c, &ss, &n_ss) ||
+            cube_daemon_kernels(c, &ks, &n_ks) || cube_daemon_failures(c, &fs, &n_fs))
+                return 10;
+        for (size_t i = 0; i < n_ss; i++)
+                if (ss[i].uid != NOBODY) {
+                        dprintf(2, "nobody sees session %s of uid %u\n", ss[i].name, ss[i].uid);
+                        bad = 1;
+                }
+        if (n_ss != 1 || n_ks != 0) {
+                dprintf(2, "nobody sees %zu sessions and %zu kernels\n", n_ss, n_ks);
+                bad = 1;
+        }
+        free(ss);
+        free(ks);
+        free(fs);
+        cube_disconnect(c);
+        return bad;
+}
+
+/* Item 11: a session sees only its own user's sessions, kernels and
+ * failures; root sees every one. */
+START_TEST(listings_show_only_the_callers_own)
+{
+        static const char source[] = "KERNEL void secret(uint32_t *out, INFO)\n"
+                                     "{\n        out[ABSOLUTE_POS] = 7u;\n}\n";
+        cube_client *root;
+        cube_session_info *ss;
+        cube_kernel_info *ks;
+        size_t n_ss, n_ks;
+        uint64_t kernel;
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        start_with(NULL);
+        open_socket_to_all(&D);
+        ck_ok(cube_connect(D.socket, "root-secret", &root));
+        ck_ok(cube_kernel_register(root, source, "secret", &kernel));
+        nobody_start(&n, D.socket, look_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);         /* before: it saw root's */
+        ck_ok(cube_daemon_sessions(root, &ss, &n_ss));
+        ck_ok(cube_daemon_kernels(root, &ks, &n_ks));
+        ck_assert_uint_ge(n_ss, 1);
+        ck_assert_uint_eq(n_ks, 1);
+        free(ss);
+        free(ks);
+        cube_disconnect(root);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* ---- a bystander's loop: writes, reads and launches, timed ------------- */
+typedef struct bystander {
+        const char *socket;
+        atomic_bool stop, ready;
+        long worst_ms;
+        long rounds;
+        char error[256];
+} bystander;
+
+static void *bystander_main(void *arg)
+{
+        static const char source[] = "KERNEL void fill(uint32_t *out, INFO)\n"
+                                     "{\n        uint64_t i = ABSOLUTE_POS;\n"
+                                     "        out[i] = (uint32_t) i * 2u + 1u;\n}\n";
+        bystander *b = arg;
+        uint32_t data[1024], back[1024];
+        cube_client *c = NULL;
+        cube_handle in, out;
+        uint64_t kernel;
+        cube_error *e;
+
+        if ((e = cube_connect(b->socket, "bystander", &c)) ||
+            (e = cube_create(c, memset(data, 0, sizeof(data)), sizeof(data), &in)) ||
+            (e = cube_create(c, data, sizeof(data), &out)) ||
+            (e = cube_kernel_register(c, source, "fill", &kernel)))
+                goto failed;
+        cube_launch l = { .kernel = kernel, .cube_count = { 16, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                          .buffers = &out, .n_buffers = 1, .mode = CUBE_LAUNCH_EXECUTE };
+        if ((e = cube_launch_kernel(c, &l)) || (e = cube_read(c, &out, back, sizeof(back))))
+                goto failed;    /* compiled before the clock starts */
+        atomic_store(&b->ready, true);
+        for (uint32_t round = 0; !atomic_load(&b->stop); round++) {
+                long t0 = test_now_ms();
+                for (uint32_t i = 0; i < 1024; i++)
+                        data[i] = round * 7919u + i;
+                if ((e = cube_write(c, &in, data, sizeof(data))) ||
+                    (e = cube_read(c, &in, back, sizeof(back))))
+                        goto failed;
+                if (memcmp(data, back, sizeof(data)) != 0) {
+                        snprintf(b->error, sizeof(b->error), "round %u read back other bytes", round);
+                        break;
+                }
+                if ((e = cube_launch_kernel(c, &l)) || (e = cube_read(c, &out, back, sizeof(back))))
+                        goto failed;
+                if (back[1000] != 2001u) {
+                        snprintf(b->error, sizeof(b->error), "round %u: the launch wrote %u", round,
+                                 back[1000]);
+                        break;
+                }
+                long took = test_now_ms() - t0;
+                if (took > b->worst_ms)
+                        b->worst_ms = took;
+                b->rounds++;
+                usleep(2000);
+        }
+        cube_disconnect(c);
+        atomic_store(&b->ready, true);
+        return NULL;
+failed:
+        snprintf(b->error, sizeof(b->error), "%s: %s", cube_error_message(e),
+                 cube_error_reason(e) ? cube_error_reason(e) : "");
+        cube_error_free(e);
+        if (c)
+                cube_disconnect(c);
+        atomic_store(&b->ready, true);
+        return NULL;
+}
+
+/* Whether f(pid) comes back to at most want within ms. */
+static bool settles(long (*f)(pid_t), pid_t pid, long want, int ms, long *ret_last)
+{
+        long deadline = test_now_ms() + ms;
+
+        do {
+                *ret_last = f(pid);
+                if (*ret_last <= want)
+                        return true;
+                usleep(20000);
+        } while (test_now_ms() < deadline);
+        return false;
+}
+
+/* The issue's demonstration: one hostile client does items 1, 2, 3, 5, 6
+ * and 7 in turn against one daemon while a bystander writes, reads and
+ * launches in a loop. The bystander's worst round trip stays under 100 ms
+ * (times CUBE_TEST_TIMEOUT_MULT) with no error, cubed's RSS stays within
+ * 160 MiB of where it started, and its descriptors and mappings come back
+ * to where they were. */
+START_TEST(one_hostile_client)
+{
+        static const char *const args[] = {
+                "--max-queued-bytes", "16M", "--max-receive-bytes", "32M", "--max-regions", "8",
+                "--hello-timeout", "1", "--frame-timeout", "1", NULL
+        };
+        static const unsigned char status_req[] = { 0x94, 0x00, 0x02, 0xa6, 's', 't', 'a', 't',
+                                                    'u', 's', 0x90 };
+        static const unsigned char half_hello[] = { 0x94, 0x00, 0x01, 0xa5, 'h', 'e' };
+        static unsigned char chunk[4 << 20];
+        bystander b = { 0 };
+        pthread_t t;
+        long rss0, fds0, maps0, peak = 0, last;
+        uint64_t nonce, session, region = 0;
+        cube_error *e;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int fd, rfd, listener, sock, fds[8];
+
+        start_with(args);
+        b.socket = D.socket;
+        ck_assert_int_eq(pthread_create(&t, NULL, bystander_main, &b), 0);
+        while (!atomic_load(&b.ready))
+                usleep(1000);
+        ck_assert_msg(!b.error[0], "bystander: %s", b.error);
+        usleep(100000);
+        rss0 = test_rss_kib(D.pid);
+        fds0 = test_open_fds(D.pid);
+        maps0 = test_mappings(D.pid);
+#define PEAK() do { long r_ = test_rss_kib(D.pid); if (r_ > peak) peak = r_; } while (0)
+
+        /* 1: a region truncated under the daemon. */
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 1 << 20);
+        rfd = raw_region(fd, 2, 1 << 20, &region, &e);
+        ck_assert(rfd >= 0);
+        (void) ftruncate(rfd, 0);
+        send_region_write_read(fd, nonce, session << 40 | 1, region, 1 << 20, 3);
+        ck_assert(!answered(fd, 3, 5000));
+        close(rfd);
+        /* 3: regions until max-regions. */
+        for (uint32_t i = 0; i < 12; i++) {
+                int r = raw_region(fd, 10 + i, 1, &region, &e);
+                if (r >= 0)
+                        close(r);
+                cube_error_free(e);
+        }
+        close(fd);
+        /* 2: a descriptor whose close blocks. */
+        fd = raw_connect(D.socket);
+        raw_hello(fd);
+        sock = lingering_socket(2, &listener);
+        ck_assert_int_eq(raw_send_fd(fd, status_req, sizeof(status_req), sock), 0);
+        close(sock);
+        expect_closed(fd);
+        close(listener);
+        PEAK();
+        /* 5: answers nobody reads. */
+        fd = raw_connect(D.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 1 << 20);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (uint32_t i = 0; i < 40; i++) {
+                cube__pack_request(&pk, 100 + i, "read", 2);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_array(&pk, 1);
+                pack_handle(&pk, nonce, session << 40 | 1);
+        }
+        for (uint32_t i = 0; i < 20000; i++)
+                cube__pack_request(&pk, 1000 + i, "status", 0);
+        send_for(fd, sb.data, sb.size, 1500);
+        msgpack_sbuffer_destroy(&sb);
+        usleep(300000);
+        PEAK();
+        close(fd);
+        /* 6: messages declared large and stalled. */
+        for (int i = 0; i < 8; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                send_for(fds[i], chunk, sizeof(chunk), 200);
+        }
+        PEAK();
+        /* 7: they stop arriving, and half a hello; all are ended. */
+        int half = raw_connect(D.socket);
+        ck_assert_int_eq(raw_send(half, half_hello, sizeof(half_hello)), 0);
+        for (int i = 0; i < 8; i++)
+                expect_closed(fds[i]);
+        expect_closed(half);
+        PEAK();
+
+        atomic_store(&b.ready, false);
+        atomic_store(&b.stop, true);
+        pthread_join(t, NULL);
+        ck_assert_msg(!b.error[0], "bystander: %s", b.error);
+        ck_assert_int_gt(b.rounds, 10);
+        bool asan = test_under_asan(D.pid);
+        ck_assert_msg(b.worst_ms < test_scaled_ms(asan ? 200 : 100), "the bystander's worst "
+                      "round trip took %ld ms over %ld rounds", b.worst_ms, b.rounds);
+        ck_assert_msg(asan || peak - rss0 < 160 * 1024, "cubed grew by %ld KiB", peak - rss0);
+        ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000), "memory is still held");
+        ck_assert_msg(settles(test_open_fds, D.pid, fds0, test_scaled_ms(5000), &last),
+                      "%ld descriptors open, %ld before", last, fds0);
+        ck_assert_msg(asan || settles(test_mappings, D.pid, maps0, test_scaled_ms(5000), &last),
+                      "%ld mappings, %ld before", last, maps0);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+#undef PEAK
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -470,6 +1202,19 @@ int main(void)
         tcase_add_test(tc, limit_objects);
         tcase_add_test(tc, hostile_input_in_parallel_sessions);
         tcase_add_test(tc, hostile_sizes_and_offsets_are_refused_by_the_daemon);
+        suite_add_tcase(s, tc);
+        tc = tcase_create("one-client");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
+        tcase_add_test(tc, regions_are_counted_and_charged_in_pages);
+        tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);
+        tcase_add_test(tc, the_descriptor_limit_is_raised_and_checked);
+        tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
+        tcase_add_test(tc, answers_nobody_reads_are_counted);
+        tcase_add_test(tc, partial_messages_are_counted);
+        tcase_add_test(tc, idle_connections_time_out);
+        tcase_add_test(tc, listings_show_only_the_callers_own);
+        tcase_add_test(tc, one_hostile_client);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);

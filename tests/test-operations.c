@@ -1368,7 +1368,8 @@ static _Noreturn void as_nobody(const char *socket, uint64_t victim)
                 _exit(NOBODY_KILL);
         if (!refused_as_not_owner(cube_daemon_drain(c)))
                 _exit(NOBODY_DRAIN);
-        if ((e = cube_daemon_sessions(c, &v, &n)) || n != 2) {
+        /* Only its own user's session is listed to it (PROTOCOL.md 5.14a). */
+        if ((e = cube_daemon_sessions(c, &v, &n)) || n != 1) {
                 dprintf(2, "sessions as nobody: %s (%zu)\n", e ? cube_error_message(e) : "ok", n);
                 _exit(NOBODY_SESSIONS);
         }

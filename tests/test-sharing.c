@@ -340,89 +340,6 @@ static int open_fds(pid_t pid, char *list, size_t cap)
  * holds its sessions. Its exit status is the step's verdict (0: as expected).
  * ------------------------------------------------------------------------- */
 
-typedef int (*nobody_fn)(const char *socket, int from_test, int to_test);
-
-typedef struct nobody {
-        pid_t pid;
-        int to_child, from_child;
-} nobody;
-
-static bool running_as_root(void)
-{
-        if (geteuid() == 0)
-                return true;
-        fprintf(stderr, "not root: the checks of other users are skipped\n");
-        return false;
-}
-
-/* Lets every user reach the daemon's socket. */
-static void open_socket_to_all(void)
-{
-        ck_assert_int_eq(chmod(D.dir, 0755), 0);
-        ck_assert_int_eq(chmod(D.socket, 0666), 0);
-}
-
-static void nobody_start(nobody *n, nobody_fn fn)
-{
-        int down[2], up[2];
-
-        ck_assert_int_eq(pipe(down), 0);
-        ck_assert_int_eq(pipe(up), 0);
-        n->pid = fork();
-        ck_assert_int_ge(n->pid, 0);
-        if (n->pid == 0) {
-                close(down[1]);
-                close(up[0]);
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0 ||
-                    geteuid() != NOBODY) {
-                        dprintf(2, "could not become nobody: %s\n", strerror(errno));
-                        _exit(100);
-                }
-                _exit(fn(D.socket, down[0], up[1]));
-        }
-        close(down[0]);
-        close(up[1]);
-        n->to_child = down[1];
-        n->from_child = up[0];
-}
-
-static void tell(int fd, char what)
-{
-        ck_assert_int_eq(write(fd, &what, 1), 1);
-}
-
-/* The next byte from fd within timeout_ms, or -1 (EOF, timeout). */
-static int hear(int fd, int timeout_ms)
-{
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        char what;
-
-        if (poll(&p, 1, timeout_ms) <= 0 || read(fd, &what, 1) != 1)
-                return -1;
-        return (unsigned char) what;
-}
-
-/* The child's exit status, or -1 when it did not end normally in time. */
-static int nobody_finish(nobody *n)
-{
-        long deadline = now_ms() + scaled(20000);
-        int status;
-
-        close(n->to_child);
-        close(n->from_child);
-        for (;;) {
-                if (waitpid(n->pid, &status, WNOHANG) == n->pid)
-                        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-                if (now_ms() > deadline) {
-                        kill(n->pid, SIGKILL);
-                        waitpid(n->pid, NULL, 0);
-                        return -1;
-                }
-                usleep(2000);
-        }
-}
-
 /* Waits for the child to say it holds its sessions; when it ends instead, the
  * test fails with its exit status (its own message is on stderr). */
 static void await_holding(nobody *n)
@@ -1250,8 +1167,8 @@ START_TEST(max_sessions_refuses_one_more)
         if (!running_as_root())
                 return;
         start(args);
-        open_socket_to_all();
-        nobody_start(&n, hold_max_sessions);
+        open_socket_to_all(&D);
+        nobody_start(&n, D.socket, hold_max_sessions);
         await_holding(&n);
         ck_ok(cube_connect(D.socket, "root", &root));   /* exempt */
         cube_disconnect(root);
@@ -1285,8 +1202,8 @@ START_TEST(max_sessions_per_uid_refuses_a_second)
         if (!running_as_root())
                 return;
         start(args);
-        open_socket_to_all();
-        nobody_start(&n, hold_one_session_per_uid);
+        open_socket_to_all(&D);
+        nobody_start(&n, D.socket, hold_one_session_per_uid);
         await_holding(&n);
         ck_ok(cube_connect(D.socket, "root", &r1));     /* exempt */
         ck_ok(cube_connect(D.socket, "root", &r2));
@@ -1615,7 +1532,7 @@ static void expect_nobody(nobody_fn fn)
 {
         nobody n;
 
-        nobody_start(&n, fn);
+        nobody_start(&n, D.socket, fn);
         ck_assert_int_eq(nobody_finish(&n), 0);
 }
 
@@ -1627,7 +1544,7 @@ START_TEST(allow_uids_admits_only_the_listed)
         if (!running_as_root())
                 return;
         start(args);
-        open_socket_to_all();
+        open_socket_to_all(&D);
         expect_nobody(refused_by_allow_uids);
         ck_ok(cube_connect(D.socket, "root", &c));
         cube_disconnect(c);
@@ -1655,7 +1572,7 @@ START_TEST(every_refused_connect_is_told_why)
         if (!running_as_root())
                 return;
         start(args);
-        open_socket_to_all();
+        open_socket_to_all(&D);
         expect_nobody(always_told_why);
         stop_clean();
 }
@@ -1669,12 +1586,12 @@ START_TEST(allow_groups_admits_members_only)
         if (!running_as_root())
                 return;
         start(root_only);
-        open_socket_to_all();
+        open_socket_to_all(&D);
         expect_nobody(refused_by_allow_groups);
         stop_clean();
 
         start(nogroup);
-        open_socket_to_all();
+        open_socket_to_all(&D);
         expect_nobody(allowed);
         stop_clean();
 }
