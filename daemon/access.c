@@ -9,6 +9,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -138,7 +139,9 @@ int cube__socket_set_group(const char *path, const char *group)
                 cube__log(CUBE__LOG_ERR, "socket-group %s names no group", group);
                 return -ENOENT;
         }
-        if (chown(path, (uid_t) -1, (gid_t) gid) < 0) {
+        /* Never through a symlink: one planted in its place would give a
+         * file of the attacker's choosing the group. */
+        if (fchownat(AT_FDCWD, path, (uid_t) -1, (gid_t) gid, AT_SYMLINK_NOFOLLOW) < 0) {
                 cube__log(CUBE__LOG_ERR, "cannot give %s the group %s: %s", path, group,
                           strerror(errno));
                 return -errno;

@@ -866,18 +866,59 @@ bool cube__conn_any_active(const cube__server *srv)
 }
 
 /* Whether a daemon answers on path: tells a live socket from a stale file. */
-static bool socket_is_live(const char *path)
+/* Whether a daemon answers on path; if so, who it is (pid 0 when unknown). */
+static bool socket_is_live(const char *path, struct ucred *ret_owner)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        socklen_t len = sizeof(*ret_owner);
         bool live;
 
+        *ret_owner = (struct ucred) {0};
         if (fd < 0)
                 return false;
         strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
-        live = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 || errno != ECONNREFUSED;
+        live = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+        if (live && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ret_owner, &len) < 0)
+                *ret_owner = (struct ucred) {0};
+        if (!live)
+                live = errno != ECONNREFUSED;
         close(fd);
         return live;
+}
+
+/* Refuses a socket directory that anyone but its owner may write, or that
+ * someone other than this user or root owns: whoever may write there can
+ * replace the live socket with one of their own, and so read every client's
+ * hello and kernels, or swap the new socket for a symlink before its group
+ * is set. The sticky bit does not help: the attacker's own socket is theirs
+ * to rename. */
+static int check_socket_dir(const char *path)
+{
+        char dir[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+        const char *slash = strrchr(path, '/');
+        struct stat st;
+
+        if (!slash)
+                snprintf(dir, sizeof(dir), ".");
+        else if (slash == path)
+                snprintf(dir, sizeof(dir), "/");
+        else
+                snprintf(dir, sizeof(dir), "%.*s", (int) (slash - path), path);
+        if (stat(dir, &st) < 0) {
+                cube__log(CUBE__LOG_ERR, "cannot use the socket directory %s: %s", dir,
+                          strerror(errno));
+                return -errno;
+        }
+        if ((st.st_mode & 022) || (st.st_uid != geteuid() && st.st_uid != 0)) {
+                cube__log(CUBE__LOG_ERR, "the socket directory %s (mode %04o, owner uid %u) may "
+                          "be written by another user, who could put a socket of their own in "
+                          "cubed's place; bind in a directory only this user or root can write, "
+                          "such as /run/cube", dir, (unsigned) (st.st_mode & 07777),
+                          (unsigned) st.st_uid);
+                return -EPERM;
+        }
+        return 0;
 }
 
 int cube__listen(cube__server *srv, const char *path)
@@ -892,15 +933,25 @@ int cube__listen(cube__server *srv, const char *path)
                           "holds at most %zu", path, strlen(path), sizeof(sa.sun_path) - 1);
                 return -ENAMETOOLONG;
         }
+        if ((r = check_socket_dir(path)) < 0)
+                return r;
         if (lstat(path, &st) == 0) {
+                struct ucred owner;
+
                 if (!S_ISSOCK(st.st_mode)) {
                         cube__log(CUBE__LOG_ERR, "%s exists and is not a socket; refusing to "
                                   "replace it", path);
                         return -EEXIST;
                 }
-                if (socket_is_live(path)) {
-                        cube__log(CUBE__LOG_ERR, "another daemon is serving %s; stop it first "
-                                  "or choose another --socket", path);
+                if (socket_is_live(path, &owner)) {
+                        if (owner.pid)
+                                cube__log(CUBE__LOG_ERR, "%s is served by pid %d (uid %u); stop "
+                                          "it first or choose another --socket", path,
+                                          (int) owner.pid, (unsigned) owner.uid);
+                        else
+                                cube__log(CUBE__LOG_ERR, "%s (a socket of uid %u) is in use; stop "
+                                          "what serves it first or choose another --socket",
+                                          path, (unsigned) st.st_uid);
                         return -EADDRINUSE;
                 }
                 cube__log(CUBE__LOG_NOTICE, "replacing stale socket %s", path);

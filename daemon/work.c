@@ -188,10 +188,15 @@ static uint64_t launch_failed(cube__op *o)
         uint64_t failure;
 
         o->work.error = NULL;
-        if (cube_error_kind_of(e) == CUBE_DEVICE_POISON) {
+        /* The backend hands back the bare DevicePoison; an injected fault may
+         * wrap it: either way the device is poisoned. */
+        const cube_error *fault = e;
+        while (fault && cube_error_kind_of(fault) != CUBE_DEVICE_POISON)
+                fault = cube_error_source(fault);
+        if (fault) {
                 cube_error *named = cube__err_poison("session %" PRIu64 " (pid %d%s%s): %s",
                                                      s->id, (int) s->pid, *s->name ? ", " : "",
-                                                     s->name, cube_error_reason(e));
+                                                     s->name, cube_error_reason(fault));
                 cube_error_free(e);
                 cube__server_poison(srv, cube_error_clone(named));
                 root = cube__err_wrap(CUBE_SERVER_LAUNCH,

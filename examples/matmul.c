@@ -4,8 +4,8 @@
  * loaded its element, multiplies the tiles, and waits again before the next
  * load overwrites them.
  *
- *   cubed --socket /tmp/cube.sock &
- *   matmul /tmp/cube.sock [SEED] [M N K]
+ *   mkdir -m 0700 /tmp/cube && cubed --socket /tmp/cube/s &
+ *   matmul /tmp/cube/s [SEED] [M N K]
  *
  * The default 157 x 131 x 93 is a multiple of 16 nowhere, so the edges are
  * exercised: units past an edge load zeros and write nothing.

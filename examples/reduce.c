@@ -2,8 +2,8 @@
  * reduce - a sum in two steps: every cube sums its 256 elements in shared
  * memory with a tree of barriers, and the host adds up the per-cube sums.
  *
- *   cubed --socket /tmp/cube.sock &
- *   reduce /tmp/cube.sock [SEED] [N]
+ *   mkdir -m 0700 /tmp/cube && cubed --socket /tmp/cube/s &
+ *   reduce /tmp/cube/s [SEED] [N]
  *
  * N (default 1000003) need not be a multiple of 256: the kernel reads it as a
  * u32 scalar and counts the units past the end as zeros.

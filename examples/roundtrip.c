@@ -2,8 +2,8 @@
  * roundtrip - the smallest cube program: put bytes on the device, read them
  * back, and compare.
  *
- *   cubed --socket /tmp/cube.sock &
- *   roundtrip /tmp/cube.sock
+ *   mkdir -m 0700 /tmp/cube && cubed --socket /tmp/cube/s &
+ *   roundtrip /tmp/cube/s
  */
 #include <stdio.h>
 #include <stdlib.h>

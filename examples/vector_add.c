@@ -2,8 +2,8 @@
  * vector_add - the smallest kernel: out = a + b over n floats, computed on
  * the device and checked against the same sum computed here.
  *
- *   cubed --socket /tmp/cube.sock &
- *   vector_add /tmp/cube.sock [SEED] [N]
+ *   mkdir -m 0700 /tmp/cube && cubed --socket /tmp/cube/s &
+ *   vector_add /tmp/cube/s [SEED] [N]
  *
  * N (default 1000003) need not be a multiple of the cube dim: the kernel
  * leaves alone the units that fall past the end of the buffers.

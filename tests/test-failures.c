@@ -1966,6 +1966,32 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 }
 END_TEST
 
+START_TEST(a_device_fault_injected_late_poisons_the_device)
+{
+        cube_client *c = connect_as("late-poison");
+        uint64_t k = kernel(c, affine_source, "affine");
+        uint32_t data[N];
+        cube_handle in, out;
+        cube_status st;
+        cube_error *e;
+
+        fill_random(data, sizeof(data), 39);
+        in = filled(c, data, BYTES);
+        out = buffer(c, BYTES);
+        inject(c, CUBE_FAULT_DEVICE_LAUNCH, CUBE_DEVICE_POISON, "a late sticky fault", 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        e = cube_sync(c, NULL, 0);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
+                      e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        ck_ok(cube_daemon_status(c, &st));
+        ck_assert(st.poisoned);
+        ck_assert_msg(strstr(st.poison, "a late sticky fault") && strstr(st.poison, "late-poison"),
+                      "the poison does not name the fault and the session: %s", st.poison);
+        cube_disconnect(c);
+}
+END_TEST
+
 START_TEST(a_missing_compiler_is_no_refusal)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
@@ -2061,6 +2087,7 @@ static Suite *failures_suite(void)
         tcase_add_test(late, a_failed_reservation_keeps_its_failure_whatever_is_written);
         tcase_add_test(late, a_walk_that_ends_on_a_dropped_hop_says_so);
         tcase_add_test(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried);
+        tcase_add_test(late, a_device_fault_injected_late_poisons_the_device);
         tcase_add_test(plain, a_missing_compiler_is_no_refusal);
         suite_add_tcase(s, late);
         return s;

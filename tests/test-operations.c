@@ -1420,6 +1420,62 @@ START_TEST(only_the_owner_and_root_may_act)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------
+ * The socket's path
+ * ------------------------------------------------------------------------ */
+
+/* A directory another user may write, sticky or not, is no place for the
+ * socket: cubed refuses to start there, naming the directory. */
+START_TEST(a_socket_directory_others_may_write_is_refused)
+{
+        static const mode_t modes[] = { 0777, 01777, 0775 };
+        const char *bin = getenv("CUBED_BIN");
+
+        for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+                daemon_proc p;
+                output *o = calloc(1, sizeof(*o));
+                char open_dir[128], sock[160];
+
+                proc_init(&p);
+                snprintf(open_dir, sizeof(open_dir), "%s/open", p.dir);
+                ck_assert_int_eq(mkdir(open_dir, 0700), 0);
+                ck_assert_int_eq(chmod(open_dir, modes[i]), 0);
+                snprintf(sock, sizeof(sock), "%s/s", open_dir);
+                const char *argv[] = { bin, "--socket", sock, "--cache-dir", p.cache, NULL };
+                run_program(o, NULL, NULL, argv);
+                ck_assert_out(o, o->status != 0, "cubed served a socket in a %04o directory",
+                              (unsigned) modes[i]);
+                ck_assert_out(o, strstr(o->err, open_dir) && strstr(o->err, "another user"),
+                              "the refusal does not name %s", open_dir);
+                ck_assert(!path_exists(sock));
+                ck_assert_int_eq(rmdir(open_dir), 0);
+                proc_done(&p);
+                free(o);
+        }
+}
+END_TEST
+
+/* A second daemon on a live socket says whose it is. */
+START_TEST(a_socket_in_use_names_its_owner)
+{
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        const char *bin = getenv("CUBED_BIN");
+        char pid[32];
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        const char *argv[] = { bin, "--socket", p.socket, "--cache-dir", p.cache, NULL };
+        run_program(o, NULL, NULL, argv);
+        snprintf(pid, sizeof(pid), "pid %d", (int) p.pid);
+        ck_assert_out(o, o->status != 0 && strstr(o->err, pid),
+                      "cubed exited %d without naming %s", o->status, pid);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 /* Shows what failed tests left in the run's directory (their daemons died
  * with them), then removes it unless $CUBE_TEST_LEAVE. */
 static void show_leftovers(void)
@@ -1471,6 +1527,8 @@ int main(void)
         tcase_add_test(config, the_command_line_wins_over_the_file_across_reloads);
         tcase_add_test(config, a_bad_configuration_file_stops_the_start);
         tcase_add_test(config, config_if_exists_reads_the_file_once_it_exists);
+        tcase_add_test(config, a_socket_directory_others_may_write_is_refused);
+        tcase_add_test(config, a_socket_in_use_names_its_owner);
         tcase_add_test(poison, poison_policy_exit_ends_with_status_3);
         tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
         tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
