@@ -15,7 +15,7 @@ Variant names that are unique in the taxonomy are also module attributes
 wraps another (ServerError.Launch, LaunchError.TooManyResources, ...) has it
 as ``source`` (also set as ``__cause__``, so a traceback shows the chain);
 Unwritten has it as ``root`` (and ``source``), with ``failure``, ``claimed``
-and ``chain`` (a tuple of str); Several has ``errors``, a list. ``str(e)`` is
+and ``chain`` (a tuple of str); Several has ``errors``, a list. ``str(e)`` (and ``e.text``) is
 cube_error_message of the node: the taxonomy's own text, causes included.
 
 The predicates are properties, exactly as the C library (and the reference)
@@ -53,10 +53,10 @@ class CubeError(Exception):
     kind = None
     fields = ()
 
-    def __init__(self, message, *, is_refusal=False, is_device_poisoned=False,
+    def __init__(self, text, *, is_refusal=False, is_device_poisoned=False,
                  may_succeed_after_reclaim=False, **fields):
-        super().__init__(message)
-        self.message = message
+        super().__init__(text)
+        self.text = text
         self._refusal = is_refusal
         self._poisoned = is_device_poisoned
         self._reclaim = may_succeed_after_reclaim
@@ -79,7 +79,7 @@ class CubeError(Exception):
         return self._reclaim
 
     def __str__(self):
-        return self.message
+        return self.text
 
     def __repr__(self):
         parts = ", ".join(f"{f}={getattr(self, f, None)!r}" for f in self.fields)
