@@ -17,6 +17,7 @@ except ImportError:     # numpy is optional: bytes and memoryviews still work
     np = None
 
 NULL = ffi.NULL
+_pycube_launch = lib.pycube_launch
 
 
 class LaunchMode(enum.IntEnum):
@@ -844,15 +845,13 @@ class Launch:
 
     def __call__(self, *, stream=None):
         client = self.client
-        if client._gen != _generation or client._c is None:
+        c = client._c
+        if c is None or client._gen != _generation:
             client._cp()
         if stream is None:
             stream = _current_stream.get()
-            sid = 0 if stream is None else client._sid(stream)
-        else:
-            sid = client._sid(stream)
-        e = lib.pycube_launch(client._c, sid, self._l)
-        if e != NULL:
+        e = _pycube_launch(c, 0 if stream is None else client._sid(stream), self._l)
+        if e:
             raise errors.take(e)
 
     launch = __call__
