@@ -13,6 +13,9 @@
 # placement instead. Under each, cube-bench prints the table; then the daemon
 # is restarted on the same --cache-dir and cube-bench --after-restart times
 # the first launch of kernels the first run compiled, now loaded from disk.
+# With build/python-venv (tools/python-setup.sh), tools/bench-python.py then
+# adds the Python binding's rows (launches and a 64 MiB round trip from
+# Python beside the same from C) to each placement's table.
 # When redis-server and redis-benchmark are installed, PING_INLINE with 50
 # clients on a Unix socket, under the same placement, is the baseline of the
 # many-clients figure; otherwise cube-bench uses its own.
@@ -92,6 +95,13 @@ placement() {
         start_daemon "$dir/cache-${name// /-}" "${pin_d[@]}"
         "${pin_b[@]}" "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" \
                 --restart-tag "$tag" "${extra[@]}" "$@"
+        # The Python binding beside C, when tools/python-setup.sh installed it.
+        if [ -x "$build/python-venv/bin/python" ] && [[ " $* " != *" --only "* ]]; then
+                local pyargs=()
+                [[ " $* " == *" --smoke "* ]] && pyargs=(--smoke)
+                "${pin_b[@]}" "$build/python-venv/bin/python" tools/bench-python.py \
+                        --socket "$dir/s" "${pyargs[@]}"
+        fi
         stop_daemon
         # The restart figure needs the kernel the "first" figure cached.
         case " $* " in *" --only "*) [[ " $* " == *" --only first "* ]] || return 0 ;; esac

@@ -4,16 +4,39 @@
 A Check program reports "Checks: N, Failures: F, Errors: E"; its cases are
 counted one by one. Any other test counts as one case. A Check program that
 died before its summary counts as one failure, so a partial run can never
-look green. Prints "N passed, N failed[, N skipped]" and exits 1 on failure.
+look green. A JUnit XML file (pytest --junitxml) adds its cases: failures and
+errors fail, skips skip; a missing or unreadable one counts as one failure. Prints "N passed, N failed[, N skipped]" and exits 1 on failure.
 """
 import json
 import re
 import sys
+import xml.etree.ElementTree as ET
 
 SUMMARY = re.compile(r"Checks: (\d+), Failures: (\d+), Errors: (\d+)")
 
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
+    if path.endswith(".xml"):
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError) as e:
+            print(f"count-tests: {path}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
+        n = 0
+        for suite in suites:
+            for case in suite.iter("testcase"):
+                n += 1
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed += 1
+                elif case.find("skipped") is not None:
+                    skipped += 1
+                else:
+                    passed += 1
+        if n == 0:
+            failed += 1     # a pytest run that collected nothing
+        continue
     try:
         lines = open(path, encoding="utf-8").read().splitlines()
     except OSError as e:

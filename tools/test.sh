@@ -3,8 +3,11 @@
 #
 # Sets up and builds (tools/setup.sh), runs every meson test in build/, then
 # builds build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them all again. Ends with one line summing every Check test case of
-# both runs: "N passed, N failed".
+# runs them all again. Then installs the Python binding into
+# build/python-venv (tools/python-setup.sh) and runs its pytest suite against
+# the cubed of build/ (the ASan run covers the C suites only). Ends with one
+# line summing every Check test case of both runs and every pytest case:
+# "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh build || exit 1
@@ -17,6 +20,17 @@ echo "== tests under ASan/UBSan (build-asan)"
 CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=3 \
         meson test -C build-asan --print-errorlogs --no-rebuild --timeout-multiplier 3 || rc=1
 
-python3 tools/count-tests.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json ||
+echo "== Python binding (pytest, build)"
+rm -f build/pytest.xml
+if py=$(tools/python-setup.sh build); then
+        CUBE_BUILD_DIR=$PWD/build CUBE_TEST_TIMEOUT_MULT=${CUBE_TEST_TIMEOUT_MULT:-1} \
+                "$py" -m pytest -q -p no:cacheprovider --junitxml=build/pytest.xml python/tests || rc=1
+else
+        echo "test: the Python binding did not install" >&2
         rc=1
+fi
+
+# A missing build/pytest.xml counts as a failure.
+python3 tools/count-tests.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+        build/pytest.xml || rc=1
 exit $rc

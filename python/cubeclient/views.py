@@ -1,0 +1,143 @@
+"""The admin and report views as plain dataclasses."""
+from dataclasses import dataclass, fields
+from typing import Optional, Tuple
+
+from ._cube import ffi
+
+
+def _value(v):
+    t = ffi.typeof(v) if isinstance(v, ffi.CData) else None
+    if t is None:
+        return v
+    if t.kind == "array" and t.item.cname == "char":
+        return ffi.string(v).decode("utf-8", "replace")
+    if t.kind == "array":
+        return tuple(_value(x) for x in v)
+    return v
+
+
+def from_struct(cls, s, **override):
+    """cls filled from the cffi struct s, field by field of the same name."""
+    kw = {}
+    for f in fields(cls):
+        if f.name in override:
+            kw[f.name] = override[f.name]
+        else:
+            v = getattr(s, f.name)
+            sub = _NESTED.get((cls, f.name))
+            kw[f.name] = from_struct(sub, v) if sub else _value(v)
+    return cls(**kw)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    memory_bytes: int
+    max_page_size: int
+    alignment: int
+    plane_size_min: int
+    plane_size_max: int
+    max_bindings: int
+    max_shared_memory_size: int
+    max_cube_count: Tuple[int, int, int]
+    max_units_per_cube: int
+    max_cube_dim: Tuple[int, int, int]
+    num_streaming_multiprocessors: int
+    num_cpu_cores: int
+
+
+@dataclass(frozen=True)
+class ProtocolLimits:
+    max_message_bytes: int
+    max_depth: int
+    max_container: int
+    max_str_bytes: int
+    max_objects: int
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    kind: str
+    page_size: int
+    max_slice: int
+    allocations: int
+    bytes_in_use: int
+    bytes_padding: int
+    bytes_reserved: int
+    pages: int
+    pages_peak: int
+    largest_alloc: int
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    session: int
+    stream: int
+    pools: Tuple[PoolReport, ...]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: int
+    pid: int
+    uid: int
+    name: str
+    streams: int
+    memory_in_use: int
+    memory_peak: int
+    allocations: int
+    launches: int
+    bytes_in: int
+    bytes_out: int
+    errors: int
+    connected: bool
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    session: int
+    stream: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    hash: str
+    entry: str
+    backend: str
+    state: str
+    from_disk: bool
+    compile_ms: float
+    hits: int
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    id: int
+    session: int
+    report: Optional[Exception]     # a ServerError.Unwritten
+
+
+@dataclass(frozen=True)
+class Status:
+    service: str
+    backend: str
+    properties: DeviceProperties
+    uptime_seconds: float
+    sessions: int
+    memory_in_use: int
+    memory_peak: int
+    memory_reserved: int
+    allocations: int
+    compiles: int
+    kernels: int
+    poisoned: bool
+    poison: str
+
+
+_NESTED = {(Status, "properties"): DeviceProperties}
+
+
+def memory_report(s):
+    pools = tuple(from_struct(PoolReport, s.pools[i]) for i in range(s.n_pools))
+    return MemoryReport(session=s.session, stream=s.stream, pools=pools)

@@ -1,0 +1,131 @@
+"""Kernels: launches checked against numpy, and the info words KERNELS.md lays out."""
+import numpy as np
+import pytest
+
+import cubeclient as cube
+
+VADD = """
+KERNEL void vector_add(const float *a, const float *b, float *out, INFO)
+{
+        uint64_t i = ABSOLUTE_POS;
+
+        if (i < BUFFER_LEN(2))
+                out[i] = a[i] + b[i];
+}
+"""
+
+SAXPY = """
+KERNEL void saxpy(const float *x, float *y, INFO)
+{
+        float a = SCALAR(float, 0, 0);
+        uint32_t n = SCALAR(uint32_t, 1, 0);
+        uint64_t i = ABSOLUTE_POS;
+
+        if (i < n)
+                y[i] = a * x[i] + y[i];
+}
+"""
+
+# One of each group, out of order, then lengths and a tensor: every value read
+# back where KERNELS.md says it lies.
+WORDS = """
+KERNEL void words(const float *in, double *out, INFO)
+{
+        if (ABSOLUTE_POS != 0)
+                return;
+        out[0] = SCALAR(float, 0, 0);
+        out[1] = SCALAR(float, 0, 1);
+        out[2] = SCALAR(float, 0, 2);
+        out[3] = SCALAR(double, 2, 0);
+        out[4] = SCALAR(int32_t, 3, 0);
+        out[5] = SCALAR(int64_t, 4, 0);
+        out[6] = SCALAR(int64_t, 4, 1);
+        out[7] = SCALAR(uint32_t, 6, 0);
+        out[8] = (double) SCALAR(uint64_t, 7, 0);
+        out[9] = BUFFER_LEN(0);
+        out[10] = BUFFER_LEN(1);
+        out[11] = DYN_U32(META_U32(2 + 0) + 0);
+        out[12] = DYN_U32(META_U32(2 + 0) + 1);
+        out[13] = DYN_U32(META_U32(2 + 1 + 0) + 0);
+        out[14] = DYN_U32(META_U32(2 + 1 + 0) + 1);
+        out[15] = META_U32(2 + 1) - META_U32(2 + 0);
+}
+"""
+
+
+def test_vector_add_against_numpy(client):
+    rng = np.random.default_rng(3)
+    n = 100_003
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    k = client.kernel(VADD, "vector_add")
+    bufs = [client.create(a), client.create(b), client.create(np.full(n, np.nan, np.float32))]
+    k.launch((n + 255) // 256, 256, bufs)      # lengths from the buffers' dtypes
+    np.testing.assert_allclose(bufs[2].to_numpy(), a + b, rtol=1e-6)
+
+
+def test_scalars_with_explicit_lengths(client):
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    y = np.ones(n, dtype=np.float32)
+    k = client.kernel(SAXPY, "saxpy")
+    bx, by = client.create(x), client.create(y)
+    k.launch((n + 255) // 256, 256, [bx, by], scalars=[cube.u32(n), cube.f32(2.5)], lengths=[])
+    np.testing.assert_allclose(by.to_numpy(), 2.5 * x + y, rtol=1e-6)
+    # numpy scalars carry their type
+    k.launch((n + 255) // 256, (256,), [bx, by], scalars=[np.float32(-1), np.uint32(n)])
+    np.testing.assert_allclose(by.to_numpy(), 1.5 * x + y, rtol=1e-6)
+
+
+def test_untyped_scalar_is_refused(client):
+    k = client.kernel(SAXPY, "saxpy")
+    with pytest.raises(TypeError):
+        k.launch(1, 1, [client.empty(4), client.empty(4)], scalars=[2.5])
+
+
+def test_info_words_layout(client):
+    k = client.kernel(WORDS, "words")
+    inp = client.create(np.zeros(3, np.float32))
+    out = client.create(np.zeros(16, np.float64))
+    scalars = [cube.u64(2**40 + 3), cube.i64(-5), cube.f32(1.5), cube.i32(-7), cube.f64(0.25),
+               cube.f32(2.5), cube.u32(9), cube.i64(11), cube.f32(-4)]
+    k.launch(1, 1, [inp, out], scalars=scalars, lengths=[3, 16],
+             tensors=[((4, 6), (6, 1))])
+    got = out.to_numpy()
+    expect = [1.5, 2.5, -4, 0.25, -7, -5, 11, 9, 2**40 + 3, 3, 16, 4, 6, 6, 1, 2]
+    assert got.tolist() == expect
+
+
+def test_prepared_launch_and_streams(client):
+    n = 256
+    k = client.kernel("KERNEL void inc(float *x, INFO) { uint64_t i = ABSOLUTE_POS;"
+                      " if (i < BUFFER_LEN(0)) x[i] += 1; }", "inc")
+    s = client.stream()
+    x = s.create(np.zeros(n, np.float32))
+    go = k.prepare(1, n, [x])
+    for _ in range(100):
+        go(stream=s)
+    s.launch(go)
+    assert np.array_equal(s.to_numpy(x), np.full(n, 101, np.float32))
+
+
+def test_dynamic_count(client):
+    k = client.kernel("KERNEL void mark(uint32_t *x, INFO) { x[ABSOLUTE_POS] = 1; }", "mark")
+    x = client.create(np.zeros(64, np.uint32))
+    count = client.create(np.array([5, 1, 1], np.uint32))
+    k.launch(count, 4, [x], lengths=[])
+    got = x.to_numpy()
+    assert got[:20].tolist() == [1] * 20 and got[20:].sum() == 0
+
+
+def test_launch_modes_and_kernel_cache(client):
+    src = "KERNEL void q1(float *x, INFO) { x[0] = 7; }"
+    k = client.kernel(src, "q1")
+    x = client.create(np.zeros(1, np.float32))
+    k.launch(1, 1, [x], mode=cube.LaunchMode.QUEUE)
+    client.compile_queued()
+    entries = [e for e in client.kernels() if e.entry == "q1"]
+    assert entries and entries[0].state == "compiled" and isinstance(entries[0], cube.KernelInfo)
+    assert x.to_numpy()[0] == 0            # queued launches run nothing
+    k.launch(1, 1, [x])
+    assert x.to_numpy()[0] == 7

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""bench-python.py - the Python binding beside the C library, in cube-bench's table.
+
+    build/python-venv/bin/python tools/bench-python.py --socket PATH [--runs N] [--smoke]
+
+Each figure runs the same work twice in one process on one connection: once
+from Python through cubeclient, once from C through the same libcubeclient
+(a loop compiled into the binding's extension, pycube_c_*), alternating, and
+reports the median of N runs of each (7 by default; the bulk runs
+alternate which side goes first) as one Markdown row:
+
+  empty launches: 10,000 launches of an empty one-unit kernel then one sync;
+    Python calls a prepared Launch (kernel.prepare(...)) in a for loop, C
+    calls cube_launch_kernel in a for loop. A second row (no target) times
+    kernel.launch(...) with its arguments, building the launch each time.
+  64 MiB round trip: cube_write + cube_sync + cube_read of one 64 MiB buffer
+    from and into numpy arrays (Python: client.write, client.sync,
+    buf.read_into), in bytes moved (2 x 64 MiB) per second.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import cubeclient as cube
+from cubeclient import _ffi as ffi, _lib as lib
+
+NOP = "KERNEL void nop(float *x, INFO) { }"
+
+
+def row(figure, a, b, ratio, target, met):
+    print(f"| {figure} | {a} | {b} | {ratio:.2f}x | {target} | {'met' if met else 'NOT met'} |",
+          flush=True)
+
+
+def check(e):
+    if e != ffi.NULL:
+        raise cube.errors.take(e)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    launches = 100 if args.smoke else 10_000
+    size = (1 << 20) if args.smoke else (64 << 20)
+    runs = 1 if args.smoke else args.runs
+    ok = True
+
+    with cube.Client(args.socket, name="bench.py") as c:
+        k = c.kernel(NOP, "nop")
+        x = c.empty(64)
+        go = k.prepare(1, 1, [x], lengths=[])
+        go()
+        c.sync()                        # compiled before anything is timed
+
+        def python_prepared():
+            t = time.perf_counter()
+            for _ in range(launches):
+                go()
+            c.sync()
+            py.append(time.perf_counter() - t)
+
+        def c_loop():
+            t = time.perf_counter()
+            check(lib.pycube_c_launches(c._cp(), 0, go._l, launches))
+            cc.append(time.perf_counter() - t)
+
+        def python_full():
+            t = time.perf_counter()
+            for _ in range(launches):
+                k.launch(1, 1, [x], lengths=[])
+            c.sync()
+            full.append(time.perf_counter() - t)
+
+        py, cc, full = [], [], []
+        for i in range(runs + 1):       # the first round warms up; the order alternates
+            order = (python_prepared, c_loop) if i % 2 else (c_loop, python_prepared)
+            for side in order + (python_full,):
+                side()
+        p = launches / statistics.median(py[1:])
+        q = launches / statistics.median(cc[1:])
+        f = launches / statistics.median(full[1:])
+        met = p / q >= 0.8
+        ok &= met
+        row(f"Python: {launches} empty launches + sync, prepared Launch", f"{p:.0f} launches/s",
+            f"C, same connection: {q:.0f} launches/s", p / q, ">= 0.8x", met)
+        print(f"| Python: {launches} empty launches + sync, kernel.launch(...) each time | "
+              f"{f:.0f} launches/s | C, same connection: {q:.0f} launches/s | {f / q:.2f}x | "
+              f"(none) | - |", flush=True)
+
+        src = np.random.default_rng(1).integers(0, 255, size, dtype=np.uint8)
+        dst = np.empty_like(src)
+        b = c.empty(size)
+        c.write(b, src)
+        c.sync([b])
+        def python_side():
+            t = time.perf_counter()
+            c.write(b, src)
+            c.sync([b])
+            b.read_into(dst)
+            py.append(time.perf_counter() - t)
+
+        def c_side():
+            t = time.perf_counter()
+            check(lib.pycube_c_roundtrip(c._cp(), 0, b._h, ffi.from_buffer(src),
+                                         ffi.from_buffer(dst, require_writable=True), size))
+            cc.append(time.perf_counter() - t)
+
+        py, cc = [], []
+        for i in range(runs + 1):       # alternating which goes first
+            for side in ((python_side, c_side) if i % 2 else (c_side, python_side)):
+                side()
+        assert np.array_equal(src, dst)
+        gp = 2 * size / statistics.median(py[1:]) / 1e9
+        gc = 2 * size / statistics.median(cc[1:]) / 1e9
+        met = gp / gc >= 0.95
+        ok &= met
+        mib = size >> 20
+        row(f"Python: {mib} MiB round trip (write + sync + read), numpy arrays",
+            f"{gp:.2f} GB/s", f"C, same connection: {gc:.2f} GB/s", gp / gc, ">= 0.95x", met)
+    return 0 if ok or args.smoke else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
