@@ -56,6 +56,9 @@ static const option_spec specs[] = {
         { "max-requests", K_U32, OFF(max_requests), 1, UINT32_MAX, true },
         { "max-queued-bytes", K_SIZE, OFF(max_queued_bytes), 1u << 20, UINT64_MAX, true },
         { "region-memory", K_SIZE, OFF(region_memory), 1u << 20, UINT64_MAX, true },
+        { "max-profile-windows", K_U32, OFF(max_profile_windows), 1, 1u << 20, true },
+        { "max-graphs", K_U32, OFF(max_graphs), 1, 1u << 20, true },
+        { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
@@ -76,6 +79,9 @@ void cube__options_default(cube__options *o)
                 .max_requests = 4096,
                 .max_queued_bytes = 256ull << 20,
                 .region_memory = 1ull << 30,
+                .max_profile_windows = 1024,
+                .max_graphs = 256,
+                .max_graph_launches = 65536,
                 .poison_grace_s = 5,
         };
         cube__limits_daemon_default(&o->limits);
@@ -340,6 +346,9 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_requests = next->max_requests;
         cur->max_queued_bytes = next->max_queued_bytes;
         cur->region_memory = next->region_memory;
+        cur->max_profile_windows = next->max_profile_windows;
+        cur->max_graphs = next->max_graphs;
+        cur->max_graph_launches = next->max_graph_launches;
         free(cur->allow_uids);
         free(cur->allow_groups);
         cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;

@@ -51,6 +51,9 @@ static void usage(FILE *f)
 "  --max-queued-bytes BYTES  payloads and unsent answers of one session before the\n"
 "                         daemon stops reading it (default 256M)\n"
 "  --region-memory BYTES  staging regions one session may hold (default 1G)\n"
+"  --max-profile-windows N  profiling windows one session may hold open (default 1024)\n"
+"  --max-graphs N         graphs one session may hold, captures included (default 256)\n"
+"  --max-graph-launches N launches one graph capture may record (default 65536)\n"
 "Access:\n"
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
@@ -92,6 +95,9 @@ int main(int argc, char **argv)
                 { "max-requests", required_argument, NULL, 'o' },
                 { "max-queued-bytes", required_argument, NULL, 'o' },
                 { "region-memory", required_argument, NULL, 'o' },
+                { "max-profile-windows", required_argument, NULL, 'o' },
+                { "max-graphs", required_argument, NULL, 'o' },
+                { "max-graph-launches", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },
