@@ -597,17 +597,26 @@ static cube_error *enqueue(cube__session *s, cube__stream *st, cube__graph *g)
         return NULL;
 }
 
-/* replay: [stream, graph]. Answered once the replay is queued. */
+/* replay: [stream, graph] or [stream, graph, times]. Answered once the
+ * replays are queued: times of them, one after another, each its own
+ * piece of work that claims and settles as one replay, so a loop that
+ * replays a graph pays one round trip, not one per replay. The first that
+ * fails to queue stops the rest and is the answer. */
+#define REPLAY_TIMES_MAX 65536
 cube__dispatched cube__do_replay(cube__msg *k)
 {
         cube__session *s = k->session;
-        uint64_t stream, id;
+        uint64_t stream, id, times = 1;
         cube__stream *st;
         cube__graph *g;
         cube_error *e = NULL;
 
-        if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &id)) {
-                cube__malformed(k, "params must be [stream, graph]");
+        if ((k->n != 2 && k->n != 3) || !cube__obj_u64(&k->p[0], &stream) ||
+            !cube__obj_u64(&k->p[1], &id) ||
+            (k->n == 3 && (!cube__obj_u64(&k->p[2], &times) || times == 0 ||
+                           times > REPLAY_TIMES_MAX))) {
+                cube__malformed(k, "params must be [stream, graph] or [stream, graph, times] "
+                                "with times from 1 to 65536");
                 return CUBE__DISPATCH_DONE;
         }
         if (!backend_captures(k->server)) {
@@ -623,7 +632,7 @@ cube__dispatched cube__do_replay(cube__msg *k)
         else if (st && cube__capturing(st))
                 e = cube__graph_state("replay: stream %" PRIu64 " is recording a capture; a "
                                       "replay cannot be recorded into another graph", stream);
-        else if (st && g->n_launches > 0)
+        for (uint64_t t = 0; !e && st && g->n_launches > 0 && t < times; t++)
                 e = enqueue(s, st, g);
         if (e)
                 cube__reply_owned_error(k, e);

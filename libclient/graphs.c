@@ -52,6 +52,16 @@ cube_error *cube_replay(cube_client *c, uint64_t graph)
         return cube__request(c, "replay", params, 2, NULL, NULL);
 }
 
+cube_error *cube_replay_times(cube_client *c, uint64_t graph, uint32_t times)
+{
+        uint64_t params[3] = { cube_stream_current(), graph, times };
+
+        if (times == 0 || times > 65536)
+                return cube__err_validation("cube_replay_times: times must be 1 to 65536, not %u",
+                                            times);
+        return cube__request(c, "replay", params, 3, NULL, NULL);
+}
+
 cube_error *cube_graph_destroy(cube_client *c, uint64_t graph)
 {
         cube__frame f;

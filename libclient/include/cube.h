@@ -482,6 +482,10 @@ cube_error *cube_graph_prepare(cube_client *c);
 cube_error *cube_begin_capture(cube_client *c);
 cube_error *cube_end_capture(cube_client *c, uint64_t *ret_graph);
 cube_error *cube_replay(cube_client *c, uint64_t graph);
+/* times replays (1 to 65536) with one request: a loop replaying a graph
+ * pays one round trip. They queue in order; the first that cannot queue
+ * stops the rest and is returned. */
+cube_error *cube_replay_times(cube_client *c, uint64_t graph, uint32_t times);
 /* Releases the graph; a replay still running finishes first. Unknown ids
  * are ignored, as the reference does. */
 cube_error *cube_graph_destroy(cube_client *c, uint64_t graph);
