@@ -8,6 +8,7 @@
  * it with SIGTERM, which must exit 0.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -676,6 +677,16 @@ START_TEST(destroy_during_a_replay_is_safe)
         ck_assert_uint_eq(ci[0].launches, 4);
         ck_assert_uint_ge(ci[0].pages, 1);
         free(ci);
+        /* cubectl graphs shows it, with its launches and pages. */
+        char cmd[256], line[512];
+        bool seen = false;
+        snprintf(cmd, sizeof(cmd), "%s --socket %s graphs", getenv("CUBECTL_BIN"), D.socket);
+        FILE *p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        while (fgets(line, sizeof(line), p))
+                seen |= strstr(line, "graph ") && strstr(line, "ready") && strstr(line, " 4 ");
+        ck_assert_int_eq(pclose(p), 0);
+        ck_assert_msg(seen, "cubectl graphs did not list the graph");
         ck_ok(cube_replay(c, g));
         ck_ok(cube_graph_destroy(c, g));
         ck_ok(cube_free(c, &out));              /* the graph kept it */
