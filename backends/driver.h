@@ -61,7 +61,17 @@ typedef struct cube__launch_work {
 /* One unit of device work. The core embeds it in its own bookkeeping and
  * fills the fields; the backend sets error on failure and hands the work back
  * through the completion function, exactly once. A fence hands back whatever
- * error it was submitted with, untouched. */
+ * error it was submitted with, untouched.
+ *
+ * Device timing: before handing work back, the backend sets start_ns and
+ * end_ns to when the device began and finished running it, CLOCK_MONOTONIC
+ * nanoseconds taken where the device runs the work (the CPU device: on the
+ * thread that runs the kernel, around the kernel only, not the wait for the
+ * kernel pool; CUDA: the elapsed time of events recorded around it, placed
+ * on that clock). Both stay 0 for work the backend does not time: a
+ * profiling window that holds only such work reports NotMeasured, never a
+ * zero duration. Launches must be timed; copies and fences may be. The core
+ * zeroes both before submitting. */
 struct cube__work {
         cube__work *next;               /* free for the backend's queues while it holds the work */
         cube__work_op op;
@@ -73,6 +83,7 @@ struct cube__work {
         uint64_t pitch;                 /* (0 or 1 row: one linear copy); packed on the host */
         cube__launch_work *launch;      /* CUBE__WORK_LAUNCH */
         cube_error *error;              /* set by the backend; the core takes it */
+        uint64_t start_ns, end_ns;      /* set by the backend: device timing (above) */
 };
 
 /* Hands back one piece of work, or several linked by next (NULL-terminated):
@@ -112,7 +123,13 @@ typedef struct cube__driver {
 
         /* Queues work on a stream: w and whatever is linked after it by next
          * (NULL-terminated), in that order. Work on one stream completes in
-         * order. A launch that faults completes with DevicePoison as its error. */
+         * order. A launch that faults completes with DevicePoison as its error.
+         * A replayed graph arrives here too, as its recorded launches in
+         * order (each its own cube__work, with a cube__launch_work the core
+         * resolved once at capture and reuses on every replay): a software
+         * graph needs nothing more of a backend. A backend with hardware
+         * graphs (CUDA) may later add an optional, NULL-able entry point for
+         * them; the core falls back to this path where it is NULL. */
         void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
 
         /* Kernels. artifact_ext names the compiled form's files ("so").
@@ -128,6 +145,13 @@ typedef struct cube__driver {
                             const char *artifact_path, cube__module **ret_module,
                             uint32_t *ret_shared_bytes);
         void (*unload)(cube__device *d, cube__module *m);
+
+        /* Graphs (optional, NULL: supported). The core keeps a software
+         * graph that replays through submit, which every backend runs; a
+         * backend that cannot replay recorded launch records (device state
+         * a record cannot hold) answers true, and begin_capture, end_capture
+         * and replay then answer the reference's graph_capture_unsupported(). */
+        bool (*cannot_capture)(cube__device *d);
 } cube__driver;
 
 extern const cube__driver cube__driver_cpu;

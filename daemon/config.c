@@ -61,6 +61,9 @@ static const option_spec specs[] = {
         { "max-receive-bytes", K_SIZE, OFF(max_receive_bytes), 0, UINT64_MAX, true },
         { "hello-timeout", K_SECONDS, OFF(hello_timeout_s), 0, 3600, true },
         { "frame-timeout", K_SECONDS, OFF(frame_timeout_s), 0, 3600, true },
+        { "max-profile-windows", K_U32, OFF(max_profile_windows), 1, 1u << 20, true },
+        { "max-graphs", K_U32, OFF(max_graphs), 1, 1u << 20, true },
+        { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
@@ -86,6 +89,9 @@ void cube__options_default(cube__options *o)
                 .max_receive_bytes = 2ull << 30,
                 .hello_timeout_s = 10,
                 .frame_timeout_s = 30,
+                .max_profile_windows = 1024,
+                .max_graphs = 256,
+                .max_graph_launches = 65536,
                 .poison_grace_s = 5,
         };
         cube__limits_daemon_default(&o->limits);
@@ -355,6 +361,9 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_receive_bytes = next->max_receive_bytes;
         cur->hello_timeout_s = next->hello_timeout_s;
         cur->frame_timeout_s = next->frame_timeout_s;
+        cur->max_profile_windows = next->max_profile_windows;
+        cur->max_graphs = next->max_graphs;
+        cur->max_graph_launches = next->max_graph_launches;
         free(cur->allow_uids);
         free(cur->allow_groups);
         cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;

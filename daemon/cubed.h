@@ -223,6 +223,9 @@ typedef struct cube__stream {
         struct cube__stream *active_next;
         cube__work *batch_head, *batch_tail;    /* picked, about to be submitted */
         struct cube__stream *batch_next;
+        uint64_t seq;                   /* work queued on it so far: the next op's place */
+        struct cube__window *windows;   /* profiling windows open or ending (profile.c) */
+        struct cube__capture *capture;  /* a graph capture being prepared or recorded */
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
@@ -290,8 +293,12 @@ typedef struct cube__memory {
         cube__pool pools[CUBE__POOLS];
         int modes[16];                  /* MemoryAllocationMode, nested */
         int n_modes;
+        int capture;                    /* CUBE__CAPTURE_*: a prepared stream keeps its empty
+                                         * pages; a recording one may add none */
         unsigned refs;                  /* live allocations, and the stream while it lives */
 } cube__memory;
+
+enum { CUBE__CAPTURE_NONE, CUBE__CAPTURE_PREPARED, CUBE__CAPTURE_RECORDING };
 
 cube__memory *cube__memory_new(cube__server *srv);
 /* The stream is gone: its empty pages go, the rest once their allocations do. */
@@ -357,6 +364,10 @@ typedef struct cube__op {
         bool submitted;
         bool deferred_skip;             /* a launch that cannot run, queued only to learn
                                          * which failure its outputs carry */
+        uint64_t seq;                   /* its place on its stream (profiling windows) */
+        cube__work *chain;              /* a replay: its launches, ending with work; or NULL */
+        struct cube__op *part_of;       /* a replay's launch: the replay it belongs to */
+        struct cube__graph *graph;      /* a replay: the graph it runs */
 } cube__op;
 
 /* A request whose answer waits for device work. */
@@ -372,7 +383,8 @@ struct cube__pending_reply {
                                          * failure of theirs is the answer */
         /* When set, called with the outcome (which it takes) instead of
          * answering msgid: work the daemon does for itself. */
-        void (*finished)(cube__session *s, cube_error *e);
+        void (*finished)(cube__session *s, void *ctx, cube_error *e);
+        void *ctx;
 };
 
 /* Queues one copy (or, with a NULL allocation, a fence) on a stream. */
@@ -484,6 +496,54 @@ cube_error *cube__kernel_launch_error(const cube__kernel *k);
 void cube__kernel_retry(cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
 
+/* ---- profiling windows (profile.c) -------------------------------------- */
+struct cube__msg;
+/* Work on st that was to run inside its open windows failed, at enqueue
+ * (refused or skipped): those windows answer the failure, and a capture
+ * recording on st is doomed by it. Borrows e. */
+void cube__stream_failed(cube__session *s, uint64_t stream, const cube_error *e);
+/* A launch (or replay) was queued on st: windows opened at the next launch
+ * open here. */
+void cube__profile_launch_queued(cube__stream *st, uint64_t seq);
+/* A piece of work of st completed: its device time counts toward the
+ * windows that hold it, and its failure (0: none) invalidates them. */
+void cube__profile_work_done(cube__stream *st, uint64_t seq, const cube__work *w,
+                             uint64_t failure);
+/* Forgets every window of a session that is ending (no work in flight). */
+void cube__profile_session_free(cube__session *s);
+/* Packs one captures entry per open window of the session (no header). */
+int cube__profile_pack(const cube__session *s, msgpack_packer *pk);
+
+/* ---- graph capture and replay (graphs.c) -------------------------------- */
+/* Whether st records a capture now: its launches go into the graph. */
+bool cube__capturing(const cube__stream *st);
+/* graph_state: a refusal naming the call and what was wrong. */
+cube_error *cube__graph_state(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The refusal a call that waits on the device owes on a recording stream, or
+ * NULL when stream records nothing. */
+cube_error *cube__capture_refusal(cube__session *s, uint64_t stream, const char *call);
+/* Dooms the capture recording on st, if any: end_capture reports e. Borrows e. */
+void cube__capture_doom(cube__stream *st, const cube_error *e);
+/* Records one launch into st's capture: l is a complete record the graph
+ * takes (one malloc'd block); per buffer, its allocation, range, and whether
+ * the launch reads and writes it. */
+void cube__capture_launch(cube__stream *st, cube__launch_work *l, cube__alloc *const *allocs,
+                          const uint64_t *start, const uint64_t *end, const bool *reads,
+                          const bool *writes, size_t n);
+/* A replay's launch completed: its timing and error go to the replay. */
+void cube__replay_part_done(cube__op *part);
+/* A replay completed: the graph it ran may go. */
+void cube__replay_done(cube__op *o);
+/* Frees every graph and capture of a session that is ending. */
+void cube__graphs_session_free(cube__session *s);
+/* Packs one captures entry per graph and capture under way (no header). */
+int cube__graphs_pack(const cube__session *s, msgpack_packer *pk);
+/* One entry of the captures admin method (PROTOCOL.md 5.17). */
+int cube__pack_capture_entry(msgpack_packer *pk, uint64_t session, const char *kind,
+                             uint64_t stream, uint64_t id, const char *state, uint64_t launches,
+                             uint64_t pages, uint64_t page_bytes, uint64_t replays,
+                             uint64_t device_ns);
+
 /* ---- access and session quotas (access.c) ------------------------------ */
 /* Whether the peer may not connect (allow-uids, allow-groups); why says why. */
 bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len);
@@ -519,6 +579,11 @@ struct cube__session {
         uint64_t memory_in_use;
         uint64_t memory_peak;
         uint64_t queued_bytes;          /* write payloads held by queued work */
+        cube__idmap windows;            /* profiling token -> cube__window (profile.c) */
+        uint64_t next_token;
+        cube__idmap graphs;             /* graph id -> cube__graph (graphs.c) */
+        uint64_t next_graph;
+        unsigned captures;              /* streams recording a capture */
         cube__idmap regions;            /* region id -> cube__region */
         uint64_t next_region;
         uint64_t region_bytes;          /* in whole pages */
@@ -654,6 +719,9 @@ typedef struct cube__options {
         uint64_t max_receive_bytes;     /* the daemon: messages being received */
         uint32_t hello_timeout_s;       /* from accept to hello */
         uint32_t frame_timeout_s;       /* a message begun and not arriving */
+        uint32_t max_profile_windows;   /* per session: profiling windows open at once */
+        uint32_t max_graphs;            /* per session: graphs held, captures included */
+        uint32_t max_graph_launches;    /* per graph: launches one capture may record */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */

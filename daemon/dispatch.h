@@ -66,6 +66,19 @@ cube__dispatched cube__do_import(cube__msg *k);
 /* inject.c */
 cube__dispatched cube__do_inject(cube__msg *k);
 
+/* profile.c */
+cube__dispatched cube__do_start_profile(cube__msg *k);
+cube__dispatched cube__do_end_profile(cube__msg *k);
+cube__dispatched cube__do_abandon_profile(cube__msg *k);
+
+/* graphs.c */
+cube__dispatched cube__do_graph_prepare(cube__msg *k);
+cube__dispatched cube__do_begin_capture(cube__msg *k);
+cube__dispatched cube__do_end_capture(cube__msg *k);
+cube__dispatched cube__do_replay(cube__msg *k);
+cube__dispatched cube__do_graph_destroy(cube__msg *k);
+cube__dispatched cube__do_captures(cube__msg *k);
+
 /* launches.c */
 cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);

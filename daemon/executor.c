@@ -103,6 +103,9 @@ void cube__op_enqueue(cube__op *o)
                 a->pending++;
         }
         o->next = NULL;
+        o->seq = st->seq++;
+        if (st->windows && o->work.op == CUBE__WORK_LAUNCH)
+                cube__profile_launch_queued(st, o->seq);
         if (st->tail)
                 st->tail->next = o;
         else
@@ -119,13 +122,13 @@ void cube__op_enqueue(cube__op *o)
 
 /* Work picked in one pass of the scheduler goes to the device as one chain
  * per stream: the backend takes the chain with one lock and one wake-up. */
-static void batch(cube__server *srv, cube__stream *st, cube__work *w)
+static void batch(cube__server *srv, cube__stream *st, cube__work *head, cube__work *w)
 {
         w->next = NULL;
         if (st->batch_tail) {
-                st->batch_tail->next = w;
+                st->batch_tail->next = head;
         } else {
-                st->batch_head = w;
+                st->batch_head = head;
                 st->batch_next = srv->batched;
                 srv->batched = st;
         }
@@ -175,7 +178,8 @@ static bool submit_one(cube__session *s)
                 o->submitted = true;
                 st->submitted++;
                 srv->submitted++;
-                batch(srv, st, &o->work);
+                /* A replay goes as its whole chain of launches. */
+                batch(srv, st, o->chain ? o->chain : &o->work, &o->work);
                 return true;
         }
         return false;

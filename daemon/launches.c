@@ -200,6 +200,7 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
                 cube_error_free(e);
                 return;
         }
+        cube__stream_failed(s, r->stream, e);
         s->errors++;
         failure = cube__failures_insert(&srv->failures, e, s->id);
         cube__log_session(CUBE__LOG_INFO, s, failure, "session %" PRIu64 ": a launch of %s "
@@ -259,6 +260,11 @@ static void skip(cube__msg *k, launch_req *r, const cube__kernel *kernel, uint64
 
         uint64_t *ids = calloc(r->n + 1, sizeof(*ids));
         size_t n = 0;
+        cube_error *skipped = cube__err_new(CUBE_SERVER_SKIPPED);
+
+        if (skipped)
+                cube__stream_failed(k->session, r->stream, skipped);
+        cube_error_free(skipped);
 
         for (size_t i = 0; i < r->n; i++)
                 if (writes(r, kernel, i)) {
@@ -376,8 +382,47 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         cube__op_enqueue(o);
 }
 
+/* Records the launch into the capture st records, instead of running it:
+ * the same record submit() builds, resolved once, for every replay. */
+static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
+{
+        size_t n = r->n;
+        cube__launch_work *l = calloc(1, sizeof(*l) + r->info_len + 8 + n * sizeof(uint64_t) +
+                                         n * sizeof(cube__storage *) + 2 * n + 2);
+        bool *rd, *wr;
+
+        if (!l) {
+                cube_error *e = cube__err_generic("out of host memory recording a launch of %s",
+                                                  kernel->entry);
+                cube__capture_doom(st, e);
+                cube_error_free(e);
+                return;
+        }
+        l->info = (uint64_t *) (l + 1);
+        l->offsets = l->info + r->info_len / 8 + 1;
+        l->storages = (cube__storage **) (l->offsets + n);
+        rd = (bool *) (l->storages + n);
+        wr = rd + n + 1;
+        l->module = kernel->module;
+        l->kernel = kernel->entry;
+        memcpy(l->count, r->count, sizeof(l->count));
+        memcpy(l->dim, r->dim, sizeof(l->dim));
+        l->n_buffers = (uint32_t) n;
+        memcpy(l->info, r->info, r->info_len);
+        l->n_info = (uint32_t) (r->info_len / 8);
+        l->metadata_offset = r->metadata_offset;
+        l->dynamic_offset = r->dynamic_offset;
+        for (size_t i = 0; i < n; i++) {
+                l->storages[i] = r->allocs[i]->storage;
+                l->offsets[i] = r->allocs[i]->base + r->start[i];
+                rd[i] = reads(r, kernel, i);
+                wr[i] = writes(r, kernel, i);
+        }
+        cube__capture_launch(st, l, r->allocs, r->start, r->end, rd, wr, n);
+}
+
 /* The dynamic count arrived (or its copy failed): dispatch the launch again. */
-static void count_fetched(cube__session *s, cube_error *e)
+static void count_fetched(cube__session *s, void *ctx, cube_error *e)
 {
         s->count_ready = true;
         s->count_error = e;
@@ -523,10 +568,27 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, kernel, e);
                 goto out;
         }
+        if (cube__capturing(st) && r.dynamic) {
+                /* Reading the count waits on the stream, which a recording
+                 * stream cannot; the capture cannot hold the launch. */
+                e = cube__graph_state("launch: a launch of %s with a dynamic cube count cannot "
+                                      "be recorded: its count is read in stream order, and "
+                                      "stream %" PRIu64 " is recording a graph capture",
+                                      kernel->entry, r.stream);
+                cube__capture_doom(st, e);
+                cube_error_free(e);
+                goto out;
+        }
         /* An input known to have failed behind a writer still pending: the
          * launch will not run (it may bind memory that has no storage), but
-         * it is queued so as to pass on the first failure once known. */
+         * it is queued so as to pass on the first failure once known. It is
+         * a skip all the same, for the stream's windows and its capture. */
         if (failure) {
+                cube_error *skipped = cube__err_new(CUBE_SERVER_SKIPPED);
+
+                if (skipped)
+                        cube__stream_failed(s, r.stream, skipped);
+                cube_error_free(skipped);
                 submit(k, &r, kernel, st, &awaits, true);
                 goto out;
         }
@@ -564,7 +626,10 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, kernel, e);
                 goto out;
         }
-        submit(k, &r, kernel, st, &awaits, false);
+        if (cube__capturing(st))
+                record(k, &r, kernel, st);
+        else
+                submit(k, &r, kernel, st, &awaits, false);
 out:
         cube__awaits_release(&srv->failures, &awaits);
         if (d != CUBE__DISPATCH_PAUSED) {

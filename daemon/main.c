@@ -60,6 +60,10 @@ static void usage(FILE *f)
 "  --hello-timeout S      seconds a connection has to say hello (default 10)\n"
 "  --frame-timeout S      seconds a message begun may go without a byte\n"
 "                         before its connection is closed (default 30)\n"
+"  --region-memory BYTES  staging regions one session may hold (default 1G)\n"
+"  --max-profile-windows N  profiling windows one session may hold open (default 1024)\n"
+"  --max-graphs N         graphs one session may hold, captures included (default 256)\n"
+"  --max-graph-launches N launches one graph capture may record (default 65536)\n"
 "Access:\n"
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
@@ -106,6 +110,9 @@ int main(int argc, char **argv)
                 { "max-receive-bytes", required_argument, NULL, 'o' },
                 { "hello-timeout", required_argument, NULL, 'o' },
                 { "frame-timeout", required_argument, NULL, 'o' },
+                { "max-profile-windows", required_argument, NULL, 'o' },
+                { "max-graphs", required_argument, NULL, 'o' },
+                { "max-graph-launches", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },

@@ -226,6 +226,16 @@ cube__dispatched cube__do_write(cube__msg *k)
                 cube__fail_range(s, n, start, end, e);
                 return CUBE__DISPATCH_DONE;
         }
+        if (cube__capturing(st)) {
+                /* A capture records launches only: a write from the host
+                 * would run now, out of order with the launches the graph
+                 * holds. It still runs; the capture cannot be trusted. */
+                e = cube__graph_state("write: stream %" PRIu64 " is recording a graph capture, "
+                                      "which records launches only; write before begin_capture, "
+                                      "or on another stream", stream);
+                cube__capture_doom(st, e);
+                cube_error_free(e);
+        }
 
         if (!region) {
                 keep = len >= KEEP_BUFFER_MIN;
@@ -342,6 +352,8 @@ cube__dispatched cube__do_read(cube__msg *k)
         }
         if (!e && k->server->poison)
                 e = cube__poisoned(k->server);
+        if (!e)
+                e = cube__capture_refusal(s, stream, "read");
         if (!e)
                 e = cube__ensure_written(s, hs, n);
         if (!e && k->n == 3 && !(e = cube__region_range(s, &k->p[2], false, &region, &region_off,
@@ -494,8 +506,8 @@ cube__dispatched cube__do_sync(cube__msg *k)
 
         if (!cube__get_stream_handles(k, &stream, &hs, &n))
                 return CUBE__DISPATCH_DONE;
-        if (k->server->poison) {
-                cube__reply_owned_error(k, cube__poisoned(k->server));
+        if (k->server->poison || (e = cube__capture_refusal(s, stream, "sync"))) {
+                cube__reply_owned_error(k, k->server->poison ? cube__poisoned(k->server) : e);
                 free(hs);
                 return CUBE__DISPATCH_DONE;
         }
@@ -568,6 +580,7 @@ cube__dispatched cube__do_memory_cleanup(cube__msg *k)
 {
         uint64_t stream;
         cube__stream *st;
+        cube_error *e;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
                 cube__malformed(k, "params must be [stream]");
@@ -575,6 +588,12 @@ cube__dispatched cube__do_memory_cleanup(cube__msg *k)
         }
         if (k->server->poison) {
                 cube__reply_owned_error(k, cube__poisoned(k->server));
+                return CUBE__DISPATCH_DONE;
+        }
+        /* Releasing memory waits on the device, which a recording stream
+         * cannot, and the capture is to find its warm-up's pages. */
+        if ((e = cube__capture_refusal(k->session, stream, "memory_cleanup"))) {
+                cube__reply_owned_error(k, e);
                 return CUBE__DISPATCH_DONE;
         }
         st = cube__idmap_get(&k->session->streams, stream);

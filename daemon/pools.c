@@ -254,13 +254,20 @@ cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
                 if (page_size > srv->properties.max_page_size)
                         page_size = aligned;
                 p = free_page(pool, page_size);
-                if (!p && large_sizes_held(pool, page_size) >= PAGE_SIZES_MAX) {
+                if (!p && m->capture == CUBE__CAPTURE_NONE &&
+                    large_sizes_held(pool, page_size) >= PAGE_SIZES_MAX) {
                         cube__memory_cleanup(m);
                         if (large_sizes_held(pool, page_size) >= PAGE_SIZES_MAX)
                                 return cube__err_io_size(CUBE_IO_PAGE_SIZES_EXHAUSTED, size);
                 }
         }
 
+        /* A recording graph capture may reuse what the warm-up left, and
+         * add nothing: the recorded launches would name a page that the
+         * replays must then keep, and a hardware graph holding an
+         * allocation cannot be relaunched. */
+        if (!p && m->capture == CUBE__CAPTURE_RECORDING)
+                return cube__err_io_size(CUBE_IO_PAGE_UPDATE_FORBIDDEN, size);
         if (!p) {
                 if ((e = page_new(m, pool, page_size, &p)))
                         return e;
@@ -320,7 +327,9 @@ static void reclaim_stream(uint64_t key, void *value, void *ctx)
 {
         cube__stream *st = value;
 
-        if (st->memory)
+        /* A stream preparing or recording a capture keeps what its warm-up
+         * left: the capture is to find it there. */
+        if (st->memory && st->memory->capture == CUBE__CAPTURE_NONE)
                 cube__memory_cleanup(st->memory);
 }
 

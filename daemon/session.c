@@ -78,6 +78,9 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_foreach(&memory, free_name, NULL);
         cube__idmap_free(&memory);
         cube__idmap_free(&s->memory);
+        /* What graphs retained goes with them, before the pools it is on. */
+        cube__profile_session_free(s);
+        cube__graphs_session_free(s);
         cube__idmap_foreach(&s->streams, close_stream, s);
         cube__idmap_free(&s->streams);
         cube__idmap_free(&s->kernels);  /* the cache keeps the entries */

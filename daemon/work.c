@@ -52,7 +52,7 @@ static void pending_finish(cube__pending_reply *r)
         if (!e && r->awaits.n)
                 e = cube__awaits_report(&srv->failures, &r->awaits);
         if (r->finished) {
-                r->finished(s, e);
+                r->finished(s, r->ctx, e);
         } else if (e) {
                 cube__reply_error(s, r->msgid, e);
         } else if (r->frame) {
@@ -258,6 +258,8 @@ static void writer_done(cube__op *o)
         } else if (o->launch) {
                 failure = ran_stale(o);
         }
+        if (o->stream->windows)
+                cube__profile_work_done(o->stream, o->seq, &o->work, failure);
         if (!o->writer) {
                 /* A launch that writes nothing: its failure lands nowhere. */
                 cube__failures_prune(fs, failure);
@@ -305,6 +307,14 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
+        if (o->part_of) {
+                /* One launch of a replay: the replay, last in its chain,
+                 * settles for all of them. */
+                cube__replay_part_done(o);
+                return;
+        }
+        if (!o->writer && !o->launch && o->stream->windows)
+                cube__profile_work_done(o->stream, o->seq, &o->work, 0);
         if (o->writer || o->launch) {
                 writer_done(o);
         } else if (o->work.error) {
@@ -318,6 +328,8 @@ static void op_finish(cube__op *o)
         s->queued_bytes -= o->held_bytes;
         if (o->region)
                 cube__region_unref(o->region);
+        if (o->graph)
+                cube__replay_done(o);
         cube__op_retire(o);
         for (size_t i = 0; i < o->n_uses; i++)
                 cube__alloc_unref(o->uses[i].alloc);

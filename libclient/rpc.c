@@ -180,7 +180,7 @@ static cube_error *handle_message(cube_client *c, const msgpack_object *msg)
                 return NULL;    /* nobody waits for it any more */
 
         if (env.error->type != MSGPACK_OBJECT_NIL) {
-                if (cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &result) < 0)
+                if (cube__err_unpack(env.error, call->family, &result) < 0)
                         result = cube__err_generic("cubed answered with an error this library "
                                                    "cannot decode");
         } else if (call->deliver) {

@@ -31,6 +31,8 @@ struct cube__call {
         cube__deliver_fn deliver;
         void *ctx;
         cube_client *client;            /* for deliver functions that need it */
+        cube__err_family family;        /* the family its error answer is of: ServerError
+                                         * (0) for every call but end_profile */
         /* A bin answer [bytes] of direct_len bytes may be read straight into
          * direct, with no deliver call; NULL where the caller has no such
          * buffer. */

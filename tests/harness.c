@@ -661,3 +661,42 @@ void raw_send_create(int fd, uint64_t memory, uint64_t size)
         ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
         msgpack_sbuffer_destroy(&sb);
 }
+
+cube_client *test_connect(const char *socket, const char *name)
+{
+        cube_client *c;
+
+        ck_ok(cube_connect(socket, name, &c));
+        return c;
+}
+
+uint64_t test_kernel(cube_client *c, const char *source, const char *entry)
+{
+        uint64_t id;
+
+        ck_ok(cube_kernel_register(c, source, entry, &id));
+        return id;
+}
+
+void test_launch_u32(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars)
+{
+        cube_info *info = cube_info_new();
+
+        ck_assert_ptr_nonnull(info);
+        for (size_t i = 0; i < n_scalars; i++)
+                ck_assert_int_eq(cube_info_u32(info, scalars[i]), 0);
+        for (size_t i = 0; i < l.n_buffers; i++)
+                ck_assert_int_eq(cube_info_buffer_len(info, (uint32_t) (cube_handle_len(
+                        &l.buffers[i]) / sizeof(uint32_t))), 0);
+        l.info = info;
+        ck_ok(cube_launch_kernel(c, &l));
+        cube_info_free(info);
+}
+
+void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what)
+{
+        ck_assert_msg(e != NULL, "%s: succeeded; %d was expected", what, (int) kind);
+        ck_assert_msg(cube_error_kind_of(e) == kind, "%s: got %s (%s): %s", what,
+                      cube_error_variant(e), cube_error_family(e), cube_error_message(e));
+        cube_error_free(e);
+}

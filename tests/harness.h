@@ -110,6 +110,16 @@ cube_status status_of(const char *socket);
 /* Polls until memory in use is want, within timeout_ms. */
 bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms);
 
+/* A client of the daemon at socket, named name; aborts the test on failure. */
+cube_client *test_connect(const char *socket, const char *name);
+/* Registers source's entry; aborts the test on failure. */
+uint64_t test_kernel(cube_client *c, const char *source, const char *entry);
+/* Sends l with info words built here: the u32 scalars given, then each bound
+ * buffer's length in u32 elements. */
+void test_launch_u32(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars);
+/* Asserts that e is of kind, naming what was expected, and frees it. */
+void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
+
 /* Asserts e is NULL, printing the message otherwise. */
 #define ck_ok(expr) do { \
         cube_error *e_ = (expr); \

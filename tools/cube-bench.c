@@ -293,6 +293,67 @@ static void bench_launch_rate(const struct config *cfg)
         free(raw);
 }
 
+/* A graph of 100 empty launches, replayed, against the same 100 launches
+ * issued one by one, in the same run: the cost per launch of each, every
+ * round ending with a sync so both include running the launches. Replay
+ * skips the wire, the decode and the launch path's resolve and validate;
+ * the target is 5x. */
+#define GRAPH_LAUNCHES 100
+static void bench_graph_replay(const struct config *cfg)
+{
+        double *issued = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *replayed = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *one_by_one = xcalloc((size_t) cfg->runs, sizeof(double));
+        int rounds = cfg->pipelined / GRAPH_LAUNCHES > 0 ? cfg->pipelined / GRAPH_LAUNCHES : 1;
+        cube_client *c = connect_client(cfg);
+        cube_launch l = nop_launch(c);
+        uint64_t graph;
+        char a[64], b[96];
+
+        CHECK("graph_prepare", cube_graph_prepare(c));
+        for (int i = 0; i < GRAPH_LAUNCHES; i++)
+                CHECK("launch", cube_launch_kernel(c, &l));
+        CHECK("begin_capture", cube_begin_capture(c));
+        for (int i = 0; i < GRAPH_LAUNCHES; i++)
+                CHECK("launch", cube_launch_kernel(c, &l));
+        CHECK("end_capture", cube_end_capture(c, &graph));
+        CHECK("sync", cube_sync(c, NULL, 0));
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                for (int k = 0; k < rounds; k++)
+                        for (int i = 0; i < GRAPH_LAUNCHES; i++)
+                                CHECK("launch", cube_launch_kernel(c, &l));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                issued[r] = (bench_now() - t0) / ((double) rounds * GRAPH_LAUNCHES);
+                t0 = bench_now();
+                for (int k = 0; k < rounds; k += 1000)
+                        CHECK("replay", cube_replay_times(c, graph, (uint32_t) (rounds - k < 1000 ?
+                                                                            rounds - k : 1000)));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                replayed[r] = (bench_now() - t0) / ((double) rounds * GRAPH_LAUNCHES);
+                t0 = bench_now();
+                for (int k = 0; k < rounds; k++)
+                        CHECK("replay", cube_replay(c, graph));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                one_by_one[r] = (bench_now() - t0) / ((double) rounds * GRAPH_LAUNCHES);
+        }
+        CHECK("graph_destroy", cube_graph_destroy(c, graph));
+        cube_disconnect(c);
+        double m = median(replayed, cfg->runs), q = median(issued, cfg->runs);
+        double o = median(one_by_one, cfg->runs);
+        snprintf(a, sizeof(a), "%.3f us per launch", m * 1e6);
+        snprintf(b, sizeof(b), "the %d launches issued: %.3f us per launch", GRAPH_LAUNCHES,
+                 q * 1e6);
+        row("graph of 100 empty launches, replayed (1000 replays a request)", a, b, q / m,
+            "x faster", ">= 5x", q / m >= 5);
+        snprintf(a, sizeof(a), "%.3f us per launch", o * 1e6);
+        printf("| graph of 100 empty launches, one cube_replay round trip each | %s | %s | "
+               "%.2fx faster | (none) | - |\n", a, b, q / o);
+        free(issued);
+        free(replayed);
+        free(one_by_one);
+}
+
 /* Seconds to memcpy size bytes between two touched buffers, on cpus (the
  * daemon's, where its copies run) when given. */
 static double memcpy_time(const cpu_set_t *cpus, char *dst, const char *src, size_t size)
@@ -756,6 +817,7 @@ static const struct figure {
         { "memory", bench_session_memory },
         { "sync", bench_sync_rtt },
         { "launches", bench_launch_rate },
+        { "graph", bench_graph_replay },
         { "staged", bench_staged },
         { "inline", bench_inline },
         { "clients", bench_many_clients },

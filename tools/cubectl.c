@@ -29,6 +29,8 @@ static void usage(FILE *f)
 "            launches, bytes in and out, errors\n"
 "  memory    device memory in use, in pages and at peak, and each stream's pools\n"
 "  streams   each stream of each session, with its queued work\n"
+"  graphs    each session's open profiling windows, graphs (launches, pages kept,\n"
+"            replays) and captures under way\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
 "  drain     take no new sessions; the daemon stops once the last one ends\n"
 "  kill-session ID\n"
@@ -379,6 +381,43 @@ static int cmd_streams(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* Every session's open profiling windows, graphs (launches recorded, pages
+ * kept) and captures under way. */
+static int cmd_graphs(cube_client *c, bool json, const char *arg)
+{
+        cube_capture_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_captures(c, &v, &n);
+
+        if (e)
+                return report("graphs", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%8s  %-8s  %20s  %8s  %-10s  %8s  %6s  %10s  %8s  %12s\n", "SESSION",
+                       "KIND", "STREAM", "ID", "STATE", "LAUNCHES", "PAGES", "PAGE_BYTES",
+                       "REPLAYS", "DEVICE_NS");
+        for (size_t i = 0; i < n; i++) {
+                const cube_capture_info *x = &v[i];
+                if (json)
+                        printf("%s{\"session\":%" PRIu64 ",\"kind\":\"%s\",\"stream\":%" PRIu64
+                               ",\"id\":%" PRIu64 ",\"state\":\"%s\",\"launches\":%" PRIu64
+                               ",\"pages\":%" PRIu64 ",\"page_bytes\":%" PRIu64 ",\"replays\":%"
+                               PRIu64 ",\"device_ns\":%" PRIu64 "}", i ? "," : "", x->session,
+                               x->kind, x->stream, x->id, x->state, x->launches, x->pages,
+                               x->page_bytes, x->replays, x->device_ns);
+                else
+                        printf("%8" PRIu64 "  %-8s  %20" PRIu64 "  %8" PRIu64 "  %-10s  %8" PRIu64
+                               "  %6" PRIu64 "  %10" PRIu64 "  %8" PRIu64 "  %12" PRIu64 "\n",
+                               x->session, x->kind, x->stream, x->id, x->state, x->launches,
+                               x->pages, x->page_bytes, x->replays, x->device_ns);
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
 static int cmd_metrics(cube_client *c, bool json, const char *arg)
 {
         char *text;
@@ -501,6 +540,7 @@ int main(int argc, char **argv)
                 { "sessions", cmd_sessions, false },
                 { "memory", cmd_memory, false },
                 { "streams", cmd_streams, false },
+                { "graphs", cmd_graphs, false },
                 { "metrics", cmd_metrics, false },
                 { "drain", cmd_drain, false },
                 { "kill-session", cmd_kill_session, true },

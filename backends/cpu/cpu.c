@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu.h"
@@ -66,6 +67,15 @@ static void make_ready(cube__device *d, cube__dstream *s)
         pthread_cond_signal(&d->wake);
 }
 
+/* Device timing (driver.h): the clock the core measures windows on. */
+static uint64_t device_now_ns(void)
+{
+        struct timespec t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
+}
+
 static void perform(cube__device *d, cube__work *w)
 {
         switch (w->op) {
@@ -84,7 +94,9 @@ static void perform(cube__device *d, cube__work *w)
         case CUBE__WORK_LAUNCH:
                 /* The pool runs one launch at a time, on every core. */
                 pthread_mutex_lock(&d->launch_lock);
+                w->start_ns = device_now_ns();
                 w->error = cube__cpu_run(d->pool, w->launch);
+                w->end_ns = device_now_ns();
                 pthread_mutex_unlock(&d->launch_lock);
                 break;
         }

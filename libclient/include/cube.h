@@ -435,6 +435,79 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *launch);
  * for them. A kernel that failed reports it when it is launched. */
 cube_error *cube_compile_queued(cube_client *c);
 
+/* ---------------------------------------------------------------------------
+ * Profiling windows
+ *
+ * A window measures the device time of exactly the work queued on the
+ * calling thread's stream between its start and its end, timed by the
+ * device where it runs (never the host's clock around the calls). Windows
+ * nest and overlap, each under its own token. End or abandon every window:
+ * an open one holds a slot of the session's max-profile-windows.
+ * ------------------------------------------------------------------------- */
+typedef struct cube_profile_duration {
+        uint64_t device_ns;             /* device time of the window's work */
+        uint64_t timed;                 /* pieces of work the device timed */
+} cube_profile_duration;
+
+/* Opens a window where the stream is now. */
+cube_error *cube_start_profile(cube_client *c, uint64_t *ret_token);
+/* Opens a window at the next launch queued on the stream, so that what the
+ * host does before it (and any copy queued first) is not in it. */
+cube_error *cube_start_profile_at_launch(cube_client *c, uint64_t *ret_token);
+/* Closes the window once the stream has run its work, and answers its
+ * device time. Errors are ProfileError (CUBE_PROFILE_*): NotMeasured when
+ * nothing timed ran in it (never read it as zero: it would win every
+ * comparison), NotRegistered for a token unknown on this stream or ended
+ * already, Launch or Server when work inside it failed. */
+cube_error *cube_end_profile(cube_client *c, uint64_t token, cube_profile_duration *ret_duration);
+/* Drops the window without measuring it: no wait, no round trip. */
+cube_error *cube_abandon_profile(cube_client *c, uint64_t token);
+
+/* ---------------------------------------------------------------------------
+ * Graph capture
+ *
+ * On the calling thread's stream: cube_graph_prepare, then a warm-up run of
+ * the workload (it leaves the pools holding what the recorded run needs),
+ * then cube_begin_capture ... cube_end_capture, which records the stream's
+ * launches instead of running them. cube_replay runs the recorded launches
+ * again, against the buffers they were recorded with, with one request; it
+ * returns once they are queued. Inside the window a read, sync, profile or
+ * memory_cleanup on the stream is refused (ServerError::Generic, the
+ * reference's graph_state), an allocation that needs a new page fails with
+ * IoError::PageUpdateForbidden, and a failed, skipped or unrecordable
+ * operation (a write, a dynamic cube count) dooms the capture: end_capture
+ * reports it. A graph keeps the buffers it touches until it is destroyed.
+ * ------------------------------------------------------------------------- */
+cube_error *cube_graph_prepare(cube_client *c);
+cube_error *cube_begin_capture(cube_client *c);
+cube_error *cube_end_capture(cube_client *c, uint64_t *ret_graph);
+cube_error *cube_replay(cube_client *c, uint64_t graph);
+/* times replays (1 to 65536) with one request: a loop replaying a graph
+ * pays one round trip. They queue in order; the first that cannot queue
+ * stops the rest and is returned. */
+cube_error *cube_replay_times(cube_client *c, uint64_t graph, uint32_t times);
+/* Releases the graph; a replay still running finishes first. Unknown ids
+ * are ignored, as the reference does. */
+cube_error *cube_graph_destroy(cube_client *c, uint64_t graph);
+
+/* One entry of cubectl graphs: an open profiling window, a graph, or a
+ * capture under way. */
+typedef struct cube_capture_info {
+        uint64_t session;
+        char kind[16];                  /* "window", "graph" or "capture" */
+        uint64_t stream;
+        uint64_t id;                    /* the window's token, the graph's id; 0 for a capture */
+        char state[16];                 /* window: open, at-launch, ending; graph: ready;
+                                         * capture: prepared, recording, doomed */
+        uint64_t launches;              /* graph, capture: launches recorded; window: timed */
+        uint64_t pages, page_bytes;     /* graph: pages it keeps */
+        uint64_t replays;               /* graph */
+        uint64_t device_ns;             /* window: measured so far */
+} cube_capture_info;
+
+/* Every session's windows, graphs and captures. The caller frees the array. */
+cube_error *cube_daemon_captures(cube_client *c, cube_capture_info **ret_captures, size_t *ret_n);
+
 /* One entry of the daemon's kernel cache, as cubectl kernels shows it. */
 typedef struct cube_kernel_info {
         char hash[65];                  /* SHA-256 of what the key covers */
