@@ -21,8 +21,13 @@
 static void region_unmap(cube__region *r)
 {
         cube__session *s = r->session;
+        cube__server *srv = s->server;
 
-        munmap(r->map, r->size);
+        /* A backend that pinned the region unpins and unmaps it off the loop. */
+        if (srv->driver->host_release)
+                srv->driver->host_release(srv->device, r->map, r->size);
+        else
+                munmap(r->map, r->size);
         s->region_bytes -= r->size;
         free(r);
 }
@@ -112,6 +117,8 @@ cube__dispatched cube__do_region(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         s->region_bytes += size;
+        if (srv->driver->host_register)
+                srv->driver->host_register(srv->device, r->map, size);
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_array(&pk, 2) == 0 &&
