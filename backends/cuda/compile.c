@@ -112,6 +112,8 @@ out:
 enum { EIFMT_NVAL = 1, EIFMT_BVAL = 2, EIFMT_HVAL = 3, EIFMT_SVAL = 4 };
 enum { EIATTR_PARAM_CBANK = 0x0a, EIATTR_FRAME_SIZE = 0x11, EIATTR_REGCOUNT = 0x2f };
 
+#define SHARED_RESERVED 1024
+
 static bool within(size_t size, uint64_t off, uint64_t len)
 {
         return off <= size && len <= size - off;
@@ -204,7 +206,11 @@ int cube__cuda_cubin_resources(const void *cubin, size_t size, const char *entry
                 else if (strncmp(name, own_info, room) == 0)
                         read_info(img + sh[i].sh_offset, sh[i].sh_size, sym, true, &res);
                 else if (strncmp(name, shared, room) == 0)
-                        res.shared_bytes = (uint32_t) sh[i].sh_size;
+                        /* sm_80 and later reserve 1 KiB of every block's
+                         * shared memory for the system, inside this section;
+                         * ptxas -v and cuFuncGetAttribute leave it out. */
+                        res.shared_bytes = (uint32_t) (sh[i].sh_size > SHARED_RESERVED ?
+                                                       sh[i].sh_size - SHARED_RESERVED : 0);
         }
         *ret = res;
         return 0;

@@ -77,13 +77,13 @@ template <class T> struct cube__noref { typedef T type; };
 template <class T> struct cube__noref<T &> { typedef T type; };
 #define typeof(x) cube__noref<decltype(x)>::type
 #define __typeof__(x) cube__noref<decltype(x)>::type
-static __device__ __forceinline__ int cube__popcount(unsigned x) { return __popc(x); }
-static __device__ __forceinline__ int cube__popcountll(unsigned long long x) { return __popcll(x); }
-static __device__ __forceinline__ int cube__clz(unsigned x) { return __clz((int) x); }
-static __device__ __forceinline__ int cube__clzll(unsigned long long x) { return __clzll((long long) x); }
-static __device__ __forceinline__ int cube__ctz(unsigned x) { return __ffs((int) x) - 1; }
-static __device__ __forceinline__ int cube__ctzll(unsigned long long x) { return __ffsll((long long) x) - 1; }
-static __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
+__device__ __forceinline__ int cube__popcount(unsigned x) { return __popc(x); }
+__device__ __forceinline__ int cube__popcountll(unsigned long long x) { return __popcll(x); }
+__device__ __forceinline__ int cube__clz(unsigned x) { return __clz((int) x); }
+__device__ __forceinline__ int cube__clzll(unsigned long long x) { return __clzll((long long) x); }
+__device__ __forceinline__ int cube__ctz(unsigned x) { return __ffs((int) x) - 1; }
+__device__ __forceinline__ int cube__ctzll(unsigned long long x) { return __ffsll((long long) x) - 1; }
+__device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 #define __builtin_popcount cube__popcount
 #define __builtin_popcountl cube__popcountll
 #define __builtin_popcountll cube__popcountll
