@@ -152,9 +152,33 @@ typedef struct cube__driver {
          * a record cannot hold) answers true, and begin_capture, end_capture
          * and replay then answer the reference's graph_capture_unsupported(). */
         bool (*cannot_capture)(cube__device *d);
+        /* Optional hooks (NULL where a backend has no use for them). */
+
+        /* The most units per cube a loaded kernel can run with (a GPU's
+         * registers lower it below max_units_per_cube); a launch asking
+         * more is refused with TooManyResources(Units) before it runs. */
+        uint32_t (*max_units)(cube__device *d, cube__module *m);
+        /* A staging region was mapped at [addr, addr + len): the backend may
+         * pin it (off the loop thread) so copies from it are one DMA. */
+        void (*host_register)(cube__device *d, void *addr, uint64_t len);
+        /* The region is done with: the backend unpins it and unmaps it (off
+         * the loop thread); the core must not touch it any more. Without
+         * this hook the core unmaps it itself. */
+        void (*host_release)(cube__device *d, void *addr, uint64_t len);
+        /* The backend orders work of different streams on a storage they
+         * share itself (on the device), so the core may submit work whose
+         * conflicting predecessor on another stream is submitted but not
+         * complete. false: the core waits for that predecessor. */
+        bool orders_streams;
 } cube__driver;
 
 extern const cube__driver cube__driver_cpu;
+#ifdef CUBE_HAVE_CUDA
+extern const cube__driver cube__driver_cuda;
+#endif
+
+/* The names of the drivers this build has ("cpu, cuda"). */
+const char *cube__driver_names(void);
 
 /* The driver registered under name, or NULL. */
 const cube__driver *cube__driver_find(const char *name);

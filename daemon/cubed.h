@@ -21,6 +21,9 @@
 #include "cube.h"
 #include "driver.h"
 #include "errors.h"
+
+/* cubed's exit status when the device or its driver is not there. */
+#define CUBE__EXIT_NO_DEVICE 4
 #include "prescan.h"
 #include "wire.h"
 
@@ -758,7 +761,7 @@ struct cube__server {
         bool reinit_pending;
         bool draining;
         bool poison_grace_over;
-        int exit_code;
+        int exit_code;                  /* 3: poisoned; CUBE__EXIT_NO_DEVICE */
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
         cube__conn *answering;          /* connections holding small answers (conn.c) */
         uv_check_t answers_check;          /* sends them after each round of I/O... */

@@ -9,7 +9,9 @@
  * submitted only once no earlier work of another stream on those allocations
  * conflicts with it (a write conflicts with anything; two reads do not). So a
  * read on stream B of a buffer written on stream A sees A's write, and
- * independent streams run side by side.
+ * independent streams run side by side. A backend that orders streams on
+ * the device (driver.orders_streams, CUDA's events) gets the later work as
+ * soon as the earlier is submitted, with no round trip through the host.
  *
  * Fairness: the device holds at most DEVICE_WINDOW pieces of work, and each
  * stream at most STREAM_WINDOW while another session has work in flight
@@ -60,10 +62,13 @@ void cube__op_use(cube__op *o, cube__alloc *a, bool writes)
  * allocations it touches conflicts with it. */
 static bool ready(const cube__op *o)
 {
+        bool device_orders = o->session->server->driver->orders_streams;
+
         for (size_t i = 0; i < o->n_uses; i++) {
                 const cube__use *u = &o->uses[i];
                 for (const cube__use *x = u->alloc->uses_head; x && x != u; x = x->next)
-                        if (x->op->stream != o->stream && (u->writes || x->writes))
+                        if (x->op->stream != o->stream && (u->writes || x->writes) &&
+                            !(device_orders && x->op->submitted))
                                 return false;
         }
         return true;

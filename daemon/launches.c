@@ -537,6 +537,17 @@ cube__dispatched cube__do_launch(cube__msg *k)
                                            srv->properties.max_shared_memory_size))));
                 goto out;
         }
+        /* A GPU kernel's registers may allow fewer units than the device. */
+        if (srv->driver->max_units && kernel->module) {
+                uint64_t units = (uint64_t) r.dim[0] * r.dim[1] * r.dim[2];
+                uint32_t max = srv->driver->max_units(srv->device, kernel->module);
+                if (max && units > max) {
+                        refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                                CUBE_LAUNCH_TOO_MANY_RESOURCES,
+                                cube__err_resource(CUBE_RESOURCE_UNITS, units, max))));
+                        goto out;
+                }
+        }
         if (r.mode != CUBE_LAUNCH_EXECUTE)
                 goto out;
         if (!r.dynamic && (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0))

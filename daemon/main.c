@@ -26,7 +26,7 @@ static void usage(FILE *f)
 "  --instance NAME        the device as backend and index, e.g. cpu0\n"
 "  --socket PATH          listen on PATH (default /run/cube/INSTANCE.sock);\n"
 "                         a socket passed by systemd is used instead\n"
-"  --backend NAME         device backend: cpu (default cpu)\n"
+"  --backend NAME         device backend: cpu or cuda (default cpu)\n"
 "  --device N             device index on the backend (default 0)\n"
 "  --cache-dir DIR        the persistent kernel cache (default /var/cache/cube/INSTANCE)\n"
 "  --memory-limit BYTES   device memory to hand out (cpu backend; default 4G)\n"
@@ -173,7 +173,7 @@ int main(int argc, char **argv)
         /* A daemon that cannot start has served nothing: it exits at once and
          * leaves the cleanup to the kernel. */
         if (cube__server_init(&srv, &opts, overrides, n) < 0)
-                return 1;
+                return srv.exit_code ? srv.exit_code : 1;
         r = cube__server_run(&srv);
         cube__server_done(&srv);
         free(overrides);

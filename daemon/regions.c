@@ -38,8 +38,13 @@ static uint64_t region_charge(uint64_t size)
 static void region_unmap(cube__region *r)
 {
         cube__session *s = r->session;
+        cube__server *srv = s->server;
 
-        munmap(r->map, r->size);
+        /* A backend that pinned the region unpins and unmaps it off the loop. */
+        if (srv->driver->host_release)
+                srv->driver->host_release(srv->device, r->map, r->size);
+        else
+                munmap(r->map, r->size);
         s->region_bytes -= region_charge(r->size);
         s->n_regions--;
         free(r);
@@ -143,6 +148,8 @@ cube__dispatched cube__do_region(cube__msg *k)
         }
         s->region_bytes += charge;
         s->n_regions++;
+        if (srv->driver->host_register)
+                srv->driver->host_register(srv->device, r->map, size);
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_array(&pk, 2) == 0 &&

@@ -16,7 +16,9 @@
  * and hello, status and cubectl keep answering.
  *
  * Exit status: 0 after a clean stop, 1 when it could not start or a drain
- * timed out, 3 when the poison policy ended it.
+ * timed out, 3 when the poison policy ended it, 4 when the device or its
+ * driver is not there (no restart brings it: cubed@.service's
+ * RestartPreventExitStatus).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -282,7 +284,9 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
 
         srv->driver = cube__driver_find(opts->backend);
         if (!srv->driver) {
-                cube__log(CUBE__LOG_ERR, "unknown backend '%s'; this build has: cpu", opts->backend);
+                cube__log(CUBE__LOG_ERR, "unknown backend '%s'; this build has: %s", opts->backend,
+                          cube__driver_names());
+                srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return -ENODEV;
         }
         srv->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
@@ -299,8 +303,12 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
         cube__conn_answers_init(srv);
         cube__closer_init();
-        if ((r = open_device(srv)) < 0)
+        if ((r = open_device(srv)) < 0) {
+                /* No device or driver: restarting will not bring one. */
+                if (r == -ENODEV || r == -ENOSYS)
+                        srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return r;
+        }
         if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
                 return r;
         if ((r = prepare_descriptors(srv)) < 0)

@@ -315,6 +315,12 @@ static void op_finish(cube__op *o)
         }
         if (!o->writer && !o->launch && o->stream->windows)
                 cube__profile_work_done(o->stream, o->seq, &o->work, 0);
+        /* A copy that met a device fault poisons the device as a launch does. */
+        if (o->work.error && !o->launch &&
+            cube_error_kind_of(o->work.error) == CUBE_DEVICE_POISON) {
+                cube__server_poison(srv, cube_error_clone(o->work.error));
+                o->work.error = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, o->work.error);
+        }
         if (o->writer || o->launch) {
                 writer_done(o);
         } else if (o->work.error) {

@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -91,6 +92,14 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         argv[n++] = "info";
         argv[n++] = "--cache-dir";
         argv[n++] = d->cache;
+        /* CUBE_TEST_BACKEND=cuda runs the very same suites on a GPU
+         * (CUBE_TEST_DEVICE picks it); a test's own --backend wins. */
+        if (getenv("CUBE_TEST_BACKEND") && *getenv("CUBE_TEST_BACKEND")) {
+                argv[n++] = "--backend";
+                argv[n++] = getenv("CUBE_TEST_BACKEND");
+                argv[n++] = "--device";
+                argv[n++] = getenv("CUBE_TEST_DEVICE") ? getenv("CUBE_TEST_DEVICE") : "0";
+        }
         for (const char *const *a = extra_args; a && *a && n < 62; a++)
                 argv[n++] = *a;
         argv[n] = NULL;
@@ -699,4 +708,195 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what)
         ck_assert_msg(cube_error_kind_of(e) == kind, "%s: got %s (%s): %s", what,
                       cube_error_variant(e), cube_error_family(e), cube_error_message(e));
         cube_error_free(e);
+}
+
+/* Decodes the C string literal at *pp (after its opening quote) onto out. */
+static const char *decode_literal(const char *p, const char *end, char **out, size_t *len,
+                                  size_t *cap)
+{
+        while (p < end && *p != '"') {
+                int ch = (unsigned char) *p++;
+                if (ch == '\\' && p < end) {
+                        ch = (unsigned char) *p++;
+                        switch (ch) {
+                        case 'n': ch = '\n'; break;
+                        case 't': ch = '\t'; break;
+                        case 'r': ch = '\r'; break;
+                        case '0': case '1': case '2': case '3': case '4': case '5': case '6':
+                        case '7': {
+                                int v = ch - '0';
+                                for (int k = 0; k < 2 && p < end && *p >= '0' && *p <= '7'; k++)
+                                        v = v * 8 + (*p++ - '0');
+                                ch = v;
+                                break;
+                        }
+                        case 'x': {
+                                int v = 0;
+                                while (p < end && isxdigit((unsigned char) *p)) {
+                                        v = v * 16 + (isdigit((unsigned char) *p) ? *p - '0' :
+                                                      (tolower((unsigned char) *p) - 'a' + 10));
+                                        p++;
+                                }
+                                ch = v;
+                                break;
+                        }
+                        default: break;         /* \\ \" \' \? */
+                        }
+                }
+                if (*len + 2 > *cap) {
+                        *cap = *cap ? *cap * 2 : 256;
+                        *out = realloc(*out, *cap);
+                }
+                (*out)[(*len)++] = (char) ch;
+                (*out)[*len] = '\0';
+        }
+        return p < end ? p + 1 : p;
+}
+
+int test_kernel_sources(const char *path, test_kernel_source **ret, size_t *ret_n)
+{
+        FILE *f = fopen(path, "r");
+        char *text = NULL, *cur = NULL;
+        size_t n = *ret_n, len = 0, cap = 0;
+        long size;
+
+        if (!f)
+                return -1;
+        if (fseek(f, 0, SEEK_END) < 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) < 0 ||
+            !(text = malloc((size_t) size + 1)) || fread(text, 1, (size_t) size, f) != (size_t) size) {
+                fclose(f);
+                free(text);
+                return -1;
+        }
+        fclose(f);
+        text[size] = '\0';
+        const char *p = text, *end = text + size;
+        bool in_string = false;         /* gathering adjacent literals */
+        /* Object-like macros that are string literals ("#define PARAMS
+         * "(float *a, INFO)"), spliced where a run of literals names them. */
+        struct { char name[64]; char *value; } macros[64];
+        size_t n_macros = 0;
+        for (const char *q = strstr(text, "#define "); q && n_macros < 64;
+             q = strstr(q + 1, "#define ")) {
+                const char *a = q + 8, *b = a;
+                while (isalnum((unsigned char) *b) || *b == '_')
+                        b++;
+                if (b == a || (size_t) (b - a) >= sizeof(macros[0].name) || *b == '(')
+                        continue;
+                const char *v = b;
+                while (*v == ' ' || *v == '\t' || (*v == '\\' && v[1] == '\n'))
+                        v += *v == '\\' ? 2 : 1;
+                if (*v != '"')
+                        continue;
+                char *val = NULL;
+                size_t vlen = 0, vcap = 0;
+                while (*v == '"') {
+                        v = decode_literal(v + 1, end, &val, &vlen, &vcap);
+                        while (*v == ' ' || *v == '\t' || (*v == '\\' && v[1] == '\n') ||
+                               (*v == '\n' && v[-1] == '\\'))
+                                v += *v == '\\' ? 2 : 1;
+                }
+                memcpy(macros[n_macros].name, a, (size_t) (b - a));
+                macros[n_macros].name[b - a] = '\0';
+                macros[n_macros++].value = val ? val : strdup("");
+        }
+        while (p <= end) {
+                if (p < end && *p == '#' && (p == text || p[-1] == '\n')) {
+                        /* A preprocessor line, continuations included. */
+                        while (p < end && !(*p == '\n' && p[-1] != '\\'))
+                                p++;
+                        continue;
+                }
+                if (p < end && (isalpha((unsigned char) *p) || *p == '_') &&
+                    (p == text || !(isalnum((unsigned char) p[-1]) || p[-1] == '_'))) {
+                        const char *b = p;
+                        while (b < end && (isalnum((unsigned char) *b) || *b == '_'))
+                                b++;
+                        size_t m = 0;
+                        while (m < n_macros && (strlen(macros[m].name) != (size_t) (b - p) ||
+                                                memcmp(macros[m].name, p, (size_t) (b - p)) != 0))
+                                m++;
+                        if (m < n_macros) {
+                                if (!in_string) {
+                                        len = 0;
+                                        cur = NULL;
+                                        cap = 0;
+                                }
+                                in_string = true;
+                                for (const char *c = macros[m].value; *c; c++) {
+                                        if (len + 2 > cap) {
+                                                cap = cap ? cap * 2 : 256;
+                                                cur = realloc(cur, cap);
+                                        }
+                                        cur[len++] = *c;
+                                        cur[len] = '\0';
+                                }
+                                p = b;
+                                continue;
+                        }
+                }
+                if (p < end && p[0] == '/' && p[1] == '*') {
+                        const char *q = strstr(p + 2, "*/");
+                        p = q ? q + 2 : end;
+                        continue;
+                }
+                if (p < end && p[0] == '/' && p[1] == '/') {
+                        while (p < end && *p != '\n')
+                                p++;
+                        continue;
+                }
+                if (p < end && *p == '\'') {   /* a character constant */
+                        p++;
+                        while (p < end && *p != '\'')
+                                p += *p == '\\' ? 2 : 1;
+                        p++;
+                        continue;
+                }
+                if (p < end && *p == '"') {
+                        if (!in_string) {
+                                len = 0;
+                                cur = NULL;
+                                cap = 0;
+                        }
+                        in_string = true;
+                        p = decode_literal(p + 1, end, &cur, &len, &cap);
+                        continue;
+                }
+                if (p < end && isspace((unsigned char) *p)) {
+                        p++;
+                        continue;
+                }
+                /* Anything else ends a run of literals. */
+                if (in_string) {
+                        in_string = false;
+                        const char *k = cur ? strstr(cur, "KERNEL void") : NULL;
+                        if (k) {
+                                test_kernel_source *grown = realloc(*ret, (n + 1) * sizeof(*grown));
+                                if (!grown)
+                                        break;
+                                *ret = grown;
+                                const char *e = k + strlen("KERNEL void");
+                                while (isspace((unsigned char) *e))
+                                        e++;
+                                size_t el = 0;
+                                while (isalnum((unsigned char) e[el]) || e[el] == '_')
+                                        el++;
+                                grown[n].file = strdup(path);
+                                grown[n].entry = strndup(e, el);
+                                grown[n].source = cur;
+                                n++;
+                                cur = NULL;
+                        } else {
+                                free(cur);
+                                cur = NULL;
+                        }
+                }
+                p++;
+        }
+        free(cur);
+        free(text);
+        for (size_t m = 0; m < n_macros; m++)
+                free(macros[m].value);
+        *ret_n = n;
+        return 0;
 }

@@ -126,4 +126,15 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
         ck_assert_msg(e_ == NULL, "%s: %s", #expr, e_ ? cube_error_message(e_) : ""); \
 } while (0)
 
+/* A kernel source a test or example carries as a string literal. */
+typedef struct test_kernel_source {
+        char *file;
+        char *entry;                    /* the first KERNEL in it */
+        char *source;
+} test_kernel_source;
+
+/* Every run of adjacent string literals in the C file at path that holds
+ * "KERNEL void", decoded, appended to *ret (realloc'd; *ret_n counts them). */
+int test_kernel_sources(const char *path, test_kernel_source **ret, size_t *ret_n);
+
 #endif

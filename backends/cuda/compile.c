@@ -1,0 +1,238 @@
+/*
+ * compile.c - CUDA kernels: NVRTC, the CUBIN it makes, and what the CUBIN
+ * says a kernel needs.
+ *
+ * A kernel is the dialect's source behind the CUDA prelude, compiled in
+ * process by NVRTC to a CUBIN for the device's own architecture, so loading
+ * it runs no driver JIT and a cached CUBIN is all a restarted daemon needs.
+ * The options matter: -default-device makes helper functions device code
+ * (NVRTC refuses host functions in JIT mode), and --modify-stack-limit=false
+ * keeps NVRTC from calling setrlimit(), which would change the stack limit
+ * of the whole multithreaded daemon on every compile.
+ *
+ * The resources a kernel needs are read from the CUBIN's ELF (.nv.info
+ * attributes, .nv.shared.NAME) here, so that they can be checked against
+ * ptxas -v without a GPU; on a device, cuFuncGetAttribute says the same and
+ * is what the launch checks use.
+ */
+#include <errno.h>
+#include <elf.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "internal.h"
+
+/* Every kernel's NVRTC options after -arch; part of the cache key. */
+static const char *const options[] = {
+        "-default-device", "--modify-stack-limit=false", "-minimal",
+};
+
+/* Kernels may include these; NVRTC has no C library, the prelude defines
+ * what they would. */
+static const char *const header_names[] = {
+        "stdint.h", "stddef.h", "stdbool.h", "math.h", "limits.h", "float.h",
+};
+
+const char *cube__cuda_options(void)
+{
+        return "-default-device --modify-stack-limit=false -minimal";
+}
+
+cube_error *cube__cuda_compile(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
+                               int arch, bool ptx, char **ret_image, size_t *ret_size)
+{
+        const char *headers[sizeof(header_names) / sizeof(header_names[0])];
+        const char *opts[8];
+        char archopt[32], line[160], *src = NULL, *log = NULL, *image = NULL;
+        size_t nh = sizeof(header_names) / sizeof(header_names[0]), n = 0, size = 0, len;
+        nvrtcProgram prog = NULL;
+        nvrtcResult r;
+        cube_error *e = NULL;
+
+        for (size_t i = 0; i < nh; i++)
+                headers[i] = "";
+        snprintf(archopt, sizeof(archopt), "-arch=%s_%d", ptx ? "compute" : "sm", arch);
+        opts[n++] = archopt;
+        for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+                opts[n++] = options[i];
+
+        /* #line makes the log say ENTRY.c(LINE) of the kernel's own source. */
+        snprintf(line, sizeof(line), "\n#line 1 \"%s.c\"\n", desc->entry);
+        len = strlen(cube__cuda_prelude) + strlen(line) + strlen(desc->source) + 1;
+        if (!(src = malloc(len)))
+                goto oom;
+        snprintf(src, len, "%s%s%s", cube__cuda_prelude, line, desc->source);
+
+        r = nv->nvrtcCreateProgram(&prog, src, desc->entry, (int) nh, headers, header_names);
+        if (r != NVRTC_SUCCESS) {
+                e = cube__nvrtc_error(r, desc->entry, NULL);
+                goto out;
+        }
+        r = nv->nvrtcCompileProgram(prog, (int) n, opts);
+        if (r != NVRTC_SUCCESS) {
+                size_t loglen = 0;
+                if (nv->nvrtcGetProgramLogSize(prog, &loglen) == NVRTC_SUCCESS && loglen > 0 &&
+                    (log = malloc(loglen + 1)) && nv->nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS)
+                        log[loglen] = '\0';
+                else if (log)
+                        log[0] = '\0';
+                e = cube__nvrtc_error(r, desc->entry, log);
+                goto out;
+        }
+        r = ptx ? nv->nvrtcGetPTXSize(prog, &size) : nv->nvrtcGetCUBINSize(prog, &size);
+        if (r == NVRTC_SUCCESS && size == 0)
+                r = NVRTC_ERROR_INTERNAL_ERROR;
+        if (r == NVRTC_SUCCESS && !(image = malloc(size)))
+                goto oom;
+        if (r == NVRTC_SUCCESS)
+                r = ptx ? nv->nvrtcGetPTX(prog, image) : nv->nvrtcGetCUBIN(prog, image);
+        if (r != NVRTC_SUCCESS) {
+                e = cube__nvrtc_error(r, desc->entry, NULL);
+                free(image);
+                goto out;
+        }
+        *ret_image = image;
+        *ret_size = size;
+        goto out;
+oom:
+        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                           "out of host memory compiling kernel '%s'", desc->entry));
+out:
+        if (prog)
+                nv->nvrtcDestroyProgram(&prog);
+        free(log);
+        free(src);
+        return e;
+}
+
+/* .nv.info attribute formats and the attributes read (cuobjdump -elf names). */
+enum { EIFMT_NVAL = 1, EIFMT_BVAL = 2, EIFMT_HVAL = 3, EIFMT_SVAL = 4 };
+enum { EIATTR_PARAM_CBANK = 0x0a, EIATTR_FRAME_SIZE = 0x11, EIATTR_REGCOUNT = 0x2f };
+
+#define SHARED_RESERVED 1024
+
+static bool within(size_t size, uint64_t off, uint64_t len)
+{
+        return off <= size && len <= size - off;
+}
+
+/* Walks one .nv.info section, taking the attributes of symbol sym (global
+ * sections name it; a function's own section holds only its attributes). */
+static void read_info(const uint8_t *p, uint64_t len, uint32_t sym, bool own,
+                      cube__cuda_resources *res)
+{
+        uint64_t i = 0;
+
+        while (i + 4 <= len) {
+                uint8_t fmt = p[i], attr = p[i + 1];
+                uint16_t v;
+                memcpy(&v, p + i + 2, 2);
+                if (fmt != EIFMT_SVAL) {
+                        i += 4;
+                        continue;
+                }
+                if (i + 4 + v > len)
+                        return;
+                const uint8_t *d = p + i + 4;
+                uint32_t a = 0, b = 0;
+                if (v >= 8) {
+                        memcpy(&a, d, 4);
+                        memcpy(&b, d + 4, 4);
+                }
+                if (v >= 8 && attr == EIATTR_REGCOUNT && a == sym)
+                        res->registers = b;
+                else if (v >= 8 && attr == EIATTR_FRAME_SIZE && a == sym)
+                        res->local_bytes = b;
+                else if (v >= 8 && attr == EIATTR_PARAM_CBANK && own)
+                        res->param_bytes = b >> 16;     /* u16 offset, u16 size */
+                i += 4 + v;
+        }
+}
+
+int cube__cuda_cubin_resources(const void *cubin, size_t size, const char *entry,
+                               cube__cuda_resources *ret)
+{
+        const uint8_t *img = cubin;
+        const Elf64_Ehdr *eh = cubin;
+        cube__cuda_resources res = { 0 };
+        char own_info[128], shared[128];
+        uint32_t sym = UINT32_MAX;
+
+        if (size < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+            eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_shentsize != sizeof(Elf64_Shdr) ||
+            !within(size, eh->e_shoff, (uint64_t) eh->e_shnum * sizeof(Elf64_Shdr)) ||
+            eh->e_shstrndx >= eh->e_shnum)
+                return -EINVAL;
+        const Elf64_Shdr *sh = (const Elf64_Shdr *) (img + eh->e_shoff);
+        const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+        if (!within(size, names->sh_offset, names->sh_size))
+                return -EINVAL;
+        snprintf(own_info, sizeof(own_info), ".nv.info.%s", entry);
+        snprintf(shared, sizeof(shared), ".nv.shared.%s", entry);
+
+        /* The entry's symbol index, which the global attributes name. */
+        for (unsigned i = 0; i < eh->e_shnum && sym == UINT32_MAX; i++) {
+                if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum ||
+                    !within(size, sh[i].sh_offset, sh[i].sh_size))
+                        continue;
+                const Elf64_Shdr *str = &sh[sh[i].sh_link];
+                if (!within(size, str->sh_offset, str->sh_size))
+                        return -EINVAL;
+                const Elf64_Sym *s = (const Elf64_Sym *) (img + sh[i].sh_offset);
+                for (size_t j = 0; j < sh[i].sh_size / sizeof(*s); j++)
+                        if (s[j].st_name < str->sh_size &&
+                            strncmp((const char *) img + str->sh_offset + s[j].st_name, entry,
+                                    str->sh_size - s[j].st_name) == 0 &&
+                            ELF64_ST_TYPE(s[j].st_info) == STT_FUNC) {
+                                sym = (uint32_t) j;
+                                break;
+                        }
+        }
+        if (sym == UINT32_MAX)
+                return -EINVAL;
+
+        for (unsigned i = 0; i < eh->e_shnum; i++) {
+                if (sh[i].sh_name >= names->sh_size || !within(size, sh[i].sh_offset,
+                                                                sh[i].sh_type == SHT_NOBITS ?
+                                                                0 : sh[i].sh_size))
+                        continue;
+                const char *name = (const char *) img + names->sh_offset + sh[i].sh_name;
+                size_t room = names->sh_size - sh[i].sh_name;
+                if (strncmp(name, ".nv.info", room) == 0)
+                        read_info(img + sh[i].sh_offset, sh[i].sh_size, sym, false, &res);
+                else if (strncmp(name, own_info, room) == 0)
+                        read_info(img + sh[i].sh_offset, sh[i].sh_size, sym, true, &res);
+                else if (strncmp(name, shared, room) == 0)
+                        /* sm_80 and later reserve 1 KiB of every block's
+                         * shared memory for the system, inside this section;
+                         * ptxas -v and cuFuncGetAttribute leave it out. */
+                        res.shared_bytes = (uint32_t) (sh[i].sh_size > SHARED_RESERVED ?
+                                                       sh[i].sh_size - SHARED_RESERVED : 0);
+        }
+        *ret = res;
+        return 0;
+}
+
+/* Local memory the driver may hold for stacks at once: a kernel whose frame,
+ * times every unit the device can hold resident, needs more is refused. */
+#define STACK_RESERVE_MAX (2ull << 30)
+
+cube_error *cube__cuda_check_stack(const cube__cuda_resources *res, const char *entry,
+                                   uint64_t resident_units, uint64_t device_memory)
+{
+        uint64_t cap = device_memory / 16 < STACK_RESERVE_MAX ? device_memory / 16 :
+                       STACK_RESERVE_MAX;
+        uint64_t need = (uint64_t) res->local_bytes * resident_units;
+
+        if (need <= cap)
+                return NULL;
+        return cube__err_text(CUBE_COMPILATION_GENERIC, "kernel '%s' needs %" PRIu32 " bytes of "
+                              "stack per unit (local arrays or spills); the device would reserve "
+                              "%" PRIu64 " MiB of local memory for its %" PRIu64 " resident "
+                              "units, more than the %" PRIu64 " MiB cubed allows: make the "
+                              "per-unit arrays smaller or SHARED", entry, res->local_bytes,
+                              need >> 20, resident_units, cap >> 20);
+}

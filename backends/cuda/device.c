@@ -1,0 +1,1164 @@
+/*
+ * device.c - the CUDA backend: one GPU through the driver API.
+ *
+ * The device is the GPU's primary context (the one NCCL and cudart share).
+ * Each cube stream is a non-blocking CUDA stream; allocation and frees run
+ * stream-ordered on an internal stream from a memory pool that keeps freed
+ * memory cached, so a free never synchronises the device.
+ *
+ * Threads. The core calls in from its loop thread; no CUDA call that can
+ * wait runs there. Submissions, allocations, frees and host registrations
+ * become commands for the device's submitter thread, which issues them to
+ * CUDA in order (copying through pinned bounce buffers where a host buffer
+ * is pageable). Every issued piece of work is followed by an event; the
+ * completion thread, woken by a host-function doorbell on the stream, hands
+ * work back to the core once its event has completed, in stream order.
+ *
+ * Order. Work of two streams on one allocation is ordered on the device:
+ * each allocation has an event recorded after the last work that touched
+ * it, and work on another stream waits for it (cuStreamWaitEvent), so the
+ * core may submit work behind a predecessor on another stream that has not
+ * finished (driver.orders_streams). Reads are ordered like writes: simpler,
+ * and only concurrent readers on different streams pay for it.
+ *
+ * Faults. A sticky CUresult (illegal address, launch failure, ...) kills
+ * the context. The first one seen poisons the device: every piece of work
+ * in flight completes with a DevicePoison naming the kernels that were in
+ * flight, every later one at once; the core's poison policy then closes the
+ * device (which resets the primary context) and opens it again, or exits.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "errors.h"
+#include "internal.h"
+
+#define CUDA_ALIGNMENT 512
+#define BOUNCE_BYTES (8u << 20)
+#define BOUNCE_COUNT 8
+#define INFO_SLOT 4096
+#define INFO_SLOTS 1024
+/* Device memory left to the context, stacks and the driver. */
+#define CUDA_RESERVE (512ull << 20)
+
+typedef struct rec rec;
+
+struct cube__storage {
+        CUdeviceptr ptr;
+        uint64_t size, rounded;
+        CUevent order;                  /* recorded after the last work on it */
+        cube__dstream *last;            /* the stream that recorded it; NULL: the alloc stream */
+        bool failed;                    /* the stream-ordered allocation failed */
+};
+
+struct cube__dstream {
+        CUstream stream;
+        rec *head, *tail;               /* issued, not complete; under d->lock */
+        cube__dstream *next;
+};
+
+struct cube__module {
+        CUmodule module;
+        CUfunction fn;
+        cube__cuda_resources res;
+};
+
+/* A piece of issued work the completion thread waits for. */
+struct rec {
+        rec *next;
+        CUevent event;                  /* NULL: complete as soon as it is seen */
+        cube__work *work;               /* handed back when this rec completes; NULL for a chunk */
+        void *bounce;                   /* a bounce chunk to give back */
+        void *copy_to;                  /* a read through the bounce: where its bytes go */
+        uint64_t copy_len;
+        int info_slot;                  /* -1: none */
+        const char *kernel;             /* a launch: its entry point, for the poison report */
+};
+
+typedef enum cmd_kind { CMD_SUBMIT, CMD_ALLOC, CMD_FREE, CMD_REGISTER, CMD_RELEASE_HOST,
+                        CMD_STREAM_CLOSE } cmd_kind;
+
+typedef struct cmd {
+        struct cmd *next;
+        cmd_kind kind;
+        cube__dstream *stream;
+        cube__work *work;
+        cube__storage *storage;
+        void *addr;
+        uint64_t len;
+} cmd;
+
+typedef struct pinned_range {
+        struct pinned_range *next;
+        char *addr;
+        uint64_t len;
+} pinned_range;
+
+struct cube__device {
+        cube__device_config config;
+        const cube__cuda_api *cu;
+        CUdevice dev;
+        CUcontext ctx;
+        CUmemoryPool pool;
+        CUstream alloc_stream;
+        cube_device_properties props;
+        int arch;                       /* 90 for sm_90 */
+        uint64_t resident_units;        /* units the whole device holds at once */
+        uint64_t limit, in_use;         /* in_use: loop thread only */
+        char target[256];
+
+        pthread_t submitter, completer;
+        bool have_submitter, have_completer;
+        int doorbell;                   /* eventfd */
+
+        pthread_mutex_t lock;           /* guards what follows */
+        pthread_cond_t cmd_wake, bounce_free, slot_free;
+        cmd *cmd_head, *cmd_tail;
+        bool stopping, done_submitting;
+        cube__dstream *streams;
+        void *bounce[BOUNCE_COUNT];
+        bool bounce_busy[BOUNCE_COUNT];
+        bool slot_busy[INFO_SLOTS];
+        cube_error *poison;             /* the first sticky fault */
+
+        uint8_t *info_host;             /* pinned, INFO_SLOTS x INFO_SLOT */
+        CUdeviceptr info_dev;
+        pinned_range *pinned;           /* submitter thread only */
+};
+
+static void ring(cube__device *d)
+{
+        uint64_t one = 1;
+        ssize_t n = write(d->doorbell, &one, sizeof(one));
+        (void) n;
+}
+
+static void CUDA_CB doorbell_cb(void *arg)
+{
+        ring(arg);
+}
+
+/* ---- poison ---------------------------------------------------------- */
+
+/* The first sticky fault: every rec in flight completes with it, naming the
+ * kernels in flight; later work fails at once. Called with d->lock held. */
+static void poison_locked(cube__device *d, CUresult r, const char *what)
+{
+        char kernels[1024] = "";
+        size_t n = 0;
+
+        if (d->poison)
+                return;
+        for (cube__dstream *s = d->streams; s; s = s->next)
+                for (rec *x = s->head; x; x = x->next)
+                        if (x->kernel && n < sizeof(kernels) - 80)
+                                n += (size_t) snprintf(kernels + n, sizeof(kernels) - n, "%s%s",
+                                                       n ? ", " : "", x->kernel);
+        d->poison = cube__err_poison("%s failed: %s (%d); the CUDA context is lost; kernels "
+                                     "in flight: %s", what, cube__cuda_name(r), (int) r,
+                                     n ? kernels : "none");
+        for (cube__dstream *s = d->streams; s; s = s->next)
+                for (rec *x = s->head; x; x = x->next)
+                        x->event = NULL;        /* complete now, with the poison */
+}
+
+static bool check(cube__device *d, CUresult r, const char *what)
+{
+        if (r == CUDA_SUCCESS)
+                return true;
+        if (cube__cuda_class(r) == CUBE__CU_POISON) {
+                pthread_mutex_lock(&d->lock);
+                poison_locked(d, r, what);
+                pthread_mutex_unlock(&d->lock);
+                ring(d);
+        }
+        return false;
+}
+
+/* ---- pinned staging --------------------------------------------------- */
+
+static void *bounce_take(cube__device *d)
+{
+        void *p = NULL;
+
+        pthread_mutex_lock(&d->lock);
+        while (!p) {
+                for (int i = 0; i < BOUNCE_COUNT && !p; i++)
+                        if (!d->bounce_busy[i]) {
+                                d->bounce_busy[i] = true;
+                                p = d->bounce[i];
+                        }
+                if (!p)
+                        pthread_cond_wait(&d->bounce_free, &d->lock);
+        }
+        pthread_mutex_unlock(&d->lock);
+        return p;
+}
+
+static void bounce_give_locked(cube__device *d, void *p)
+{
+        for (int i = 0; i < BOUNCE_COUNT; i++)
+                if (d->bounce[i] == p)
+                        d->bounce_busy[i] = false;
+        pthread_cond_signal(&d->bounce_free);
+}
+
+static int slot_take(cube__device *d)
+{
+        int slot = -1;
+
+        pthread_mutex_lock(&d->lock);
+        while (slot < 0) {
+                for (int i = 0; i < INFO_SLOTS && slot < 0; i++)
+                        if (!d->slot_busy[i]) {
+                                d->slot_busy[i] = true;
+                                slot = i;
+                        }
+                if (slot < 0)
+                        pthread_cond_wait(&d->slot_free, &d->lock);
+        }
+        pthread_mutex_unlock(&d->lock);
+        return slot;
+}
+
+static bool is_pinned(cube__device *d, const void *p, uint64_t len)
+{
+        for (pinned_range *r = d->pinned; r; r = r->next)
+                if ((const char *) p >= r->addr && len <= r->len &&
+                    (uint64_t) ((const char *) p - r->addr) <= r->len - len)
+                        return true;
+        return false;
+}
+
+/* ---- the submitter ---------------------------------------------------- */
+
+/* Queues a rec after the work just issued on s: an event, unless the device
+ * is poisoned (then it completes at once with the poison). */
+static void push_rec(cube__device *d, cube__dstream *s, rec *x)
+{
+        CUevent ev = NULL;
+
+        if (!d->poison && check(d, d->cu->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING),
+                                "cuEventCreate") &&
+            !check(d, d->cu->cuEventRecord(ev, s->stream), "cuEventRecord")) {
+                d->cu->cuEventDestroy(ev);
+                ev = NULL;
+        }
+        x->event = ev;
+        pthread_mutex_lock(&d->lock);
+        if (d->poison && x->event) {
+                d->cu->cuEventDestroy(x->event);
+                x->event = NULL;
+        }
+        x->next = NULL;
+        if (s->tail)
+                s->tail->next = x;
+        else
+                s->head = x;
+        s->tail = x;
+        pthread_mutex_unlock(&d->lock);
+}
+
+/* A record is what brings work back to the core; without host memory for
+ * one there is no way to keep the asynchronous contract, so cubed stops
+ * (as a failed malloc in redis does) and systemd restarts it. */
+static rec *new_rec(void)
+{
+        rec *x = calloc(1, sizeof(*x));
+
+        if (!x) {
+                fprintf(stderr, "cubed: out of host memory tracking CUDA work\n");
+                abort();
+        }
+        x->info_slot = -1;
+        return x;
+}
+
+/* Orders work on s after everything issued on other streams that touched
+ * st, and makes st's event follow this work (record_after). */
+static void order_before(cube__device *d, cube__dstream *s, cube__storage *st)
+{
+        if (st->last != s)
+                check(d, d->cu->cuStreamWaitEvent(s->stream, st->order, 0), "cuStreamWaitEvent");
+}
+
+static void order_after(cube__device *d, cube__dstream *s, cube__storage *st)
+{
+        if (check(d, d->cu->cuEventRecord(st->order, s->stream), "cuEventRecord"))
+                st->last = s;
+}
+
+static cube_error *storage_error(const cube__storage *st)
+{
+        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, st->size);
+}
+
+/* One linear or pitched copy of rows x len bytes between host and st. */
+static CUresult copy_direct(cube__device *d, cube__dstream *s, bool to_device, cube__storage *st,
+                            uint64_t offset, void *host, uint64_t len, uint64_t rows,
+                            uint64_t pitch)
+{
+        CUdeviceptr dev = st->ptr + offset;
+
+        if (rows <= 1)
+                return to_device ? d->cu->cuMemcpyHtoDAsync(dev, host, len, s->stream) :
+                                   d->cu->cuMemcpyDtoHAsync(host, dev, len, s->stream);
+        CUDA_MEMCPY2D m = {
+                .WidthInBytes = len,
+                .Height = rows,
+        };
+        if (to_device) {
+                m.srcMemoryType = CU_MEMORYTYPE_HOST;
+                m.srcHost = host;
+                m.srcPitch = len;
+                m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+                m.dstDevice = dev;
+                m.dstPitch = pitch;
+        } else {
+                m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+                m.srcDevice = dev;
+                m.srcPitch = pitch;
+                m.dstMemoryType = CU_MEMORYTYPE_HOST;
+                m.dstHost = host;
+                m.dstPitch = len;
+        }
+        return d->cu->cuMemcpy2DAsync(&m, s->stream);
+}
+
+/* A copy: one DMA from pinned memory, else through bounce chunks, a batch of
+ * whole rows (or a piece of one long row) each. The last rec hands the work
+ * back; a read's chunks are copied out by the completion thread. */
+static void issue_copy(cube__device *d, cube__dstream *s, cube__work *w)
+{
+        bool to_device = w->op == CUBE__WORK_COPY_TO_DEVICE;
+        uint64_t rows = w->rows > 1 ? w->rows : 1, pitch = w->rows > 1 ? w->pitch : w->len;
+        CUresult r = CUDA_SUCCESS;
+        rec *x;
+
+        if (!w->len) {
+                x = new_rec();
+                x->work = w;
+                push_rec(d, s, x);
+                return;
+        }
+        if (is_pinned(d, w->host, w->len * rows)) {
+                r = copy_direct(d, s, to_device, w->storage, w->offset, w->host, w->len, rows,
+                                pitch);
+                if (!check(d, r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync"))
+                        w->error = cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "a copy");
+                x = new_rec();
+                x->work = w;
+                push_rec(d, s, x);
+                return;
+        }
+        /* Pieces: rows_per whole rows, or (rows longer than a chunk) one row
+         * in chunk-sized parts. */
+        uint64_t rows_per = w->len <= BOUNCE_BYTES ? BOUNCE_BYTES / w->len : 1;
+        uint64_t part = w->len <= BOUNCE_BYTES ? w->len : BOUNCE_BYTES;
+        for (uint64_t row = 0; row < rows && r == CUDA_SUCCESS;) {
+                uint64_t n_rows = rows - row < rows_per ? rows - row : rows_per;
+                for (uint64_t at = 0; at < w->len && r == CUDA_SUCCESS; at += part) {
+                        uint64_t piece = w->len - at < part ? w->len - at : part;
+                        char *host = (char *) w->host + row * w->len + at;
+                        uint64_t bytes = n_rows > 1 ? n_rows * w->len : piece;
+                        void *chunk = bounce_take(d);
+                        bool last = row + n_rows >= rows && at + piece >= w->len;
+
+                        if (to_device)
+                                memcpy(chunk, host, bytes);
+                        if (n_rows > 1)
+                                r = copy_direct(d, s, to_device, w->storage,
+                                                w->offset + row * pitch, chunk, w->len, n_rows,
+                                                pitch);
+                        else
+                                r = copy_direct(d, s, to_device, w->storage,
+                                                w->offset + row * pitch + at, chunk, piece, 1, 0);
+                        if (!check(d, r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync"))
+                                w->error = cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "a copy");
+                        x = new_rec();
+                        x->bounce = chunk;
+                        if (!to_device) {
+                                x->copy_to = host;
+                                x->copy_len = bytes;
+                        }
+                        if (last || r != CUDA_SUCCESS)
+                                x->work = w;
+                        push_rec(d, s, x);
+                        if (n_rows > 1)
+                                break;
+                }
+                row += n_rows;
+        }
+}
+
+static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
+{
+        const cube__launch_work *l = w->launch;
+        uint32_t n = l->n_buffers;
+        CUdeviceptr *ptrs = calloc(n + 1, sizeof(*ptrs));
+        void **params = calloc(n + 3, sizeof(*params));
+        CUdeviceptr info = 0;
+        uint64_t info_bytes = (uint64_t) l->n_info * 8;
+        uint32_t meta = l->metadata_offset, dyn = l->dynamic_offset;
+        void *big = NULL;
+        int slot = -1;
+        CUresult r = CUDA_SUCCESS;
+        rec *x = new_rec();
+
+        if (!ptrs || !params) {
+                w->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory launching '%s'", l->kernel));
+                goto done;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                ptrs[i] = l->storages[i]->ptr + l->offsets[i];
+        /* The info words go to device memory first, in stream order. */
+        if (info_bytes > 0 && info_bytes <= INFO_SLOT) {
+                slot = slot_take(d);
+                memcpy(d->info_host + (size_t) slot * INFO_SLOT, l->info, info_bytes);
+                info = d->info_dev + (CUdeviceptr) slot * INFO_SLOT;
+                r = d->cu->cuMemcpyHtoDAsync(info, d->info_host + (size_t) slot * INFO_SLOT,
+                                             info_bytes, s->stream);
+        } else if (info_bytes > 0 && info_bytes <= BOUNCE_BYTES) {
+                big = bounce_take(d);
+                memcpy(big, l->info, info_bytes);
+                r = d->cu->cuMemAllocFromPoolAsync(&info, info_bytes, d->pool, s->stream);
+                if (r == CUDA_SUCCESS)
+                        r = d->cu->cuMemcpyHtoDAsync(info, big, info_bytes, s->stream);
+        } else if (info_bytes > 0) {
+                w->error = cube__err_validation("launch of '%s': %" PRIu64 " bytes of info words, "
+                                                "more than the %u the CUDA backend takes",
+                                                l->kernel, info_bytes, BOUNCE_BYTES);
+                goto done;
+        }
+        if (!check(d, r, "copying the info words")) {
+                w->error = cube__cuda_error(CUBE__CU_SITE_LAUNCH, r, 0, "copying the info words");
+                goto done;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                params[i] = &ptrs[i];
+        params[n] = &info;
+        params[n + 1] = &meta;
+        params[n + 2] = &dyn;
+        r = d->cu->cuLaunchKernel(l->module->fn, l->count[0], l->count[1], l->count[2],
+                                  l->dim[0], l->dim[1], l->dim[2], 0, s->stream, params, NULL);
+        if (!check(d, r, "cuLaunchKernel")) {
+                char what[128];
+                snprintf(what, sizeof(what), "cuLaunchKernel of '%s'", l->kernel);
+                w->error = cube__cuda_error(CUBE__CU_SITE_LAUNCH, r,
+                                            (uint64_t) l->dim[0] * l->dim[1] * l->dim[2], what);
+        }
+        if (big)
+                check(d, d->cu->cuMemFreeAsync(info, s->stream), "cuMemFreeAsync");
+done:
+        free(ptrs);
+        free(params);
+        x->work = w;
+        x->kernel = l->kernel;
+        x->info_slot = slot;
+        x->bounce = big;
+        push_rec(d, s, x);
+}
+
+static void issue(cube__device *d, cube__dstream *s, cube__work *w)
+{
+        cube__storage *touched[1] = { w->storage };
+        cube__storage **sts = touched;
+        uint32_t n = w->op == CUBE__WORK_FENCE ? 0 : 1;
+
+        if (w->op == CUBE__WORK_LAUNCH) {
+                sts = w->launch->storages;
+                n = w->launch->n_buffers;
+        }
+        if (d->poison) {
+                if (!w->error && w->op != CUBE__WORK_FENCE)
+                        w->error = cube_error_clone(d->poison);
+        } else {
+                for (uint32_t i = 0; i < n && !w->error; i++)
+                        if (sts[i]->failed)
+                                w->error = storage_error(sts[i]);
+        }
+        if (w->error || d->poison || w->op == CUBE__WORK_FENCE) {
+                rec *x = new_rec();
+                x->work = w;
+                push_rec(d, s, x);
+                return;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                order_before(d, s, sts[i]);
+        if (w->op == CUBE__WORK_LAUNCH)
+                issue_launch(d, s, w);
+        else
+                issue_copy(d, s, w);
+        for (uint32_t i = 0; i < n; i++)
+                order_after(d, s, sts[i]);
+}
+
+static void run_cmd(cube__device *d, cmd *c)
+{
+        cube__storage *st = c->storage;
+        CUresult r;
+
+        switch (c->kind) {
+        case CMD_SUBMIT:
+                for (cube__work *w = c->work, *next; w; w = next) {
+                        next = w->next;
+                        w->next = NULL;
+                        issue(d, c->stream, w);
+                }
+                if (!d->poison)
+                        check(d, d->cu->cuLaunchHostFunc(c->stream->stream, doorbell_cb, d),
+                              "cuLaunchHostFunc");
+                ring(d);
+                break;
+        case CMD_ALLOC:
+                r = d->cu->cuEventCreate(&st->order, CU_EVENT_DISABLE_TIMING);
+                if (r == CUDA_SUCCESS && st->rounded)
+                        r = d->cu->cuMemAllocFromPoolAsync(&st->ptr, st->rounded, d->pool,
+                                                           d->alloc_stream);
+                /* Fresh memory reads as zeros: no session sees another's bytes. */
+                if (r == CUDA_SUCCESS && st->rounded)
+                        r = d->cu->cuMemsetD8Async(st->ptr, 0, st->rounded, d->alloc_stream);
+                if (r == CUDA_SUCCESS)
+                        r = d->cu->cuEventRecord(st->order, d->alloc_stream);
+                st->last = NULL;
+                if (!check(d, r, "allocating device memory"))
+                        st->failed = true;
+                break;
+        case CMD_FREE:
+                if (st->order)
+                        d->cu->cuStreamWaitEvent(d->alloc_stream, st->order, 0);
+                if (st->ptr)
+                        check(d, d->cu->cuMemFreeAsync(st->ptr, d->alloc_stream), "cuMemFreeAsync");
+                if (st->order)
+                        d->cu->cuEventDestroy(st->order);
+                free(st);
+                break;
+        case CMD_REGISTER: {
+                /* A region is pinned once, so that every staged copy from it is
+                 * one DMA; where the driver refuses (a sandbox), copies from it
+                 * go through the bounce buffers. */
+                pinned_range *p = malloc(sizeof(*p));
+                r = d->cu->cuMemHostRegister(c->addr, c->len, CU_MEMHOSTREGISTER_PORTABLE);
+                if (p && r == CUDA_SUCCESS) {
+                        p->addr = c->addr;
+                        p->len = c->len;
+                        p->next = d->pinned;
+                        d->pinned = p;
+                } else {
+                        free(p);
+                }
+                break;
+        }
+        case CMD_RELEASE_HOST:
+                for (pinned_range **pp = &d->pinned; *pp; pp = &(*pp)->next)
+                        if ((*pp)->addr == c->addr) {
+                                pinned_range *p = *pp;
+                                *pp = p->next;
+                                d->cu->cuMemHostUnregister(c->addr);
+                                free(p);
+                                break;
+                        }
+                munmap(c->addr, c->len);
+                break;
+        case CMD_STREAM_CLOSE:
+                pthread_mutex_lock(&d->lock);
+                for (cube__dstream **pp = &d->streams; *pp; pp = &(*pp)->next)
+                        if (*pp == c->stream) {
+                                *pp = c->stream->next;
+                                break;
+                        }
+                pthread_mutex_unlock(&d->lock);
+                d->cu->cuStreamDestroy(c->stream->stream);
+                free(c->stream);
+                break;
+        }
+        free(c);
+}
+
+static void *submitter_main(void *arg)
+{
+        cube__device *d = arg;
+
+        d->cu->cuCtxSetCurrent(d->ctx);
+        pthread_mutex_lock(&d->lock);
+        for (;;) {
+                while (!d->cmd_head && !d->stopping)
+                        pthread_cond_wait(&d->cmd_wake, &d->lock);
+                if (!d->cmd_head)
+                        break;
+                cmd *c = d->cmd_head;
+                d->cmd_head = c->next;
+                if (!d->cmd_head)
+                        d->cmd_tail = NULL;
+                pthread_mutex_unlock(&d->lock);
+                run_cmd(d, c);
+                pthread_mutex_lock(&d->lock);
+        }
+        d->done_submitting = true;
+        pthread_mutex_unlock(&d->lock);
+        ring(d);
+        return NULL;
+}
+
+/* ---- the completion thread -------------------------------------------- */
+
+/* Hands back, in stream order, every rec whose event has completed; the
+ * first failing query poisons the device. Returns whether any remain. */
+static bool reap(cube__device *d)
+{
+        cube__work *done = NULL, **tail = &done;
+        bool left = false;
+
+        pthread_mutex_lock(&d->lock);
+        for (cube__dstream *s = d->streams; s; s = s->next) {
+                while (s->head) {
+                        rec *x = s->head;
+                        if (x->event) {
+                                CUresult r = d->cu->cuEventQuery(x->event);
+                                if (r == CUDA_ERROR_NOT_READY) {
+                                        left = true;
+                                        break;
+                                }
+                                if (r != CUDA_SUCCESS && cube__cuda_class(r) == CUBE__CU_POISON)
+                                        poison_locked(d, r, "a stream's work");
+                                d->cu->cuEventDestroy(x->event);
+                                x->event = NULL;
+                        }
+                        s->head = x->next;
+                        if (!s->head)
+                                s->tail = NULL;
+                        if (x->copy_to && !d->poison)
+                                memcpy(x->copy_to, x->bounce, x->copy_len);
+                        if (x->bounce)
+                                bounce_give_locked(d, x->bounce);
+                        if (x->info_slot >= 0) {
+                                d->slot_busy[x->info_slot] = false;
+                                pthread_cond_signal(&d->slot_free);
+                        }
+                        if (x->work) {
+                                cube__work *w = x->work;
+                                if (d->poison && w->op != CUBE__WORK_FENCE) {
+                                        cube_error_free(w->error);
+                                        w->error = cube_error_clone(d->poison);
+                                }
+                                w->next = NULL;
+                                *tail = w;
+                                tail = &w->next;
+                        }
+                        free(x);
+                }
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (done)
+                d->config.complete(d->config.complete_ctx, done);
+        return left;
+}
+
+static void *completer_main(void *arg)
+{
+        cube__device *d = arg;
+        struct pollfd p = { .fd = d->doorbell, .events = POLLIN };
+
+        d->cu->cuCtxSetCurrent(d->ctx);
+        for (;;) {
+                bool left = reap(d);
+                pthread_mutex_lock(&d->lock);
+                bool finished = d->done_submitting && !left;
+                pthread_mutex_unlock(&d->lock);
+                if (finished)
+                        break;
+                /* The doorbell rings when a stream reaches its host function;
+                 * a short poll covers work that completed without one. */
+                if (poll(&p, 1, left ? 2 : 200) > 0) {
+                        uint64_t v;
+                        ssize_t n = read(d->doorbell, &v, sizeof(v));
+                        (void) n;
+                }
+        }
+        return NULL;
+}
+
+/* ---- the driver interface --------------------------------------------- */
+
+static void push_cmd(cube__device *d, cmd *c)
+{
+        c->next = NULL;
+        pthread_mutex_lock(&d->lock);
+        if (d->cmd_tail)
+                d->cmd_tail->next = c;
+        else
+                d->cmd_head = c;
+        d->cmd_tail = c;
+        pthread_cond_signal(&d->cmd_wake);
+        pthread_mutex_unlock(&d->lock);
+}
+
+static int attr(cube__device *d, CUdevice_attribute a)
+{
+        int v = 0;
+        d->cu->cuDeviceGetAttribute(&v, a, d->dev);
+        return v;
+}
+
+static void free_device(cube__device *d)
+{
+        if (d->cu && d->ctx) {
+                d->cu->cuCtxSetCurrent(d->ctx);
+                if (d->poison) {
+                        /* The context is dead: a reset destroys everything of
+                         * it, and the next open retains a fresh one. */
+                        d->cu->cuDevicePrimaryCtxReset(d->dev);
+                } else {
+                        for (int i = 0; i < BOUNCE_COUNT; i++)
+                                if (d->bounce[i])
+                                        d->cu->cuMemFreeHost(d->bounce[i]);
+                        if (d->info_host)
+                                d->cu->cuMemFreeHost(d->info_host);
+                        if (d->info_dev)
+                                d->cu->cuMemFreeAsync(d->info_dev, d->alloc_stream);
+                        if (d->alloc_stream) {
+                                d->cu->cuStreamSynchronize(d->alloc_stream);
+                                d->cu->cuStreamDestroy(d->alloc_stream);
+                        }
+                        if (d->pool)
+                                d->cu->cuMemPoolDestroy(d->pool);
+                }
+                d->cu->cuDevicePrimaryCtxRelease(d->dev);
+        }
+        if (d->doorbell >= 0)
+                close(d->doorbell);
+        cube_error_free(d->poison);
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->cmd_wake);
+        pthread_cond_destroy(&d->bounce_free);
+        pthread_cond_destroy(&d->slot_free);
+        free(d);
+}
+
+static int open_failed(cube__device *d, const char **ret_why, const char *what, CUresult r,
+                       int err)
+{
+        static __thread char why[256];
+
+        snprintf(why, sizeof(why), "%s: %s (%d)", what, cube__cuda_name(r), (int) r);
+        *ret_why = why;
+        free_device(d);
+        return err;
+}
+
+static int cuda_open(const cube__device_config *config, cube__device **ret_device,
+                     const char **ret_why)
+{
+        const cube__cuda_api *cu;
+        cube__device *d;
+        size_t free_mem = 0, total = 0;
+        int count = 0, r;
+        CUresult cr;
+
+        if ((r = cube__cuda_load_driver(&cu, ret_why)) < 0)
+                return r;
+        if (!(d = calloc(1, sizeof(*d))))
+                return -ENOMEM;
+        d->config = *config;
+        d->cu = cu;
+        d->doorbell = -1;
+        pthread_mutex_init(&d->lock, NULL);
+        pthread_cond_init(&d->cmd_wake, NULL);
+        pthread_cond_init(&d->bounce_free, NULL);
+        pthread_cond_init(&d->slot_free, NULL);
+        if ((cr = cu->cuDeviceGetCount(&count)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuDeviceGetCount", cr, -ENODEV);
+        if (config->index >= (unsigned) count) {
+                static __thread char why[128];
+                snprintf(why, sizeof(why), "there is no CUDA device %u (the driver sees %d)",
+                         config->index, count);
+                *ret_why = why;
+                free_device(d);
+                return -ENODEV;
+        }
+        if ((cr = cu->cuDeviceGet(&d->dev, (int) config->index)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuDeviceGet", cr, -ENODEV);
+        /* Flags go before the retain; blocking sync lets threads sleep. */
+        cu->cuDevicePrimaryCtxSetFlags(d->dev, CU_CTX_SCHED_BLOCKING_SYNC);
+        if ((cr = cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuDevicePrimaryCtxRetain", cr, -ENODEV);
+        cu->cuCtxSetCurrent(d->ctx);
+
+        d->arch = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                  attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+        cu->cuDeviceGetName(d->props.name, sizeof(d->props.name), d->dev);
+        if ((cr = cu->cuMemGetInfo(&free_mem, &total)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuMemGetInfo", cr, -ENODEV);
+        d->limit = free_mem > CUDA_RESERVE ? free_mem - CUDA_RESERVE : 0;
+        if (config->memory_limit && config->memory_limit < d->limit)
+                d->limit = config->memory_limit;
+        d->props.memory_bytes = d->limit;
+        d->props.max_page_size = d->limit;
+        d->props.alignment = CUDA_ALIGNMENT;
+        d->props.plane_size_min = d->props.plane_size_max =
+                (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+        d->props.max_bindings = 1024;
+        d->props.max_shared_memory_size =
+                (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+        d->props.max_cube_count[0] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+        d->props.max_cube_count[1] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+        d->props.max_cube_count[2] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+        d->props.max_units_per_cube = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        d->props.max_cube_dim[0] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+        d->props.max_cube_dim[1] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+        d->props.max_cube_dim[2] = (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+        d->props.num_streaming_multiprocessors =
+                (uint32_t) attr(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        d->props.num_cpu_cores = cores > 0 ? (uint32_t) cores : 1;
+        d->resident_units = (uint64_t) attr(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) *
+                            d->props.num_streaming_multiprocessors;
+
+        /* A pool that keeps what is freed (up to the limit) for reuse. */
+        CUmemPoolProps pp = {
+                .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                .handleTypes = CU_MEM_HANDLE_TYPE_NONE,
+                .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int) config->index },
+        };
+        cuuint64_t threshold = d->limit;
+        if ((cr = cu->cuMemPoolCreate(&d->pool, &pp)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuMemPoolCreate", cr, -ENODEV);
+        cu->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+        if ((cr = cu->cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuStreamCreate", cr, -ENODEV);
+        for (int i = 0; i < BOUNCE_COUNT; i++)
+                if ((cr = cu->cuMemAllocHost(&d->bounce[i], BOUNCE_BYTES)) != CUDA_SUCCESS)
+                        return open_failed(d, ret_why, "cuMemAllocHost (bounce buffers)", cr,
+                                           -ENOMEM);
+        if ((cr = cu->cuMemAllocHost((void **) &d->info_host, INFO_SLOT * INFO_SLOTS)) !=
+                    CUDA_SUCCESS ||
+            (cr = cu->cuMemAllocFromPoolAsync(&d->info_dev, INFO_SLOT * INFO_SLOTS, d->pool,
+                                              d->alloc_stream)) != CUDA_SUCCESS ||
+            (cr = cu->cuStreamSynchronize(d->alloc_stream)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "allocating the info words' staging", cr, -ENOMEM);
+        d->in_use = INFO_SLOT * INFO_SLOTS;
+
+        const cube__nvrtc_api *nv;
+        const char *nvwhy;
+        int nvmajor = 0, nvminor = 0;
+        if (cube__cuda_load_nvrtc(&nv, &nvwhy) == 0) {
+                nvmajor = nv->major;
+                nvminor = nv->minor;
+        }
+        snprintf(d->target, sizeof(d->target), "nvrtc %d.%d sm_%d prelude %.16s %s", nvmajor,
+                 nvminor, d->arch, cube__cuda_prelude_digest, cube__cuda_options());
+
+        if ((d->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+                return open_failed(d, ret_why, "eventfd", CUDA_SUCCESS, -errno);
+        if (pthread_create(&d->submitter, NULL, submitter_main, d) != 0)
+                return open_failed(d, ret_why, "starting the submitter thread", CUDA_SUCCESS,
+                                   -EAGAIN);
+        d->have_submitter = true;
+        if (pthread_create(&d->completer, NULL, completer_main, d) != 0) {
+                pthread_mutex_lock(&d->lock);
+                d->stopping = true;
+                pthread_cond_signal(&d->cmd_wake);
+                pthread_mutex_unlock(&d->lock);
+                pthread_join(d->submitter, NULL);
+                return open_failed(d, ret_why, "starting the completion thread", CUDA_SUCCESS,
+                                   -EAGAIN);
+        }
+        d->have_completer = true;
+        *ret_device = d;
+        return 0;
+}
+
+static void cuda_close(cube__device *d)
+{
+        if (!d)
+                return;
+        pthread_mutex_lock(&d->lock);
+        d->stopping = true;
+        pthread_cond_signal(&d->cmd_wake);
+        pthread_mutex_unlock(&d->lock);
+        pthread_join(d->submitter, NULL);
+        ring(d);
+        pthread_join(d->completer, NULL);
+        for (cube__dstream *s = d->streams, *next; s; s = next) {
+                next = s->next;
+                d->cu->cuStreamDestroy(s->stream);
+                free(s);
+        }
+        for (pinned_range *p = d->pinned, *next; p; p = next) {
+                next = p->next;
+                d->cu->cuMemHostUnregister(p->addr);
+                free(p);
+        }
+        free_device(d);
+}
+
+static void cuda_properties(cube__device *d, cube_device_properties *ret)
+{
+        *ret = d->props;
+}
+
+static cube_error *cuda_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
+{
+        uint64_t rounded = (size + CUDA_ALIGNMENT - 1) / CUDA_ALIGNMENT * CUDA_ALIGNMENT;
+        cube__storage *st;
+        cmd *c;
+
+        if (size > d->limit)
+                return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
+        if (rounded > d->limit - d->in_use)
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        st = calloc(1, sizeof(*st));
+        c = calloc(1, sizeof(*c));
+        if (!st || !c) {
+                free(st);
+                free(c);
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        }
+        st->size = size;
+        st->rounded = rounded;
+        c->kind = CMD_ALLOC;
+        c->storage = st;
+        d->in_use += rounded;
+        push_cmd(d, c);
+        *ret_storage = st;
+        return NULL;
+}
+
+static void cuda_release(cube__device *d, cube__storage *st)
+{
+        cmd *c;
+
+        if (!st)
+                return;
+        d->in_use -= st->rounded;
+        if (!(c = calloc(1, sizeof(*c))))
+                return;         /* leaks the allocation, never frees under work */
+        c->kind = CMD_FREE;
+        c->storage = st;
+        push_cmd(d, c);
+}
+
+static cube_error *cuda_stream_open(cube__device *d, cube__dstream **ret_stream)
+{
+        cube__dstream *s = calloc(1, sizeof(*s));
+        CUresult r;
+
+        if (!s)
+                return cube__err_generic("out of host memory creating a stream");
+        /* Creating a stream waits for nothing on the device. */
+        d->cu->cuCtxSetCurrent(d->ctx);
+        r = d->cu->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS) {
+                free(s);
+                return cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "cuStreamCreate");
+        }
+        pthread_mutex_lock(&d->lock);
+        s->next = d->streams;
+        d->streams = s;
+        pthread_mutex_unlock(&d->lock);
+        *ret_stream = s;
+        return NULL;
+}
+
+static void cuda_stream_close(cube__device *d, cube__dstream *s)
+{
+        cmd *c = calloc(1, sizeof(*c));
+
+        if (!c)
+                return;
+        c->kind = CMD_STREAM_CLOSE;
+        c->stream = s;
+        push_cmd(d, c);
+}
+
+static void cuda_submit(cube__device *d, cube__dstream *s, cube__work *w)
+{
+        cmd *c = calloc(1, sizeof(*c));
+
+        if (!c) {
+                for (cube__work *x = w; x; x = x->next)
+                        if (!x->error && x->op != CUBE__WORK_FENCE)
+                                x->error = cube__err_generic("out of host memory queueing work");
+                d->config.complete(d->config.complete_ctx, w);
+                return;
+        }
+        c->kind = CMD_SUBMIT;
+        c->stream = s;
+        c->work = w;
+        push_cmd(d, c);
+}
+
+static void cuda_host_register(cube__device *d, void *addr, uint64_t len)
+{
+        cmd *c = calloc(1, sizeof(*c));
+
+        if (!c)
+                return;
+        c->kind = CMD_REGISTER;
+        c->addr = addr;
+        c->len = len;
+        push_cmd(d, c);
+}
+
+static void cuda_host_release(cube__device *d, void *addr, uint64_t len)
+{
+        cmd *c = calloc(1, sizeof(*c));
+
+        if (!c) {
+                munmap(addr, len);
+                return;
+        }
+        c->kind = CMD_RELEASE_HOST;
+        c->addr = addr;
+        c->len = len;
+        push_cmd(d, c);
+}
+
+static const char *cuda_target(cube__device *d)
+{
+        return d->target;
+}
+
+static cube_error *write_file(const char *path, const void *p, size_t n)
+{
+        size_t len = strlen(path) + 8;
+        char *tmp = malloc(len);
+        FILE *f;
+        bool ok;
+
+        if (!tmp)
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                                      "out of host memory storing a kernel"));
+        snprintf(tmp, len, "%s.tmp", path);
+        f = fopen(tmp, "wbe");
+        ok = f && fwrite(p, 1, n, f) == n;
+        if (f && fclose(f) != 0)
+                ok = false;
+        if (!ok || rename(tmp, path) < 0) {
+                cube_error *e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN,
+                        "cannot store the compiled kernel at %s: %s; check the cache directory",
+                        path, strerror(errno)));
+                unlink(tmp);
+                free(tmp);
+                return e;
+        }
+        free(tmp);
+        return NULL;
+}
+
+static cube_error *cuda_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
+{
+        const cube__nvrtc_api *nv;
+        const char *why;
+        char *cubin = NULL;
+        size_t size = 0;
+        cube_error *e;
+
+        if (cube__cuda_load_nvrtc(&nv, &why) < 0)
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                                      "cannot compile kernel '%s': %s", desc->entry, why));
+        if ((e = cube__cuda_compile(nv, desc, d->arch, false, &cubin, &size)))
+                return e;
+        e = write_file(path, cubin, size);
+        free(cubin);
+        return e;
+}
+
+static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
+                             cube__module **ret_module, uint32_t *ret_shared_bytes)
+{
+        cube__module *m = calloc(1, sizeof(*m));
+        FILE *f = fopen(path, "rbe");
+        char *image = NULL;
+        long len = -1;
+        int v;
+        CUresult r;
+        cube_error *e = NULL;
+
+        if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (image = malloc((size_t) len)) && fread(image, 1, (size_t) len, f) != (size_t) len)
+                len = -1;
+        if (f)
+                fclose(f);
+        if (!m || !image || len <= 0) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "cannot read the compiled kernel '%s' at %s", desc->entry, path));
+                goto fail;
+        }
+        d->cu->cuCtxSetCurrent(d->ctx);
+        if ((r = d->cu->cuModuleLoadData(&m->module, image)) != CUDA_SUCCESS) {
+                e = cube__cuda_error(CUBE__CU_SITE_MODULE, r, 0, "cuModuleLoadData");
+                goto fail;
+        }
+        if ((r = d->cu->cuModuleGetFunction(&m->fn, m->module, desc->entry)) != CUDA_SUCCESS) {
+                e = cube__cuda_error(CUBE__CU_SITE_MODULE, r, 0, "cuModuleGetFunction");
+                goto fail;
+        }
+        /* What the compiled kernel needs, as the driver sees it. */
+        d->cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, m->fn);
+        m->res.registers = (uint32_t) v;
+        d->cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, m->fn);
+        m->res.shared_bytes = (uint32_t) v;
+        d->cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, m->fn);
+        m->res.local_bytes = (uint32_t) v;
+        d->cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m->fn);
+        m->res.max_units = (uint32_t) v;
+        if ((e = cube__cuda_check_stack(&m->res, desc->entry, d->resident_units,
+                                        d->props.memory_bytes)))
+                goto fail;
+        free(image);
+        *ret_shared_bytes = m->res.shared_bytes;
+        *ret_module = m;
+        return NULL;
+fail:
+        if (m && m->module)
+                d->cu->cuModuleUnload(m->module);
+        free(m);
+        free(image);
+        return e;
+}
+
+static void cuda_unload(cube__device *d, cube__module *m)
+{
+        if (!m)
+                return;
+        d->cu->cuCtxSetCurrent(d->ctx);
+        d->cu->cuModuleUnload(m->module);
+        free(m);
+}
+
+static uint32_t cuda_max_units(cube__device *d, cube__module *m)
+{
+        return m->res.max_units;
+}
+
+const cube__driver cube__driver_cuda = {
+        .name = "cuda",
+        .open = cuda_open,
+        .close = cuda_close,
+        .properties = cuda_properties,
+        .alloc = cuda_alloc,
+        .release = cuda_release,
+        .host_view = NULL,
+        .stream_open = cuda_stream_open,
+        .stream_close = cuda_stream_close,
+        .submit = cuda_submit,
+        .artifact_ext = "cubin",
+        .target = cuda_target,
+        .compile = cuda_compile,
+        .load = cuda_load,
+        .unload = cuda_unload,
+        .max_units = cuda_max_units,
+        .host_register = cuda_host_register,
+        .host_release = cuda_host_release,
+        .orders_streams = true,
+};
