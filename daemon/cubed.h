@@ -223,6 +223,7 @@ typedef struct cube__stream {
         struct cube__stream *active_next;
         cube__work *batch_head, *batch_tail;    /* picked, about to be submitted */
         struct cube__stream *batch_next;
+        bool host_busy;                 /* a host op of it runs: its later work waits */
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
@@ -356,6 +357,14 @@ typedef struct cube__op {
         bool submitted;
         bool deferred_skip;             /* a launch that cannot run, queued only to learn
                                          * which failure its outputs carry */
+        /* Work the daemon runs itself rather than the device (a collective):
+         * the executor calls host_run on the loop thread once everything
+         * before it on its stream is done, holds the stream's later work until
+         * it completes (through cube__server_complete, from any thread), and
+         * op_finish calls host_done on the loop thread first. */
+        void (*host_run)(struct cube__op *o);
+        void (*host_done)(struct cube__op *o);
+        void *host_ctx;
 } cube__op;
 
 /* A request whose answer waits for device work. */
@@ -523,6 +532,8 @@ struct cube__session {
         uint64_t region_bytes;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
+        struct cube__group *groups;     /* its collective groups (comms.c) */
+        uint32_t n_groups;
         cube__session *prev, *next;
 };
 
@@ -642,6 +653,12 @@ typedef struct cube__options {
         char *allow_groups;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         bool fault_injection;           /* tests only */
+        /* Collectives (comms.c). */
+        char *transport;                /* "none": no collectives (NoDeviceTransport) */
+        char *comm_dir;                 /* where same-host groups meet; default: the socket's */
+        char *comm_address;             /* the IP this daemon's transport listens on */
+        uint32_t collective_timeout_ms; /* a member silent this long is lost */
+        uint32_t max_groups;            /* per session */
 } cube__options;
 
 void cube__options_default(cube__options *o);
@@ -716,7 +733,19 @@ struct cube__server {
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;
         bool stopping;
+        const struct cube__transport *transport; /* NULL: NoDeviceTransport */
+        struct cube__mint *mints;       /* group ids minted here, not yet joined */
+        char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
 };
+
+/* ---- collectives (comms.c) ---------------------------------------------- */
+void cube__comms_init(cube__server *srv);
+void cube__comms_done(cube__server *srv);
+/* The session's connection is gone: its groups are torn down, so the other
+ * members learn it now rather than at their timeout. */
+void cube__comms_session_detach(cube__session *s);
+/* The session is freed: its groups' threads are joined. */
+void cube__comms_session_free(cube__session *s);
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,

@@ -66,6 +66,16 @@ cube__dispatched cube__do_import(cube__msg *k);
 /* inject.c */
 cube__dispatched cube__do_inject(cube__msg *k);
 
+/* comms.c */
+cube__dispatched cube__do_comm_init(cube__msg *k);
+cube__dispatched cube__do_comm_mint(cube__msg *k);
+cube__dispatched cube__do_collective(cube__msg *k);
+cube__dispatched cube__do_sync_collective(cube__msg *k);
+cube__dispatched cube__do_comms(cube__msg *k);
+cube__dispatched cube__do_can_access_peer(cube__msg *k);
+cube__dispatched cube__do_peer_address(cube__msg *k);
+cube__dispatched cube__do_peer_wrote(cube__msg *k);
+
 /* launches.c */
 cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);

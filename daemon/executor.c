@@ -157,7 +157,8 @@ static bool submit_one(cube__session *s)
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
-                if (!o || st->submitted >= window || !ready(o))
+                if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
+                    (o->host_run && st->submitted))
                         continue;
                 st->head = o->next;
                 if (!st->head)
@@ -175,7 +176,13 @@ static bool submit_one(cube__session *s)
                 o->submitted = true;
                 st->submitted++;
                 srv->submitted++;
-                batch(srv, st, &o->work);
+                if (o->host_run) {
+                        /* Never completes before it returns (comms.c). */
+                        st->host_busy = true;
+                        o->host_run(o);
+                } else {
+                        batch(srv, st, &o->work);
+                }
                 return true;
         }
         return false;
@@ -239,6 +246,8 @@ void cube__op_retire(cube__op *o)
                 else
                         a->uses_tail = u->prev;
         }
+        if (o->host_run)
+                o->stream->host_busy = false;
         if (o->submitted) {
                 o->stream->submitted--;
                 srv->submitted--;

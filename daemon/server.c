@@ -237,6 +237,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
         cube__conn_answers_init(srv);
+        cube__comms_init(srv);
         if ((r = open_device(srv)) < 0)
                 return r;
         if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
@@ -354,6 +355,7 @@ void cube__server_check_stopped(cube__server *srv)
                 return;
         uv_close((uv_handle_t *) &srv->completions_poll, NULL);
         cube__conn_answers_close(srv);
+        cube__comms_done(srv);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);
         uv_close((uv_handle_t *) &srv->sigint, NULL);
         uv_close((uv_handle_t *) &srv->sighup, NULL);

@@ -298,6 +298,8 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
+        if (o->host_done)
+                o->host_done(o);
         if (o->writer || o->launch) {
                 writer_done(o);
         } else if (o->work.error) {

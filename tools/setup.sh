@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config gcc libc6-dev libuv1-dev libmsgpack-dev
-          libsystemd-dev check valgrind python3)
+          libsystemd-dev check valgrind python3 g++ libgloo-dev iproute2)
 missing=()
 for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
