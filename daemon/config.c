@@ -67,6 +67,11 @@ static const option_spec specs[] = {
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
+        { "transport", K_STRING, OFF(transport), 0, 0, false },
+        { "comm-dir", K_STRING, OFF(comm_dir), 0, 0, false },
+        { "comm-address", K_STRING, OFF(comm_address), 0, 0, false },
+        { "collective-timeout", K_U32, OFF(collective_timeout_ms), 100, 3600000, true },
+        { "max-groups", K_U32, OFF(max_groups), 1, 65536, true },
 };
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
@@ -93,6 +98,8 @@ void cube__options_default(cube__options *o)
                 .max_graphs = 256,
                 .max_graph_launches = 65536,
                 .poison_grace_s = 5,
+                .collective_timeout_ms = 30000,
+                .max_groups = 64,
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -104,6 +111,9 @@ void cube__options_done(cube__options *o)
         free(o->cache_dir);
         free(o->config_path);
         free(o->socket_group);
+        free(o->comm_dir);
+        free(o->transport);
+        free(o->comm_address);
         free(o->allow_uids);
         free(o->allow_groups);
         *o = (cube__options) {0};
@@ -353,6 +363,8 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_sessions = next->max_sessions;
         cur->max_sessions_per_uid = next->max_sessions_per_uid;
         cur->max_streams = next->max_streams;
+        cur->collective_timeout_ms = next->collective_timeout_ms;
+        cur->max_groups = next->max_groups;
         cur->max_requests = next->max_requests;
         cur->max_queued_bytes = next->max_queued_bytes;
         cur->region_memory = next->region_memory;

@@ -229,6 +229,7 @@ typedef struct cube__stream {
         uint64_t seq;                   /* work queued on it so far: the next op's place */
         struct cube__window *windows;   /* profiling windows open or ending (profile.c) */
         struct cube__capture *capture;  /* a graph capture being prepared or recorded */
+        bool host_busy;                 /* a host op of it runs: its later work waits */
 } cube__stream;
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
@@ -371,6 +372,14 @@ typedef struct cube__op {
         cube__work *chain;              /* a replay: its launches, ending with work; or NULL */
         struct cube__op *part_of;       /* a replay's launch: the replay it belongs to */
         struct cube__graph *graph;      /* a replay: the graph it runs */
+        /* Work the daemon runs itself rather than the device (a collective):
+         * the executor calls host_run on the loop thread once everything
+         * before it on its stream is done, holds the stream's later work until
+         * it completes (through cube__server_complete, from any thread), and
+         * op_finish calls host_done on the loop thread first. */
+        void (*host_run)(struct cube__op *o);
+        void (*host_done)(struct cube__op *o);
+        void *host_ctx;
 } cube__op;
 
 /* A request whose answer waits for device work. */
@@ -593,6 +602,8 @@ struct cube__session {
         uint32_t n_regions;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
+        struct cube__group *groups;     /* its collective groups (comms.c) */
+        uint32_t n_groups;
         cube__session *prev, *next;
 };
 
@@ -731,6 +742,12 @@ typedef struct cube__options {
         char *allow_groups;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         bool fault_injection;           /* tests only */
+        /* Collectives (comms.c). */
+        char *transport;                /* "none": no collectives (NoDeviceTransport) */
+        char *comm_dir;                 /* where same-host groups meet; default: the socket's */
+        char *comm_address;             /* the IP this daemon's transport listens on */
+        uint32_t collective_timeout_ms; /* a member silent this long is lost */
+        uint32_t max_groups;            /* per session */
 } cube__options;
 
 void cube__options_default(cube__options *o);
@@ -812,6 +829,9 @@ struct cube__server {
         uint32_t n_conns;
         uint64_t rx_bytes;              /* every connection's receive buffer (conn.c) */
         uint32_t rx_blocked;            /* connections not read for the receive caps */
+        const struct cube__transport *transport; /* NULL: NoDeviceTransport */
+        struct cube__mint *mints;       /* group ids minted here, not yet joined */
+        char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
 };
 
 /* Descriptors kept for root and the daemon's own user: others' connections
@@ -824,6 +844,15 @@ struct cube__server {
 bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
 /* Whether an administrative peer (root, the daemon's uid). */
 bool cube__uid_is_admin(uid_t uid);
+
+/* ---- collectives (comms.c) ---------------------------------------------- */
+void cube__comms_init(cube__server *srv);
+void cube__comms_done(cube__server *srv);
+/* The session's connection is gone: its groups are torn down, so the other
+ * members learn it now rather than at their timeout. */
+void cube__comms_session_detach(cube__session *s);
+/* The session is freed: its groups' threads are joined. */
+void cube__comms_session_free(cube__session *s);
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,

@@ -180,6 +180,20 @@ static const method methods[] = {
         { "drain", CUBE__MSG_REQUEST, cube__do_drain },
         { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
         { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },
+        { "comm_init", CUBE__MSG_REQUEST, cube__do_comm_init },
+        { "comm_mint", CUBE__MSG_REQUEST, cube__do_comm_mint },
+        { "all_reduce", CUBE__MSG_REQUEST, cube__do_collective },
+        { "all_gather", CUBE__MSG_REQUEST, cube__do_collective },
+        { "reduce_scatter", CUBE__MSG_REQUEST, cube__do_collective },
+        { "broadcast", CUBE__MSG_REQUEST, cube__do_collective },
+        { "all_to_all", CUBE__MSG_REQUEST, cube__do_collective },
+        { "send", CUBE__MSG_REQUEST, cube__do_collective },
+        { "recv", CUBE__MSG_REQUEST, cube__do_collective },
+        { "sync_collective", CUBE__MSG_REQUEST, cube__do_sync_collective },
+        { "comms", CUBE__MSG_REQUEST, cube__do_comms },
+        { "can_access_peer", CUBE__MSG_REQUEST, cube__do_can_access_peer },
+        { "peer_address", CUBE__MSG_REQUEST, cube__do_peer_address },
+        { "peer_wrote", CUBE__MSG_NOTIFY, cube__do_peer_wrote },
 };
 
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)

@@ -78,6 +78,15 @@ cube__dispatched cube__do_end_capture(cube__msg *k);
 cube__dispatched cube__do_replay(cube__msg *k);
 cube__dispatched cube__do_graph_destroy(cube__msg *k);
 cube__dispatched cube__do_captures(cube__msg *k);
+/* comms.c */
+cube__dispatched cube__do_comm_init(cube__msg *k);
+cube__dispatched cube__do_comm_mint(cube__msg *k);
+cube__dispatched cube__do_collective(cube__msg *k);
+cube__dispatched cube__do_sync_collective(cube__msg *k);
+cube__dispatched cube__do_comms(cube__msg *k);
+cube__dispatched cube__do_can_access_peer(cube__msg *k);
+cube__dispatched cube__do_peer_address(cube__msg *k);
+cube__dispatched cube__do_peer_wrote(cube__msg *k);
 
 /* launches.c */
 cube__dispatched cube__do_register(cube__msg *k);

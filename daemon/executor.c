@@ -165,7 +165,8 @@ static bool submit_one(cube__session *s)
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
-                if (!o || st->submitted >= window || !ready(o))
+                if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
+                    (o->host_run && st->submitted))
                         continue;
                 st->head = o->next;
                 if (!st->head)
@@ -183,8 +184,14 @@ static bool submit_one(cube__session *s)
                 o->submitted = true;
                 st->submitted++;
                 srv->submitted++;
-                /* A replay goes as its whole chain of launches. */
-                batch(srv, st, o->chain ? o->chain : &o->work, &o->work);
+                if (o->host_run) {
+                        /* Never completes before it returns (comms.c). */
+                        st->host_busy = true;
+                        o->host_run(o);
+                } else {
+                        /* A replay goes as its whole chain of launches. */
+                        batch(srv, st, o->chain ? o->chain : &o->work, &o->work);
+                }
                 return true;
         }
         return false;
@@ -248,6 +255,8 @@ void cube__op_retire(cube__op *o)
                 else
                         a->uses_tail = u->prev;
         }
+        if (o->host_run)
+                o->stream->host_busy = false;
         if (o->submitted) {
                 o->stream->submitted--;
                 srv->submitted--;

@@ -68,6 +68,12 @@ static void usage(FILE *f)
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
 "  --allow-groups LIST    groups whose members may connect (names or gids)\n"
+"Collectives:\n"
+"  --transport none       answer every collective with NoDeviceTransport\n"
+"  --comm-dir DIR         where same-host groups meet (default: the socket's directory)\n"
+"  --comm-address IP      where this daemon's transport listens (default 127.0.0.1)\n"
+"  --collective-timeout MS  a member silent this long is lost (default 30000)\n"
+"  --max-groups N         groups of one session (default 64)\n"
 "\n"
 "  --enable-fault-injection\n"
 "                         accept debug_inject requests (tests only; off by default)\n"
@@ -116,6 +122,11 @@ int main(int argc, char **argv)
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },
+                { "transport", required_argument, NULL, 'o' },
+                { "comm-dir", required_argument, NULL, 'o' },
+                { "comm-address", required_argument, NULL, 'o' },
+                { "collective-timeout", required_argument, NULL, 'o' },
+                { "max-groups", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'v' },

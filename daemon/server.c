@@ -303,6 +303,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
         cube__conn_answers_init(srv);
         cube__closer_init();
+        cube__comms_init(srv);
         if ((r = open_device(srv)) < 0) {
                 /* No device or driver: restarting will not bring one. */
                 if (r == -ENODEV || r == -ENOSYS)
@@ -426,6 +427,7 @@ void cube__server_check_stopped(cube__server *srv)
                 return;
         uv_close((uv_handle_t *) &srv->completions_poll, NULL);
         cube__conn_answers_close(srv);
+        cube__comms_done(srv);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);
         uv_close((uv_handle_t *) &srv->sigint, NULL);
         uv_close((uv_handle_t *) &srv->sighup, NULL);

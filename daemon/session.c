@@ -40,6 +40,7 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
 void cube__session_detach(cube__session *s)
 {
         s->conn = NULL;
+        cube__comms_session_detach(s);
         cube__session_maybe_free(s);
 }
 
@@ -70,6 +71,7 @@ void cube__session_maybe_free(cube__session *s)
 
         if (s->conn || s->inflight > 0)
                 return;
+        cube__comms_session_free(s);
 
         /* cube__name_free removes entries from the map it is called for, so
          * walk a moved-out copy. */

@@ -321,6 +321,8 @@ static void op_finish(cube__op *o)
                 cube__server_poison(srv, cube_error_clone(o->work.error));
                 o->work.error = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, o->work.error);
         }
+        if (o->host_done)
+                o->host_done(o);
         if (o->writer || o->launch) {
                 writer_done(o);
         } else if (o->work.error) {

@@ -178,6 +178,39 @@ int test_daemon_start(test_daemon *d, const char *const *extra_args)
         return r;
 }
 
+int test_group_start(test_group *g, int n, const char *const *extra_args)
+{
+        memset(g, 0, sizeof(*g));
+        strcpy(g->dir, "/tmp/cube-group-XXXXXX");
+        if (n > 8 || !mkdtemp(g->dir))
+                return -1;
+        for (int i = 0; i < n; i++) {
+                char sock[96];
+                const char *args[40] = { "--socket", sock };
+                int k = 2;
+                snprintf(sock, sizeof(sock), "%s/cpu%d.sock", g->dir, i);
+                for (const char *const *a = extra_args; a && *a && k < 39; a++)
+                        args[k++] = *a;
+                args[k] = NULL;
+                if (test_daemon_start(&g->d[i], args) < 0) {
+                        g->n = i;
+                        test_group_stop(g);
+                        return -1;
+                }
+                snprintf(g->d[i].socket, sizeof(g->d[i].socket), "%s", sock);
+                g->n = i + 1;
+        }
+        return 0;
+}
+
+void test_group_stop(test_group *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->d[i].pid > 0)
+                        test_daemon_stop(&g->d[i], 10000);
+        rmdir(g->dir);
+}
+
 bool test_daemon_socket_exists(const test_daemon *d)
 {
         struct stat st;

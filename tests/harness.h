@@ -38,6 +38,19 @@ bool test_daemon_socket_exists(const test_daemon *d);
 /* Prints the daemon's stderr, for a failing test. */
 void test_daemon_dump_log(const test_daemon *d);
 
+/* n daemons (at most 8) as instances cpu0..cpu<n-1>, their sockets
+ * cpuI.sock in one temporary directory (dir), so that they find each other
+ * for collectives; extra arguments go to each. Returns 0, or -1 with every
+ * one started so far stopped. */
+typedef struct test_group {
+        int n;
+        char dir[64];
+        test_daemon d[8];
+} test_group;
+int test_group_start(test_group *g, int n, const char *const *extra_args);
+/* Stops every daemon still running (a pid of 0 is one already gone). */
+void test_group_stop(test_group *g);
+
 /* A connected raw socket, or -1. */
 int raw_connect(const char *path);
 int raw_send(int fd, const void *buf, size_t len);

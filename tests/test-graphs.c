@@ -294,39 +294,30 @@ START_TEST(abandon_drops_a_window_without_measuring_it)
 END_TEST
 
 /* A kernel's measured time grows with its work: 4x the iterations measures
- * 3x to 5x. Each round times 1x and 4x back to back, so both see the same
- * load on a shared machine, and the median of seven rounds' ratios is what
- * is held to the bound: one round a neighbour preempted does not decide. */
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *) a, y = *(const double *) b;
-
-        return x < y ? -1 : x > y;
-}
-
+ * 3x to 5x. The device's clock runs on while a neighbour preempts it, which
+ * only ever adds time, so the fastest of seven runs of each size is what is
+ * compared; the runs alternate, so both sizes see the same load. */
 START_TEST(measured_time_grows_with_the_work)
 {
         cube_client *c = test_connect(D.socket, "scale");
-        uint64_t k = test_kernel(c, spin_source, "spin"), t, ns[2];
-        double ratios[7];
+        uint64_t k = test_kernel(c, spin_source, "spin"), t, best[2] = { UINT64_MAX, UINT64_MAX };
         cube_handle out;
 
         ck_ok(cube_empty(c, 64, &out));
         spin(c, k, &out, 1000);
         ck_ok(cube_sync(c, NULL, 0));
-        for (int round = 0; round < 7; round++) {
+        for (int round = 0; round < 7; round++)
                 for (int i = 0; i < 2; i++) {
                         ck_ok(cube_start_profile_at_launch(c, &t));
                         spin(c, k, &out, SPIN_1X * (i ? 4 : 1));
-                        ns[i] = measure(c, t);
+                        uint64_t ns = measure(c, t);
+                        if (ns < best[i])
+                                best[i] = ns;
                 }
-                ratios[round] = (double) ns[1] / (double) ns[0];
-        }
-        qsort(ratios, 7, sizeof(ratios[0]), cmp_double);
-        fprintf(stderr, "spin 4x/1x: median %.2fx (from %.2fx to %.2fx)\n", ratios[3], ratios[0],
-                ratios[6]);
-        ck_assert_msg(ratios[3] >= 3.0 && ratios[3] <= 5.0, "4x the work measured %.2fx",
-                      ratios[3]);
+        double ratio = (double) best[1] / (double) best[0];
+        fprintf(stderr, "spin 4x/1x: %.2fx (fastest of 7: %" PRIu64 " ns, %" PRIu64 " ns)\n",
+                ratio, best[0], best[1]);
+        ck_assert_msg(ratio >= 3.0 && ratio <= 5.0, "4x the work measured %.2fx", ratio);
         cube_disconnect(c);
 }
 END_TEST

@@ -31,6 +31,7 @@ static void usage(FILE *f)
 "  streams   each stream of each session, with its queued work\n"
 "  graphs    each session's open profiling windows, graphs (launches, pages kept,\n"
 "            replays) and captures under way\n"
+"  comms     each collective group: members, state and traffic\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
 "  drain     take no new sessions; the daemon stops once the last one ends\n"
 "  kill-session ID\n"
@@ -418,6 +419,46 @@ static int cmd_graphs(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* The collective groups of every session: members, state and traffic. */
+static int cmd_comms(cube_client *c, bool json, const char *arg)
+{
+        cube_comm_info *v;
+        size_t n;
+        cube_error *e = cube_daemon_comms(c, &v, &n);
+
+        if (e)
+                return report("comms", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%-16s  %7s  %-9s  %4s  %-8s  %8s  %12s  %s\n", "GROUP", "SESSION", "KIND",
+                       "RANK", "STATE", "OPS", "BYTES", "MEMBERS");
+        for (size_t i = 0; i < n; i++) {
+                char members[600] = "";
+                size_t used = 0;
+                for (uint32_t m = 0; m < v[i].size && m < 8; m++)
+                        used += (size_t) snprintf(members + used, sizeof(members) - used,
+                                                  json ? "%s\"%s\"" : "%s%s", m ? "," : "",
+                                                  v[i].members[m]);
+                if (json)
+                        printf("%s{\"id\":\"%s\",\"session\":%" PRIu64 ",\"kind\":\"%s\","
+                               "\"rank\":%u,\"size\":%u,\"state\":\"%s\",\"ops\":%" PRIu64
+                               ",\"bytes\":%" PRIu64 ",\"refusals\":%" PRIu64 ",\"members\":[%s]}",
+                               i ? "," : "", v[i].id, v[i].session, v[i].kind, v[i].rank,
+                               v[i].size, v[i].state, v[i].ops, v[i].bytes, v[i].refusals,
+                               members);
+                else
+                        printf("%-16s  %7" PRIu64 "  %-9s  %4u  %-8s  %8" PRIu64 "  %12" PRIu64
+                               "  %s%s%s\n", v[i].id, v[i].session, v[i].kind, v[i].rank,
+                               v[i].state, v[i].ops, v[i].bytes, members, *v[i].why ? "  " : "",
+                               v[i].why);
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
 static int cmd_metrics(cube_client *c, bool json, const char *arg)
 {
         char *text;
@@ -541,6 +582,7 @@ int main(int argc, char **argv)
                 { "memory", cmd_memory, false },
                 { "streams", cmd_streams, false },
                 { "graphs", cmd_graphs, false },
+                { "comms", cmd_comms, false },
                 { "metrics", cmd_metrics, false },
                 { "drain", cmd_drain, false },
                 { "kill-session", cmd_kill_session, true },

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config gcc libc6-dev libuv1-dev libmsgpack-dev
-          libsystemd-dev check valgrind python3
+          libsystemd-dev check valgrind python3 g++ libgloo-dev iproute2
           python3-venv python3-pip python3-dev python3-setuptools python3-cffi python3-numpy
           python3-pytest)
 missing=()

@@ -616,6 +616,99 @@ typedef struct cube_status {
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
 
+/* ---------------------------------------------------------------------------
+ * Collectives between devices (ServerCommunication). A device is a daemon
+ * instance ("cpu0", "cpu1", ...): on one host the daemons find each other
+ * through their sockets' directory. A group is one sorted set of devices
+ * (cube_comm_init, on every member, each through its own client) or a group
+ * id one member minted (cube_comm_mint on rank 0, then cube_comm_init_id on
+ * every rank, the launcher handing the id around). Every operation is
+ * answered once queued; what goes wrong later lands on the destination, and
+ * a read of it names the cause (a member whose source carried a failure, or
+ * a member lost). Members must queue a group's operations in one order.
+ * ------------------------------------------------------------------------- */
+typedef enum cube_elem_type {
+        CUBE_ELEM_F16, CUBE_ELEM_BF16, CUBE_ELEM_F32, CUBE_ELEM_F64, CUBE_ELEM_I32,
+        CUBE_ELEM_I64, CUBE_ELEM_U32, CUBE_ELEM_U64,
+} cube_elem_type;
+
+typedef enum cube_reduce_op { CUBE_REDUCE_SUM, CUBE_REDUCE_MEAN } cube_reduce_op;
+
+/* How a collective reduces its members' elements (Reduction). */
+typedef struct cube_reduction {
+        cube_elem_type dtype;
+        cube_reduce_op op;
+} cube_reduction;
+
+/* ComputeWait. AT_SYNC: the collective runs beside compute, and the caller
+ * keeps its buffers alive until cube_sync_collective. NOW: it runs before
+ * anything queued after it on the stream. */
+typedef enum cube_compute_wait { CUBE_WAIT_AT_SYNC, CUBE_WAIT_NOW } cube_compute_wait;
+
+/* A group: devices (n of them, any order) or, when id is set, a minted id. */
+typedef struct cube_group {
+        const char *const *devices;
+        size_t n;
+        const char *id;
+} cube_group;
+
+/* Joins the group of devices; blocks until every member has joined, so a
+ * process holding a client per device calls it from one thread per client
+ * (or uses cube_comm_init_all). */
+cube_error *cube_comm_init(cube_client *c, const char *const *devices, size_t n);
+/* The same for n clients at once, client i being devices[i]'s. */
+cube_error *cube_comm_init_all(cube_client *const *clients, const char *const *devices, size_t n);
+/* A group id whose rank 0 is this client's daemon (id has room for 128 bytes). */
+cube_error *cube_comm_mint(cube_client *c, char ret_id[128]);
+cube_error *cube_comm_init_id(cube_client *c, const char *id, uint32_t rank, uint32_t size);
+
+cube_error *cube_all_reduce(cube_client *c, const cube_group *g, const cube_handle *src,
+                            const cube_handle *dst, cube_reduction reduction,
+                            cube_compute_wait wait);
+/* dst holds one src per member, in rank order. */
+cube_error *cube_all_gather(cube_client *c, const cube_group *g, const cube_handle *src,
+                            const cube_handle *dst, cube_compute_wait wait);
+/* src holds one dst per member; dst receives this member's chunk of the result. */
+cube_error *cube_reduce_scatter(cube_client *c, const cube_group *g, const cube_handle *src,
+                                const cube_handle *dst, cube_reduction reduction,
+                                cube_compute_wait wait);
+/* root's src to every dst; src is NULL on every other member. */
+cube_error *cube_broadcast(cube_client *c, const cube_group *g, const cube_handle *src,
+                           const cube_handle *dst, const char *root, cube_compute_wait wait);
+/* Chunk r of src to member r; chunk r of dst from member r. */
+cube_error *cube_all_to_all(cube_client *c, const cube_group *g, const cube_handle *src,
+                            const cube_handle *dst, cube_compute_wait wait);
+/* Point to point. With g NULL, peer names a device and the pair's own
+ * group (transfers_between) is joined on first use; with g, peer names a
+ * member (a device name, or its rank as decimal text). */
+cube_error *cube_send(cube_client *c, const cube_group *g, const cube_handle *src,
+                      const char *peer, cube_compute_wait wait);
+cube_error *cube_recv(cube_client *c, const cube_group *g, const cube_handle *dst,
+                      const char *peer, cube_compute_wait wait);
+/* Waits for every AT_SYNC collective this client queued. */
+cube_error *cube_sync_collective(cube_client *c);
+
+/* Peer access. */
+cube_error *cube_can_access_peer(cube_client *c, const char *peer, bool *ret_can);
+cube_error *cube_peer_address(cube_client *c, const cube_handle *h, uint64_t *ret_address);
+/* A kernel on another device finished enqueuing its writes to handles:
+ * reason NULL when it did, else why it failed (the handles carry it). */
+cube_error *cube_peer_wrote(cube_client *c, const cube_handle *handles, size_t n,
+                            const char *reason);
+
+typedef struct cube_comm_info {
+        char id[17];
+        uint64_t session;
+        char kind[16];                  /* devices, transfers, id */
+        uint32_t rank, size;
+        char members[8][64];            /* the first 8 */
+        char state[16];                 /* joining, ready, failed, closed */
+        char why[512];
+        uint64_t ops, bytes, refusals;
+} cube_comm_info;
+
+cube_error *cube_daemon_comms(cube_client *c, cube_comm_info **ret_comms, size_t *ret_n);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus
