@@ -6,6 +6,10 @@
  * or it is a member of a listed group (its primary group or a supplementary
  * one). Root and the daemon's own user are always let in, so an operator can
  * always inspect the daemon; they are also exempt from the session quotas.
+ *
+ * Names in the lists are resolved once, when the configuration loads; at
+ * accept the peer's uid and groups come from the kernel (SO_PEERCRED and
+ * SO_PEERGROUPS), so nothing on the loop reads /etc/passwd or /proc.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -18,7 +22,8 @@
 
 #include "cubed.h"
 
-/* The numeric id a list entry names: a number, or a user or group name. */
+/* The numeric id a list entry names: a number, or a user or group name.
+ * Called when the configuration loads, never on the loop's accept path. */
 static bool entry_id(const char *entry, bool group, unsigned long *ret)
 {
         char *end;
@@ -39,68 +44,94 @@ static bool entry_id(const char *entry, bool group, unsigned long *ret)
         return p != NULL;
 }
 
-/* Whether the comma-separated list names id. */
-static bool listed(const char *list, bool group, unsigned long id)
+int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len)
 {
-        char *copy = strdup(list), *save = NULL;
-        bool found = false;
+        cube__id_list l = {0};
+        char *copy, *save = NULL;
 
-        if (!copy)
-                return false;
-        for (char *tok = strtok_r(copy, ",", &save); tok && !found; tok = strtok_r(NULL, ",", &save)) {
+        *ret = l;
+        if (!list || !*list)
+                return 0;
+        if (!(copy = strdup(list)))
+                return -ENOMEM;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
                 unsigned long v;
                 while (isspace((unsigned char) *tok))
                         tok++;
                 for (char *e = tok + strlen(tok); e > tok && isspace((unsigned char) e[-1]); e--)
                         e[-1] = '\0';
-                found = *tok && entry_id(tok, group, &v) && v == id;
+                if (!*tok)
+                        continue;
+                if (!entry_id(tok, group, &v) || v > UINT32_MAX) {
+                        snprintf(why, len, "%s: '%s' names no %s", group ? "allow-groups" :
+                                 "allow-uids", tok, group ? "group" : "user");
+                        free(copy);
+                        free(l.ids);
+                        return -ENOENT;
+                }
+                uint32_t *grown = realloc(l.ids, (l.n + 1) * sizeof(*l.ids));
+                if (!grown) {
+                        free(copy);
+                        free(l.ids);
+                        return -ENOMEM;
+                }
+                l.ids = grown;
+                l.ids[l.n++] = (uint32_t) v;
         }
         free(copy);
-        return found;
+        l.set = true;
+        *ret = l;
+        return 0;
 }
 
-/* Whether the peer process belongs to a listed group: its primary group, or
- * one of the supplementary groups its kernel credentials carry. */
-static bool in_listed_group(const char *list, const struct ucred *cred)
+static bool id_listed(const cube__id_list *l, uint32_t id)
 {
-        char path[64], line[4096];
-        FILE *f;
-        bool found = listed(list, true, cred->gid);
+        for (size_t i = 0; i < l->n; i++)
+                if (l->ids[i] == id)
+                        return true;
+        return false;
+}
 
-        snprintf(path, sizeof(path), "/proc/%d/status", (int) cred->pid);
-        if (found || !(f = fopen(path, "re")))
-                return found;
-        while (!found && fgets(line, sizeof(line), f)) {
-                if (strncmp(line, "Groups:", 7) != 0)
-                        continue;
-                char *p = line + 7, *end;
-                for (;;) {
-                        unsigned long g = strtoul(p, &end, 10);
-                        if (end == p)
-                                break;
-                        if (listed(list, true, g)) {
-                                found = true;
-                                break;
-                        }
-                        p = end;
+int cube__peer_groups(int fd, gid_t **ret_groups, size_t *ret_n)
+{
+        socklen_t len = 64 * sizeof(gid_t);
+        gid_t *g = NULL;
+
+        *ret_groups = NULL;
+        *ret_n = 0;
+        for (int tries = 0; tries < 4; tries++) {
+                gid_t *grown = realloc(g, len ? len : sizeof(gid_t));
+                if (!grown) {
+                        free(g);
+                        return -ENOMEM;
                 }
+                g = grown;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
+                        *ret_groups = g;
+                        *ret_n = len / sizeof(gid_t);
+                        return 0;
+                }
+                if (errno != ERANGE)
+                        break;
         }
-        fclose(f);
-        return found;
+        free(g);
+        return -errno;
 }
 
-bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len)
+bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid_t *groups,
+                          size_t n_groups, char *why, size_t len)
 {
-        const char *uids = srv->opts.allow_uids, *groups = srv->opts.allow_groups;
+        const cube__id_list *uids = &srv->opts.allow_uid_ids, *gids = &srv->opts.allow_gid_ids;
 
-        if ((!uids || !*uids) && (!groups || !*groups))
+        if (!uids->set && !gids->set)
                 return false;
         if (cred->uid == 0 || cred->uid == geteuid())
                 return false;
-        if (uids && *uids && listed(uids, false, cred->uid))
+        if (id_listed(uids, cred->uid) || id_listed(gids, cred->gid))
                 return false;
-        if (groups && *groups && in_listed_group(groups, cred))
-                return false;
+        for (size_t i = 0; i < n_groups; i++)
+                if (id_listed(gids, groups[i]))
+                        return false;
         snprintf(why, len, "uid %u may not use this daemon: it is not in allow-uids, nor a member "
                  "of allow-groups", (unsigned) cred->uid);
         return true;

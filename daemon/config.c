@@ -90,6 +90,8 @@ void cube__options_done(cube__options *o)
         free(o->socket_group);
         free(o->allow_uids);
         free(o->allow_groups);
+        free(o->allow_uid_ids.ids);
+        free(o->allow_gid_ids.ids);
         *o = (cube__options) {0};
 }
 
@@ -311,12 +313,27 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                 snprintf(dir, sizeof(dir), "/var/cache/cube/%s%u", o.backend, o.device_index);
                 r = set_string(&o.cache_dir, dir);
         }
+        /* Names resolve now, not at every accept: a name that names no one
+         * is a bad configuration like any other. */
+        if (r == 0)
+                r = cube__id_list_parse(o.allow_uids, false, &o.allow_uid_ids, why, why_len);
+        if (r == 0)
+                r = cube__id_list_parse(o.allow_groups, true, &o.allow_gid_ids, why, why_len);
         if (r < 0) {
                 cube__options_done(&o);
                 return r;
         }
         *ret = o;
         return 0;
+}
+
+static void *memdup(const void *p, size_t n)
+{
+        void *q = malloc(n);
+
+        if (q)
+                memcpy(q, p, n);
+        return q;
 }
 
 /* Takes what a reload may change from next into cur; says what it cannot. */
@@ -344,6 +361,17 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         free(cur->allow_groups);
         cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;
         cur->allow_groups = next->allow_groups ? strdup(next->allow_groups) : NULL;
+        free(cur->allow_uid_ids.ids);
+        free(cur->allow_gid_ids.ids);
+        cur->allow_uid_ids = next->allow_uid_ids;
+        cur->allow_gid_ids = next->allow_gid_ids;
+        cur->allow_uid_ids.ids = next->allow_uid_ids.n ?
+                memdup(next->allow_uid_ids.ids, next->allow_uid_ids.n * sizeof(uint32_t)) : NULL;
+        cur->allow_gid_ids.ids = next->allow_gid_ids.n ?
+                memdup(next->allow_gid_ids.ids, next->allow_gid_ids.n * sizeof(uint32_t)) : NULL;
+        if ((next->allow_uid_ids.n && !cur->allow_uid_ids.ids) ||
+            (next->allow_gid_ids.n && !cur->allow_gid_ids.ids))
+                cur->allow_uid_ids.n = cur->allow_gid_ids.n = 0;
         cur->fault_injection = next->fault_injection;
         cube__log_init(cur->log_level);
 }

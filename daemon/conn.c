@@ -35,6 +35,8 @@ struct cube__conn {
         bool held;                      /* accepted during a reinit: no session yet */
         bool throttled;                 /* over max-requests or max-queued-bytes: not read */
         struct ucred cred;
+        gid_t *groups;                  /* the peer's supplementary groups (SO_PEERGROUPS) */
+        size_t n_groups;
         cube__kernel *waiting_on;
         bool redispatching;
         bool closing;
@@ -75,6 +77,7 @@ static void on_closed(uv_handle_t *h)
         if (c->next)
                 c->next->prev = c->prev;
         cube__rbuf_free(&c->rb);
+        free(c->groups);
         cube__direct_end(&c->direct);
         if (c->waiting_on)
                 cube__kernel_forget(c->waiting_on, c);
@@ -608,8 +611,10 @@ void cube__on_connection(uv_stream_t *listener, int status)
                 uv_close((uv_handle_t *) &c->pipe, on_closed);
                 return;
         }
-        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
+        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0) {
                 (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
+                (void) cube__peer_groups(fd, &c->groups, &c->n_groups);
+        }
         c->cred = cred;
         if (srv->stopping) {
                 cube__conn_close(c);
@@ -634,7 +639,7 @@ static void conn_start(cube__conn *c)
         bool refused;
 
         c->held = false;
-        refused = cube__access_refused(srv, &c->cred, why, sizeof(why)) ||
+        refused = cube__access_refused(srv, &c->cred, c->groups, c->n_groups, why, sizeof(why)) ||
                   cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
         c->session = cube__session_new(srv, c, c->cred.pid, c->cred.uid, c->cred.gid);
         if (!c->session) {

@@ -482,8 +482,13 @@ void cube__kernel_retry(cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
 
 /* ---- access and session quotas (access.c) ------------------------------ */
-/* Whether the peer may not connect (allow-uids, allow-groups); why says why. */
-bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len);
+/* Whether the peer, of these credentials and supplementary groups, may not
+ * connect (allow-uids, allow-groups); why says why. */
+bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid_t *groups,
+                          size_t n_groups, char *why, size_t len);
+/* The peer's supplementary groups, from the kernel (SO_PEERGROUPS): an array
+ * the caller frees. */
+int cube__peer_groups(int fd, gid_t **ret_groups, size_t *ret_n);
 /* Whether another session of uid would cross max-sessions or
  * max-sessions-per-uid; why names the quota. */
 bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len);
@@ -611,6 +616,17 @@ typedef enum cube__poison_policy {
         CUBE__POISON_REINIT,            /* bring the device up again once sessions were told */
 } cube__poison_policy;
 
+/* allow-uids or allow-groups, resolved to numeric ids when loaded. */
+typedef struct cube__id_list {
+        uint32_t *ids;
+        size_t n;
+        bool set;                       /* the option was given (even if empty of ids) */
+} cube__id_list;
+
+/* Resolves a comma-separated list of names or numbers; why names an entry
+ * that names no user or group. */
+int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len);
+
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
 typedef struct cube__options {
@@ -638,6 +654,8 @@ typedef struct cube__options {
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
         char *allow_groups;
+        cube__id_list allow_uid_ids;    /* the lists, resolved at load */
+        cube__id_list allow_gid_ids;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         bool fault_injection;           /* tests only */
 } cube__options;

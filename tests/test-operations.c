@@ -1419,6 +1419,195 @@ START_TEST(only_the_owner_and_root_may_act)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------
+ * Identity under the unit's own namespaces
+ * ------------------------------------------------------------------------ */
+
+/* The value of a unit setting (the last one wins), or "" when absent. */
+static void unit_setting(const char *unit_text, const char *key, char *val, size_t cap)
+{
+        size_t n = strlen(key);
+
+        val[0] = '\0';
+        for (const char *p = unit_text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, key, n) == 0 && p[n] == '=')
+                        snprintf(val, cap, "%.*s", (int) strcspn(p + n + 1, "\n"), p + n + 1);
+}
+
+/* cubed started the way the shipped unit's namespace settings would start
+ * it: in a user namespace when PrivateUsers= says so (only root mapped, as
+ * systemd maps only root and the service's user), with /proc mounted
+ * hidepid=invisible when ProtectProc=invisible, without a network when
+ * PrivateNetwork=yes. */
+static void start_like_the_unit(daemon_proc *p, const char *const *extra)
+{
+        const char *tmpl = getenv("CUBE_UNIT_TEMPLATE"), *bin = getenv("CUBED_BIN");
+        char text[16384], users[32], proc[32], net[32], cmd[1024];
+        const char *argv[8];
+        FILE *f = fopen(tmpl, "r");
+        size_t n;
+        int k = 0, len;
+
+        ck_assert_msg(f, "cannot read %s", tmpl);
+        n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        unit_setting(text, "PrivateUsers", users, sizeof(users));
+        unit_setting(text, "ProtectProc", proc, sizeof(proc));
+        unit_setting(text, "PrivateNetwork", net, sizeof(net));
+        len = snprintf(cmd, sizeof(cmd), "%s%sexec %s%s --socket %s --cache-dir %s "
+                       "--log-level info",
+                       strcmp(proc, "invisible") == 0 ?
+                       "mount -t proc -o hidepid=invisible proc /proc || exit 9; " : "",
+                       "", strcmp(users, "yes") == 0 ? "unshare --user --map-current-user " : "",
+                       bin, p->socket, p->cache);
+        for (const char *const *a = extra; a && *a; a++)
+                len += snprintf(cmd + len, sizeof(cmd) - (size_t) len, " %s", *a);
+        argv[k++] = "unshare";
+        argv[k++] = "--mount";
+        argv[k++] = "--propagation=private";
+        if (strcmp(net, "yes") == 0)
+                argv[k++] = "--net";
+        argv[k++] = "sh";
+        argv[k++] = "-c";
+        argv[k++] = cmd;
+        argv[k] = NULL;
+        fprintf(stderr, "PrivateUsers=%s ProtectProc=%s PrivateNetwork=%s: %s\n", users, proc,
+                net, cmd);
+        proc_exec(p, argv, NULL);
+        wait_ready(p, 0);
+}
+
+/* cubectl run as another user through setpriv: uid, gid, and the
+ * supplementary groups (NULL: none). */
+static void cubectl_as(output *o, const char *socket, unsigned uid, const char *groups,
+                       const char *const *args)
+{
+        char reuid[32], regid[32], grp[64];
+        const char *argv[24];
+        int n = 0;
+
+        snprintf(reuid, sizeof(reuid), "--reuid=%u", uid);
+        snprintf(regid, sizeof(regid), "--regid=%u", uid);
+        snprintf(grp, sizeof(grp), "--groups=%s", groups ? groups : "");
+        argv[n++] = "setpriv";
+        argv[n++] = reuid;
+        argv[n++] = regid;
+        argv[n++] = groups ? grp : "--clear-groups";
+        argv[n++] = "--";
+        argv[n++] = getenv("CUBECTL_BIN");
+        argv[n++] = "--socket";
+        argv[n++] = socket;
+        for (const char *const *a = args; *a && n < 23; a++)
+                argv[n++] = *a;
+        argv[n] = NULL;
+        run_program(o, NULL, NULL, argv);
+}
+
+/* A session of uid held open by a child until the returned pipe is closed;
+ * the child exits 0 when it could connect. */
+static pid_t hold_session_as(const char *socket, unsigned uid, int *ret_release)
+{
+        int ready[2], release[2];
+        char byte;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe(ready), 0);
+        ck_assert_int_eq(pipe(release), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                cube_client *c;
+                cube_error *e;
+                close(ready[0]);
+                close(release[1]);
+                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                        _exit(2);
+                if ((e = cube_connect(socket, "holder", &c))) {
+                        dprintf(2, "holder: %s\n", cube_error_message(e));
+                        _exit(3);
+                }
+                (void) !write(ready[1], "x", 1);
+                (void) !read(release[0], &byte, 1);
+                cube_disconnect(c);
+                _exit(0);
+        }
+        close(ready[1]);
+        close(release[0]);
+        ck_assert_msg(read(ready[0], &byte, 1) == 1, "the holder of uid %u could not connect",
+                      uid);
+        close(ready[0]);
+        *ret_release = release[1];
+        return pid;
+}
+
+static void release_session(pid_t pid, int release)
+{
+        int status;
+
+        close(release);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The unit's namespaces must leave the daemon seeing who its peers are:
+ * their uids (in cubectl sessions and the log), allow-uids, allow-groups
+ * through supplementary groups, and per-uid session quotas. */
+START_TEST(identity_and_access_under_the_units_namespaces)
+{
+        static const char *const extra[] = { "--allow-uids", "4242,4444", "--allow-groups",
+                                             "4545", "--max-sessions-per-uid", "1", NULL };
+        static const char *const json_sessions[] = { "--json", "sessions", NULL };
+        static const char *const status[] = { "status", NULL };
+        output *o = calloc(1, sizeof(*o));
+        daemon_proc p;
+        int release;
+        pid_t holder;
+
+        if (geteuid() != 0 || system("command -v setpriv >/dev/null && "
+                                     "command -v unshare >/dev/null") != 0) {
+                fprintf(stderr, "not root, or no setpriv and unshare: skipped\n");
+                free(o);
+                return;
+        }
+        proc_init(&p);
+        ck_assert_int_eq(chmod(run_dir, 0755), 0);
+        ck_assert_int_eq(chmod(p.dir, 0755), 0);
+        start_like_the_unit(&p, extra);
+        ck_assert_int_eq(chmod(p.socket, 0666), 0);
+
+        /* The peer's uid as the daemon sees it. */
+        cubectl_as(o, p.socket, 4242, NULL, json_sessions);
+        ck_assert_out(o, o->status == 0, "uid 4242 (in allow-uids) exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "\"uid\":4242,\"name\":\"cubectl\""),
+                      "the daemon does not see uid 4242");
+        ck_assert_out(o, !strstr(o->out, "65534"), "a peer reads as the overflow uid");
+        ck_assert_msg(file_contains(p.log, "uid 4242"), "the log does not name uid 4242");
+
+        /* Not listed, and in no listed group: refused. */
+        cubectl_as(o, p.socket, 4343, NULL, status);
+        ck_assert_out(o, o->status == 3 && strstr(o->err, "uid 4343 may not use this daemon"),
+                      "uid 4343 was not refused as unlisted (exit %d)", o->status);
+        /* Not listed, but a supplementary group is. */
+        cubectl_as(o, p.socket, 4343, "4545", status);
+        ck_assert_out(o, o->status == 0, "uid 4343 in group 4545 exited %d", o->status);
+
+        /* One session per uid: 4242's second is refused, 4444's first is not. */
+        holder = hold_session_as(p.socket, 4242, &release);
+        cubectl_as(o, p.socket, 4242, NULL, status);
+        ck_assert_out(o, o->status == 3 && strstr(o->err, "max-sessions-per-uid"),
+                      "a second session of uid 4242 was not refused (exit %d)", o->status);
+        cubectl_as(o, p.socket, 4444, NULL, status);
+        ck_assert_out(o, o->status == 0, "uid 4444 counted against uid 4242 (exit %d)",
+                      o->status);
+        release_session(holder, release);
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 /* Shows what failed tests left in the run's directory (their daemons died
  * with them), then removes it unless $CUBE_TEST_LEAVE. */
 static void show_leftovers(void)
@@ -1479,6 +1668,7 @@ int main(void)
         tcase_add_test(ctl, cubectl_drain);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
         tcase_add_test(admin, only_the_owner_and_root_may_act);
+        tcase_add_test(admin, identity_and_access_under_the_units_namespaces);
 
         strcpy(run_dir, "/tmp/cube-ops-XXXXXX");
         if (!mkdtemp(run_dir)) {
