@@ -205,11 +205,51 @@ cube__dispatched cube__do_memory(cube__msg *k)
         return answer_every_stream(k, pack_report);
 }
 
-/* The daemon's figures in the Prometheus text exposition format. */
+const double cube__hist_bounds[CUBE__HIST_BUCKETS] = {
+        0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60,
+};
+
+void cube__hist_observe(cube__hist *h, double seconds)
+{
+        size_t i = 0;
+
+        while (i < CUBE__HIST_BUCKETS && seconds > cube__hist_bounds[i])
+                i++;
+        if (i < CUBE__HIST_BUCKETS)
+                h->buckets[i]++;
+        h->count++;
+        h->sum += seconds;
+}
+
+static void put_hist(FILE *f, const char *name, const char *help, const char *instance,
+                     const cube__hist *h)
+{
+        uint64_t cumulative = 0;
+
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+        for (size_t i = 0; i < CUBE__HIST_BUCKETS; i++) {
+                cumulative += h->buckets[i];
+                fprintf(f, "%s_bucket{instance=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, instance,
+                        cube__hist_bounds[i], cumulative);
+        }
+        fprintf(f, "%s_bucket{instance=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, instance,
+                h->count);
+        fprintf(f, "%s_sum{instance=\"%s\"} %.9f\n", name, instance, h->sum);
+        fprintf(f, "%s_count{instance=\"%s\"} %" PRIu64 "\n", name, instance, h->count);
+}
+
+/* The daemon's figures in the Prometheus text exposition format. Counters
+ * are the daemon's lifetime counters (ended sessions' figures included), so
+ * they never go down while it runs; every series is labelled with the
+ * instance ("cpu0"), which is the same across restarts, never with the
+ * service id, whose nonce changes at every start. */
 cube__dispatched cube__do_metrics(cube__msg *k)
 {
         cube__server *srv = k->server;
-        uint64_t launches = 0, bytes_in = 0, bytes_out = 0, errors = 0;
+        const cube__stats *t = &srv->stats;
+        uint64_t launches = t->launches, bytes_in = t->bytes_in, bytes_out = t->bytes_out;
+        uint64_t errors = t->errors;
+        char instance[48];
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -221,6 +261,7 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                 cube__reply_owned_error(k, NULL);
                 return CUBE__DISPATCH_DONE;
         }
+        snprintf(instance, sizeof(instance), "%s%u", srv->driver->name, srv->opts.device_index);
         for (cube__session *s = srv->sessions; s; s = s->next) {
                 launches += s->launches;
                 bytes_in += s->bytes_in;
@@ -228,12 +269,18 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                 errors += s->errors;
         }
 #define METRIC(name, type, help, fmt, value) \
-        fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n" name "{service=\"%s\"} " fmt "\n", \
-                srv->service, value)
+        fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n" name "{instance=\"%s\"} " fmt "\n", \
+                instance, value)
+        fprintf(f, "# HELP cube_build_info The daemon's version and protocol; always 1.\n"
+                "# TYPE cube_build_info gauge\ncube_build_info{instance=\"%s\",version=\"%s\","
+                "protocol=\"%d\",backend=\"%s\"} 1\n", instance, CUBE_VERSION,
+                CUBE_PROTOCOL_VERSION, srv->driver->name);
         METRIC("cube_up", "gauge", "Whether the daemon serves.", "%d", 1);
         METRIC("cube_uptime_seconds", "gauge", "Seconds since the daemon started.", "%.3f",
                (double) (uv_hrtime() - srv->started_ns) / 1e9);
         METRIC("cube_sessions", "gauge", "Sessions alive.", "%u", srv->n_sessions);
+        METRIC("cube_draining", "gauge", "Whether the daemon is draining.", "%d",
+               srv->draining ? 1 : 0);
         METRIC("cube_device_memory_bytes", "gauge", "Device memory the daemon may hand out.",
                "%" PRIu64, srv->properties.memory_bytes);
         METRIC("cube_memory_in_use_bytes", "gauge", "Device memory held by sessions.", "%" PRIu64,
@@ -252,14 +299,30 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                cube__failures_live(&srv->failures));
         METRIC("cube_poisoned", "gauge", "Whether the device is poisoned.", "%d",
                srv->poison ? 1 : 0);
-        METRIC("cube_launches_total", "counter", "Launches by live sessions.", "%" PRIu64, launches);
-        METRIC("cube_received_bytes_total", "counter", "Bytes received from live sessions.",
+        METRIC("cube_launches_total", "counter", "Launches by every session of this run.",
+               "%" PRIu64, launches);
+        METRIC("cube_received_bytes_total", "counter", "Bytes received from every session.",
                "%" PRIu64, bytes_in);
-        METRIC("cube_sent_bytes_total", "counter", "Bytes sent to live sessions.", "%" PRIu64,
+        METRIC("cube_sent_bytes_total", "counter", "Bytes sent to every session.", "%" PRIu64,
                bytes_out);
-        METRIC("cube_errors_total", "counter", "Errors answered to live sessions.", "%" PRIu64,
+        METRIC("cube_errors_total", "counter", "Errors answered to every session.", "%" PRIu64,
                errors);
+        METRIC("cube_sessions_opened_total", "counter", "Sessions accepted.", "%" PRIu64,
+               t->sessions_opened);
+        METRIC("cube_sessions_refused_total", "counter", "Connections refused (access, quotas, "
+               "names, poison backoff).", "%" PRIu64, t->sessions_refused);
+        METRIC("cube_protocol_errors_total", "counter", "Connections closed for breaking the "
+               "protocol.", "%" PRIu64, t->protocol_errors);
+        METRIC("cube_poisons_total", "counter", "Times the device was poisoned.", "%" PRIu64,
+               t->poisons);
+        METRIC("cube_reloads_total", "counter", "Reloads asked for (SIGHUP).", "%" PRIu64,
+               t->reloads);
+        METRIC("cube_reloads_refused_total", "counter", "Reloads refused: the configuration did "
+               "not load, the running one was kept.", "%" PRIu64, t->reloads_refused);
 #undef METRIC
+        put_hist(f, "cube_compile_seconds", "Time compiling a kernel.", instance, &t->compile);
+        put_hist(f, "cube_queue_wait_seconds", "Time work waited in the daemon's queues before "
+                 "it was submitted to the device.", instance, &t->queue_wait);
         fclose(f);
         begin(&sb, &pk, k);
         r |= msgpack_pack_str(&pk, len);

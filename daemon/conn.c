@@ -41,6 +41,7 @@ struct cube__conn {
         bool redispatching;
         bool closing;
         bool close_after_write;
+        bool refused;                   /* turned away at accept: not a protocol error */
         cube__conn *prev, *next;
         char answers[2 * CUBE__SMALL_ANSWER];   /* small answers not yet written */
         size_t answers_len;
@@ -335,6 +336,8 @@ void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ..
         cube__log_session(CUBE__LOG_WARNING, c->session, 0, "session %" PRIu64 " (pid %d): protocol error, closing: %s",
                   c->session->id, (int) c->session->pid, reason);
         c->session->errors++;
+        if (!c->refused)
+                c->server->stats.protocol_errors++;
 
         e = cube__err_validation("protocol error: %s; the connection is closed", reason);
         msgpack_sbuffer_init(&sb);
@@ -647,8 +650,13 @@ static void conn_start(cube__conn *c)
                 return;
         }
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
-        if (refused)
+        if (refused) {
+                srv->stats.sessions_refused++;
+                c->refused = true;
                 cube__conn_protocol_error(c, -1, "%s", why);
+        } else {
+                srv->stats.sessions_opened++;
+        }
 }
 
 void cube__conn_start_held(cube__server *srv)

@@ -353,6 +353,7 @@ typedef struct cube__op {
         cube__awaits awaits;            /* a launch: what its inputs were when it was queued */
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         cube__region *region;           /* the staging region it copies from or into */
+        uint64_t queued_ns;             /* when it was queued, for the queue-wait histogram */
         bool submitted;
 } cube__op;
 
@@ -673,6 +674,30 @@ void cube__options_reload(cube__options *cur, const cube__options *next);
 
 #define CUBE__FAULT_SITES (CUBE_FAULT_DEVICE_LAUNCH + 1)
 
+/* A histogram of seconds, for the metrics: fixed bucket bounds. */
+#define CUBE__HIST_BUCKETS 12
+typedef struct cube__hist {
+        uint64_t buckets[CUBE__HIST_BUCKETS];   /* observations <= bound i (not cumulative) */
+        uint64_t count;
+        double sum;
+} cube__hist;
+
+extern const double cube__hist_bounds[CUBE__HIST_BUCKETS];
+void cube__hist_observe(cube__hist *h, double seconds);
+
+/* Lifetime counters of this daemon: they never go down while it runs,
+ * whatever sessions come and go. The per-session figures of sessions that
+ * have ended are added here as they end. */
+typedef struct cube__stats {
+        uint64_t launches, bytes_in, bytes_out, errors;         /* of ended sessions */
+        uint64_t sessions_opened, sessions_refused;
+        uint64_t protocol_errors;
+        uint64_t poisons;
+        uint64_t reloads, reloads_refused;
+        cube__hist compile;             /* compiling a kernel (not loading it from disk) */
+        cube__hist queue_wait;          /* work queued in the daemon until it was submitted */
+} cube__stats;
+
 struct cube__server {
         uv_loop_t *loop;
         cube__options opts;
@@ -732,6 +757,7 @@ struct cube__server {
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;
         bool stopping;
+        cube__stats stats;
 };
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */

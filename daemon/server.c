@@ -71,8 +71,10 @@ static void reload(cube__server *srv)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         sd_notifyf(0, "RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=%llu",
                    (unsigned long long) ts.tv_sec * 1000000ull + (unsigned long long) ts.tv_nsec / 1000);
+        srv->stats.reloads++;
         if (cube__config_load(srv->opts.config_path, srv->opts.config_optional, srv->overrides,
                               srv->n_overrides, &next, why, sizeof(why)) < 0) {
+                srv->stats.reloads_refused++;
                 cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
                           why);
         } else {

@@ -100,6 +100,10 @@ void cube__session_maybe_free(cube__session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->n_sessions--;
+        srv->stats.launches += s->launches;
+        srv->stats.bytes_in += s->bytes_in;
+        srv->stats.bytes_out += s->bytes_out;
+        srv->stats.errors += s->errors;
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " closed (pid %d): peak memory %" PRIu64
                   " bytes, %" PRIu64 " bytes in, %" PRIu64 " out", s->id, (int) s->pid,
                   s->memory_peak, s->bytes_in, s->bytes_out);

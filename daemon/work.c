@@ -171,6 +171,7 @@ void cube__server_poison(cube__server *srv, cube_error *poison)
                 return;
         }
         srv->poison = poison;
+        srv->stats.poisons++;
         cube__log(CUBE__LOG_ERR, "the device is poisoned: %s; every session is told on its next "
                   "operation", cube_error_reason(poison));
         cube__server_poison_started(srv);

@@ -1208,8 +1208,7 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
         cubectl(o, p.socket, metrics);
         ck_assert_out(o, o->status == 0, "cubectl metrics exited %d", o->status);
         ck_assert_out(o, strstr(o->out, "# TYPE cube_sessions gauge\n"), "no cube_sessions type");
-        snprintf(want, sizeof(want), "\ncube_memory_in_use_bytes{service=\"%s\"} 4096\n",
-                 cube_client_service(c));
+        snprintf(want, sizeof(want), "\ncube_memory_in_use_bytes{instance=\"cpu0\"} 4096\n");
         ck_assert_out(o, strstr(o->out, want), "no %s", want + 1);
         cubectl(o, p.socket, json_metrics);
         ck_assert_out(o, o->status == 0, "cubectl --json metrics exited %d", o->status);
@@ -1221,6 +1220,106 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
         ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
         proc_done(&p);
         free(o);
+}
+END_TEST
+
+/* The value of one series ("name{labels}") in a metrics text, or -1. */
+static double metric_value(const char *text, const char *series)
+{
+        size_t n = strlen(series);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, series, n) == 0 && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+        return -1;
+}
+
+static char *metrics_of(cube_client *c)
+{
+        char *text;
+
+        ck_ok(cube_daemon_metrics(c, &text));
+        return text;
+}
+
+/* Every counter of before is in after, and none went down. */
+static void expect_counters_kept(const char *before, const char *after)
+{
+        for (const char *p = before; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+                char name[128], type[32], series[256];
+                if (sscanf(p, "# TYPE %127s %31s", name, type) != 2 || strcmp(type, "counter"))
+                        continue;
+                snprintf(series, sizeof(series), "%s{instance=\"cpu0\"}", name);
+                double a = metric_value(before, series), b = metric_value(after, series);
+                ck_assert_msg(a >= 0 && b >= 0, "%s is missing", series);
+                ck_assert_msg(b >= a, "%s went down from %g to %g", series, a, b);
+        }
+}
+
+/* Counters are the daemon's lifetime counters: sessions ending take nothing
+ * from them, and their labels name the instance, not the per-start nonce. */
+START_TEST(metrics_counters_never_go_down)
+{
+        daemon_proc p;
+        cube_client *watch, *c[3];
+        cube_handle h;
+        unsigned char data[8192];
+        char *t0, *t1, *t2, tmp[128];
+        cube_status st;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "watcher", &watch));
+        t0 = metrics_of(watch);
+        ck_assert_msg(!strstr(t0, "service="), "a series is labelled with the service id");
+        ck_assert_msg(strstr(t0, "\ncube_build_info{instance=\"cpu0\",version=\""),
+                      "no cube_build_info:\n%s", t0);
+        ck_assert_msg(strstr(t0, "# TYPE cube_compile_seconds histogram") &&
+                      strstr(t0, "# TYPE cube_queue_wait_seconds histogram"), "no histograms");
+        for (int i = 0; i < 3; i++) {
+                ck_ok(cube_connect(p.socket, "churn", &c[i]));
+                fill_random(data, sizeof(data), (uint64_t) i);
+                ck_ok(cube_create(c[i], data, sizeof(data), &h));
+                ck_ok(cube_read(c[i], &h, data, sizeof(data)));
+                cube_error *e = cube_import(c[i], "00000000000000000000000000000000", false, &h);
+                ck_assert_msg(e, "a made-up token was imported");
+                cube_error_free(e);
+        }
+        t1 = metrics_of(watch);
+        expect_counters_kept(t0, t1);
+        ck_assert(metric_value(t1, "cube_errors_total{instance=\"cpu0\"}") >= 3);
+        ck_assert(metric_value(t1, "cube_sessions_opened_total{instance=\"cpu0\"}") >= 4);
+        for (int i = 0; i < 3; i++)
+                cube_disconnect(c[i]);
+        for (long deadline = now_ms() + scaled(5000);;) {
+                ck_ok(cube_daemon_status(watch, &st));
+                if (st.sessions == 1)
+                        break;
+                ck_assert_msg(now_ms() < deadline, "the sessions did not end");
+                usleep(10000);
+        }
+        t2 = metrics_of(watch);
+        expect_counters_kept(t1, t2);
+        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") >=
+                  metric_value(t1, "cube_received_bytes_total{instance=\"cpu0\"}"));
+        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") > 3 * 8192);
+
+        /* promtool, where it is installed, agrees it is well formed. */
+        if (system("command -v promtool >/dev/null 2>&1") == 0) {
+                snprintf(tmp, sizeof(tmp), "%s/metrics", p.dir);
+                write_file(tmp, t2);
+                char cmd[192];
+                snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s'", tmp);
+                ck_assert_msg(system(cmd) == 0, "promtool check metrics failed");
+        } else {
+                fprintf(stderr, "no promtool: the format check is skipped\n");
+        }
+        free(t0);
+        free(t1);
+        free(t2);
+        cube_disconnect(watch);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
 }
 END_TEST
 
@@ -1665,6 +1764,7 @@ int main(void)
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
         tcase_add_test(ctl, cubectl_kill_session);
+        tcase_add_test(ctl, metrics_counters_never_go_down);
         tcase_add_test(ctl, cubectl_drain);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
         tcase_add_test(admin, only_the_owner_and_root_may_act);

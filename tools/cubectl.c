@@ -391,14 +391,31 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
                 free(text);
                 return EXIT_OK;
         }
-        /* The samples as one JSON object: name -> value. */
+        /* The samples as one JSON object: series -> value. A series is its
+         * name, and its labels other than instance, as the text has them
+         * ("cube_compile_seconds_bucket{le=\"0.01\"}"). */
         bool first = true;
         putchar('{');
         for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-                char *brace = strchr(line, '{'), *space = strrchr(line, ' ');
-                if (line[0] == '#' || !brace || !space)
+                char *brace = strchr(line, '{'), *close, *space = strrchr(line, ' ');
+                char labels[256] = "";
+                size_t nl = 0;
+                if (line[0] == '#' || !brace || !space || !(close = strchr(brace, '}')))
                         continue;
-                printf("%s\"%.*s\":%s", first ? "" : ",", (int) (brace - line), line, space + 1);
+                *close = '\0';
+                for (char *save = NULL, *l = strtok_r(brace + 1, ",", &save); l;
+                     l = strtok_r(NULL, ",", &save))
+                        if (strncmp(l, "instance=", 9) != 0 && nl < sizeof(labels) - 1)
+                                nl += (size_t) snprintf(labels + nl, sizeof(labels) - nl,
+                                                        "%s%s", nl ? "," : "", l);
+                printf("%s\"%.*s", first ? "" : ",", (int) (brace - line), line);
+                if (nl) {
+                        putchar('{');
+                        for (const char *p = labels; *p; p++)
+                                fputs(*p == '"' ? "\\\"" : (char[2]) { *p, 0 }, stdout);
+                        putchar('}');
+                }
+                printf("\":%s", space + 1);
                 first = false;
         }
         printf("}\n");
