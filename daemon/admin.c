@@ -52,7 +52,11 @@ cube__dispatched cube__do_status(cube__msg *k)
         int r = 0;
 
         begin(&sb, &pk, k);
-        r |= msgpack_pack_map(&pk, 14);
+        r |= msgpack_pack_map(&pk, 17);
+        r |= cube__pack_kv_str(&pk, "version", CUBE_VERSION);
+        r |= cube__pack_kv_str(&pk, "state", srv->stopping ? "stopping" : srv->poison ? "poisoned" :
+                               srv->draining ? "draining" : "serving");
+        r |= cube__pack_kv_str(&pk, "reload_error", srv->reload_error);
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
         r |= cube__pack_str(&pk, "uptime_seconds");
@@ -70,6 +74,41 @@ cube__dispatched cube__do_status(cube__msg *k)
         r |= cube__pack_kv_str(&pk, "poison", srv->poison ? cube_error_reason(srv->poison) : "");
         r |= cube__pack_str(&pk, "properties");
         r |= cube__pack_properties(&pk, &srv->properties);
+        return finish(&sb, k, r);
+}
+
+/* The running configuration: every option, its value, where it came from
+ * and whether a reload changes it. */
+cube__dispatched cube__do_config(cube__msg *k)
+{
+        const cube__options *o = &k->server->opts;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        size_t n = 0;
+        int r = 0;
+
+        while (cube__option_key(n, NULL))
+                n++;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (size_t i = 0; i < n; i++) {
+                bool reloadable;
+                const char *key = cube__option_key(i, &reloadable);
+                char value[1024], from[1100];
+                cube__option_format(o, i, value, sizeof(value));
+                if (o->source[i] == CUBE__FROM_FILE)
+                        snprintf(from, sizeof(from), "%s:%u", o->config_path ? o->config_path : "file",
+                                 o->line[i]);
+                else
+                        snprintf(from, sizeof(from), "%s", o->source[i] == CUBE__FROM_COMMAND_LINE ?
+                                 "command line" : "default");
+                r |= msgpack_pack_map(&pk, 4);
+                r |= cube__pack_kv_str(&pk, "key", key);
+                r |= cube__pack_kv_str(&pk, "value", value);
+                r |= cube__pack_kv_str(&pk, "source", from);
+                r |= cube__pack_str(&pk, "reload");
+                r |= reloadable ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        }
         return finish(&sb, k, r);
 }
 

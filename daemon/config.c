@@ -61,6 +61,8 @@ static const option_spec specs[] = {
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
 };
 
+_Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
+
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
 
 void cube__options_default(cube__options *o)
@@ -93,6 +95,60 @@ void cube__options_done(cube__options *o)
         free(o->allow_uid_ids.ids);
         free(o->allow_gid_ids.ids);
         *o = (cube__options) {0};
+}
+
+static int spec_index(const char *key)
+{
+        for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+                if (strcmp(specs[i].key, key) == 0)
+                        return (int) i;
+        return -1;
+}
+
+const char *cube__option_key(size_t i, bool *ret_reloadable)
+{
+        if (i >= sizeof(specs) / sizeof(specs[0]))
+                return NULL;
+        if (ret_reloadable)
+                *ret_reloadable = specs[i].reloadable;
+        return specs[i].key;
+}
+
+/* One option's value, spelt as the configuration file takes it. */
+void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len)
+{
+        const option_spec *spec = &specs[i];
+        const char *base = (const char *) o;
+        static const char *const policies[] = { "exit", "reinit" };
+
+        switch (spec->kind) {
+        case K_INSTANCE:
+                snprintf(buf, len, "%s%u", o->backend, o->device_index);
+                return;
+        case K_STRING:
+        case K_LIST: {
+                const char *v = *(char *const *) (base + spec->offset);
+                snprintf(buf, len, "%s", v ? v : "");
+                return;
+        }
+        case K_SIZE:
+                snprintf(buf, len, "%llu", (unsigned long long) *(const uint64_t *) (base + spec->offset));
+                return;
+        case K_U32:
+        case K_SECONDS:
+                snprintf(buf, len, "%u", *(const uint32_t *) (base + spec->offset));
+                return;
+        case K_BOOL:
+                snprintf(buf, len, "%s", *(const bool *) (base + spec->offset) ? "yes" : "no");
+                return;
+        case K_LEVEL:
+                snprintf(buf, len, "%s", levels[o->log_level - CUBE__LOG_ERR]);
+                return;
+        case K_POLICY:
+                snprintf(buf, len, "%s", policies[o->poison_policy]);
+                return;
+        }
+        snprintf(buf, len, "?");
 }
 
 /* "64M", "1G", "4096": a whole size in bytes, suffixes in powers of 1024. */
@@ -264,6 +320,11 @@ static int read_file(cube__options *o, const char *path, char *why, size_t why_l
                         fclose(f);
                         return -EINVAL;
                 }
+                int i = spec_index(key);
+                if (i >= 0) {
+                        o->source[i] = CUBE__FROM_FILE;
+                        o->line[i] = n;
+                }
         }
         fclose(f);
         return 0;
@@ -284,6 +345,7 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                                 snprintf(why, why_len, "--instance: %s", reason);
                                 r = -EINVAL;
                         }
+                        o.source[spec_index("instance")] = CUBE__FROM_COMMAND_LINE;
                 }
         if (r == 0 && path) {
                 /* An optional file is remembered even while it is missing,
@@ -300,6 +362,8 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                     cube__option_set(&o, overrides[i], overrides[i + 1], &reason) < 0) {
                         snprintf(why, why_len, "--%s: %s", overrides[i], reason);
                         r = -EINVAL;
+                } else if (spec_index(overrides[i]) >= 0) {
+                        o.source[spec_index(overrides[i])] = CUBE__FROM_COMMAND_LINE;
                 }
         }
         if (r == 0 && !o.socket_path) {
@@ -373,5 +437,10 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             (next->allow_gid_ids.n && !cur->allow_gid_ids.ids))
                 cur->allow_uid_ids.n = cur->allow_gid_ids.n = 0;
         cur->fault_injection = next->fault_injection;
+        for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+                if (specs[i].reloadable) {
+                        cur->source[i] = next->source[i];
+                        cur->line[i] = next->line[i];
+                }
         cube__log_init(cur->log_level);
 }

@@ -628,6 +628,10 @@ typedef struct cube__id_list {
  * that names no user or group. */
 int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len);
 
+/* Where an option's value came from, for cubectl config. */
+enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
+#define CUBE__OPTIONS_MAX 48
+
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
 typedef struct cube__options {
@@ -659,6 +663,8 @@ typedef struct cube__options {
         cube__id_list allow_gid_ids;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         bool fault_injection;           /* tests only */
+        uint8_t source[CUBE__OPTIONS_MAX];      /* per option (cube__option_key): CUBE__FROM_* */
+        uint32_t line[CUBE__OPTIONS_MAX];       /* the file's line, when from the file */
 } cube__options;
 
 void cube__options_default(cube__options *o);
@@ -669,6 +675,10 @@ int cube__option_set(cube__options *o, const char *key, const char *value, const
  * overrides (key, value pairs). On failure, why says what and where. */
 int cube__config_load(const char *path, bool optional, char *const *overrides, size_t n_overrides,
                       cube__options *ret, char *why, size_t why_len);
+/* The options by index, for listing them: key, value as the file would
+ * spell it, and whether a reload changes it. NULL past the last. */
+const char *cube__option_key(size_t i, bool *ret_reloadable);
+void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len);
 /* Applies what a reload may change. */
 void cube__options_reload(cube__options *cur, const cube__options *next);
 
@@ -758,6 +768,7 @@ struct cube__server {
         cube__conn *conns;
         bool stopping;
         cube__stats stats;
+        char reload_error[512];         /* why the last reload was refused; "" when it was not */
 };
 
 /* Takes opts; keeps overrides (the command line's options) for reloads. */

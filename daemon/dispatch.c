@@ -168,6 +168,7 @@ static const method methods[] = {
         { "sessions", CUBE__MSG_REQUEST, cube__do_sessions },
         { "streams", CUBE__MSG_REQUEST, cube__do_streams },
         { "metrics", CUBE__MSG_REQUEST, cube__do_metrics },
+        { "config", CUBE__MSG_REQUEST, cube__do_config },
         { "drain", CUBE__MSG_REQUEST, cube__do_drain },
         { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
         { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },

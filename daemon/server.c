@@ -75,9 +75,17 @@ static void reload(cube__server *srv)
         if (cube__config_load(srv->opts.config_path, srv->opts.config_optional, srv->overrides,
                               srv->n_overrides, &next, why, sizeof(why)) < 0) {
                 srv->stats.reloads_refused++;
+                snprintf(srv->reload_error, sizeof(srv->reload_error), "%s", why);
                 cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
                           why);
+                /* READY=1 must follow RELOADING=1, or systemd waits for it;
+                 * STATUS= says the reload was refused and why, so that
+                 * `systemctl status` shows it. */
+                sd_notifyf(0, "READY=1\nSTATUS=serving %u session(s); reload refused, running "
+                           "the previous configuration: %s", srv->n_sessions, why);
+                return;
         } else {
+                srv->reload_error[0] = '\0';
                 cube__options_reload(&srv->opts, &next);
                 cube__options_done(&next);
                 const char *path = srv->opts.config_path;

@@ -79,6 +79,34 @@ cube_error *cube_daemon_metrics(cube_client *c, char **ret_text)
         return NULL;
 }
 
+/* A string field, cut to fit. */
+static bool map_str(const msgpack_object *m, const char *key, char *buf, size_t cap)
+{
+        const msgpack_object *o = cube__map_get(m, key);
+
+        if (!o || o->type != MSGPACK_OBJECT_STR)
+                return false;
+        snprintf(buf, cap, "%.*s", (int) o->via.str.size, o->via.str.ptr);
+        return true;
+}
+
+static bool decode_config(const msgpack_object *m, void *elem)
+{
+        cube_config_entry *v = elem;
+        const msgpack_object *o;
+
+        return map_str(m, "key", v->key, sizeof(v->key)) &&
+               map_str(m, "value", v->value, sizeof(v->value)) &&
+               map_str(m, "source", v->source, sizeof(v->source)) &&
+               (o = cube__map_get(m, "reload")) && cube__obj_bool(o, &v->reloadable);
+}
+
+cube_error *cube_daemon_config(cube_client *c, cube_config_entry **ret_entries, size_t *ret_n)
+{
+        return cube__request_list(c, "config", sizeof(**ret_entries), decode_config, NULL,
+                                  (void **) ret_entries, ret_n);
+}
+
 cube_error *cube_daemon_drain(cube_client *c)
 {
         return cube__request(c, "drain", NULL, 0, NULL, NULL);

@@ -530,6 +530,10 @@ static void cubectl(output *o, const char *socket, const char *const *args)
         run_program(o, NULL, NULL, argv);
 }
 
+static double metric_value(const char *text, const char *series);
+static char *metrics_of(cube_client *c);
+static bool line_with(const char *text, const char *needle, char *line, size_t cap);
+
 /* ------------------------------------------------------------------------
  * The units
  * ------------------------------------------------------------------------ */
@@ -852,6 +856,81 @@ START_TEST(reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad)
 
         ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
         proc_done(&p);
+}
+END_TEST
+
+/* A refused reload says so where an operator looks: STATUS=, the log (the
+ * key and why), cubectl status, the metrics; cubed --check-config refuses
+ * the same file; cubectl config says where each value came from. */
+START_TEST(a_refused_reload_is_reported)
+{
+        static const char *const config[] = { "config", NULL };
+        static const char *const status[] = { "status", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        char conf[128], where[160], line[512], *text;
+        const char *bin = getenv("CUBED_BIN");
+        cube_client *c;
+        size_t from;
+        long ready;
+
+        proc_init(&p);
+        snprintf(conf, sizeof(conf), "%s/cubed.conf", p.dir);
+        write_file(conf, "# limits\nmax-container = 100\n");
+        const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, "--config", conf,
+                               "--log-level", "info", NULL };
+        proc_spawn_cubed(&p, args, NULL);
+        wait_ready(&p, 0);
+
+        cubectl(o, p.socket, config);
+        ck_assert_out(o, o->status == 0, "cubectl config exited %d", o->status);
+        snprintf(where, sizeof(where), "%s:2", conf);
+        ck_assert_out(o, line_with(o->out, "max-container", line, sizeof(line)) &&
+                      strstr(line, "100") && strstr(line, where), "max-container not from %s",
+                      where);
+        ck_assert_out(o, line_with(o->out, "log-level", line, sizeof(line)) &&
+                      strstr(line, "info") && strstr(line, "command line"),
+                      "log-level not from the command line");
+        ck_assert_out(o, line_with(o->out, "max-depth", line, sizeof(line)) &&
+                      strstr(line, "16") && strstr(line, "default"), "max-depth not a default");
+
+        write_file(conf, "max-container = 100\nmax-depth = 99\n");
+        const char *check[] = { bin, "--check-config", conf, NULL };
+        run_program(o, NULL, NULL, check);
+        ck_assert_out(o, o->status == 2 && strstr(o->err, "max-depth"),
+                      "--check-config of a bad file exited %d", o->status);
+
+        from = n_notes(&p);
+        reload(&p);
+        ready = wait_note(&p, from, "READY=1", 0);
+        text = note_text(&p, ready);
+        ck_assert_msg(strstr(text, "STATUS=") && strstr(text, "reload refused") &&
+                      strstr(text, "max-depth"), "the READY=1 after a refused reload: %s", text);
+        free(text);
+        ck_assert(file_contains(p.log, "max-depth: must be"));
+        cubectl(o, p.socket, status);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "REFUSED") &&
+                      strstr(o->out, "max-depth"), "cubectl status does not say so");
+        ck_ok(cube_connect(p.socket, "m", &c));
+        char *m = metrics_of(c);
+        ck_assert(metric_value(m, "cube_reloads_refused_total{instance=\"cpu0\"}") == 1);
+        free(m);
+        cube_disconnect(c);
+
+        /* Fixed, it is taken, and the refusal is forgotten. */
+        write_file(conf, "max-container = 100\nmax-depth = 20\n");
+        run_program(o, NULL, NULL, check);
+        ck_assert_out(o, o->status == 0, "--check-config of a good file exited %d", o->status);
+        reload(&p);
+        cubectl(o, p.socket, status);
+        ck_assert_out(o, o->status == 0 && !strstr(o->out, "REFUSED"), "still refused");
+        cubectl(o, p.socket, config);
+        ck_assert_out(o, line_with(o->out, "max-depth", line, sizeof(line)) &&
+                      strstr(line, "20"), "max-depth is not 20");
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
 }
 END_TEST
 
@@ -1756,6 +1835,7 @@ int main(void)
         tcase_add_test(life, the_watchdog_is_fed_only_when_asked);
         tcase_add_test(config, reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad);
         tcase_add_test(config, the_command_line_wins_over_the_file_across_reloads);
+        tcase_add_test(config, a_refused_reload_is_reported);
         tcase_add_test(config, a_bad_configuration_file_stops_the_start);
         tcase_add_test(config, config_if_exists_reads_the_file_once_it_exists);
         tcase_add_test(poison, poison_policy_exit_ends_with_status_3);

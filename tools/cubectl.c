@@ -30,6 +30,8 @@ static void usage(FILE *f)
 "  memory    device memory in use, in pages and at peak, and each stream's pools\n"
 "  streams   each stream of each session, with its queued work\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
+"  config    the running configuration: each option, its value, where it came\n"
+"            from and whether a reload changes it\n"
 "  drain     take no new sessions; the daemon stops once the last one ends\n"
 "  kill-session ID\n"
 "            close session ID; everything it held is reclaimed\n"
@@ -101,6 +103,12 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
                        st.uptime_seconds, st.sessions, st.memory_in_use, st.memory_peak,
                        st.allocations, st.kernels, st.compiles, st.poisoned ? "true" : "false");
                 print_json_string(st.poison);
+                printf(",\"version\":");
+                print_json_string(st.version);
+                printf(",\"state\":");
+                print_json_string(st.state);
+                printf(",\"reload_error\":");
+                print_json_string(st.reload_error);
                 putchar(',');
                 printf("\"device\":{\"name\":");
                 print_json_string(p->name);
@@ -122,7 +130,11 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
         printf("device:      %s, %s, %u cores, max cube dim %ux%ux%u, %u units per cube\n",
                p->name, total, p->num_cpu_cores, p->max_cube_dim[0], p->max_cube_dim[1],
                p->max_cube_dim[2], p->max_units_per_cube);
-        printf("state:       %s\n", st.poisoned ? "POISONED" : "healthy");
+        printf("version:     %s\n", *st.version ? st.version : "?");
+        printf("state:       %s\n", st.poisoned ? "POISONED" : *st.state ? st.state : "serving");
+        if (*st.reload_error)
+                printf("reload:      REFUSED, running the previous configuration: %s\n",
+                       st.reload_error);
         printf("uptime:      %.1f s\n", st.uptime_seconds);
         printf("sessions:    %u (this one included)\n", st.sessions);
         printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
@@ -423,6 +435,38 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+static int cmd_config(cube_client *c, bool json, const char *arg)
+{
+        cube_config_entry *v;
+        size_t n;
+        cube_error *e = cube_daemon_config(c, &v, &n);
+
+        if (e)
+                return report("config", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%-22s  %-28s  %-7s  %s\n", "KEY", "VALUE", "RELOAD", "FROM");
+        for (size_t i = 0; i < n; i++) {
+                if (json) {
+                        printf("%s{\"key\":", i ? "," : "");
+                        print_json_string(v[i].key);
+                        printf(",\"value\":");
+                        print_json_string(v[i].value);
+                        printf(",\"source\":");
+                        print_json_string(v[i].source);
+                        printf(",\"reload\":%s}", v[i].reloadable ? "true" : "false");
+                        continue;
+                }
+                printf("%-22s  %-28s  %-7s  %s\n", v[i].key, *v[i].value ? v[i].value : "-",
+                       v[i].reloadable ? "yes" : "restart", v[i].source);
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
 static int cmd_drain(cube_client *c, bool json, const char *arg)
 {
         cube_error *e = cube_daemon_drain(c);
@@ -519,6 +563,7 @@ int main(int argc, char **argv)
                 { "memory", cmd_memory, false },
                 { "streams", cmd_streams, false },
                 { "metrics", cmd_metrics, false },
+                { "config", cmd_config, false },
                 { "drain", cmd_drain, false },
                 { "kill-session", cmd_kill_session, true },
         };

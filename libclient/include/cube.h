@@ -539,9 +539,23 @@ typedef struct cube_status {
         uint64_t kernels;               /* entries in the kernel cache */
         bool poisoned;
         char poison[256];               /* what poisoned the device, when it is */
+        char version[32];               /* the daemon's version */
+        char state[16];                 /* "serving", "draining", "poisoned", "stopping" */
+        char reload_error[256];         /* why the last reload was refused; "" if it was not */
 } cube_status;
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
+
+/* One option of the daemon's running configuration. */
+typedef struct cube_config_entry {
+        char key[32];
+        char value[256];
+        char source[160];               /* "default", "command line", or "FILE:LINE" */
+        bool reloadable;                /* a reload changes it; otherwise only a restart */
+} cube_config_entry;
+
+/* The daemon's running configuration. *ret_entries is an array the caller frees. */
+cube_error *cube_daemon_config(cube_client *c, cube_config_entry **ret_entries, size_t *ret_n);
 
 #pragma GCC visibility pop
 
