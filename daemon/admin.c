@@ -112,6 +112,75 @@ cube__dispatched cube__do_config(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* Whether the asking session sees every user's entries of a list, or only
+ * its own user's: root and the daemon's own user see all. */
+static bool sees_all(const cube__msg *k)
+{
+        return k->session->uid == 0 || k->session->uid == geteuid();
+}
+
+/* Sessions that have ended, oldest first, from the history ring. */
+cube__dispatched cube__do_ended_sessions(cube__msg *k)
+{
+        const cube__history *h = &k->server->history;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint32_t n = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < h->n_sessions; i++)
+                n += sees_all(k) || h->sessions[i].uid == k->session->uid;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, n);
+        for (size_t j = 0; j < h->n_sessions; j++) {
+                const cube__ended *e = &h->sessions[(h->next_session + h->cap - h->n_sessions + j) % h->cap];
+                if (!sees_all(k) && e->uid != k->session->uid)
+                        continue;
+                r |= msgpack_pack_map(&pk, 11);
+                r |= cube__pack_kv_u64(&pk, "id", e->id);
+                r |= cube__pack_kv_u64(&pk, "pid", (uint64_t) e->pid);
+                r |= cube__pack_kv_u64(&pk, "uid", (uint64_t) e->uid);
+                r |= cube__pack_kv_str(&pk, "name", e->name);
+                r |= cube__pack_kv_u64(&pk, "launches", e->launches);
+                r |= cube__pack_kv_u64(&pk, "bytes_in", e->bytes_in);
+                r |= cube__pack_kv_u64(&pk, "bytes_out", e->bytes_out);
+                r |= cube__pack_kv_u64(&pk, "errors", e->errors);
+                r |= cube__pack_kv_u64(&pk, "memory_peak", e->memory_peak);
+                r |= cube__pack_str(&pk, "opened_seconds");
+                r |= msgpack_pack_double(&pk, e->opened_s);
+                r |= cube__pack_str(&pk, "duration_seconds");
+                r |= msgpack_pack_double(&pk, e->duration_s);
+        }
+        return finish(&sb, k, r);
+}
+
+/* Failures recorded recently, oldest first, live or long pruned. */
+cube__dispatched cube__do_recent_failures(cube__msg *k)
+{
+        const cube__history *h = &k->server->history;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint32_t n = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < h->n_failures; i++)
+                n += sees_all(k) || h->failures[i].uid == k->session->uid;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, n);
+        for (size_t j = 0; j < h->n_failures; j++) {
+                const cube__recent_failure *f = &h->failures[(h->next_failure + h->cap - h->n_failures + j) % h->cap];
+                if (!sees_all(k) && f->uid != k->session->uid)
+                        continue;
+                r |= msgpack_pack_map(&pk, 4);
+                r |= cube__pack_kv_u64(&pk, "id", f->id);
+                r |= cube__pack_kv_u64(&pk, "session", f->session);
+                r |= cube__pack_kv_str(&pk, "root", f->root);
+                r |= cube__pack_str(&pk, "at_seconds");
+                r |= msgpack_pack_double(&pk, f->at_s);
+        }
+        return finish(&sb, k, r);
+}
+
 cube__dispatched cube__do_kernels(cube__msg *k)
 {
         cube__server *srv = k->server;

@@ -59,6 +59,7 @@ static const option_spec specs[] = {
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
+        { "history", K_U32, OFF(history), 0, 65536, false },
 };
 
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
@@ -79,6 +80,7 @@ void cube__options_default(cube__options *o)
                 .max_queued_bytes = 256ull << 20,
                 .region_memory = 1ull << 30,
                 .poison_grace_s = 5,
+                .history = 64,
         };
         cube__limits_daemon_default(&o->limits);
 }

@@ -34,11 +34,30 @@ typedef struct cube__conn cube__conn;
 enum { CUBE__LOG_ERR = 3, CUBE__LOG_WARNING = 4, CUBE__LOG_NOTICE = 5, CUBE__LOG_INFO = 6,
        CUBE__LOG_DEBUG = 7 };
 void cube__log_init(int max_level);
-void cube__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Where a log call is, for CODE_FILE/CODE_LINE/CODE_FUNC, and the entry's
+ * MESSAGE_ID (NULL: none). */
+typedef struct cube__log_site {
+        const char *file;
+        int line;
+        const char *func;
+        const char *message_id;
+} cube__log_site;
+void cube__log_at(const cube__log_site *at, int level, const struct cube__session *s,
+                  uint64_t failure, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define CUBE__HERE(id) (&(const cube__log_site) { __FILE__, __LINE__, __func__, (id) })
+#define cube__log(level, ...) cube__log_at(CUBE__HERE(NULL), (level), NULL, 0, __VA_ARGS__)
 /* The same, about session s (and failure, when not 0): under journald these
  * become fields of the entry. */
-void cube__log_session(int level, const struct cube__session *s, uint64_t failure,
-                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define cube__log_session(level, s, failure, ...) \
+        cube__log_at(CUBE__HERE(NULL), (level), (s), (failure), __VA_ARGS__)
+/* An entry of one of the kinds an operator filters on by MESSAGE_ID. */
+#define cube__log_id(id, level, s, ...) cube__log_at(CUBE__HERE(id), (level), (s), 0, __VA_ARGS__)
+/* journalctl MESSAGE_ID=... (docs/OPERATIONS.md lists them). */
+#define CUBE__MSG_START    "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e70"
+#define CUBE__MSG_STOP     "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e71"
+#define CUBE__MSG_RELOAD   "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e72"
+#define CUBE__MSG_POISON   "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e73"
+#define CUBE__MSG_SESSION_END "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e74"
 
 /* ---- a map from u64 ids to pointers (idmap.c) --------------------------- */
 typedef struct cube__idmap {
@@ -95,9 +114,44 @@ typedef struct cube__awaits {
         size_t n, cap;
 } cube__awaits;
 
+/* Recent sessions and failures, kept after they end for cubectl history:
+ * two rings of `history` entries each. */
+typedef struct cube__ended {
+        uint64_t id;
+        pid_t pid;
+        uid_t uid;
+        char name[CUBED_NAME_MAX];
+        uint64_t launches, bytes_in, bytes_out, errors, memory_peak;
+        double opened_s, duration_s;    /* opened: seconds after the daemon started */
+} cube__ended;
+
+typedef struct cube__recent_failure {
+        uint64_t id, session;
+        uid_t uid;
+        char root[256];                 /* the root error's message, cut */
+        double at_s;
+} cube__recent_failure;
+
+typedef struct cube__history {
+        uint32_t cap;
+        cube__ended *sessions;
+        size_t n_sessions, next_session;
+        cube__recent_failure *failures;
+        size_t n_failures, next_failure;
+        uint64_t started_ns;
+} cube__history;
+
+int cube__history_init(cube__history *h, uint32_t cap, uint64_t started_ns);
+void cube__history_free(cube__history *h);
+void cube__history_session(cube__history *h, const struct cube__session *s);
+void cube__history_failure(cube__history *h, uint64_t id, uint64_t session, uid_t uid,
+                           const cube_error *root);
+
 typedef struct cube__failures {
         uint64_t minted;                /* ids are never reused */
         cube__idmap records;
+        cube__history *history;         /* where new failures are remembered, or NULL */
+        const struct cube__server *server;
 } cube__failures;
 
 /* Records a failure and returns its id (0 on allocation failure). Takes root. */
@@ -413,7 +467,7 @@ void cube__schedule_unplug(cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);
 /* Marks the device poisoned (once) with why; every later operation reports it. */
-void cube__server_poison(cube__server *srv, cube_error *poison);
+void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison);
 /* ServerError::DevicePoisoned for the poisoned device. */
 cube_error *cube__poisoned(cube__server *srv);
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
@@ -507,6 +561,7 @@ struct cube__session {
         char name[CUBED_NAME_MAX];
         bool greeted;                   /* hello was answered */
         bool poison_told;               /* has been answered DevicePoisoned */
+        uint64_t opened_ns;
         cube__idmap memory;             /* memory id -> cube__name */
         cube__idmap streams;            /* stream id -> cube__stream */
         cube__idmap kernels;            /* kernel id -> cube__kernel */
@@ -662,6 +717,7 @@ typedef struct cube__options {
         cube__id_list allow_uid_ids;    /* the lists, resolved at load */
         cube__id_list allow_gid_ids;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
+        uint32_t history;               /* ended sessions and failures kept for cubectl history */
         bool fault_injection;           /* tests only */
         uint8_t source[CUBE__OPTIONS_MAX];      /* per option (cube__option_key): CUBE__FROM_* */
         uint32_t line[CUBE__OPTIONS_MAX];       /* the file's line, when from the file */
@@ -768,6 +824,7 @@ struct cube__server {
         cube__conn *conns;
         bool stopping;
         cube__stats stats;
+        cube__history history;
         char reload_error[512];         /* why the last reload was refused; "" when it was not */
 };
 

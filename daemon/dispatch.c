@@ -169,6 +169,8 @@ static const method methods[] = {
         { "streams", CUBE__MSG_REQUEST, cube__do_streams },
         { "metrics", CUBE__MSG_REQUEST, cube__do_metrics },
         { "config", CUBE__MSG_REQUEST, cube__do_config },
+        { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions },
+        { "recent_failures", CUBE__MSG_REQUEST, cube__do_recent_failures },
         { "drain", CUBE__MSG_REQUEST, cube__do_drain },
         { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
         { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },

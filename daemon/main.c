@@ -55,6 +55,8 @@ static void usage(FILE *f)
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
 "  --allow-groups LIST    groups whose members may connect (names or gids)\n"
+"  --history N            ended sessions and failures kept for cubectl history\n"
+"                         (default 64)\n"
 "\n"
 "  --check-config FILE    load FILE (with the other options given) and say whether\n"
 "                         it is valid; exit 0 if so, 2 if not; serves nothing\n"
@@ -97,6 +99,7 @@ int main(int argc, char **argv)
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },
+                { "history", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
                 { "check-config", required_argument, NULL, 'k' },
                 { "help", no_argument, NULL, 'h' },

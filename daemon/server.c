@@ -56,8 +56,8 @@ static void on_signal(uv_signal_t *sig, int signum)
                 reload(srv);
                 return;
         }
-        cube__log(CUBE__LOG_NOTICE, "%s received: draining and stopping",
-                  signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "%s received: draining and stopping",
+                     signum == SIGTERM ? "SIGTERM" : "SIGINT");
         cube__server_stop(srv);
 }
 
@@ -76,8 +76,8 @@ static void reload(cube__server *srv)
                               srv->n_overrides, &next, why, sizeof(why)) < 0) {
                 srv->stats.reloads_refused++;
                 snprintf(srv->reload_error, sizeof(srv->reload_error), "%s", why);
-                cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
-                          why);
+                cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_ERR, NULL, "reload failed, keeping the "
+                             "running configuration: %s", why);
                 /* READY=1 must follow RELOADING=1, or systemd waits for it;
                  * STATUS= says the reload was refused and why, so that
                  * `systemctl status` shows it. */
@@ -90,7 +90,7 @@ static void reload(cube__server *srv)
                 cube__options_done(&next);
                 const char *path = srv->opts.config_path;
                 bool missing = path && access(path, F_OK) != 0;
-                cube__log(CUBE__LOG_NOTICE, "configuration reloaded%s%s%s",
+                cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_NOTICE, NULL, "configuration reloaded%s%s%s",
                           path ? " from " : " (no configuration file)", path ? path : "",
                           missing ? " (missing: defaults and the command line only)" : "");
         }
@@ -106,8 +106,9 @@ static void on_drain_timeout(uv_timer_t *t)
 {
         cube__server *srv = t->data;
 
-        cube__log(CUBE__LOG_ERR, "the drain did not finish in %u s (%u operation(s) still on the "
-                  "device); exiting without waiting", srv->opts.drain_timeout_s, srv->inflight);
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_ERR, NULL, "the drain did not finish in %u s (%u "
+                     "operation(s) still on the device); exiting without waiting, exit status 1",
+                     srv->opts.drain_timeout_s, srv->inflight);
         sd_notify(0, "STATUS=drain timed out");
         _exit(1);
 }
@@ -228,6 +229,10 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->loop = uv_default_loop();
         srv->started_ns = uv_hrtime();
         sd_notify(0, "STATUS=starting");
+        if (cube__history_init(&srv->history, opts->history, srv->started_ns) < 0)
+                return -ENOMEM;
+        srv->failures.history = &srv->history;
+        srv->failures.server = srv;
 
         srv->driver = cube__driver_find(opts->backend);
         if (!srv->driver) {
@@ -275,9 +280,10 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         size_t where_len = sizeof(where);
         if (!inherited || uv_pipe_getsockname(&srv->listener, where, &where_len) < 0)
                 snprintf(where, sizeof(where), "%s", opts->socket_path);
-        cube__log(CUBE__LOG_NOTICE, "serving %s (%s, %" PRIu64 " bytes of device memory) on %s%s",
-                  srv->service, srv->properties.name, srv->properties.memory_bytes, where,
-                  inherited ? " (passed by systemd)" : "");
+        cube__log_id(CUBE__MSG_START, CUBE__LOG_NOTICE, NULL, "cubed %s serving %s (%s, %" PRIu64
+                     " bytes of device memory) on %s%s", CUBE_VERSION,
+                     srv->service, srv->properties.name, srv->properties.memory_bytes, where,
+                     inherited ? " (passed by systemd)" : "");
         return 0;
 }
 
@@ -285,6 +291,8 @@ int cube__server_run(cube__server *srv)
 {
         sd_notifyf(0, "READY=1\nSTATUS=serving %s\nMAINPID=%d", srv->service, (int) getpid());
         uv_run(srv->loop, UV_RUN_DEFAULT);
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "stopped after %.1f s, exit status %d",
+                     (double) (uv_hrtime() - srv->started_ns) / 1e9, srv->exit_code);
         return srv->exit_code;
 }
 
@@ -336,7 +344,8 @@ static void reinit_device(cube__server *srv)
         srv->reinit_pending = false;
         cube__kernels_free(srv);
         cube__failures_free(&srv->failures);
-        srv->failures = (cube__failures) { .minted = srv->failures.minted };
+        srv->failures = (cube__failures) { .minted = srv->failures.minted,
+                                           .history = &srv->history, .server = srv };
         srv->driver->close(srv->device);
         srv->device = NULL;
         cube_error_free(srv->poison);
@@ -456,6 +465,7 @@ void cube__server_done(cube__server *srv)
                 cube_error_free(w->error);
         }
         cube__failures_free(&srv->failures);
+        cube__history_free(&srv->history);
         cube__idmap_foreach(&srv->uids, free_value, NULL);
         cube__idmap_free(&srv->uids);
         cube__idmap_free(&srv->exports);

@@ -164,7 +164,7 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         cube__op_enqueue(o);
 }
 
-void cube__server_poison(cube__server *srv, cube_error *poison)
+void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison)
 {
         if (srv->poison || !poison) {
                 cube_error_free(poison);
@@ -172,8 +172,8 @@ void cube__server_poison(cube__server *srv, cube_error *poison)
         }
         srv->poison = poison;
         srv->stats.poisons++;
-        cube__log(CUBE__LOG_ERR, "the device is poisoned: %s; every session is told on its next "
-                  "operation", cube_error_reason(poison));
+        cube__log_id(CUBE__MSG_POISON, CUBE__LOG_ERR, by, "the device is poisoned: %s; every "
+                     "session is told on its next operation", cube_error_reason(poison));
         cube__server_poison_started(srv);
 }
 
@@ -192,7 +192,7 @@ static uint64_t launch_failed(cube__op *o)
                                                      s->id, (int) s->pid, *s->name ? ", " : "",
                                                      s->name, cube_error_reason(e));
                 cube_error_free(e);
-                cube__server_poison(srv, cube_error_clone(named));
+                cube__server_poison(srv, s, cube_error_clone(named));
                 root = cube__err_wrap(CUBE_SERVER_LAUNCH,
                                       cube__err_wrap(CUBE_LAUNCH_DEVICE_POISONED, named));
         } else {

@@ -1402,6 +1402,87 @@ START_TEST(metrics_counters_never_go_down)
 }
 END_TEST
 
+/* At the default level a session's end and failures leave a trace: the
+ * close is logged at notice with its totals, and cubectl history shows the
+ * session and its failure after it has gone. A multi-line message keeps its
+ * prefix on every line. */
+START_TEST(post_mortem_of_an_ended_session)
+{
+        static const char *const args[] = { "--log-level", "notice", "--enable-fault-injection",
+                                             "--poison-grace", "60", NULL };
+        static const char *const history[] = { "history", NULL };
+        static const char *const json_history[] = { "--json", "history", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *w;
+        cube_handle h;
+        unsigned char data[256] = { 1 };
+        char want[256], line[512];
+        cube_error *e;
+        cube_status st;
+        uint64_t sid;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "postmortem", &c));
+        sid = cube_client_session(c);
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", sizeof(data)));
+        ck_ok(cube_create(c, data, sizeof(data), &h));
+        e = cube_read(c, &h, data, sizeof(data));
+        ck_assert_msg(e, "a failed reservation read back");
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_ok(cube_connect(p.socket, "watcher", &w));
+        for (long deadline = now_ms() + scaled(5000);;) {
+                ck_ok(cube_daemon_status(w, &st));
+                if (st.sessions == 1)
+                        break;
+                ck_assert_msg(now_ms() < deadline, "the session did not end");
+                usleep(10000);
+        }
+        snprintf(want, sizeof(want), "cubed: notice: session %" PRIu64 " (pid %d, uid %u, "
+                 "'postmortem') closed after", sid, (int) getpid(), (unsigned) getuid());
+        ck_assert_msg(file_contains(p.log, want), "no '%s' in the log", want);
+        {
+                char text[65536];
+                FILE *lf = fopen(p.log, "r");
+                size_t n = lf ? fread(text, 1, sizeof(text) - 1, lf) : 0;
+                if (lf)
+                        fclose(lf);
+                text[n] = '\0';
+                ck_assert(line_with(text, want, line, sizeof(line)));
+                ck_assert_msg(strstr(line, " error(s)") && !strstr(line, " 0 error(s)"),
+                              "the close does not count the errors: %s", line);
+        }
+
+        cubectl(o, p.socket, history);
+        ck_assert_out(o, o->status == 0, "cubectl history exited %d", o->status);
+        ck_assert_out(o, line_with(o->out, "postmortem", line, sizeof(line)), "no ended session");
+        ck_assert_out(o, strstr(o->out, "failure #1") && strstr(o->out, "out of device memory"),
+                      "no recent failure");
+        cubectl(o, p.socket, json_history);
+        snprintf(want, sizeof(want), "{\"id\":%" PRIu64 ",\"pid\":%d", sid, (int) getpid());
+        ck_assert_out(o, o->status == 0 && strstr(o->out, want), "no %s", want);
+
+        /* Every line of a multi-line message carries the prefix. */
+        ck_ok(cube_debug_inject(w, CUBE_FAULT_POISON, 0, "first line\nforged: line", 0));
+        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", scaled(2000)) >= 0);
+        ck_assert_msg(file_contains(p.log, "cubed: error: forged: line"),
+                      "the continuation line lost its prefix");
+        FILE *f = fopen(p.log, "r");
+        while (f && fgets(line, sizeof(line), f))
+                ck_assert_msg(strncmp(line, "cubed: ", 7) == 0, "a log line without the prefix: %s",
+                              line);
+        if (f)
+                fclose(f);
+        cube_disconnect(w);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(cubectl_kill_session)
 {
         static const char *const unknown[] = { "kill-session", "999999", NULL };
@@ -1845,6 +1926,7 @@ int main(void)
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
         tcase_add_test(ctl, cubectl_kill_session);
         tcase_add_test(ctl, metrics_counters_never_go_down);
+        tcase_add_test(ctl, post_mortem_of_an_ended_session);
         tcase_add_test(ctl, cubectl_drain);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
         tcase_add_test(admin, only_the_owner_and_root_may_act);

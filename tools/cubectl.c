@@ -30,6 +30,8 @@ static void usage(FILE *f)
 "  memory    device memory in use, in pages and at peak, and each stream's pools\n"
 "  streams   each stream of each session, with its queued work\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
+"  history   the sessions that ended and the failures of late, kept after they\n"
+"            are gone (the daemon keeps `history` of each)\n"
 "  config    the running configuration: each option, its value, where it came\n"
 "            from and whether a reload changes it\n"
 "  drain     take no new sessions; the daemon stops once the last one ends\n"
@@ -45,19 +47,82 @@ static void usage(FILE *f)
 "3 the daemon could not be reached.\n");
 }
 
+/* The length of the valid UTF-8 sequence at s, or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+        size_t n;
+        uint32_t cp;
+
+        if (s[0] < 0x80)
+                return 1;
+        if ((s[0] & 0xe0) == 0xc0)
+                n = 2, cp = s[0] & 0x1f;
+        else if ((s[0] & 0xf0) == 0xe0)
+                n = 3, cp = s[0] & 0x0f;
+        else if ((s[0] & 0xf8) == 0xf0)
+                n = 4, cp = s[0] & 0x07;
+        else
+                return 0;
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                return 0;
+        return n;
+}
+
+/* A JSON string: control characters escaped, bytes that are not UTF-8 as
+ * U+FFFD, so that whatever a daemon or a client named, the output parses. */
 static void print_json_string(const char *s)
 {
         putchar('"');
-        for (; *s; s++) {
+        while (*s) {
                 unsigned char ch = (unsigned char) *s;
+                size_t n = utf8_len((const unsigned char *) s);
                 if (ch == '"' || ch == '\\')
                         printf("\\%c", ch);
-                else if (ch < 0x20)
+                else if (ch < 0x20 || ch == 0x7f)
                         printf("\\u%04x", ch);
+                else if (n == 0)
+                        fputs("\\ufffd", stdout);
                 else
-                        putchar(ch);
+                        fwrite(s, 1, n, stdout);
+                s += n ? n : 1;
         }
         putchar('"');
+}
+
+/* A text for a table cell: control characters and bytes that are not UTF-8
+ * as \xNN, so that a name cannot forge rows or columns. */
+static const char *cell_text(const char *s, char *buf, size_t cap, bool spaces)
+{
+        size_t o = 0;
+
+        while (*s && o + 5 < cap) {
+                unsigned char ch = (unsigned char) *s;
+                size_t n = utf8_len((const unsigned char *) s);
+                if (ch < 0x20 || ch == 0x7f || (ch == ' ' && !spaces) || n == 0) {
+                        o += (size_t) snprintf(buf + o, cap - o, "\\x%02x", ch);
+                        s++;
+                        continue;
+                }
+                if (o + n >= cap)
+                        break;
+                memcpy(buf + o, s, n);
+                o += n;
+                s += n;
+        }
+        buf[o] = '\0';
+        return buf;
+}
+
+/* A name for a column: spaces escaped too. */
+static const char *cell(const char *s, char *buf, size_t cap)
+{
+        return cell_text(s, buf, cap, false);
 }
 
 static void human_bytes(uint64_t n, char *buf, size_t cap)
@@ -264,14 +329,15 @@ static int cmd_sessions(cube_client *c, bool json, const char *arg)
                                v[i].id == cube_client_session(c) ? "true" : "false");
                         continue;
                 }
-                char mem[32], peak[32], in[32], out[32];
+                char mem[32], peak[32], in[32], out[32], name[260];
                 human_bytes(v[i].memory_in_use, mem, sizeof(mem));
                 human_bytes(v[i].memory_peak, peak, sizeof(peak));
                 human_bytes(v[i].bytes_in, in, sizeof(in));
                 human_bytes(v[i].bytes_out, out, sizeof(out));
                 printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %7" PRIu64 "  %10s  %10s  %8" PRIu64
                        "  %10s  %10s  %6" PRIu64 "%s\n", v[i].id, v[i].pid, v[i].uid,
-                       *v[i].name ? v[i].name : "-", v[i].streams, mem, peak, v[i].launches, in,
+                       *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-", v[i].streams, mem,
+                       peak, v[i].launches, in,
                        out, v[i].errors, v[i].id == cube_client_session(c) ? "  (cubectl)" : "");
         }
         if (json)
@@ -435,6 +501,66 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* The sessions that have ended and the failures of late, kept by the daemon
+ * after they are gone. */
+static int cmd_history(cube_client *c, bool json, const char *arg)
+{
+        cube_ended_session *v;
+        cube_recent_failure *f;
+        size_t n, nf;
+        cube_error *e = cube_daemon_ended_sessions(c, &v, &n);
+
+        if (e)
+                return report("history", e);
+        if ((e = cube_daemon_recent_failures(c, &f, &nf))) {
+                free(v);
+                return report("history", e);
+        }
+        if (json) {
+                printf("{\"sessions\":[");
+                for (size_t i = 0; i < n; i++) {
+                        printf("%s{\"id\":%" PRIu64 ",\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
+                               v[i].id, v[i].pid, v[i].uid);
+                        print_json_string(v[i].name);
+                        printf(",\"launches\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%"
+                               PRIu64 ",\"errors\":%" PRIu64 ",\"memory_peak\":%" PRIu64
+                               ",\"opened_seconds\":%.3f,\"duration_seconds\":%.3f}", v[i].launches,
+                               v[i].bytes_in, v[i].bytes_out, v[i].errors, v[i].memory_peak,
+                               v[i].opened_seconds, v[i].duration_seconds);
+                }
+                printf("],\"failures\":[");
+                for (size_t i = 0; i < nf; i++) {
+                        printf("%s{\"id\":%" PRIu64 ",\"session\":%" PRIu64 ",\"at_seconds\":%.3f,"
+                               "\"root\":", i ? "," : "", f[i].id, f[i].session, f[i].at_seconds);
+                        print_json_string(f[i].root);
+                        putchar('}');
+                }
+                printf("]}\n");
+        } else {
+                printf("ended sessions (oldest first):\n");
+                printf("%6s  %7s  %6s  %-16s  %9s  %8s  %10s  %10s  %6s\n", "ID", "PID", "UID",
+                       "NAME", "LASTED", "LAUNCHES", "IN", "OUT", "ERRORS");
+                for (size_t i = 0; i < n; i++) {
+                        char in[32], out[32], name[260];
+                        human_bytes(v[i].bytes_in, in, sizeof(in));
+                        human_bytes(v[i].bytes_out, out, sizeof(out));
+                        printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %8.1fs  %8" PRIu64 "  %10s  %10s  %6"
+                               PRIu64 "\n", v[i].id, v[i].pid, v[i].uid,
+                               *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-",
+                               v[i].duration_seconds, v[i].launches, in, out, v[i].errors);
+                }
+                printf("recent failures (oldest first):\n");
+                for (size_t i = 0; i < nf; i++) {
+                        char root[1100];
+                        printf("  failure #%" PRIu64 " at %.1f s, session %" PRIu64 ": %s\n", f[i].id,
+                               f[i].at_seconds, f[i].session, cell_text(f[i].root, root, sizeof(root), true));
+                }
+        }
+        free(v);
+        free(f);
+        return EXIT_OK;
+}
+
 static int cmd_config(cube_client *c, bool json, const char *arg)
 {
         cube_config_entry *v;
@@ -564,6 +690,7 @@ int main(int argc, char **argv)
                 { "streams", cmd_streams, false },
                 { "metrics", cmd_metrics, false },
                 { "config", cmd_config, false },
+                { "history", cmd_history, false },
                 { "drain", cmd_drain, false },
                 { "kill-session", cmd_kill_session, true },
         };

@@ -546,6 +546,32 @@ typedef struct cube_status {
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
 
+/* A session that has ended, from the daemon's bounded history. */
+typedef struct cube_ended_session {
+        uint64_t id;
+        uint32_t pid, uid;
+        char name[64];
+        uint64_t launches, bytes_in, bytes_out, errors, memory_peak;
+        double opened_seconds;          /* after the daemon started */
+        double duration_seconds;
+} cube_ended_session;
+
+/* A failure recorded recently, live or not. */
+typedef struct cube_recent_failure {
+        uint64_t id;
+        uint64_t session;
+        char root[256];                 /* the root error's message */
+        double at_seconds;              /* after the daemon started */
+} cube_recent_failure;
+
+/* The last sessions to end and failures to happen (`history` of each, the
+ * oldest first). A caller other than root and the daemon's user sees only
+ * its own user's. The arrays are the caller's to free. */
+cube_error *cube_daemon_ended_sessions(cube_client *c, cube_ended_session **ret_sessions,
+                                       size_t *ret_n);
+cube_error *cube_daemon_recent_failures(cube_client *c, cube_recent_failure **ret_failures,
+                                        size_t *ret_n);
+
 /* One option of the daemon's running configuration. */
 typedef struct cube_config_entry {
         char key[32];
