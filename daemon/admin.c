@@ -52,7 +52,10 @@ cube__dispatched cube__do_status(cube__msg *k)
         int r = 0;
 
         begin(&sb, &pk, k);
-        r |= msgpack_pack_map(&pk, 17);
+        r |= msgpack_pack_map(&pk, 18);
+        r |= cube__pack_str(&pk, "drain_seconds_left");
+        r |= msgpack_pack_double(&pk, srv->drain_deadline_ns ?
+                                 (double) (srv->drain_deadline_ns - uv_hrtime()) / 1e9 : 0);
         r |= cube__pack_kv_str(&pk, "version", CUBE_VERSION);
         r |= cube__pack_kv_str(&pk, "state", srv->stopping ? "stopping" : srv->poison ? "poisoned" :
                                srv->draining ? "draining" : "serving");
@@ -439,11 +442,32 @@ cube__dispatched cube__do_metrics(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* drain [] or [timeout seconds]: takes no new work, stops once the working
+ * sessions have ended, or closes them past the timeout. */
 cube__dispatched cube__do_drain(cube__msg *k)
+{
+        uint32_t timeout = 0;
+
+        if (k->n > 1 || (k->n == 1 && !cube__obj_u32(&k->p[0], &timeout))) {
+                cube__malformed(k, "params must be [] or [timeout seconds]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (!admin_allowed(k))
+                return CUBE__DISPATCH_DONE;
+        cube__reply_ok_nil(k);
+        cube__server_drain(k->server, timeout, k->session);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_undrain(cube__msg *k)
 {
         if (!admin_allowed(k))
                 return CUBE__DISPATCH_DONE;
-        cube__server_drain(k->server);
+        if (!k->server->draining) {
+                cube__reply_owned_error(k, cube__err_validation("the daemon is not draining"));
+                return CUBE__DISPATCH_DONE;
+        }
+        cube__server_undrain(k->server, k->session);
         cube__reply_ok_nil(k);
         return CUBE__DISPATCH_DONE;
 }

@@ -649,6 +649,7 @@ static void conn_start(cube__conn *c)
                 cube__conn_close(c);
                 return;
         }
+        c->session->admin_only = srv->draining;
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
         if (refused) {
                 srv->stats.sessions_refused++;

@@ -560,6 +560,7 @@ struct cube__session {
         gid_t gid;
         char name[CUBED_NAME_MAX];
         bool greeted;                   /* hello was answered */
+        bool admin_only;                /* opened during a drain: may look and act, not work */
         bool poison_told;               /* has been answered DevicePoisoned */
         uint64_t opened_ns;
         cube__idmap memory;             /* memory id -> cube__name */
@@ -775,6 +776,8 @@ struct cube__server {
         uv_timer_t watchdog;
         uv_timer_t drain_timer;
         uv_timer_t poison_timer;
+        uv_timer_t drain_deadline;      /* cubectl drain --timeout */
+        uint64_t drain_deadline_ns;     /* when it acts; 0: none */
         bool socket_inherited;          /* passed by systemd: not ours to unlink */
         bool reinit_pending;
         bool draining;
@@ -833,8 +836,12 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                       size_t n_overrides);
 int cube__server_run(cube__server *srv);
 void cube__server_stop(cube__server *srv);
-/* Takes no new sessions, and stops once the last one has ended. */
-void cube__server_drain(cube__server *srv);
+/* Takes no new work: sessions opened from now on may only look and act
+ * (cubectl); stops once the last working session has ended, or, past
+ * timeout_s (0: none), closes them. by is who asked (NULL: a signal). */
+void cube__server_drain(cube__server *srv, uint32_t timeout_s, cube__session *by);
+/* Ends a drain: new sessions work again. */
+void cube__server_undrain(cube__server *srv, cube__session *by);
 void cube__server_done(cube__server *srv);
 /* Called whenever a session or work ends, to finish a shutdown or a reinit. */
 void cube__server_check_stopped(cube__server *srv);

@@ -139,41 +139,43 @@ typedef struct method {
         const char *name;
         int type;                       /* CUBE__MSG_REQUEST or CUBE__MSG_NOTIFY */
         cube__dispatched (*handle)(cube__msg *k);
+        bool admin;                     /* looks or acts, queues no work: served while draining */
 } method;
 
 static const method methods[] = {
-        { "hello", CUBE__MSG_REQUEST, do_hello },
-        { "status", CUBE__MSG_REQUEST, cube__do_status },
-        { "kernels", CUBE__MSG_REQUEST, cube__do_kernels },
-        { "create", CUBE__MSG_NOTIFY, cube__do_create },
-        { "write", CUBE__MSG_NOTIFY, cube__do_write },
-        { "free", CUBE__MSG_NOTIFY, cube__do_free },
-        { "read", CUBE__MSG_REQUEST, cube__do_read },
-        { "sync", CUBE__MSG_REQUEST, cube__do_sync },
-        { "check", CUBE__MSG_REQUEST, cube__do_check },
-        { "flush", CUBE__MSG_REQUEST, cube__do_flush },
-        { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_memory_cleanup },
-        { "memory_report", CUBE__MSG_REQUEST, cube__do_memory_report },
-        { "stream_ids", CUBE__MSG_REQUEST, cube__do_stream_ids },
-        { "allocation_mode", CUBE__MSG_NOTIFY, cube__do_allocation_mode },
-        { "memory", CUBE__MSG_REQUEST, cube__do_memory },
-        { "region", CUBE__MSG_REQUEST, cube__do_region },
-        { "region_free", CUBE__MSG_NOTIFY, cube__do_region_free },
-        { "export", CUBE__MSG_REQUEST, cube__do_export },
-        { "import", CUBE__MSG_REQUEST, cube__do_import },
-        { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
-        { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
-        { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },
-        { "failures", CUBE__MSG_REQUEST, cube__do_failures },
-        { "sessions", CUBE__MSG_REQUEST, cube__do_sessions },
-        { "streams", CUBE__MSG_REQUEST, cube__do_streams },
-        { "metrics", CUBE__MSG_REQUEST, cube__do_metrics },
-        { "config", CUBE__MSG_REQUEST, cube__do_config },
-        { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions },
-        { "recent_failures", CUBE__MSG_REQUEST, cube__do_recent_failures },
-        { "drain", CUBE__MSG_REQUEST, cube__do_drain },
-        { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
-        { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },
+        { "hello", CUBE__MSG_REQUEST, do_hello, true },
+        { "status", CUBE__MSG_REQUEST, cube__do_status, true },
+        { "kernels", CUBE__MSG_REQUEST, cube__do_kernels, true },
+        { "create", CUBE__MSG_NOTIFY, cube__do_create, false },
+        { "write", CUBE__MSG_NOTIFY, cube__do_write, false },
+        { "free", CUBE__MSG_NOTIFY, cube__do_free, false },
+        { "read", CUBE__MSG_REQUEST, cube__do_read, false },
+        { "sync", CUBE__MSG_REQUEST, cube__do_sync, false },
+        { "check", CUBE__MSG_REQUEST, cube__do_check, false },
+        { "flush", CUBE__MSG_REQUEST, cube__do_flush, false },
+        { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_memory_cleanup, false },
+        { "memory_report", CUBE__MSG_REQUEST, cube__do_memory_report, false },
+        { "stream_ids", CUBE__MSG_REQUEST, cube__do_stream_ids, false },
+        { "allocation_mode", CUBE__MSG_NOTIFY, cube__do_allocation_mode, false },
+        { "memory", CUBE__MSG_REQUEST, cube__do_memory, true },
+        { "region", CUBE__MSG_REQUEST, cube__do_region, false },
+        { "region_free", CUBE__MSG_NOTIFY, cube__do_region_free, false },
+        { "export", CUBE__MSG_REQUEST, cube__do_export, false },
+        { "import", CUBE__MSG_REQUEST, cube__do_import, false },
+        { "kernel", CUBE__MSG_NOTIFY, cube__do_register, false },
+        { "launch", CUBE__MSG_NOTIFY, cube__do_launch, false },
+        { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued, false },
+        { "failures", CUBE__MSG_REQUEST, cube__do_failures, true },
+        { "sessions", CUBE__MSG_REQUEST, cube__do_sessions, true },
+        { "streams", CUBE__MSG_REQUEST, cube__do_streams, true },
+        { "metrics", CUBE__MSG_REQUEST, cube__do_metrics, true },
+        { "config", CUBE__MSG_REQUEST, cube__do_config, true },
+        { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions, true },
+        { "recent_failures", CUBE__MSG_REQUEST, cube__do_recent_failures, true },
+        { "drain", CUBE__MSG_REQUEST, cube__do_drain, true },
+        { "undrain", CUBE__MSG_REQUEST, cube__do_undrain, true },
+        { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session, true },
+        { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject, false },
 };
 
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
@@ -212,6 +214,21 @@ cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *
                 if (!s->greeted && strcmp(m->name, "hello") != 0) {
                         cube__conn_protocol_error(c, msgid, "hello must be the first request of "
                                                   "a session");
+                        return CUBE__DISPATCH_DONE;
+                }
+                if (s->admin_only && !m->admin) {
+                        if (env.type == CUBE__MSG_REQUEST) {
+                                cube_error *e = cube__err_validation("the daemon is draining: a "
+                                        "session opened during a drain may look, not work (%s)",
+                                        m->name);
+                                if (e)
+                                        cube__reply_error(s, env.msgid, e);
+                                cube_error_free(e);
+                        } else {
+                                cube__conn_protocol_error(c, -1, "the daemon is draining: a "
+                                                          "session opened during a drain may "
+                                                          "look, not work (%s)", m->name);
+                        }
                         return CUBE__DISPATCH_DONE;
                 }
                 cube__msg k = {

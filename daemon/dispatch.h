@@ -56,6 +56,7 @@ cube__dispatched cube__do_streams(cube__msg *k);
 cube__dispatched cube__do_memory(cube__msg *k);
 cube__dispatched cube__do_metrics(cube__msg *k);
 cube__dispatched cube__do_drain(cube__msg *k);
+cube__dispatched cube__do_undrain(cube__msg *k);
 cube__dispatched cube__do_kill_session(cube__msg *k);
 
 /* regions.c */

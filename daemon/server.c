@@ -267,7 +267,9 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_timer_init(srv->loop, &srv->watchdog);
         uv_timer_init(srv->loop, &srv->drain_timer);
         uv_timer_init(srv->loop, &srv->poison_timer);
+        uv_timer_init(srv->loop, &srv->drain_deadline);
         srv->watchdog.data = srv->drain_timer.data = srv->poison_timer.data = srv;
+        srv->drain_deadline.data = srv;
         if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0)
                 uv_timer_start(&srv->watchdog, on_watchdog, watchdog_usec / 2000 ? watchdog_usec / 2000 : 1,
                                watchdog_usec / 2000 ? watchdog_usec / 2000 : 1);
@@ -311,6 +313,7 @@ void cube__server_stop(cube__server *srv)
         if (srv->stopping)
                 return;
         srv->stopping = true;
+        uv_timer_stop(&srv->drain_deadline);
         sd_notify(0, "STOPPING=1\nSTATUS=draining");
         close_listener(srv);
         cube__conn_close_all(srv);
@@ -319,16 +322,68 @@ void cube__server_stop(cube__server *srv)
         cube__server_check_stopped(srv);
 }
 
-void cube__server_drain(cube__server *srv)
+/* Sessions that may still queue work: those a drain waits for. */
+static unsigned working_sessions(const cube__server *srv)
 {
-        if (srv->draining || srv->stopping)
+        unsigned n = 0;
+
+        for (const cube__session *s = srv->sessions; s; s = s->next)
+                n += !s->admin_only;
+        return n;
+}
+
+static void on_drain_deadline(uv_timer_t *t)
+{
+        cube__server *srv = t->data;
+
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "the drain's deadline has passed with "
+                     "%u working session(s) left: closing them and stopping", working_sessions(srv));
+        cube__server_stop(srv);
+}
+
+void cube__server_drain(cube__server *srv, uint32_t timeout_s, cube__session *by)
+{
+        char who[96] = "a signal";
+
+        if (srv->stopping)
                 return;
+        if (by)
+                snprintf(who, sizeof(who), "session %" PRIu64 " (pid %d, uid %u)", by->id,
+                         (int) by->pid, (unsigned) by->uid);
+        /* A second drain is no error: it sets the deadline anew. */
+        uv_timer_stop(&srv->drain_deadline);
+        srv->drain_deadline_ns = 0;
+        if (timeout_s) {
+                srv->drain_deadline_ns = uv_hrtime() + (uint64_t) timeout_s * 1000000000ull;
+                uv_timer_start(&srv->drain_deadline, on_drain_deadline, (uint64_t) timeout_s * 1000, 0);
+        }
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, by, "%s asked for a drain%s: no new work; "
+                     "stopping once the %u working session(s) left have ended", who,
+                     srv->draining ? " again" : "", working_sessions(srv));
+        if (timeout_s)
+                cube__log(CUBE__LOG_NOTICE, "the drain closes what is left in %u s", timeout_s);
         srv->draining = true;
-        cube__log(CUBE__LOG_NOTICE, "draining: no new sessions; stopping once the %u "
-                  "session(s) left have ended", srv->n_sessions);
-        sd_notify(0, "STATUS=draining");
-        close_listener(srv);
+        sd_notifyf(0, "STATUS=draining: %u working session(s) left", working_sessions(srv));
         cube__server_check_stopped(srv);
+}
+
+void cube__server_undrain(cube__server *srv, cube__session *by)
+{
+        if (!srv->draining || srv->stopping)
+                return;
+        srv->draining = false;
+        uv_timer_stop(&srv->drain_deadline);
+        srv->drain_deadline_ns = 0;
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, by, "session %" PRIu64 " (pid %d, uid %u) "
+                     "ended the drain: new work is taken again", by ? by->id : 0,
+                     by ? (int) by->pid : 0, by ? (unsigned) by->uid : 0);
+        sd_notifyf(0, "STATUS=serving %s", srv->service);
+}
+
+/* A drain is over once no working session is left and no work either. */
+static bool drained(const cube__server *srv)
+{
+        return working_sessions(srv) == 0 && srv->inflight == 0 && srv->compiling == 0;
 }
 
 /* Everything is idle: no connection served, no session, no work, no compile. */
@@ -365,8 +420,11 @@ void cube__server_check_stopped(cube__server *srv)
 {
         if (srv->reinit_pending && !srv->stopping && idle(srv))
                 reinit_device(srv);
-        if (srv->draining && !srv->stopping && idle(srv))
+        if (srv->draining && !srv->stopping && drained(srv)) {
+                cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "the drain is complete: "
+                             "stopping");
                 cube__server_stop(srv);
+        }
         if (!srv->stopping || !idle(srv))
                 return;
         if (uv_is_closing((uv_handle_t *) &srv->completions_poll))
@@ -379,6 +437,7 @@ void cube__server_check_stopped(cube__server *srv)
         uv_close((uv_handle_t *) &srv->watchdog, NULL);
         uv_close((uv_handle_t *) &srv->drain_timer, NULL);
         uv_close((uv_handle_t *) &srv->poison_timer, NULL);
+        uv_close((uv_handle_t *) &srv->drain_deadline, NULL);
 }
 
 /* The poison policy acts: the grace has passed and every session has been

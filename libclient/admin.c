@@ -157,6 +157,18 @@ cube_error *cube_daemon_drain(cube_client *c)
         return cube__request(c, "drain", NULL, 0, NULL, NULL);
 }
 
+cube_error *cube_daemon_drain_timeout(cube_client *c, uint32_t timeout_seconds)
+{
+        uint64_t t = timeout_seconds;
+
+        return cube__request(c, "drain", &t, 1, NULL, NULL);
+}
+
+cube_error *cube_daemon_undrain(cube_client *c)
+{
+        return cube__request(c, "undrain", NULL, 0, NULL, NULL);
+}
+
 cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session)
 {
         return cube__request(c, "kill_session", &session, 1, NULL, NULL);

@@ -366,6 +366,8 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
                 snprintf(st->version, sizeof(st->version), "%.*s", (int) v->via.str.size, v->via.str.ptr);
         if ((v = cube__map_get(r, "state")) && v->type == MSGPACK_OBJECT_STR)
                 snprintf(st->state, sizeof(st->state), "%.*s", (int) v->via.str.size, v->via.str.ptr);
+        if ((v = cube__map_get(r, "drain_seconds_left")))
+                (void) cube__obj_double(v, &st->drain_seconds_left);
         if ((v = cube__map_get(r, "reload_error")) && v->type == MSGPACK_OBJECT_STR)
                 snprintf(st->reload_error, sizeof(st->reload_error), "%.*s", (int) v->via.str.size,
                          v->via.str.ptr);

@@ -1535,9 +1535,13 @@ START_TEST(cubectl_kill_session)
 }
 END_TEST
 
+/* A drain can be watched to its end: cubectl keeps answering, a session
+ * opened meanwhile may look but not work, a second drain is no error,
+ * undrain takes work again, and the log says who asked and how it ended. */
 START_TEST(cubectl_drain)
 {
         static const char *const drain[] = { "drain", NULL };
+        static const char *const undrain[] = { "undrain", NULL };
         static const char *const status[] = { "status", NULL };
         daemon_proc p;
         output *o = calloc(1, sizeof(*o));
@@ -1549,20 +1553,62 @@ START_TEST(cubectl_drain)
         ck_ok(cube_connect(p.socket, "last", &last));
         cubectl(o, p.socket, drain);
         ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "a second drain exited %d", o->status);
 
-        e = cube_connect(p.socket, "late", &late);
-        ck_assert_msg(e, "a draining daemon took a new session");
-        cube_error_free(e);
         cubectl(o, p.socket, status);
-        ck_assert_out(o, o->status == 3, "status of a draining daemon exited %d", o->status);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "state:       draining"),
+                      "status of a draining daemon exited %d", o->status);
+        ck_ok(cube_connect(p.socket, "late", &late));
+        e = cube_sync(late, NULL, 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "draining"),
+                      "a session opened during a drain worked: %s", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_disconnect(late);
         ck_assert_int_eq(proc_wait_exit(&p, 200), -2);
         round_trip(last, 5000, 6);
-        ck_assert(wait_note(&p, 0, "STATUS=draining", scaled(2000)) >= 0);
+        ck_assert(wait_note(&p, 0, "STATUS=draining: 1 working session(s) left", scaled(2000)) >= 0);
+
+        /* Undrained, a new session works. */
+        cubectl(o, p.socket, undrain);
+        ck_assert_out(o, o->status == 0, "undrain exited %d", o->status);
+        ck_ok(cube_connect(p.socket, "later", &late));
+        round_trip(late, 100, 7);
+        cube_disconnect(late);
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
 
         cube_disconnect(last);
         ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
         ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
         ck_assert(!path_exists(p.socket));
+        ck_assert_msg(file_contains(p.log, "asked for a drain"), "the log does not say who asked");
+        ck_assert_msg(file_contains(p.log, "ended the drain"), "the undrain is not logged");
+        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* Past its deadline a drain closes what is left and stops. */
+START_TEST(cubectl_drain_with_a_deadline)
+{
+        static const char *const drain[] = { "--timeout", "1", "drain", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *stuck;
+        long start;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "stuck", &stuck));
+        start = now_ms();
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "drain --timeout 1 exited %d", o->status);
+        ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
+        ck_assert_msg(now_ms() - start >= 900, "the drain did not wait for its deadline");
+        ck_assert(file_contains(p.log, "deadline has passed with 1 working session(s) left"));
+        cube_disconnect(stuck);
         proc_done(&p);
         free(o);
 }
@@ -1928,6 +1974,7 @@ int main(void)
         tcase_add_test(ctl, metrics_counters_never_go_down);
         tcase_add_test(ctl, post_mortem_of_an_ended_session);
         tcase_add_test(ctl, cubectl_drain);
+        tcase_add_test(ctl, cubectl_drain_with_a_deadline);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
         tcase_add_test(admin, only_the_owner_and_root_may_act);
         tcase_add_test(admin, identity_and_access_under_the_units_namespaces);

@@ -34,13 +34,18 @@ static void usage(FILE *f)
 "            are gone (the daemon keeps `history` of each)\n"
 "  config    the running configuration: each option, its value, where it came\n"
 "            from and whether a reload changes it\n"
-"  drain     take no new sessions; the daemon stops once the last one ends\n"
+"  drain [--timeout S]\n"
+"            take no new work; the daemon stops once the last working session\n"
+"            ends, or after S seconds closes those left; cubectl still answers\n"
+"  undrain   end a drain: take new work again\n"
 "  kill-session ID\n"
 "            close session ID; everything it held is reclaimed\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
 "  --json          print JSON for scripts\n"
+"  --timeout S     drain: close the sessions left after S seconds\n"
+"  --version       show the version\n"
 "  --help          show this help\n"
 "\n"
 "Exit status: 0 success, 1 the daemon answered with an error, 2 bad usage,\n"
@@ -200,6 +205,8 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
         if (*st.reload_error)
                 printf("reload:      REFUSED, running the previous configuration: %s\n",
                        st.reload_error);
+        if (st.drain_seconds_left > 0)
+                printf("drain:       what is left is closed in %.0f s\n", st.drain_seconds_left);
         printf("uptime:      %.1f s\n", st.uptime_seconds);
         printf("sessions:    %u (this one included)\n", st.sessions);
         printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
@@ -593,16 +600,32 @@ static int cmd_config(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+static unsigned drain_timeout;         /* --timeout S */
+
 static int cmd_drain(cube_client *c, bool json, const char *arg)
 {
-        cube_error *e = cube_daemon_drain(c);
+        cube_error *e = cube_daemon_drain_timeout(c, drain_timeout);
 
         if (e)
                 return report("drain", e);
         if (json)
-                printf("{\"draining\":true}\n");
+                printf("{\"draining\":true,\"timeout\":%u}\n", drain_timeout);
+        else if (drain_timeout)
+                printf("draining: no new work; the daemon stops once the last working session "
+                       "ends, or closes those left in %u s\n", drain_timeout);
         else
-                printf("draining: no new sessions; the daemon stops once the last one ends\n");
+                printf("draining: no new work; the daemon stops once the last working session "
+                       "ends\n");
+        return EXIT_OK;
+}
+
+static int cmd_undrain(cube_client *c, bool json, const char *arg)
+{
+        cube_error *e = cube_daemon_undrain(c);
+
+        if (e)
+                return report("undrain", e);
+        printf(json ? "{\"draining\":false}\n" : "serving: new work is taken again\n");
         return EXIT_OK;
 }
 
@@ -656,6 +679,8 @@ int main(int argc, char **argv)
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "json", no_argument, NULL, 'j' },
+                { "timeout", required_argument, NULL, 't' },
+                { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -669,6 +694,17 @@ int main(int argc, char **argv)
                 switch (opt) {
                 case 's': path = optarg; break;
                 case 'j': json = true; break;
+                case 't': {
+                        char *end;
+                        unsigned long v = strtoul(optarg, &end, 10);
+                        if (!*optarg || *end || v == 0 || v > 86400) {
+                                fprintf(stderr, "cubectl: --timeout takes seconds, 1 to 86400\n");
+                                return EXIT_USAGE;
+                        }
+                        drain_timeout = (unsigned) v;
+                        break;
+                }
+                case 'V': printf("cubectl %s\n", CUBE_VERSION); return EXIT_OK;
                 case 'h': usage(stdout); return EXIT_OK;
                 default: usage(stderr); return EXIT_USAGE;
                 }
@@ -692,6 +728,7 @@ int main(int argc, char **argv)
                 { "config", cmd_config, false },
                 { "history", cmd_history, false },
                 { "drain", cmd_drain, false },
+                { "undrain", cmd_undrain, false },
                 { "kill-session", cmd_kill_session, true },
         };
         const struct command *cmd = NULL;

@@ -481,9 +481,15 @@ typedef struct cube_stream_info {
 cube_error *cube_daemon_streams(cube_client *c, cube_stream_info **ret_streams, size_t *ret_n);
 /* The daemon's figures in the Prometheus text format; the caller frees it. */
 cube_error *cube_daemon_metrics(cube_client *c, char **ret_text);
-/* Takes no new sessions, and stops once the last one ends (the daemon's own
- * user and root only). */
+/* Takes no new work, and stops once the last working session ends (the
+ * daemon's own user and root only). Sessions opened during a drain may
+ * look and act (status, sessions, undrain, ...) but not work. With a
+ * timeout (seconds, 0: none), the sessions still open then are closed. A
+ * second drain sets the deadline anew. */
 cube_error *cube_daemon_drain(cube_client *c);
+cube_error *cube_daemon_drain_timeout(cube_client *c, uint32_t timeout_seconds);
+/* Ends a drain: new work is taken again. */
+cube_error *cube_daemon_undrain(cube_client *c);
 /* Closes a session; everything it held is reclaimed (the daemon's own user
  * and root only). */
 cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session);
@@ -542,6 +548,7 @@ typedef struct cube_status {
         char version[32];               /* the daemon's version */
         char state[16];                 /* "serving", "draining", "poisoned", "stopping" */
         char reload_error[256];         /* why the last reload was refused; "" if it was not */
+        double drain_seconds_left;      /* until a drain's deadline closes what is left; 0: none */
 } cube_status;
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
