@@ -80,6 +80,43 @@ bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **
         return true;
 }
 
+/* Whether a session name is fit to print: valid UTF-8 (no overlong forms,
+ * no surrogates) without control characters, so that no name can forge a
+ * row of cubectl's tables, a log line or JSON output. */
+static bool name_is_text(const char *name)
+{
+        const unsigned char *s = (const unsigned char *) name;
+
+        while (*s) {
+                uint32_t cp;
+                size_t n;
+                if (*s < 0x80) {
+                        if (*s < 0x20 || *s == 0x7f)
+                                return false;
+                        s++;
+                        continue;
+                }
+                if ((*s & 0xe0) == 0xc0)
+                        n = 2, cp = *s & 0x1f;
+                else if ((*s & 0xf0) == 0xe0)
+                        n = 3, cp = *s & 0x0f;
+                else if ((*s & 0xf8) == 0xf0)
+                        n = 4, cp = *s & 0x07;
+                else
+                        return false;
+                for (size_t i = 1; i < n; i++) {
+                        if ((s[i] & 0xc0) != 0x80)
+                                return false;
+                        cp = cp << 6 | (s[i] & 0x3f);
+                }
+                if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp < 0xa0))
+                        return false;
+                s += n;
+        }
+        return true;
+}
+
 static cube__dispatched do_hello(cube__msg *k)
 {
         cube__server *srv = k->server;
@@ -95,6 +132,14 @@ static cube__dispatched do_hello(cube__msg *k)
             (k->p[1].type != MSGPACK_OBJECT_NIL &&
              !cube__obj_str(&k->p[1], name, sizeof(name)))) {
                 cube__malformed(k, "params must be [version, name] with a name of at most 63 bytes");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (memchr(k->p[1].via.str.ptr, '\0', k->p[1].type == MSGPACK_OBJECT_STR ?
+                                                k->p[1].via.str.size : 0) || !name_is_text(name)) {
+                srv->stats.sessions_refused++;
+                cube__reply_owned_error(k, cube__err_validation(
+                        "the session name must be UTF-8 text without control characters, at "
+                        "most 63 bytes"));
                 return CUBE__DISPATCH_DONE;
         }
         if (version != CUBE_PROTOCOL_VERSION) {

@@ -1483,6 +1483,56 @@ START_TEST(post_mortem_of_an_ended_session)
 }
 END_TEST
 
+/* A client-chosen name cannot forge cubectl's output: names that are not
+ * printable UTF-8 are refused at hello, what is shown is escaped, and with
+ * --json even errors are JSON. */
+START_TEST(hostile_session_names)
+{
+        static const char *const bad[] = { "forged\n  99  1  0  root", "tab\there", "\xff\xfe",
+                                           "\xc0\xaf", "bell\a", "\xed\xa0\x80", NULL };
+        static const char *const json_sessions[] = { "--json", "sessions", NULL };
+        static const char *const json_kill[] = { "--json", "kill-session", "999999", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *good;
+        cube_error *e;
+        char path[160], cmd[256];
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        for (const char *const *n = bad; *n; n++) {
+                e = cube_connect(p.socket, *n, &c);
+                ck_assert_msg(e, "the name '%s' was taken", *n);
+                ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+                              strstr(cube_error_message(e), "session name"),
+                              "'%s': %s", *n, cube_error_message(e));
+                cube_error_free(e);
+        }
+        ck_ok(cube_connect(p.socket, "gr\xc3\xbc\xc3\x9f \"quoted\"", &good));
+
+        cubectl(o, p.socket, json_sessions);
+        ck_assert_out(o, o->status == 0, "cubectl --json sessions exited %d", o->status);
+        snprintf(path, sizeof(path), "%s/sessions.json", p.dir);
+        write_file(path, o->out);
+        snprintf(cmd, sizeof(cmd), "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s",
+                 path);
+        ck_assert_out(o, system(cmd) == 0, "cubectl --json sessions is not JSON");
+        ck_assert_out(o, strstr(o->out, "\"name\":\"gr\xc3\xbc\xc3\x9f \\\"quoted\\\"\""),
+                      "the name is not in the JSON");
+
+        cubectl(o, p.socket, json_kill);
+        ck_assert_out(o, o->status == 1 && o->out[0] == '{' && strstr(o->out, "\"error\":{"),
+                      "a --json error is not JSON");
+        write_file(path, o->out);
+        ck_assert_out(o, system(cmd) == 0, "the --json error does not parse");
+
+        cube_disconnect(good);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(cubectl_kill_session)
 {
         static const char *const unknown[] = { "kill-session", "999999", NULL };
@@ -1973,6 +2023,7 @@ int main(void)
         tcase_add_test(ctl, cubectl_kill_session);
         tcase_add_test(ctl, metrics_counters_never_go_down);
         tcase_add_test(ctl, post_mortem_of_an_ended_session);
+        tcase_add_test(ctl, hostile_session_names);
         tcase_add_test(ctl, cubectl_drain);
         tcase_add_test(ctl, cubectl_drain_with_a_deadline);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);

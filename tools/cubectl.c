@@ -146,9 +146,28 @@ static void human_bytes(uint64_t n, char *buf, size_t cap)
                 snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+static bool json_output;                /* --json: errors are JSON too */
+
+/* An error, as text on stderr, or with --json as one JSON object on stdout
+ * ({"error": {"command", "variant", "message"}}) so that scripts parse it. */
+static void print_error(const char *what, const cube_error *e, const char *text)
+{
+        if (!json_output) {
+                fprintf(stderr, "cubectl: %s failed: %s\n", what, text);
+                return;
+        }
+        printf("{\"error\":{\"command\":");
+        print_json_string(what);
+        printf(",\"variant\":");
+        print_json_string(e ? cube_error_variant(e) : "");
+        printf(",\"message\":");
+        print_json_string(text);
+        printf("}}\n");
+}
+
 static int report(const char *what, cube_error *e)
 {
-        fprintf(stderr, "cubectl: %s failed: %s\n", what, cube_error_message(e));
+        print_error(what, e, cube_error_message(e));
         cube_error_free(e);
         return EXIT_ERROR;
 }
@@ -693,7 +712,7 @@ int main(int argc, char **argv)
         while ((opt = getopt_long(argc, argv, "s:jh", options, NULL)) != -1) {
                 switch (opt) {
                 case 's': path = optarg; break;
-                case 'j': json = true; break;
+                case 'j': json = json_output = true; break;
                 case 't': {
                         char *end;
                         unsigned long v = strtoul(optarg, &end, 10);
@@ -752,6 +771,8 @@ int main(int argc, char **argv)
                 struct stat st;
                 if (!tried || !*tried)
                         tried = CUBE_DEFAULT_SOCKET;
+                if (json_output)
+                        print_error("connect", e, cube_error_message(e));
                 fprintf(stderr, "cubectl: %s\n", cube_error_message(e));
                 if (stat(tried, &st) < 0)
                         fprintf(stderr, "cubectl: no socket exists at %s (pass another with "

@@ -167,8 +167,10 @@ const cube_error *cube_error_at(const cube_error *e, size_t i);
 typedef struct cube_client cube_client;
 
 /* Connects to a daemon. path: an explicit socket path, else $CUBE_SOCKET,
- * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL).
- * Negotiates the protocol version before returning. */
+ * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL):
+ * at most 63 bytes of UTF-8 text without control characters; the daemon
+ * refuses any other name with ServerError::Validation. Negotiates the
+ * protocol version before returning. */
 cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client);
 /* Sends the batched launches and closes the connection. The daemon reclaims
  * everything the session held once its queued work has run. No other thread
