@@ -137,12 +137,81 @@ bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid
         return true;
 }
 
+void cube__poison_blame(cube__server *srv, const cube__session *s)
+{
+        uint32_t after = srv->opts.poison_ban_after;
+        uint64_t until = uv_hrtime() + (uint64_t) srv->opts.poison_ban_s * 1000000000ull;
+        cube__uid *u;
+
+        if (!after)
+                return;
+        /* Root and the daemon's user are never refused by uid (an operator
+         * can always look), but their names are. */
+        if (s->uid != 0 && s->uid != geteuid() && (u = cube__uid_get(srv, s->uid)) &&
+            ++u->poisons >= after) {
+                u->banned_until_ns = until;
+                u->poisons = 0;
+                cube__log_session(CUBE__LOG_WARNING, s, 0, "uid %u has poisoned the device %u "
+                                  "time(s): its sessions are refused for %u s (poison-ban-after)",
+                                  (unsigned) s->uid, after, srv->opts.poison_ban_s);
+        }
+        if (!*s->name)
+                return;
+        /* Its entry, else an empty one, else the one whose ban ends first. */
+        cube__name_ban *slot = NULL, *oldest = NULL;
+        for (size_t i = 0; i < CUBE__NAME_BANS && !slot; i++) {
+                cube__name_ban *b = &srv->name_bans[i];
+                if (strcmp(b->name, s->name) == 0)
+                        slot = b;
+                else if (!oldest || (*oldest->name && (!*b->name ||
+                                     b->banned_until_ns < oldest->banned_until_ns)))
+                        oldest = b;
+        }
+        if (!slot) {
+                slot = oldest;
+                *slot = (cube__name_ban) {0};
+                snprintf(slot->name, sizeof(slot->name), "%s", s->name);
+        }
+        if (++slot->poisons >= after) {
+                slot->banned_until_ns = until;
+                slot->poisons = 0;
+                cube__log_session(CUBE__LOG_WARNING, s, 0, "sessions named '%s' have poisoned the "
+                                  "device %u time(s): the name is refused for %u s "
+                                  "(poison-ban-after)", s->name, after, srv->opts.poison_ban_s);
+        }
+}
+
+bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t len)
+{
+        uint64_t now = uv_hrtime();
+
+        for (size_t i = 0; *name && i < CUBE__NAME_BANS; i++) {
+                const cube__name_ban *b = &srv->name_bans[i];
+                if (strcmp(b->name, name) == 0 && b->banned_until_ns > now) {
+                        snprintf(why, len, "sessions named '%s' poisoned the device %u time(s): "
+                                 "the name is refused for another %llu s", name,
+                                 srv->opts.poison_ban_after,
+                                 (unsigned long long) ((b->banned_until_ns - now) / 1000000000ull + 1));
+                        return true;
+                }
+        }
+        return false;
+}
+
 bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len)
 {
         cube__uid *u = cube__idmap_get(&srv->uids, uid);
+        uint64_t now = uv_hrtime();
 
         if (uid == 0 || uid == geteuid())
                 return false;
+        if (u && u->banned_until_ns > now) {
+                snprintf(why, len, "uid %u poisoned the device %u time(s): it is refused for "
+                         "another %llu s (poison-ban-after)", (unsigned) uid,
+                         srv->opts.poison_ban_after,
+                         (unsigned long long) ((u->banned_until_ns - now) / 1000000000ull + 1));
+                return true;
+        }
         if (srv->opts.max_sessions && srv->n_sessions >= srv->opts.max_sessions) {
                 snprintf(why, len, "the daemon serves its most sessions already (max-sessions, "
                          "%u); try again once one has ended", srv->opts.max_sessions);

@@ -184,6 +184,60 @@ cube__dispatched cube__do_recent_failures(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+typedef struct ban_ctx {
+        msgpack_packer *pk;
+        uint64_t now;
+        uint32_t n;
+        int r;
+        bool pack;
+} ban_ctx;
+
+static void pack_uid_ban(uint64_t uid, void *value, void *ctx)
+{
+        ban_ctx *b = ctx;
+        const cube__uid *u = value;
+        char who[32];
+
+        if (u->banned_until_ns <= b->now)
+                return;
+        b->n++;
+        if (!b->pack)
+                return;
+        snprintf(who, sizeof(who), "%llu", (unsigned long long) uid);
+        b->r |= msgpack_pack_map(b->pk, 3);
+        b->r |= cube__pack_kv_str(b->pk, "kind", "uid");
+        b->r |= cube__pack_kv_str(b->pk, "who", who);
+        b->r |= cube__pack_kv_u64(b->pk, "seconds_left", (u->banned_until_ns - b->now) / 1000000000ull + 1);
+}
+
+/* Uids and session names refused for poisoning the device too often. */
+cube__dispatched cube__do_bans(cube__msg *k)
+{
+        cube__server *srv = k->server;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        ban_ctx b = { &pk, uv_hrtime(), 0, 0, false };
+
+        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        for (size_t i = 0; i < CUBE__NAME_BANS; i++)
+                b.n += srv->name_bans[i].banned_until_ns > b.now;
+        begin(&sb, &pk, k);
+        b.r |= msgpack_pack_array(&pk, b.n);
+        b.pack = true;
+        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        for (size_t i = 0; i < CUBE__NAME_BANS; i++) {
+                const cube__name_ban *nb = &srv->name_bans[i];
+                if (nb->banned_until_ns <= b.now)
+                        continue;
+                b.r |= msgpack_pack_map(&pk, 3);
+                b.r |= cube__pack_kv_str(&pk, "kind", "name");
+                b.r |= cube__pack_kv_str(&pk, "who", nb->name);
+                b.r |= cube__pack_kv_u64(&pk, "seconds_left",
+                                         (nb->banned_until_ns - b.now) / 1000000000ull + 1);
+        }
+        return finish(&sb, k, b.r);
+}
+
 cube__dispatched cube__do_kernels(cube__msg *k)
 {
         cube__server *srv = k->server;

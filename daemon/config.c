@@ -60,6 +60,8 @@ static const option_spec specs[] = {
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
         { "history", K_U32, OFF(history), 0, 65536, false },
+        { "poison-ban-after", K_U32, OFF(poison_ban_after), 0, 1000000, true },
+        { "poison-ban-seconds", K_SECONDS, OFF(poison_ban_s), 1, 7 * 86400, true },
 };
 
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
@@ -81,6 +83,8 @@ void cube__options_default(cube__options *o)
                 .region_memory = 1ull << 30,
                 .poison_grace_s = 5,
                 .history = 64,
+                .poison_ban_after = 3,
+                .poison_ban_s = 600,
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -439,6 +443,8 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             (next->allow_gid_ids.n && !cur->allow_gid_ids.ids))
                 cur->allow_uid_ids.n = cur->allow_gid_ids.n = 0;
         cur->fault_injection = next->fault_injection;
+        cur->poison_ban_after = next->poison_ban_after;
+        cur->poison_ban_s = next->poison_ban_s;
         for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
                 if (specs[i].reloadable) {
                         cur->source[i] = next->source[i];

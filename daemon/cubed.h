@@ -382,7 +382,23 @@ void cube__region_unref(cube__region *r);
 typedef struct cube__uid {
         uint32_t sessions;
         uint64_t memory;
+        uint32_t poisons;               /* times its sessions poisoned the device */
+        uint64_t banned_until_ns;       /* refused until then (poison-ban-after) */
 } cube__uid;
+
+/* A session name whose sessions poisoned the device (poison-ban-after). */
+#define CUBE__NAME_BANS 64
+typedef struct cube__name_ban {
+        char name[CUBED_NAME_MAX];
+        uint32_t poisons;
+        uint64_t banned_until_ns;
+} cube__name_ban;
+
+/* Counts a poison against the session's uid and name; past poison-ban-after,
+ * they are refused for poison-ban-seconds. */
+void cube__poison_blame(cube__server *srv, const struct cube__session *s);
+/* Whether the name is refused now; why says for how long. */
+bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t len);
 
 cube__uid *cube__uid_get(cube__server *srv, uid_t uid);
 
@@ -719,6 +735,8 @@ typedef struct cube__options {
         cube__id_list allow_gid_ids;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
         uint32_t history;               /* ended sessions and failures kept for cubectl history */
+        uint32_t poison_ban_after;      /* poisons by one uid or name before it is refused (0: never) */
+        uint32_t poison_ban_s;          /* for how long */
         bool fault_injection;           /* tests only */
         uint8_t source[CUBE__OPTIONS_MAX];      /* per option (cube__option_key): CUBE__FROM_* */
         uint32_t line[CUBE__OPTIONS_MAX];       /* the file's line, when from the file */
@@ -828,6 +846,7 @@ struct cube__server {
         bool stopping;
         cube__stats stats;
         cube__history history;
+        cube__name_ban name_bans[CUBE__NAME_BANS];
         char reload_error[512];         /* why the last reload was refused; "" when it was not */
 };
 

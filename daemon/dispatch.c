@@ -142,6 +142,14 @@ static cube__dispatched do_hello(cube__msg *k)
                         "most 63 bytes"));
                 return CUBE__DISPATCH_DONE;
         }
+        char banned[256];
+        if (cube__name_banned(srv, name, banned, sizeof(banned))) {
+                srv->stats.sessions_refused++;
+                cube__log_session(CUBE__LOG_NOTICE, s, 0, "session %" PRIu64 " refused: %s", s->id,
+                                  banned);
+                cube__reply_owned_error(k, cube__err_validation("%s", banned));
+                return CUBE__DISPATCH_DONE;
+        }
         if (version != CUBE_PROTOCOL_VERSION) {
                 cube__reply_owned_error(k, cube__err_validation(
                         "this daemon speaks protocol version %d; the client asked for %u",
@@ -215,6 +223,7 @@ static const method methods[] = {
         { "streams", CUBE__MSG_REQUEST, cube__do_streams, true },
         { "metrics", CUBE__MSG_REQUEST, cube__do_metrics, true },
         { "config", CUBE__MSG_REQUEST, cube__do_config, true },
+        { "bans", CUBE__MSG_REQUEST, cube__do_bans, true },
         { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions, true },
         { "recent_failures", CUBE__MSG_REQUEST, cube__do_recent_failures, true },
         { "drain", CUBE__MSG_REQUEST, cube__do_drain, true },

@@ -40,6 +40,9 @@ static void usage(FILE *f)
 "  --drain-timeout S      seconds a stop waits for work in flight (default 10)\n"
 "  --poison-grace S       seconds a poisoned device is reported before the policy\n"
 "                         acts, once every session was told (default 5)\n"
+"  --poison-ban-after N   poisons by one uid or session name before it is refused\n"
+"                         (default 3; 0: never)\n"
+"  --poison-ban-seconds S for how long (default 600)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -100,6 +103,8 @@ int main(int argc, char **argv)
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },
                 { "history", required_argument, NULL, 'o' },
+                { "poison-ban-after", required_argument, NULL, 'o' },
+                { "poison-ban-seconds", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
                 { "check-config", required_argument, NULL, 'k' },
                 { "help", no_argument, NULL, 'h' },

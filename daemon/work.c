@@ -172,6 +172,8 @@ void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poiso
         }
         srv->poison = poison;
         srv->stats.poisons++;
+        if (by)
+                cube__poison_blame(srv, by);
         cube__log_id(CUBE__MSG_POISON, CUBE__LOG_ERR, by, "the device is poisoned: %s; every "
                      "session is told on its next operation", cube_error_reason(poison));
         cube__server_poison_started(srv);

@@ -152,6 +152,21 @@ cube_error *cube_daemon_recent_failures(cube_client *c, cube_recent_failure **re
                                   NULL, (void **) ret_failures, ret_n);
 }
 
+static bool decode_ban(const msgpack_object *m, void *elem)
+{
+        cube_ban *v = elem;
+
+        return map_str(m, "kind", v->kind, sizeof(v->kind)) &&
+               map_str(m, "who", v->who, sizeof(v->who)) &&
+               cube__map_u64(m, "seconds_left", &v->seconds_left);
+}
+
+cube_error *cube_daemon_bans(cube_client *c, cube_ban **ret_bans, size_t *ret_n)
+{
+        return cube__request_list(c, "bans", sizeof(**ret_bans), decode_ban, NULL,
+                                  (void **) ret_bans, ret_n);
+}
+
 cube_error *cube_daemon_drain(cube_client *c)
 {
         return cube__request(c, "drain", NULL, 0, NULL, NULL);

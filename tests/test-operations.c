@@ -1144,6 +1144,66 @@ START_TEST(poison_policy_reinit_serves_a_new_device)
 }
 END_TEST
 
+/* Connects as name once the device serves a service other than before
+ * (the reinit is done); returns the client. */
+static cube_client *connect_after_reinit(const char *socket, const char *name, const char *before)
+{
+        long deadline = now_ms() + scaled(8000);
+        cube_client *n;
+
+        for (;;) {
+                cube_error *e = cube_connect(socket, name, &n);
+                if (!e && strcmp(cube_client_service(n), before) != 0)
+                        return n;
+                if (!e)
+                        cube_disconnect(n);
+                cube_error_free(e);
+                ck_assert_msg(now_ms() < deadline, "the device was not re-initialised");
+                usleep(50000);
+        }
+}
+
+/* A tenant that keeps poisoning the device is refused for a while. */
+START_TEST(a_tenant_that_poisons_again_and_again_is_refused)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "reinit", "--poison-grace", "1", "--poison-ban-after",
+                                             "2", "--poison-ban-seconds", "60", NULL };
+        static const char *const bans[] = { "bans", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *other;
+        char before[64];
+        cube_error *e;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "bully", &c));
+        for (int i = 0; i < 2; i++) {
+                snprintf(before, sizeof(before), "%s", cube_client_service(c));
+                ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "again", 0));
+                expect_poisoned(cube_sync(c, NULL, 0));
+                cube_disconnect(c);
+                if (i == 0)
+                        c = connect_after_reinit(p.socket, "bully", before);
+        }
+        other = connect_after_reinit(p.socket, "bystander", before);
+        e = cube_connect(p.socket, "bully", &c);
+        ck_assert_msg(e, "a name that poisoned the device twice was taken again");
+        ck_assert_msg(strstr(cube_error_message(e), "poisoned the device 2 time(s)"), "%s",
+                      cube_error_message(e));
+        cube_error_free(e);
+        ck_assert(file_contains(p.log, "the name is refused for 60 s"));
+        cubectl(o, p.socket, bans);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "bully"), "cubectl bans does not show it");
+        round_trip(other, 1000, 9);
+        cube_disconnect(other);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(a_poisoned_device_is_reported_during_the_grace)
 {
         static const char *const args[] = { "--enable-fault-injection", "--poison-grace", "60",
@@ -2019,6 +2079,7 @@ int main(void)
         tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
         tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
+        tcase_add_test(poison, a_tenant_that_poisons_again_and_again_is_refused);
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
         tcase_add_test(ctl, cubectl_kill_session);
         tcase_add_test(ctl, metrics_counters_never_go_down);

@@ -32,6 +32,8 @@ static void usage(FILE *f)
 "  metrics   the daemon's figures in the Prometheus text format\n"
 "  history   the sessions that ended and the failures of late, kept after they\n"
 "            are gone (the daemon keeps `history` of each)\n"
+"  bans      the uids and session names refused for poisoning the device\n"
+"            poison-ban-after times\n"
 "  config    the running configuration: each option, its value, where it came\n"
 "            from and whether a reload changes it\n"
 "  drain [--timeout S]\n"
@@ -587,6 +589,35 @@ static int cmd_history(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+static int cmd_bans(cube_client *c, bool json, const char *arg)
+{
+        cube_ban *v;
+        size_t n;
+        cube_error *e = cube_daemon_bans(c, &v, &n);
+
+        if (e)
+                return report("bans", e);
+        if (json)
+                putchar('[');
+        else if (n == 0)
+                printf("no uid or name is refused\n");
+        for (size_t i = 0; i < n; i++) {
+                char who[260];
+                if (json) {
+                        printf("%s{\"kind\":\"%s\",\"who\":", i ? "," : "", v[i].kind);
+                        print_json_string(v[i].who);
+                        printf(",\"seconds_left\":%" PRIu64 "}", v[i].seconds_left);
+                } else {
+                        printf("%-4s %-24s refused for another %" PRIu64 " s (poisoned the device)\n",
+                               v[i].kind, cell(v[i].who, who, sizeof(who)), v[i].seconds_left);
+                }
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
 static int cmd_config(cube_client *c, bool json, const char *arg)
 {
         cube_config_entry *v;
@@ -746,6 +777,7 @@ int main(int argc, char **argv)
                 { "metrics", cmd_metrics, false },
                 { "config", cmd_config, false },
                 { "history", cmd_history, false },
+                { "bans", cmd_bans, false },
                 { "drain", cmd_drain, false },
                 { "undrain", cmd_undrain, false },
                 { "kill-session", cmd_kill_session, true },

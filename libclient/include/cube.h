@@ -581,6 +581,15 @@ cube_error *cube_daemon_ended_sessions(cube_client *c, cube_ended_session **ret_
 cube_error *cube_daemon_recent_failures(cube_client *c, cube_recent_failure **ret_failures,
                                         size_t *ret_n);
 
+/* A uid or session name refused for poisoning the device too often. */
+typedef struct cube_ban {
+        char kind[8];                   /* "uid" or "name" */
+        char who[64];
+        uint64_t seconds_left;
+} cube_ban;
+
+cube_error *cube_daemon_bans(cube_client *c, cube_ban **ret_bans, size_t *ret_n);
+
 /* One option of the daemon's running configuration. */
 typedef struct cube_config_entry {
         char key[32];
