@@ -158,6 +158,11 @@ const char *cube_error_chain_at(const cube_error *e, size_t i);
 /* The wrapped error: the source of a wrapping variant, Unwritten's root,
  * StorageMappingFailed's source. */
 const cube_error *cube_error_source(const cube_error *e);
+/* The innermost error: cube_error_source followed to its end (through a
+ * Several of one member too). What to act on, e.g. IoError::OutOfMemory
+ * inside Unwritten inside Several. A Several of more than one member is its
+ * own root. NULL only when e is. */
+const cube_error *cube_error_root(const cube_error *e);
 size_t cube_error_count(const cube_error *e);          /* Several */
 const cube_error *cube_error_at(const cube_error *e, size_t i);
 
