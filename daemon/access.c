@@ -6,6 +6,10 @@
  * or it is a member of a listed group (its primary group or a supplementary
  * one). Root and the daemon's own user are always let in, so an operator can
  * always inspect the daemon; they are also exempt from the session quotas.
+ *
+ * Names in the lists are resolved once, when the configuration loads; at
+ * accept the peer's uid and groups come from the kernel (SO_PEERCRED and
+ * SO_PEERGROUPS), so nothing on the loop reads /etc/passwd or /proc.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -19,7 +23,8 @@
 
 #include "cubed.h"
 
-/* The numeric id a list entry names: a number, or a user or group name. */
+/* The numeric id a list entry names: a number, or a user or group name.
+ * Called when the configuration loads, never on the loop's accept path. */
 static bool entry_id(const char *entry, bool group, unsigned long *ret)
 {
         char *end;
@@ -40,54 +45,78 @@ static bool entry_id(const char *entry, bool group, unsigned long *ret)
         return p != NULL;
 }
 
-/* Whether the comma-separated list names id. */
-static bool listed(const char *list, bool group, unsigned long id)
+int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len)
 {
-        char *copy = strdup(list), *save = NULL;
-        bool found = false;
+        cube__id_list l = {0};
+        char *copy, *save = NULL;
 
-        if (!copy)
-                return false;
-        for (char *tok = strtok_r(copy, ",", &save); tok && !found; tok = strtok_r(NULL, ",", &save)) {
+        *ret = l;
+        if (!list || !*list)
+                return 0;
+        if (!(copy = strdup(list)))
+                return -ENOMEM;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
                 unsigned long v;
                 while (isspace((unsigned char) *tok))
                         tok++;
                 for (char *e = tok + strlen(tok); e > tok && isspace((unsigned char) e[-1]); e--)
                         e[-1] = '\0';
-                found = *tok && entry_id(tok, group, &v) && v == id;
+                if (!*tok)
+                        continue;
+                if (!entry_id(tok, group, &v) || v > UINT32_MAX) {
+                        snprintf(why, len, "%s: '%s' names no %s", group ? "allow-groups" :
+                                 "allow-uids", tok, group ? "group" : "user");
+                        free(copy);
+                        free(l.ids);
+                        return -ENOENT;
+                }
+                uint32_t *grown = realloc(l.ids, (l.n + 1) * sizeof(*l.ids));
+                if (!grown) {
+                        free(copy);
+                        free(l.ids);
+                        return -ENOMEM;
+                }
+                l.ids = grown;
+                l.ids[l.n++] = (uint32_t) v;
         }
         free(copy);
-        return found;
+        l.set = true;
+        *ret = l;
+        return 0;
 }
 
-/* Whether the peer process belongs to a listed group: its primary group, or
- * one of the supplementary groups its kernel credentials carry. */
-static bool in_listed_group(const char *list, const struct ucred *cred)
+static bool id_listed(const cube__id_list *l, uint32_t id)
 {
-        char path[64], line[4096];
-        FILE *f;
-        bool found = listed(list, true, cred->gid);
+        for (size_t i = 0; i < l->n; i++)
+                if (l->ids[i] == id)
+                        return true;
+        return false;
+}
 
-        snprintf(path, sizeof(path), "/proc/%d/status", (int) cred->pid);
-        if (found || !(f = fopen(path, "re")))
-                return found;
-        while (!found && fgets(line, sizeof(line), f)) {
-                if (strncmp(line, "Groups:", 7) != 0)
-                        continue;
-                char *p = line + 7, *end;
-                for (;;) {
-                        unsigned long g = strtoul(p, &end, 10);
-                        if (end == p)
-                                break;
-                        if (listed(list, true, g)) {
-                                found = true;
-                                break;
-                        }
-                        p = end;
+int cube__peer_groups(int fd, gid_t **ret_groups, size_t *ret_n)
+{
+        socklen_t len = 64 * sizeof(gid_t);
+        gid_t *g = NULL;
+
+        *ret_groups = NULL;
+        *ret_n = 0;
+        for (int tries = 0; tries < 4; tries++) {
+                gid_t *grown = realloc(g, len ? len : sizeof(gid_t));
+                if (!grown) {
+                        free(g);
+                        return -ENOMEM;
                 }
+                g = grown;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
+                        *ret_groups = g;
+                        *ret_n = len / sizeof(gid_t);
+                        return 0;
+                }
+                if (errno != ERANGE)
+                        break;
         }
-        fclose(f);
-        return found;
+        free(g);
+        return -errno;
 }
 
 bool cube__uid_is_admin(uid_t uid)
@@ -95,29 +124,100 @@ bool cube__uid_is_admin(uid_t uid)
         return uid == 0 || uid == geteuid();
 }
 
-bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len)
+bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid_t *groups,
+                          size_t n_groups, char *why, size_t len)
 {
-        const char *uids = srv->opts.allow_uids, *groups = srv->opts.allow_groups;
+        const cube__id_list *uids = &srv->opts.allow_uid_ids, *gids = &srv->opts.allow_gid_ids;
 
-        if ((!uids || !*uids) && (!groups || !*groups))
+        if (!uids->set && !gids->set)
                 return false;
         if (cred->uid == 0 || cred->uid == geteuid())
                 return false;
-        if (uids && *uids && listed(uids, false, cred->uid))
+        if (id_listed(uids, cred->uid) || id_listed(gids, cred->gid))
                 return false;
-        if (groups && *groups && in_listed_group(groups, cred))
-                return false;
+        for (size_t i = 0; i < n_groups; i++)
+                if (id_listed(gids, groups[i]))
+                        return false;
         snprintf(why, len, "uid %u may not use this daemon: it is not in allow-uids, nor a member "
                  "of allow-groups", (unsigned) cred->uid);
         return true;
 }
 
+void cube__poison_blame(cube__server *srv, const cube__session *s)
+{
+        uint32_t after = srv->opts.poison_ban_after;
+        uint64_t until = uv_hrtime() + (uint64_t) srv->opts.poison_ban_s * 1000000000ull;
+        cube__uid *u;
+
+        if (!after)
+                return;
+        /* Root and the daemon's user are never refused by uid (an operator
+         * can always look), but their names are. */
+        if (s->uid != 0 && s->uid != geteuid() && (u = cube__uid_get(srv, s->uid)) &&
+            ++u->poisons >= after) {
+                u->banned_until_ns = until;
+                u->poisons = 0;
+                cube__log_session(CUBE__LOG_WARNING, s, 0, "uid %u has poisoned the device %u "
+                                  "time(s): its sessions are refused for %u s (poison-ban-after)",
+                                  (unsigned) s->uid, after, srv->opts.poison_ban_s);
+        }
+        if (!*s->name)
+                return;
+        /* Its entry, else an empty one, else the one whose ban ends first. */
+        cube__name_ban *slot = NULL, *oldest = NULL;
+        for (size_t i = 0; i < CUBE__NAME_BANS && !slot; i++) {
+                cube__name_ban *b = &srv->name_bans[i];
+                if (strcmp(b->name, s->name) == 0)
+                        slot = b;
+                else if (!oldest || (*oldest->name && (!*b->name ||
+                                     b->banned_until_ns < oldest->banned_until_ns)))
+                        oldest = b;
+        }
+        if (!slot) {
+                slot = oldest;
+                *slot = (cube__name_ban) {0};
+                snprintf(slot->name, sizeof(slot->name), "%s", s->name);
+        }
+        if (++slot->poisons >= after) {
+                slot->banned_until_ns = until;
+                slot->poisons = 0;
+                cube__log_session(CUBE__LOG_WARNING, s, 0, "sessions named '%s' have poisoned the "
+                                  "device %u time(s): the name is refused for %u s "
+                                  "(poison-ban-after)", s->name, after, srv->opts.poison_ban_s);
+        }
+}
+
+bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t len)
+{
+        uint64_t now = uv_hrtime();
+
+        for (size_t i = 0; *name && i < CUBE__NAME_BANS; i++) {
+                const cube__name_ban *b = &srv->name_bans[i];
+                if (strcmp(b->name, name) == 0 && b->banned_until_ns > now) {
+                        snprintf(why, len, "sessions named '%s' poisoned the device %u time(s): "
+                                 "the name is refused for another %llu s", name,
+                                 srv->opts.poison_ban_after,
+                                 (unsigned long long) ((b->banned_until_ns - now) / 1000000000ull + 1));
+                        return true;
+                }
+        }
+        return false;
+}
+
 bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len)
 {
         cube__uid *u = cube__idmap_get(&srv->uids, uid);
+        uint64_t now = uv_hrtime();
 
         if (uid == 0 || uid == geteuid())
                 return false;
+        if (u && u->banned_until_ns > now) {
+                snprintf(why, len, "uid %u poisoned the device %u time(s): it is refused for "
+                         "another %llu s (poison-ban-after)", (unsigned) uid,
+                         srv->opts.poison_ban_after,
+                         (unsigned long long) ((u->banned_until_ns - now) / 1000000000ull + 1));
+                return true;
+        }
         if (srv->opts.max_sessions && srv->n_sessions >= srv->opts.max_sessions) {
                 snprintf(why, len, "the daemon serves its most sessions already (max-sessions, "
                          "%u); try again once one has ended", srv->opts.max_sessions);

@@ -61,7 +61,14 @@ cube__dispatched cube__do_status(cube__msg *k)
         int r = 0;
 
         begin(&sb, &pk, k);
-        r |= msgpack_pack_map(&pk, 14);
+        r |= msgpack_pack_map(&pk, 18);
+        r |= cube__pack_str(&pk, "drain_seconds_left");
+        r |= msgpack_pack_double(&pk, srv->drain_deadline_ns ?
+                                 (double) (srv->drain_deadline_ns - uv_hrtime()) / 1e9 : 0);
+        r |= cube__pack_kv_str(&pk, "version", CUBE_VERSION);
+        r |= cube__pack_kv_str(&pk, "state", srv->stopping ? "stopping" : srv->poison ? "poisoned" :
+                               srv->draining ? "draining" : "serving");
+        r |= cube__pack_kv_str(&pk, "reload_error", srv->reload_error);
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
         r |= cube__pack_str(&pk, "uptime_seconds");
@@ -105,6 +112,164 @@ static bool kernel_visible(const cube__msg *k, const cube__kernel *kn)
                 if (visible(k, s))
                         cube__idmap_foreach(&s->kernels, find_value, &f);
         return f.found;
+}
+
+/* The running configuration: every option, its value, where it came from
+ * and whether a reload changes it. */
+cube__dispatched cube__do_config(cube__msg *k)
+{
+        const cube__options *o = &k->server->opts;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        size_t n = 0;
+        int r = 0;
+
+        while (cube__option_key(n, NULL))
+                n++;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (size_t i = 0; i < n; i++) {
+                bool reloadable;
+                const char *key = cube__option_key(i, &reloadable);
+                char value[1024], from[1100];
+                cube__option_format(o, i, value, sizeof(value));
+                if (o->source[i] == CUBE__FROM_FILE)
+                        snprintf(from, sizeof(from), "%s:%u", o->config_path ? o->config_path : "file",
+                                 o->line[i]);
+                else
+                        snprintf(from, sizeof(from), "%s", o->source[i] == CUBE__FROM_COMMAND_LINE ?
+                                 "command line" : "default");
+                r |= msgpack_pack_map(&pk, 4);
+                r |= cube__pack_kv_str(&pk, "key", key);
+                r |= cube__pack_kv_str(&pk, "value", value);
+                r |= cube__pack_kv_str(&pk, "source", from);
+                r |= cube__pack_str(&pk, "reload");
+                r |= reloadable ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        }
+        return finish(&sb, k, r);
+}
+
+/* Whether the asking session sees every user's entries of a list, or only
+ * its own user's: root and the daemon's own user see all. */
+static bool sees_all(const cube__msg *k)
+{
+        return cube__uid_is_admin(k->session->uid);
+}
+
+/* Sessions that have ended, oldest first, from the history ring. */
+cube__dispatched cube__do_ended_sessions(cube__msg *k)
+{
+        const cube__history *h = &k->server->history;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint32_t n = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < h->n_sessions; i++)
+                n += sees_all(k) || h->sessions[i].uid == k->session->uid;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, n);
+        for (size_t j = 0; j < h->n_sessions; j++) {
+                const cube__ended *e = &h->sessions[(h->next_session + h->cap - h->n_sessions + j) % h->cap];
+                if (!sees_all(k) && e->uid != k->session->uid)
+                        continue;
+                r |= msgpack_pack_map(&pk, 11);
+                r |= cube__pack_kv_u64(&pk, "id", e->id);
+                r |= cube__pack_kv_u64(&pk, "pid", (uint64_t) e->pid);
+                r |= cube__pack_kv_u64(&pk, "uid", (uint64_t) e->uid);
+                r |= cube__pack_kv_str(&pk, "name", e->name);
+                r |= cube__pack_kv_u64(&pk, "launches", e->launches);
+                r |= cube__pack_kv_u64(&pk, "bytes_in", e->bytes_in);
+                r |= cube__pack_kv_u64(&pk, "bytes_out", e->bytes_out);
+                r |= cube__pack_kv_u64(&pk, "errors", e->errors);
+                r |= cube__pack_kv_u64(&pk, "memory_peak", e->memory_peak);
+                r |= cube__pack_str(&pk, "opened_seconds");
+                r |= msgpack_pack_double(&pk, e->opened_s);
+                r |= cube__pack_str(&pk, "duration_seconds");
+                r |= msgpack_pack_double(&pk, e->duration_s);
+        }
+        return finish(&sb, k, r);
+}
+
+/* Failures recorded recently, oldest first, live or long pruned. */
+cube__dispatched cube__do_recent_failures(cube__msg *k)
+{
+        const cube__history *h = &k->server->history;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint32_t n = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < h->n_failures; i++)
+                n += sees_all(k) || h->failures[i].uid == k->session->uid;
+        begin(&sb, &pk, k);
+        r |= msgpack_pack_array(&pk, n);
+        for (size_t j = 0; j < h->n_failures; j++) {
+                const cube__recent_failure *f = &h->failures[(h->next_failure + h->cap - h->n_failures + j) % h->cap];
+                if (!sees_all(k) && f->uid != k->session->uid)
+                        continue;
+                r |= msgpack_pack_map(&pk, 4);
+                r |= cube__pack_kv_u64(&pk, "id", f->id);
+                r |= cube__pack_kv_u64(&pk, "session", f->session);
+                r |= cube__pack_kv_str(&pk, "root", f->root);
+                r |= cube__pack_str(&pk, "at_seconds");
+                r |= msgpack_pack_double(&pk, f->at_s);
+        }
+        return finish(&sb, k, r);
+}
+
+typedef struct ban_ctx {
+        msgpack_packer *pk;
+        uint64_t now;
+        uint32_t n;
+        int r;
+        bool pack;
+} ban_ctx;
+
+static void pack_uid_ban(uint64_t uid, void *value, void *ctx)
+{
+        ban_ctx *b = ctx;
+        const cube__uid *u = value;
+        char who[32];
+
+        if (u->banned_until_ns <= b->now)
+                return;
+        b->n++;
+        if (!b->pack)
+                return;
+        snprintf(who, sizeof(who), "%llu", (unsigned long long) uid);
+        b->r |= msgpack_pack_map(b->pk, 3);
+        b->r |= cube__pack_kv_str(b->pk, "kind", "uid");
+        b->r |= cube__pack_kv_str(b->pk, "who", who);
+        b->r |= cube__pack_kv_u64(b->pk, "seconds_left", (u->banned_until_ns - b->now) / 1000000000ull + 1);
+}
+
+/* Uids and session names refused for poisoning the device too often. */
+cube__dispatched cube__do_bans(cube__msg *k)
+{
+        cube__server *srv = k->server;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        ban_ctx b = { &pk, uv_hrtime(), 0, 0, false };
+
+        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        for (size_t i = 0; i < CUBE__NAME_BANS; i++)
+                b.n += srv->name_bans[i].banned_until_ns > b.now;
+        begin(&sb, &pk, k);
+        b.r |= msgpack_pack_array(&pk, b.n);
+        b.pack = true;
+        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        for (size_t i = 0; i < CUBE__NAME_BANS; i++) {
+                const cube__name_ban *nb = &srv->name_bans[i];
+                if (nb->banned_until_ns <= b.now)
+                        continue;
+                b.r |= msgpack_pack_map(&pk, 3);
+                b.r |= cube__pack_kv_str(&pk, "kind", "name");
+                b.r |= cube__pack_kv_str(&pk, "who", nb->name);
+                b.r |= cube__pack_kv_u64(&pk, "seconds_left",
+                                         (nb->banned_until_ns - b.now) / 1000000000ull + 1);
+        }
+        return finish(&sb, k, b.r);
 }
 
 cube__dispatched cube__do_kernels(cube__msg *k)
@@ -294,11 +459,51 @@ cube__dispatched cube__do_memory(cube__msg *k)
         return answer_every_stream(k, pack_report);
 }
 
-/* The daemon's figures in the Prometheus text exposition format. */
+const double cube__hist_bounds[CUBE__HIST_BUCKETS] = {
+        0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60,
+};
+
+void cube__hist_observe(cube__hist *h, double seconds)
+{
+        size_t i = 0;
+
+        while (i < CUBE__HIST_BUCKETS && seconds > cube__hist_bounds[i])
+                i++;
+        if (i < CUBE__HIST_BUCKETS)
+                h->buckets[i]++;
+        h->count++;
+        h->sum += seconds;
+}
+
+static void put_hist(FILE *f, const char *name, const char *help, const char *instance,
+                     const cube__hist *h)
+{
+        uint64_t cumulative = 0;
+
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+        for (size_t i = 0; i < CUBE__HIST_BUCKETS; i++) {
+                cumulative += h->buckets[i];
+                fprintf(f, "%s_bucket{instance=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, instance,
+                        cube__hist_bounds[i], cumulative);
+        }
+        fprintf(f, "%s_bucket{instance=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, instance,
+                h->count);
+        fprintf(f, "%s_sum{instance=\"%s\"} %.9f\n", name, instance, h->sum);
+        fprintf(f, "%s_count{instance=\"%s\"} %" PRIu64 "\n", name, instance, h->count);
+}
+
+/* The daemon's figures in the Prometheus text exposition format. Counters
+ * are the daemon's lifetime counters (ended sessions' figures included), so
+ * they never go down while it runs; every series is labelled with the
+ * instance ("cpu0"), which is the same across restarts, never with the
+ * service id, whose nonce changes at every start. */
 cube__dispatched cube__do_metrics(cube__msg *k)
 {
         cube__server *srv = k->server;
-        uint64_t launches = 0, bytes_in = 0, bytes_out = 0, errors = 0;
+        const cube__stats *t = &srv->stats;
+        uint64_t launches = t->launches, bytes_in = t->bytes_in, bytes_out = t->bytes_out;
+        uint64_t errors = t->errors;
+        char instance[48];
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -310,6 +515,7 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                 cube__reply_owned_error(k, NULL);
                 return CUBE__DISPATCH_DONE;
         }
+        snprintf(instance, sizeof(instance), "%s%u", srv->driver->name, srv->opts.device_index);
         for (cube__session *s = srv->sessions; s; s = s->next) {
                 launches += s->launches;
                 bytes_in += s->bytes_in;
@@ -317,12 +523,18 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                 errors += s->errors;
         }
 #define METRIC(name, type, help, fmt, value) \
-        fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n" name "{service=\"%s\"} " fmt "\n", \
-                srv->service, value)
+        fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n" name "{instance=\"%s\"} " fmt "\n", \
+                instance, value)
+        fprintf(f, "# HELP cube_build_info The daemon's version and protocol; always 1.\n"
+                "# TYPE cube_build_info gauge\ncube_build_info{instance=\"%s\",version=\"%s\","
+                "protocol=\"%d\",backend=\"%s\"} 1\n", instance, CUBE_VERSION,
+                CUBE_PROTOCOL_VERSION, srv->driver->name);
         METRIC("cube_up", "gauge", "Whether the daemon serves.", "%d", 1);
         METRIC("cube_uptime_seconds", "gauge", "Seconds since the daemon started.", "%.3f",
                (double) (uv_hrtime() - srv->started_ns) / 1e9);
         METRIC("cube_sessions", "gauge", "Sessions alive.", "%u", srv->n_sessions);
+        METRIC("cube_draining", "gauge", "Whether the daemon is draining.", "%d",
+               srv->draining ? 1 : 0);
         METRIC("cube_device_memory_bytes", "gauge", "Device memory the daemon may hand out.",
                "%" PRIu64, srv->properties.memory_bytes);
         METRIC("cube_memory_in_use_bytes", "gauge", "Device memory held by sessions.", "%" PRIu64,
@@ -341,14 +553,30 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                cube__failures_live(&srv->failures));
         METRIC("cube_poisoned", "gauge", "Whether the device is poisoned.", "%d",
                srv->poison ? 1 : 0);
-        METRIC("cube_launches_total", "counter", "Launches by live sessions.", "%" PRIu64, launches);
-        METRIC("cube_received_bytes_total", "counter", "Bytes received from live sessions.",
+        METRIC("cube_launches_total", "counter", "Launches by every session of this run.",
+               "%" PRIu64, launches);
+        METRIC("cube_received_bytes_total", "counter", "Bytes received from every session.",
                "%" PRIu64, bytes_in);
-        METRIC("cube_sent_bytes_total", "counter", "Bytes sent to live sessions.", "%" PRIu64,
+        METRIC("cube_sent_bytes_total", "counter", "Bytes sent to every session.", "%" PRIu64,
                bytes_out);
-        METRIC("cube_errors_total", "counter", "Errors answered to live sessions.", "%" PRIu64,
+        METRIC("cube_errors_total", "counter", "Errors answered to every session.", "%" PRIu64,
                errors);
+        METRIC("cube_sessions_opened_total", "counter", "Sessions accepted.", "%" PRIu64,
+               t->sessions_opened);
+        METRIC("cube_sessions_refused_total", "counter", "Connections refused (access, quotas, "
+               "names, poison backoff).", "%" PRIu64, t->sessions_refused);
+        METRIC("cube_protocol_errors_total", "counter", "Connections closed for breaking the "
+               "protocol.", "%" PRIu64, t->protocol_errors);
+        METRIC("cube_poisons_total", "counter", "Times the device was poisoned.", "%" PRIu64,
+               t->poisons);
+        METRIC("cube_reloads_total", "counter", "Reloads asked for (SIGHUP).", "%" PRIu64,
+               t->reloads);
+        METRIC("cube_reloads_refused_total", "counter", "Reloads refused: the configuration did "
+               "not load, the running one was kept.", "%" PRIu64, t->reloads_refused);
 #undef METRIC
+        put_hist(f, "cube_compile_seconds", "Time compiling a kernel.", instance, &t->compile);
+        put_hist(f, "cube_queue_wait_seconds", "Time work waited in the daemon's queues before "
+                 "it was submitted to the device.", instance, &t->queue_wait);
         fclose(f);
         begin(&sb, &pk, k);
         r |= msgpack_pack_str(&pk, len);
@@ -357,11 +585,32 @@ cube__dispatched cube__do_metrics(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* drain [] or [timeout seconds]: takes no new work, stops once the working
+ * sessions have ended, or closes them past the timeout. */
 cube__dispatched cube__do_drain(cube__msg *k)
+{
+        uint32_t timeout = 0;
+
+        if (k->n > 1 || (k->n == 1 && !cube__obj_u32(&k->p[0], &timeout))) {
+                cube__malformed(k, "params must be [] or [timeout seconds]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (!admin_allowed(k))
+                return CUBE__DISPATCH_DONE;
+        cube__reply_ok_nil(k);
+        cube__server_drain(k->server, timeout, k->session);
+        return CUBE__DISPATCH_DONE;
+}
+
+cube__dispatched cube__do_undrain(cube__msg *k)
 {
         if (!admin_allowed(k))
                 return CUBE__DISPATCH_DONE;
-        cube__server_drain(k->server);
+        if (!k->server->draining) {
+                cube__reply_owned_error(k, cube__err_validation("the daemon is not draining"));
+                return CUBE__DISPATCH_DONE;
+        }
+        cube__server_undrain(k->server, k->session);
         cube__reply_ok_nil(k);
         return CUBE__DISPATCH_DONE;
 }

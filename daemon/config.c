@@ -72,7 +72,12 @@ static const option_spec specs[] = {
         { "comm-address", K_STRING, OFF(comm_address), 0, 0, false },
         { "collective-timeout", K_U32, OFF(collective_timeout_ms), 100, 3600000, true },
         { "max-groups", K_U32, OFF(max_groups), 1, 65536, true },
+        { "history", K_U32, OFF(history), 0, 65536, false },
+        { "poison-ban-after", K_U32, OFF(poison_ban_after), 0, 1000000, true },
+        { "poison-ban-seconds", K_SECONDS, OFF(poison_ban_s), 1, 7 * 86400, true },
 };
+
+_Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
 
@@ -100,6 +105,9 @@ void cube__options_default(cube__options *o)
                 .poison_grace_s = 5,
                 .collective_timeout_ms = 30000,
                 .max_groups = 64,
+                .history = 64,
+                .poison_ban_after = 3,
+                .poison_ban_s = 600,
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -116,7 +124,63 @@ void cube__options_done(cube__options *o)
         free(o->comm_address);
         free(o->allow_uids);
         free(o->allow_groups);
+        free(o->allow_uid_ids.ids);
+        free(o->allow_gid_ids.ids);
         *o = (cube__options) {0};
+}
+
+static int spec_index(const char *key)
+{
+        for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+                if (strcmp(specs[i].key, key) == 0)
+                        return (int) i;
+        return -1;
+}
+
+const char *cube__option_key(size_t i, bool *ret_reloadable)
+{
+        if (i >= sizeof(specs) / sizeof(specs[0]))
+                return NULL;
+        if (ret_reloadable)
+                *ret_reloadable = specs[i].reloadable;
+        return specs[i].key;
+}
+
+/* One option's value, spelt as the configuration file takes it. */
+void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len)
+{
+        const option_spec *spec = &specs[i];
+        const char *base = (const char *) o;
+        static const char *const policies[] = { "exit", "reinit" };
+
+        switch (spec->kind) {
+        case K_INSTANCE:
+                snprintf(buf, len, "%s%u", o->backend, o->device_index);
+                return;
+        case K_STRING:
+        case K_LIST: {
+                const char *v = *(char *const *) (base + spec->offset);
+                snprintf(buf, len, "%s", v ? v : "");
+                return;
+        }
+        case K_SIZE:
+                snprintf(buf, len, "%llu", (unsigned long long) *(const uint64_t *) (base + spec->offset));
+                return;
+        case K_U32:
+        case K_SECONDS:
+                snprintf(buf, len, "%u", *(const uint32_t *) (base + spec->offset));
+                return;
+        case K_BOOL:
+                snprintf(buf, len, "%s", *(const bool *) (base + spec->offset) ? "yes" : "no");
+                return;
+        case K_LEVEL:
+                snprintf(buf, len, "%s", levels[o->log_level - CUBE__LOG_ERR]);
+                return;
+        case K_POLICY:
+                snprintf(buf, len, "%s", policies[o->poison_policy]);
+                return;
+        }
+        snprintf(buf, len, "?");
 }
 
 /* "64M", "1G", "4096": a whole size in bytes, suffixes in powers of 1024. */
@@ -288,6 +352,11 @@ static int read_file(cube__options *o, const char *path, char *why, size_t why_l
                         fclose(f);
                         return -EINVAL;
                 }
+                int i = spec_index(key);
+                if (i >= 0) {
+                        o->source[i] = CUBE__FROM_FILE;
+                        o->line[i] = n;
+                }
         }
         fclose(f);
         return 0;
@@ -308,6 +377,7 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                                 snprintf(why, why_len, "--instance: %s", reason);
                                 r = -EINVAL;
                         }
+                        o.source[spec_index("instance")] = CUBE__FROM_COMMAND_LINE;
                 }
         if (r == 0 && path) {
                 /* An optional file is remembered even while it is missing,
@@ -324,6 +394,8 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                     cube__option_set(&o, overrides[i], overrides[i + 1], &reason) < 0) {
                         snprintf(why, why_len, "--%s: %s", overrides[i], reason);
                         r = -EINVAL;
+                } else if (spec_index(overrides[i]) >= 0) {
+                        o.source[spec_index(overrides[i])] = CUBE__FROM_COMMAND_LINE;
                 }
         }
         if (r == 0 && !o.socket_path) {
@@ -337,12 +409,27 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                 snprintf(dir, sizeof(dir), "/var/cache/cube/%s%u", o.backend, o.device_index);
                 r = set_string(&o.cache_dir, dir);
         }
+        /* Names resolve now, not at every accept: a name that names no one
+         * is a bad configuration like any other. */
+        if (r == 0)
+                r = cube__id_list_parse(o.allow_uids, false, &o.allow_uid_ids, why, why_len);
+        if (r == 0)
+                r = cube__id_list_parse(o.allow_groups, true, &o.allow_gid_ids, why, why_len);
         if (r < 0) {
                 cube__options_done(&o);
                 return r;
         }
         *ret = o;
         return 0;
+}
+
+static void *memdup(const void *p, size_t n)
+{
+        void *q = malloc(n);
+
+        if (q)
+                memcpy(q, p, n);
+        return q;
 }
 
 /* Takes what a reload may change from next into cur; says what it cannot. */
@@ -380,6 +467,24 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         free(cur->allow_groups);
         cur->allow_uids = next->allow_uids ? strdup(next->allow_uids) : NULL;
         cur->allow_groups = next->allow_groups ? strdup(next->allow_groups) : NULL;
+        free(cur->allow_uid_ids.ids);
+        free(cur->allow_gid_ids.ids);
+        cur->allow_uid_ids = next->allow_uid_ids;
+        cur->allow_gid_ids = next->allow_gid_ids;
+        cur->allow_uid_ids.ids = next->allow_uid_ids.n ?
+                memdup(next->allow_uid_ids.ids, next->allow_uid_ids.n * sizeof(uint32_t)) : NULL;
+        cur->allow_gid_ids.ids = next->allow_gid_ids.n ?
+                memdup(next->allow_gid_ids.ids, next->allow_gid_ids.n * sizeof(uint32_t)) : NULL;
+        if ((next->allow_uid_ids.n && !cur->allow_uid_ids.ids) ||
+            (next->allow_gid_ids.n && !cur->allow_gid_ids.ids))
+                cur->allow_uid_ids.n = cur->allow_gid_ids.n = 0;
         cur->fault_injection = next->fault_injection;
+        cur->poison_ban_after = next->poison_ban_after;
+        cur->poison_ban_s = next->poison_ban_s;
+        for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+                if (specs[i].reloadable) {
+                        cur->source[i] = next->source[i];
+                        cur->line[i] = next->line[i];
+                }
         cube__log_init(cur->log_level);
 }

@@ -52,10 +52,13 @@ struct cube__conn {
         uv_timer_t timer;               /* hello-timeout, then frame-timeout */
         int handles_open;
         struct ucred cred;
+        gid_t *groups;                  /* the peer's supplementary groups (SO_PEERGROUPS) */
+        size_t n_groups;
         cube__kernel *waiting_on;
         bool redispatching;
         bool closing;
         bool close_after_write;
+        bool refused;                   /* turned away at accept: not a protocol error */
         cube__conn *prev, *next;
         char answers[2 * CUBE__SMALL_ANSWER];   /* small answers not yet written */
         size_t answers_len;
@@ -103,6 +106,7 @@ static void on_closed(uv_handle_t *h)
         if (c->rx_blocked)
                 srv->rx_blocked--;
         rx_wake(srv);
+        free(c->groups);
         cube__direct_end(&c->direct);
         if (c->waiting_on)
                 cube__kernel_forget(c->waiting_on, c);
@@ -382,6 +386,8 @@ void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ..
         cube__log_session(CUBE__LOG_WARNING, c->session, 0, "session %" PRIu64 " (pid %d): protocol error, closing: %s",
                   c->session->id, (int) c->session->pid, reason);
         c->session->errors++;
+        if (!c->refused)
+                c->server->stats.protocol_errors++;
 
         e = cube__err_validation("protocol error: %s; the connection is closed", reason);
         msgpack_sbuffer_init(&sb);
@@ -801,8 +807,10 @@ void cube__on_connection(uv_stream_t *listener, int status)
                 uv_close((uv_handle_t *) &c->timer, on_closed);
                 return;
         }
-        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0)
+        if (uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0) {
                 (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
+                (void) cube__peer_groups(fd, &c->groups, &c->n_groups);
+        }
         c->cred = cred;
         if (srv->stopping) {
                 cube__conn_close(c);
@@ -827,7 +835,7 @@ static void conn_start(cube__conn *c)
         bool refused;
 
         c->held = false;
-        refused = cube__access_refused(srv, &c->cred, why, sizeof(why)) ||
+        refused = cube__access_refused(srv, &c->cred, c->groups, c->n_groups, why, sizeof(why)) ||
                   cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
         /* The last descriptors are root's and the daemon's user's. */
         if (!refused && !cube__uid_is_admin(c->cred.uid) &&
@@ -843,11 +851,16 @@ static void conn_start(cube__conn *c)
                 cube__conn_close(c);
                 return;
         }
+        c->session->admin_only = srv->draining;
         uv_read_start((uv_stream_t *) &c->pipe, on_alloc, on_read);
-        if (refused)
+        if (refused) {
+                srv->stats.sessions_refused++;
+                c->refused = true;
                 cube__conn_protocol_error(c, -1, "%s", why);
-        else
+        } else {
+                srv->stats.sessions_opened++;
                 timer_update(c);
+        }
 }
 
 void cube__conn_start_held(cube__server *srv)

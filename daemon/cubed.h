@@ -37,11 +37,30 @@ typedef struct cube__conn cube__conn;
 enum { CUBE__LOG_ERR = 3, CUBE__LOG_WARNING = 4, CUBE__LOG_NOTICE = 5, CUBE__LOG_INFO = 6,
        CUBE__LOG_DEBUG = 7 };
 void cube__log_init(int max_level);
-void cube__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Where a log call is, for CODE_FILE/CODE_LINE/CODE_FUNC, and the entry's
+ * MESSAGE_ID (NULL: none). */
+typedef struct cube__log_site {
+        const char *file;
+        int line;
+        const char *func;
+        const char *message_id;
+} cube__log_site;
+void cube__log_at(const cube__log_site *at, int level, const struct cube__session *s,
+                  uint64_t failure, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define CUBE__HERE(id) (&(const cube__log_site) { __FILE__, __LINE__, __func__, (id) })
+#define cube__log(level, ...) cube__log_at(CUBE__HERE(NULL), (level), NULL, 0, __VA_ARGS__)
 /* The same, about session s (and failure, when not 0): under journald these
  * become fields of the entry. */
-void cube__log_session(int level, const struct cube__session *s, uint64_t failure,
-                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define cube__log_session(level, s, failure, ...) \
+        cube__log_at(CUBE__HERE(NULL), (level), (s), (failure), __VA_ARGS__)
+/* An entry of one of the kinds an operator filters on by MESSAGE_ID. */
+#define cube__log_id(id, level, s, ...) cube__log_at(CUBE__HERE(id), (level), (s), 0, __VA_ARGS__)
+/* journalctl MESSAGE_ID=... (docs/OPERATIONS.md lists them). */
+#define CUBE__MSG_START    "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e70"
+#define CUBE__MSG_STOP     "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e71"
+#define CUBE__MSG_RELOAD   "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e72"
+#define CUBE__MSG_POISON   "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e73"
+#define CUBE__MSG_SESSION_END "7d3c1c5e8a2f4f0b9b6e1d2a4c5f6e74"
 
 /* ---- a map from u64 ids to pointers (idmap.c) --------------------------- */
 typedef struct cube__idmap {
@@ -98,9 +117,44 @@ typedef struct cube__awaits {
         size_t n, cap;
 } cube__awaits;
 
+/* Recent sessions and failures, kept after they end for cubectl history:
+ * two rings of `history` entries each. */
+typedef struct cube__ended {
+        uint64_t id;
+        pid_t pid;
+        uid_t uid;
+        char name[CUBED_NAME_MAX];
+        uint64_t launches, bytes_in, bytes_out, errors, memory_peak;
+        double opened_s, duration_s;    /* opened: seconds after the daemon started */
+} cube__ended;
+
+typedef struct cube__recent_failure {
+        uint64_t id, session;
+        uid_t uid;
+        char root[256];                 /* the root error's message, cut */
+        double at_s;
+} cube__recent_failure;
+
+typedef struct cube__history {
+        uint32_t cap;
+        cube__ended *sessions;
+        size_t n_sessions, next_session;
+        cube__recent_failure *failures;
+        size_t n_failures, next_failure;
+        uint64_t started_ns;
+} cube__history;
+
+int cube__history_init(cube__history *h, uint32_t cap, uint64_t started_ns);
+void cube__history_free(cube__history *h);
+void cube__history_session(cube__history *h, const struct cube__session *s);
+void cube__history_failure(cube__history *h, uint64_t id, uint64_t session, uid_t uid,
+                           const cube_error *root);
+
 typedef struct cube__failures {
         uint64_t minted;                /* ids are never reused */
         cube__idmap records;
+        cube__history *history;         /* where new failures are remembered, or NULL */
+        const struct cube__server *server;
 } cube__failures;
 
 /* Records a failure and returns its id (0 on allocation failure). Takes root. */
@@ -340,7 +394,23 @@ typedef struct cube__uid {
         uint32_t sessions;
         uint64_t memory;
         uint64_t rx_bytes;              /* receive buffers of its connections */
+        uint32_t poisons;               /* times its sessions poisoned the device */
+        uint64_t banned_until_ns;       /* refused until then (poison-ban-after) */
 } cube__uid;
+
+/* A session name whose sessions poisoned the device (poison-ban-after). */
+#define CUBE__NAME_BANS 64
+typedef struct cube__name_ban {
+        char name[CUBED_NAME_MAX];
+        uint32_t poisons;
+        uint64_t banned_until_ns;
+} cube__name_ban;
+
+/* Counts a poison against the session's uid and name; past poison-ban-after,
+ * they are refused for poison-ban-seconds. */
+void cube__poison_blame(cube__server *srv, const struct cube__session *s);
+/* Whether the name is refused now; why says for how long. */
+bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t len);
 
 cube__uid *cube__uid_get(cube__server *srv, uid_t uid);
 
@@ -365,6 +435,7 @@ typedef struct cube__op {
         cube__awaits awaits;            /* a launch: what its inputs were when it was queued */
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         cube__region *region;           /* the staging region it copies from or into */
+        uint64_t queued_ns;             /* when it was queued, for the queue-wait histogram */
         bool submitted;
         bool deferred_skip;             /* a launch that cannot run, queued only to learn
                                          * which failure its outputs carry */
@@ -439,7 +510,7 @@ void cube__schedule_unplug(cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);
 /* Marks the device poisoned (once) with why; every later operation reports it. */
-void cube__server_poison(cube__server *srv, cube_error *poison);
+void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison);
 /* ServerError::DevicePoisoned for the poisoned device. */
 cube_error *cube__poisoned(cube__server *srv);
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
@@ -557,8 +628,13 @@ int cube__pack_capture_entry(msgpack_packer *pk, uint64_t session, const char *k
                              uint64_t device_ns);
 
 /* ---- access and session quotas (access.c) ------------------------------ */
-/* Whether the peer may not connect (allow-uids, allow-groups); why says why. */
-bool cube__access_refused(cube__server *srv, const struct ucred *cred, char *why, size_t len);
+/* Whether the peer, of these credentials and supplementary groups, may not
+ * connect (allow-uids, allow-groups); why says why. */
+bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid_t *groups,
+                          size_t n_groups, char *why, size_t len);
+/* The peer's supplementary groups, from the kernel (SO_PEERGROUPS): an array
+ * the caller frees. */
+int cube__peer_groups(int fd, gid_t **ret_groups, size_t *ret_n);
 /* Whether another session of uid would cross max-sessions or
  * max-sessions-per-uid; why names the quota. */
 bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len);
@@ -575,7 +651,9 @@ struct cube__session {
         gid_t gid;
         char name[CUBED_NAME_MAX];
         bool greeted;                   /* hello was answered */
+        bool admin_only;                /* opened during a drain: may look and act, not work */
         bool poison_told;               /* has been answered DevicePoisoned */
+        uint64_t opened_ns;
         cube__idmap memory;             /* memory id -> cube__name */
         cube__idmap streams;            /* stream id -> cube__stream */
         cube__idmap kernels;            /* kernel id -> cube__kernel */
@@ -705,6 +783,21 @@ typedef enum cube__poison_policy {
         CUBE__POISON_REINIT,            /* bring the device up again once sessions were told */
 } cube__poison_policy;
 
+/* allow-uids or allow-groups, resolved to numeric ids when loaded. */
+typedef struct cube__id_list {
+        uint32_t *ids;
+        size_t n;
+        bool set;                       /* the option was given (even if empty of ids) */
+} cube__id_list;
+
+/* Resolves a comma-separated list of names or numbers; why names an entry
+ * that names no user or group. */
+int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len);
+
+/* Where an option's value came from, for cubectl config. */
+enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
+#define CUBE__OPTIONS_MAX 48
+
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
 typedef struct cube__options {
@@ -740,7 +833,12 @@ typedef struct cube__options {
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
         char *allow_groups;
+        cube__id_list allow_uid_ids;    /* the lists, resolved at load */
+        cube__id_list allow_gid_ids;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
+        uint32_t history;               /* ended sessions and failures kept for cubectl history */
+        uint32_t poison_ban_after;      /* poisons by one uid or name before it is refused (0: never) */
+        uint32_t poison_ban_s;          /* for how long */
         bool fault_injection;           /* tests only */
         /* Collectives (comms.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */
@@ -748,6 +846,8 @@ typedef struct cube__options {
         char *comm_address;             /* the IP this daemon's transport listens on */
         uint32_t collective_timeout_ms; /* a member silent this long is lost */
         uint32_t max_groups;            /* per session */
+        uint8_t source[CUBE__OPTIONS_MAX];      /* per option (cube__option_key): CUBE__FROM_* */
+        uint32_t line[CUBE__OPTIONS_MAX];       /* the file's line, when from the file */
 } cube__options;
 
 void cube__options_default(cube__options *o);
@@ -758,10 +858,38 @@ int cube__option_set(cube__options *o, const char *key, const char *value, const
  * overrides (key, value pairs). On failure, why says what and where. */
 int cube__config_load(const char *path, bool optional, char *const *overrides, size_t n_overrides,
                       cube__options *ret, char *why, size_t why_len);
+/* The options by index, for listing them: key, value as the file would
+ * spell it, and whether a reload changes it. NULL past the last. */
+const char *cube__option_key(size_t i, bool *ret_reloadable);
+void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len);
 /* Applies what a reload may change. */
 void cube__options_reload(cube__options *cur, const cube__options *next);
 
 #define CUBE__FAULT_SITES (CUBE_FAULT_DEVICE_LAUNCH + 1)
+
+/* A histogram of seconds, for the metrics: fixed bucket bounds. */
+#define CUBE__HIST_BUCKETS 12
+typedef struct cube__hist {
+        uint64_t buckets[CUBE__HIST_BUCKETS];   /* observations <= bound i (not cumulative) */
+        uint64_t count;
+        double sum;
+} cube__hist;
+
+extern const double cube__hist_bounds[CUBE__HIST_BUCKETS];
+void cube__hist_observe(cube__hist *h, double seconds);
+
+/* Lifetime counters of this daemon: they never go down while it runs,
+ * whatever sessions come and go. The per-session figures of sessions that
+ * have ended are added here as they end. */
+typedef struct cube__stats {
+        uint64_t launches, bytes_in, bytes_out, errors;         /* of ended sessions */
+        uint64_t sessions_opened, sessions_refused;
+        uint64_t protocol_errors;
+        uint64_t poisons;
+        uint64_t reloads, reloads_refused;
+        cube__hist compile;             /* compiling a kernel (not loading it from disk) */
+        cube__hist queue_wait;          /* work queued in the daemon until it was submitted */
+} cube__stats;
 
 struct cube__server {
         uv_loop_t *loop;
@@ -774,6 +902,8 @@ struct cube__server {
         uv_timer_t watchdog;
         uv_timer_t drain_timer;
         uv_timer_t poison_timer;
+        uv_timer_t drain_deadline;      /* cubectl drain --timeout */
+        uint64_t drain_deadline_ns;     /* when it acts; 0: none */
         bool socket_inherited;          /* passed by systemd: not ours to unlink */
         bool reinit_pending;
         bool draining;
@@ -832,6 +962,10 @@ struct cube__server {
         const struct cube__transport *transport; /* NULL: NoDeviceTransport */
         struct cube__mint *mints;       /* group ids minted here, not yet joined */
         char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
+        cube__stats stats;
+        cube__history history;
+        cube__name_ban name_bans[CUBE__NAME_BANS];
+        char reload_error[512];         /* why the last reload was refused; "" when it was not */
 };
 
 /* Descriptors kept for root and the daemon's own user: others' connections
@@ -859,8 +993,12 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                       size_t n_overrides);
 int cube__server_run(cube__server *srv);
 void cube__server_stop(cube__server *srv);
-/* Takes no new sessions, and stops once the last one has ended. */
-void cube__server_drain(cube__server *srv);
+/* Takes no new work: sessions opened from now on may only look and act
+ * (cubectl); stops once the last working session has ended, or, past
+ * timeout_s (0: none), closes them. by is who asked (NULL: a signal). */
+void cube__server_drain(cube__server *srv, uint32_t timeout_s, cube__session *by);
+/* Ends a drain: new sessions work again. */
+void cube__server_undrain(cube__server *srv, cube__session *by);
 void cube__server_done(cube__server *srv);
 /* Called whenever a session or work ends, to finish a shutdown or a reinit. */
 void cube__server_check_stopped(cube__server *srv);

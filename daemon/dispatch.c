@@ -80,6 +80,43 @@ bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **
         return true;
 }
 
+/* Whether a session name is fit to print: valid UTF-8 (no overlong forms,
+ * no surrogates) without control characters, so that no name can forge a
+ * row of cubectl's tables, a log line or JSON output. */
+static bool name_is_text(const char *name)
+{
+        const unsigned char *s = (const unsigned char *) name;
+
+        while (*s) {
+                uint32_t cp;
+                size_t n;
+                if (*s < 0x80) {
+                        if (*s < 0x20 || *s == 0x7f)
+                                return false;
+                        s++;
+                        continue;
+                }
+                if ((*s & 0xe0) == 0xc0)
+                        n = 2, cp = *s & 0x1f;
+                else if ((*s & 0xf0) == 0xe0)
+                        n = 3, cp = *s & 0x0f;
+                else if ((*s & 0xf8) == 0xf0)
+                        n = 4, cp = *s & 0x07;
+                else
+                        return false;
+                for (size_t i = 1; i < n; i++) {
+                        if ((s[i] & 0xc0) != 0x80)
+                                return false;
+                        cp = cp << 6 | (s[i] & 0x3f);
+                }
+                if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp < 0xa0))
+                        return false;
+                s += n;
+        }
+        return true;
+}
+
 static cube__dispatched do_hello(cube__msg *k)
 {
         cube__server *srv = k->server;
@@ -95,6 +132,22 @@ static cube__dispatched do_hello(cube__msg *k)
             (k->p[1].type != MSGPACK_OBJECT_NIL &&
              !cube__obj_str(&k->p[1], name, sizeof(name)))) {
                 cube__malformed(k, "params must be [version, name] with a name of at most 63 bytes");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (memchr(k->p[1].via.str.ptr, '\0', k->p[1].type == MSGPACK_OBJECT_STR ?
+                                                k->p[1].via.str.size : 0) || !name_is_text(name)) {
+                srv->stats.sessions_refused++;
+                cube__reply_owned_error(k, cube__err_validation(
+                        "the session name must be UTF-8 text without control characters, at "
+                        "most 63 bytes"));
+                return CUBE__DISPATCH_DONE;
+        }
+        char banned[256];
+        if (cube__name_banned(srv, name, banned, sizeof(banned))) {
+                srv->stats.sessions_refused++;
+                cube__log_session(CUBE__LOG_NOTICE, s, 0, "session %" PRIu64 " refused: %s", s->id,
+                                  banned);
+                cube__reply_owned_error(k, cube__err_validation("%s", banned));
                 return CUBE__DISPATCH_DONE;
         }
         if (version != CUBE_PROTOCOL_VERSION) {
@@ -139,61 +192,67 @@ typedef struct method {
         const char *name;
         int type;                       /* CUBE__MSG_REQUEST or CUBE__MSG_NOTIFY */
         cube__dispatched (*handle)(cube__msg *k);
+        bool admin;                     /* looks or acts, queues no work: served while draining */
 } method;
 
 static const method methods[] = {
-        { "hello", CUBE__MSG_REQUEST, do_hello },
-        { "status", CUBE__MSG_REQUEST, cube__do_status },
-        { "kernels", CUBE__MSG_REQUEST, cube__do_kernels },
-        { "create", CUBE__MSG_NOTIFY, cube__do_create },
-        { "write", CUBE__MSG_NOTIFY, cube__do_write },
-        { "free", CUBE__MSG_NOTIFY, cube__do_free },
-        { "read", CUBE__MSG_REQUEST, cube__do_read },
-        { "sync", CUBE__MSG_REQUEST, cube__do_sync },
-        { "check", CUBE__MSG_REQUEST, cube__do_check },
-        { "flush", CUBE__MSG_REQUEST, cube__do_flush },
-        { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_memory_cleanup },
-        { "memory_report", CUBE__MSG_REQUEST, cube__do_memory_report },
-        { "stream_ids", CUBE__MSG_REQUEST, cube__do_stream_ids },
-        { "allocation_mode", CUBE__MSG_NOTIFY, cube__do_allocation_mode },
-        { "memory", CUBE__MSG_REQUEST, cube__do_memory },
-        { "region", CUBE__MSG_REQUEST, cube__do_region },
-        { "region_free", CUBE__MSG_NOTIFY, cube__do_region_free },
-        { "export", CUBE__MSG_REQUEST, cube__do_export },
-        { "import", CUBE__MSG_REQUEST, cube__do_import },
-        { "kernel", CUBE__MSG_NOTIFY, cube__do_register },
-        { "launch", CUBE__MSG_NOTIFY, cube__do_launch },
-        { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued },
-        { "start_profile", CUBE__MSG_REQUEST, cube__do_start_profile },
-        { "end_profile", CUBE__MSG_REQUEST, cube__do_end_profile },
-        { "abandon_profile", CUBE__MSG_NOTIFY, cube__do_abandon_profile },
-        { "graph_prepare", CUBE__MSG_REQUEST, cube__do_graph_prepare },
-        { "begin_capture", CUBE__MSG_REQUEST, cube__do_begin_capture },
-        { "end_capture", CUBE__MSG_REQUEST, cube__do_end_capture },
-        { "replay", CUBE__MSG_REQUEST, cube__do_replay },
-        { "graph_destroy", CUBE__MSG_NOTIFY, cube__do_graph_destroy },
-        { "captures", CUBE__MSG_REQUEST, cube__do_captures },
-        { "failures", CUBE__MSG_REQUEST, cube__do_failures },
-        { "sessions", CUBE__MSG_REQUEST, cube__do_sessions },
-        { "streams", CUBE__MSG_REQUEST, cube__do_streams },
-        { "metrics", CUBE__MSG_REQUEST, cube__do_metrics },
-        { "drain", CUBE__MSG_REQUEST, cube__do_drain },
-        { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session },
-        { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject },
-        { "comm_init", CUBE__MSG_REQUEST, cube__do_comm_init },
-        { "comm_mint", CUBE__MSG_REQUEST, cube__do_comm_mint },
-        { "all_reduce", CUBE__MSG_REQUEST, cube__do_collective },
-        { "all_gather", CUBE__MSG_REQUEST, cube__do_collective },
-        { "reduce_scatter", CUBE__MSG_REQUEST, cube__do_collective },
-        { "broadcast", CUBE__MSG_REQUEST, cube__do_collective },
-        { "all_to_all", CUBE__MSG_REQUEST, cube__do_collective },
-        { "send", CUBE__MSG_REQUEST, cube__do_collective },
-        { "recv", CUBE__MSG_REQUEST, cube__do_collective },
-        { "sync_collective", CUBE__MSG_REQUEST, cube__do_sync_collective },
-        { "comms", CUBE__MSG_REQUEST, cube__do_comms },
-        { "can_access_peer", CUBE__MSG_REQUEST, cube__do_can_access_peer },
-        { "peer_address", CUBE__MSG_REQUEST, cube__do_peer_address },
-        { "peer_wrote", CUBE__MSG_NOTIFY, cube__do_peer_wrote },
+        { "hello", CUBE__MSG_REQUEST, do_hello, true },
+        { "status", CUBE__MSG_REQUEST, cube__do_status, true },
+        { "kernels", CUBE__MSG_REQUEST, cube__do_kernels, true },
+        { "create", CUBE__MSG_NOTIFY, cube__do_create, false },
+        { "write", CUBE__MSG_NOTIFY, cube__do_write, false },
+        { "free", CUBE__MSG_NOTIFY, cube__do_free, false },
+        { "read", CUBE__MSG_REQUEST, cube__do_read, false },
+        { "sync", CUBE__MSG_REQUEST, cube__do_sync, false },
+        { "check", CUBE__MSG_REQUEST, cube__do_check, false },
+        { "flush", CUBE__MSG_REQUEST, cube__do_flush, false },
+        { "memory_cleanup", CUBE__MSG_REQUEST, cube__do_memory_cleanup, false },
+        { "memory_report", CUBE__MSG_REQUEST, cube__do_memory_report, false },
+        { "stream_ids", CUBE__MSG_REQUEST, cube__do_stream_ids, false },
+        { "allocation_mode", CUBE__MSG_NOTIFY, cube__do_allocation_mode, false },
+        { "memory", CUBE__MSG_REQUEST, cube__do_memory, true },
+        { "region", CUBE__MSG_REQUEST, cube__do_region, false },
+        { "region_free", CUBE__MSG_NOTIFY, cube__do_region_free, false },
+        { "export", CUBE__MSG_REQUEST, cube__do_export, false },
+        { "import", CUBE__MSG_REQUEST, cube__do_import, false },
+        { "kernel", CUBE__MSG_NOTIFY, cube__do_register, false },
+        { "launch", CUBE__MSG_NOTIFY, cube__do_launch, false },
+        { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued, false },
+        { "start_profile", CUBE__MSG_REQUEST, cube__do_start_profile, false },
+        { "end_profile", CUBE__MSG_REQUEST, cube__do_end_profile, false },
+        { "abandon_profile", CUBE__MSG_NOTIFY, cube__do_abandon_profile, false },
+        { "graph_prepare", CUBE__MSG_REQUEST, cube__do_graph_prepare, false },
+        { "begin_capture", CUBE__MSG_REQUEST, cube__do_begin_capture, false },
+        { "end_capture", CUBE__MSG_REQUEST, cube__do_end_capture, false },
+        { "replay", CUBE__MSG_REQUEST, cube__do_replay, false },
+        { "graph_destroy", CUBE__MSG_NOTIFY, cube__do_graph_destroy, false },
+        { "captures", CUBE__MSG_REQUEST, cube__do_captures, true },
+        { "failures", CUBE__MSG_REQUEST, cube__do_failures, true },
+        { "sessions", CUBE__MSG_REQUEST, cube__do_sessions, true },
+        { "streams", CUBE__MSG_REQUEST, cube__do_streams, true },
+        { "metrics", CUBE__MSG_REQUEST, cube__do_metrics, true },
+        { "config", CUBE__MSG_REQUEST, cube__do_config, true },
+        { "bans", CUBE__MSG_REQUEST, cube__do_bans, true },
+        { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions, true },
+        { "recent_failures", CUBE__MSG_REQUEST, cube__do_recent_failures, true },
+        { "drain", CUBE__MSG_REQUEST, cube__do_drain, true },
+        { "undrain", CUBE__MSG_REQUEST, cube__do_undrain, true },
+        { "kill_session", CUBE__MSG_REQUEST, cube__do_kill_session, true },
+        { "debug_inject", CUBE__MSG_REQUEST, cube__do_inject, false },
+        { "comm_init", CUBE__MSG_REQUEST, cube__do_comm_init, false },
+        { "comm_mint", CUBE__MSG_REQUEST, cube__do_comm_mint, false },
+        { "all_reduce", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "all_gather", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "reduce_scatter", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "broadcast", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "all_to_all", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "send", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "recv", CUBE__MSG_REQUEST, cube__do_collective, false },
+        { "sync_collective", CUBE__MSG_REQUEST, cube__do_sync_collective, false },
+        { "comms", CUBE__MSG_REQUEST, cube__do_comms, true },
+        { "can_access_peer", CUBE__MSG_REQUEST, cube__do_can_access_peer, false },
+        { "peer_address", CUBE__MSG_REQUEST, cube__do_peer_address, false },
+        { "peer_wrote", CUBE__MSG_NOTIFY, cube__do_peer_wrote, false },
 };
 
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
@@ -232,6 +291,21 @@ cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *
                 if (!s->greeted && strcmp(m->name, "hello") != 0) {
                         cube__conn_protocol_error(c, msgid, "hello must be the first request of "
                                                   "a session");
+                        return CUBE__DISPATCH_DONE;
+                }
+                if (s->admin_only && !m->admin) {
+                        if (env.type == CUBE__MSG_REQUEST) {
+                                cube_error *e = cube__err_validation("the daemon is draining: a "
+                                        "session opened during a drain may look, not work (%s)",
+                                        m->name);
+                                if (e)
+                                        cube__reply_error(s, env.msgid, e);
+                                cube_error_free(e);
+                        } else {
+                                cube__conn_protocol_error(c, -1, "the daemon is draining: a "
+                                                          "session opened during a drain may "
+                                                          "look, not work (%s)", m->name);
+                        }
                         return CUBE__DISPATCH_DONE;
                 }
                 cube__msg k = {

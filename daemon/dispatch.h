@@ -47,12 +47,17 @@ cube__dispatched cube__do_allocation_mode(cube__msg *k);
 /* admin.c */
 cube__dispatched cube__do_status(cube__msg *k);
 cube__dispatched cube__do_kernels(cube__msg *k);
+cube__dispatched cube__do_config(cube__msg *k);
+cube__dispatched cube__do_bans(cube__msg *k);
+cube__dispatched cube__do_ended_sessions(cube__msg *k);
+cube__dispatched cube__do_recent_failures(cube__msg *k);
 cube__dispatched cube__do_failures(cube__msg *k);
 cube__dispatched cube__do_sessions(cube__msg *k);
 cube__dispatched cube__do_streams(cube__msg *k);
 cube__dispatched cube__do_memory(cube__msg *k);
 cube__dispatched cube__do_metrics(cube__msg *k);
 cube__dispatched cube__do_drain(cube__msg *k);
+cube__dispatched cube__do_undrain(cube__msg *k);
 cube__dispatched cube__do_kill_session(cube__msg *k);
 
 /* regions.c */

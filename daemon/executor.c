@@ -95,6 +95,7 @@ void cube__op_enqueue(cube__op *o)
         cube__server *srv = s->server;
         cube__stream *st = o->stream;
 
+        o->queued_ns = uv_hrtime();
         for (size_t i = 0; i < o->n_uses; i++) {
                 cube__use *u = &o->uses[i];
                 cube__alloc *a = u->alloc;
@@ -182,6 +183,8 @@ static bool submit_one(cube__session *s)
                 if (st->head)
                         activate(st);
                 o->submitted = true;
+                cube__hist_observe(&srv->stats.queue_wait,
+                                   (double) (uv_hrtime() - o->queued_ns) / 1e9);
                 st->submitted++;
                 srv->submitted++;
                 if (o->host_run) {

@@ -77,6 +77,13 @@ uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t se
                 free(r);
                 return 0;
         }
+        if (fs->history) {
+                uid_t uid = (uid_t) -1;
+                for (const cube__session *s = fs->server ? fs->server->sessions : NULL; s; s = s->next)
+                        if (s->id == session)
+                                uid = s->uid;
+                cube__history_failure(fs->history, r->id, session, uid, root);
+        }
         return r->id;
 }
 

@@ -270,8 +270,10 @@ static void prepare_done(uv_work_t *w, int status)
         size_t n = k->n_waiters;
 
         srv->compiling--;
-        if (!k->from_disk && (k->module || k->error))
+        if (!k->from_disk && (k->module || k->error)) {
                 srv->compiles++;
+                cube__hist_observe(&srv->stats.compile, k->compile_ms / 1e3);
+        }
         k->state = k->module ? CUBE__KERNEL_READY : CUBE__KERNEL_FAILED;
         if (!k->module && !k->error)
                 k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(

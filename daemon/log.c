@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <systemd/sd-journal.h>
 
 #include "cubed.h"
@@ -37,52 +38,62 @@ void cube__log_init(int level)
         journal = stderr_is_journal();
 }
 
-static void emit(int level, const cube__session *s, uint64_t failure, const char *fmt, va_list ap)
+/* Writes one entry. On stderr every line of a multi-line message carries
+ * the prefix, so a continuation line cannot pass for an entry of its own. */
+void cube__log_at(const cube__log_site *at, int level, const cube__session *s, uint64_t failure,
+                  const char *fmt, ...)
 {
         static const char *const names[] = {
                 [CUBE__LOG_ERR] = "error", [CUBE__LOG_WARNING] = "warning",
                 [CUBE__LOG_NOTICE] = "notice", [CUBE__LOG_INFO] = "info",
                 [CUBE__LOG_DEBUG] = "debug",
         };
-        char line[1024];
+        char line[2048];
+        va_list ap;
 
         if (level > max_level)
                 return;
+        va_start(ap, fmt);
         vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
         if (!journal) {
-                fprintf(stderr, "cubed: %s: %s\n", names[level], line);
+                const char *p = line;
+                do {
+                        size_t n = strcspn(p, "\n");
+                        fprintf(stderr, "cubed: %s: %.*s\n", names[level], (int) n, p);
+                        p += n;
+                } while (*p++ == '\n' && *p);
                 return;
         }
-        if (s && failure)
-                sd_journal_send("MESSAGE=%s", line, "PRIORITY=%d", level,
-                                "SYSLOG_IDENTIFIER=cubed", "CUBE_SESSION=%llu",
-                                (unsigned long long) s->id, "CUBE_PEER_PID=%d", (int) s->pid,
-                                "CUBE_PEER_UID=%u", (unsigned) s->uid, "CUBE_FAILURE=%llu",
-                                (unsigned long long) failure, NULL);
-        else if (s)
-                sd_journal_send("MESSAGE=%s", line, "PRIORITY=%d", level,
-                                "SYSLOG_IDENTIFIER=cubed", "CUBE_SESSION=%llu",
-                                (unsigned long long) s->id, "CUBE_PEER_PID=%d", (int) s->pid,
-                                "CUBE_PEER_UID=%u", (unsigned) s->uid, NULL);
-        else
-                sd_journal_send("MESSAGE=%s", line, "PRIORITY=%d", level,
-                                "SYSLOG_IDENTIFIER=cubed", NULL);
-}
-
-void cube__log(int level, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        emit(level, NULL, 0, fmt, ap);
-        va_end(ap);
-}
-
-void cube__log_session(int level, const cube__session *s, uint64_t failure, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        emit(level, s, failure, fmt, ap);
-        va_end(ap);
+        char fields[10][320], file[256], lineno[32];
+        struct iovec iov[12];
+        int n = 0;
+#define FIELD(...) do { \
+                snprintf(fields[n], sizeof(fields[n]), __VA_ARGS__); \
+                iov[n] = (struct iovec) { fields[n], strlen(fields[n]) }; \
+                n++; \
+        } while (0)
+        iov[n++] = (struct iovec) { (char *) "SYSLOG_IDENTIFIER=cubed", 23 };
+        FIELD("PRIORITY=%d", level);
+        if (at->message_id)
+                FIELD("MESSAGE_ID=%s", at->message_id);
+        if (s) {
+                FIELD("CUBE_SESSION=%llu", (unsigned long long) s->id);
+                FIELD("CUBE_PEER_PID=%d", (int) s->pid);
+                FIELD("CUBE_PEER_UID=%u", (unsigned) s->uid);
+                if (*s->name)
+                        FIELD("CUBE_SESSION_NAME=%s", s->name);
+        }
+        if (failure)
+                FIELD("CUBE_FAILURE=%llu", (unsigned long long) failure);
+#undef FIELD
+        char *message = malloc(strlen(line) + sizeof("MESSAGE="));
+        if (!message)
+                return;
+        sprintf(message, "MESSAGE=%s", line);
+        iov[n++] = (struct iovec) { message, strlen(message) };
+        snprintf(file, sizeof(file), "CODE_FILE=%s", at->file);
+        snprintf(lineno, sizeof(lineno), "CODE_LINE=%d", at->line);
+        sd_journal_sendv_with_location(file, lineno, at->func, iov, n);
+        free(message);
 }

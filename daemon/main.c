@@ -40,6 +40,9 @@ static void usage(FILE *f)
 "  --drain-timeout S      seconds a stop waits for work in flight (default 10)\n"
 "  --poison-grace S       seconds a poisoned device is reported before the policy\n"
 "                         acts, once every session was told (default 5)\n"
+"  --poison-ban-after N   poisons by one uid or session name before it is refused\n"
+"                         (default 3; 0: never)\n"
+"  --poison-ban-seconds S for how long (default 600)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -74,7 +77,11 @@ static void usage(FILE *f)
 "  --comm-address IP      where this daemon's transport listens (default 127.0.0.1)\n"
 "  --collective-timeout MS  a member silent this long is lost (default 30000)\n"
 "  --max-groups N         groups of one session (default 64)\n"
+"  --history N            ended sessions and failures kept for cubectl history\n"
+"                         (default 64)\n"
 "\n"
+"  --check-config FILE    load FILE (with the other options given) and say whether\n"
+"                         it is valid; exit 0 if so, 2 if not; serves nothing\n"
 "  --enable-fault-injection\n"
 "                         accept debug_inject requests (tests only; off by default)\n"
 "  --help                 show this help\n"
@@ -127,7 +134,11 @@ int main(int argc, char **argv)
                 { "comm-address", required_argument, NULL, 'o' },
                 { "collective-timeout", required_argument, NULL, 'o' },
                 { "max-groups", required_argument, NULL, 'o' },
+                { "history", required_argument, NULL, 'o' },
+                { "poison-ban-after", required_argument, NULL, 'o' },
+                { "poison-ban-seconds", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
+                { "check-config", required_argument, NULL, 'k' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'v' },
                 {}
@@ -135,7 +146,7 @@ int main(int argc, char **argv)
         char **overrides = calloc((size_t) argc * 2 + 2, sizeof(char *));
         size_t n = 0;
         const char *config = NULL;
-        bool config_optional = false;
+        bool config_optional = false, check = false;
         char why[512];
         cube__options opts;
         cube__server srv;
@@ -152,6 +163,7 @@ int main(int argc, char **argv)
                 switch (c) {
                 case 'c': config = optarg; break;
                 case 'C': config = optarg; config_optional = true; break;
+                case 'k': config = optarg; config_optional = false; check = true; break;
                 case 'o':
                         overrides[n++] = (char *) options[index].name;
                         overrides[n++] = optarg;
@@ -177,6 +189,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "cubed: %s\n", why);
                 free(overrides);
                 return 2;
+        }
+        /* --check-config: what a reload would load, said and not served
+         * (ExecReload runs it first, so `systemctl reload` fails on a file
+         * the daemon would refuse). */
+        if (check) {
+                printf("%s: valid\n", config);
+                cube__options_done(&opts);
+                free(overrides);
+                return 0;
         }
 
         cube__log_init(opts.log_level);

@@ -60,8 +60,8 @@ static void on_signal(uv_signal_t *sig, int signum)
                 reload(srv);
                 return;
         }
-        cube__log(CUBE__LOG_NOTICE, "%s received: draining and stopping",
-                  signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "%s received: draining and stopping",
+                     signum == SIGTERM ? "SIGTERM" : "SIGINT");
         cube__server_stop(srv);
 }
 
@@ -75,20 +75,35 @@ static void reload(cube__server *srv)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         sd_notifyf(0, "RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=%llu",
                    (unsigned long long) ts.tv_sec * 1000000ull + (unsigned long long) ts.tv_nsec / 1000);
+        srv->stats.reloads++;
         if (cube__config_load(srv->opts.config_path, srv->opts.config_optional, srv->overrides,
                               srv->n_overrides, &next, why, sizeof(why)) < 0) {
-                cube__log(CUBE__LOG_ERR, "reload failed, keeping the running configuration: %s",
-                          why);
+                srv->stats.reloads_refused++;
+                snprintf(srv->reload_error, sizeof(srv->reload_error), "%s", why);
+                cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_ERR, NULL, "reload failed, keeping the "
+                             "running configuration: %s", why);
+                /* READY=1 must follow RELOADING=1, or systemd waits for it;
+                 * STATUS= says the reload was refused and why, so that
+                 * `systemctl status` shows it. */
+                sd_notifyf(0, "READY=1\nSTATUS=serving %u session(s); reload refused, running "
+                           "the previous configuration: %s", srv->n_sessions, why);
+                return;
         } else if (!cube__fds_fit(srv, &next, why, sizeof(why))) {
-                cube__log(CUBE__LOG_ERR, "reload refused, keeping the running configuration: %s",
-                          why);
+                srv->stats.reloads_refused++;
+                snprintf(srv->reload_error, sizeof(srv->reload_error), "%s", why);
                 cube__options_done(&next);
+                cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_ERR, NULL, "reload refused, keeping the "
+                             "running configuration: %s", why);
+                sd_notifyf(0, "READY=1\nSTATUS=serving %u session(s); reload refused, running "
+                           "the previous configuration: %s", srv->n_sessions, why);
+                return;
         } else {
+                srv->reload_error[0] = '\0';
                 cube__options_reload(&srv->opts, &next);
                 cube__options_done(&next);
                 const char *path = srv->opts.config_path;
                 bool missing = path && access(path, F_OK) != 0;
-                cube__log(CUBE__LOG_NOTICE, "configuration reloaded%s%s%s",
+                cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_NOTICE, NULL, "configuration reloaded%s%s%s",
                           path ? " from " : " (no configuration file)", path ? path : "",
                           missing ? " (missing: defaults and the command line only)" : "");
         }
@@ -104,8 +119,9 @@ static void on_drain_timeout(uv_timer_t *t)
 {
         cube__server *srv = t->data;
 
-        cube__log(CUBE__LOG_ERR, "the drain did not finish in %u s (%u operation(s) still on the "
-                  "device); exiting without waiting", srv->opts.drain_timeout_s, srv->inflight);
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_ERR, NULL, "the drain did not finish in %u s (%u "
+                     "operation(s) still on the device); exiting without waiting, exit status 1",
+                     srv->opts.drain_timeout_s, srv->inflight);
         sd_notify(0, "STATUS=drain timed out");
         _exit(1);
 }
@@ -281,6 +297,10 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->loop = uv_default_loop();
         srv->started_ns = uv_hrtime();
         sd_notify(0, "STATUS=starting");
+        if (cube__history_init(&srv->history, opts->history, srv->started_ns) < 0)
+                return -ENOMEM;
+        srv->failures.history = &srv->history;
+        srv->failures.server = srv;
 
         srv->driver = cube__driver_find(opts->backend);
         if (!srv->driver) {
@@ -325,7 +345,9 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_timer_init(srv->loop, &srv->watchdog);
         uv_timer_init(srv->loop, &srv->drain_timer);
         uv_timer_init(srv->loop, &srv->poison_timer);
+        uv_timer_init(srv->loop, &srv->drain_deadline);
         srv->watchdog.data = srv->drain_timer.data = srv->poison_timer.data = srv;
+        srv->drain_deadline.data = srv;
         if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0)
                 uv_timer_start(&srv->watchdog, on_watchdog, watchdog_usec / 2000 ? watchdog_usec / 2000 : 1,
                                watchdog_usec / 2000 ? watchdog_usec / 2000 : 1);
@@ -338,9 +360,10 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         size_t where_len = sizeof(where);
         if (!inherited || uv_pipe_getsockname(&srv->listener, where, &where_len) < 0)
                 snprintf(where, sizeof(where), "%s", opts->socket_path);
-        cube__log(CUBE__LOG_NOTICE, "serving %s (%s, %" PRIu64 " bytes of device memory) on %s%s",
-                  srv->service, srv->properties.name, srv->properties.memory_bytes, where,
-                  inherited ? " (passed by systemd)" : "");
+        cube__log_id(CUBE__MSG_START, CUBE__LOG_NOTICE, NULL, "cubed %s serving %s (%s, %" PRIu64
+                     " bytes of device memory) on %s%s", CUBE_VERSION,
+                     srv->service, srv->properties.name, srv->properties.memory_bytes, where,
+                     inherited ? " (passed by systemd)" : "");
         return 0;
 }
 
@@ -348,6 +371,8 @@ int cube__server_run(cube__server *srv)
 {
         sd_notifyf(0, "READY=1\nSTATUS=serving %s\nMAINPID=%d", srv->service, (int) getpid());
         uv_run(srv->loop, UV_RUN_DEFAULT);
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "stopped after %.1f s, exit status %d",
+                     (double) (uv_hrtime() - srv->started_ns) / 1e9, srv->exit_code);
         return srv->exit_code;
 }
 
@@ -366,6 +391,7 @@ void cube__server_stop(cube__server *srv)
         if (srv->stopping)
                 return;
         srv->stopping = true;
+        uv_timer_stop(&srv->drain_deadline);
         sd_notify(0, "STOPPING=1\nSTATUS=draining");
         close_listener(srv);
         cube__conn_close_all(srv);
@@ -374,16 +400,68 @@ void cube__server_stop(cube__server *srv)
         cube__server_check_stopped(srv);
 }
 
-void cube__server_drain(cube__server *srv)
+/* Sessions that may still queue work: those a drain waits for. */
+static unsigned working_sessions(const cube__server *srv)
 {
-        if (srv->draining || srv->stopping)
+        unsigned n = 0;
+
+        for (const cube__session *s = srv->sessions; s; s = s->next)
+                n += !s->admin_only;
+        return n;
+}
+
+static void on_drain_deadline(uv_timer_t *t)
+{
+        cube__server *srv = t->data;
+
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "the drain's deadline has passed with "
+                     "%u working session(s) left: closing them and stopping", working_sessions(srv));
+        cube__server_stop(srv);
+}
+
+void cube__server_drain(cube__server *srv, uint32_t timeout_s, cube__session *by)
+{
+        char who[96] = "a signal";
+
+        if (srv->stopping)
                 return;
+        if (by)
+                snprintf(who, sizeof(who), "session %" PRIu64 " (pid %d, uid %u)", by->id,
+                         (int) by->pid, (unsigned) by->uid);
+        /* A second drain is no error: it sets the deadline anew. */
+        uv_timer_stop(&srv->drain_deadline);
+        srv->drain_deadline_ns = 0;
+        if (timeout_s) {
+                srv->drain_deadline_ns = uv_hrtime() + (uint64_t) timeout_s * 1000000000ull;
+                uv_timer_start(&srv->drain_deadline, on_drain_deadline, (uint64_t) timeout_s * 1000, 0);
+        }
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, by, "%s asked for a drain%s: no new work; "
+                     "stopping once the %u working session(s) left have ended", who,
+                     srv->draining ? " again" : "", working_sessions(srv));
+        if (timeout_s)
+                cube__log(CUBE__LOG_NOTICE, "the drain closes what is left in %u s", timeout_s);
         srv->draining = true;
-        cube__log(CUBE__LOG_NOTICE, "draining: no new sessions; stopping once the %u "
-                  "session(s) left have ended", srv->n_sessions);
-        sd_notify(0, "STATUS=draining");
-        close_listener(srv);
+        sd_notifyf(0, "STATUS=draining: %u working session(s) left", working_sessions(srv));
         cube__server_check_stopped(srv);
+}
+
+void cube__server_undrain(cube__server *srv, cube__session *by)
+{
+        if (!srv->draining || srv->stopping)
+                return;
+        srv->draining = false;
+        uv_timer_stop(&srv->drain_deadline);
+        srv->drain_deadline_ns = 0;
+        cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, by, "session %" PRIu64 " (pid %d, uid %u) "
+                     "ended the drain: new work is taken again", by ? by->id : 0,
+                     by ? (int) by->pid : 0, by ? (unsigned) by->uid : 0);
+        sd_notifyf(0, "STATUS=serving %s", srv->service);
+}
+
+/* A drain is over once no working session is left and no work either. */
+static bool drained(const cube__server *srv)
+{
+        return working_sessions(srv) == 0 && srv->inflight == 0 && srv->compiling == 0;
 }
 
 /* Everything is idle: no connection served, no session, no work, no compile. */
@@ -399,7 +477,8 @@ static void reinit_device(cube__server *srv)
         srv->reinit_pending = false;
         cube__kernels_free(srv);
         cube__failures_free(&srv->failures);
-        srv->failures = (cube__failures) { .minted = srv->failures.minted };
+        srv->failures = (cube__failures) { .minted = srv->failures.minted,
+                                           .history = &srv->history, .server = srv };
         srv->driver->close(srv->device);
         srv->device = NULL;
         cube_error_free(srv->poison);
@@ -419,8 +498,11 @@ void cube__server_check_stopped(cube__server *srv)
 {
         if (srv->reinit_pending && !srv->stopping && idle(srv))
                 reinit_device(srv);
-        if (srv->draining && !srv->stopping && idle(srv))
+        if (srv->draining && !srv->stopping && drained(srv)) {
+                cube__log_id(CUBE__MSG_STOP, CUBE__LOG_NOTICE, NULL, "the drain is complete: "
+                             "stopping");
                 cube__server_stop(srv);
+        }
         if (!srv->stopping || !idle(srv))
                 return;
         if (uv_is_closing((uv_handle_t *) &srv->completions_poll))
@@ -434,6 +516,7 @@ void cube__server_check_stopped(cube__server *srv)
         uv_close((uv_handle_t *) &srv->watchdog, NULL);
         uv_close((uv_handle_t *) &srv->drain_timer, NULL);
         uv_close((uv_handle_t *) &srv->poison_timer, NULL);
+        uv_close((uv_handle_t *) &srv->drain_deadline, NULL);
 }
 
 /* The poison policy acts: the grace has passed and every session has been
@@ -520,6 +603,7 @@ void cube__server_done(cube__server *srv)
                 cube_error_free(w->error);
         }
         cube__failures_free(&srv->failures);
+        cube__history_free(&srv->history);
         cube__idmap_foreach(&srv->uids, free_value, NULL);
         cube__idmap_free(&srv->uids);
         cube__idmap_free(&srv->exports);

@@ -7,7 +7,9 @@
  * gone and the work has drained, everything the session held is reclaimed.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cubed.h"
 
@@ -24,6 +26,7 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
         s->pid = pid;
         s->uid = uid;
         s->gid = gid;
+        s->opened_ns = uv_hrtime();
         s->next = srv->sessions;
         if (srv->sessions)
                 srv->sessions->prev = s;
@@ -35,6 +38,64 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
                   (int) pid, (unsigned) uid);
         return s;
+}
+
+int cube__history_init(cube__history *h, uint32_t cap, uint64_t started_ns)
+{
+        *h = (cube__history) { .cap = cap, .started_ns = started_ns };
+        if (!cap)
+                return 0;
+        h->sessions = calloc(cap, sizeof(*h->sessions));
+        h->failures = calloc(cap, sizeof(*h->failures));
+        if (!h->sessions || !h->failures) {
+                cube__history_free(h);
+                return -1;
+        }
+        return 0;
+}
+
+void cube__history_free(cube__history *h)
+{
+        free(h->sessions);
+        free(h->failures);
+        *h = (cube__history) {0};
+}
+
+void cube__history_session(cube__history *h, const cube__session *s)
+{
+        cube__ended *e;
+        uint64_t now = uv_hrtime();
+
+        if (!h->cap)
+                return;
+        e = &h->sessions[h->next_session];
+        h->next_session = (h->next_session + 1) % h->cap;
+        if (h->n_sessions < h->cap)
+                h->n_sessions++;
+        *e = (cube__ended) {
+                .id = s->id, .pid = s->pid, .uid = s->uid, .launches = s->launches,
+                .bytes_in = s->bytes_in, .bytes_out = s->bytes_out, .errors = s->errors,
+                .memory_peak = s->memory_peak,
+                .opened_s = (double) (s->opened_ns - h->started_ns) / 1e9,
+                .duration_s = (double) (now - s->opened_ns) / 1e9,
+        };
+        memcpy(e->name, s->name, sizeof(e->name));
+}
+
+void cube__history_failure(cube__history *h, uint64_t id, uint64_t session, uid_t uid,
+                           const cube_error *root)
+{
+        cube__recent_failure *f;
+
+        if (!h->cap)
+                return;
+        f = &h->failures[h->next_failure];
+        h->next_failure = (h->next_failure + 1) % h->cap;
+        if (h->n_failures < h->cap)
+                h->n_failures++;
+        *f = (cube__recent_failure) { .id = id, .session = session, .uid = uid,
+                                      .at_s = (double) (uv_hrtime() - h->started_ns) / 1e9 };
+        snprintf(f->root, sizeof(f->root), "%s", cube_error_message(root));
 }
 
 void cube__session_detach(cube__session *s)
@@ -105,9 +166,24 @@ void cube__session_maybe_free(cube__session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->n_sessions--;
-        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " closed (pid %d): peak memory %" PRIu64
-                  " bytes, %" PRIu64 " bytes in, %" PRIu64 " out", s->id, (int) s->pid,
-                  s->memory_peak, s->bytes_in, s->bytes_out);
+        srv->stats.launches += s->launches;
+        srv->stats.bytes_in += s->bytes_in;
+        srv->stats.bytes_out += s->bytes_out;
+        srv->stats.errors += s->errors;
+        /* At notice: what a session did and how it ended is the first thing
+         * a post-mortem asks for. */
+        if (s->greeted)
+                cube__log_id(CUBE__MSG_SESSION_END, CUBE__LOG_NOTICE, s, "session %" PRIu64
+                             " (pid %d, uid %u, '%s') closed after %.1f s: %" PRIu64 " launches, %"
+                             PRIu64 " bytes in, %" PRIu64 " out, peak memory %" PRIu64 " bytes, %"
+                             PRIu64 " error(s)", s->id, (int) s->pid, (unsigned) s->uid, s->name,
+                             (double) (uv_hrtime() - s->opened_ns) / 1e9, s->launches,
+                             s->bytes_in, s->bytes_out, s->memory_peak, s->errors);
+        else
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " (pid %d, uid %u) "
+                                  "closed before hello", s->id, (int) s->pid, (unsigned) s->uid);
+        if (s->greeted)
+                cube__history_session(&srv->history, s);
         free(s);
         cube__server_check_stopped(srv);
 }

@@ -166,15 +166,18 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         cube__op_enqueue(o);
 }
 
-void cube__server_poison(cube__server *srv, cube_error *poison)
+void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison)
 {
         if (srv->poison || !poison) {
                 cube_error_free(poison);
                 return;
         }
         srv->poison = poison;
-        cube__log(CUBE__LOG_ERR, "the device is poisoned: %s; every session is told on its next "
-                  "operation", cube_error_reason(poison));
+        srv->stats.poisons++;
+        if (by)
+                cube__poison_blame(srv, by);
+        cube__log_id(CUBE__MSG_POISON, CUBE__LOG_ERR, by, "the device is poisoned: %s; every "
+                     "session is told on its next operation", cube_error_reason(poison));
         cube__server_poison_started(srv);
 }
 
@@ -198,7 +201,7 @@ static uint64_t launch_failed(cube__op *o)
                                                      s->id, (int) s->pid, *s->name ? ", " : "",
                                                      s->name, cube_error_reason(fault));
                 cube_error_free(e);
-                cube__server_poison(srv, cube_error_clone(named));
+                cube__server_poison(srv, s, cube_error_clone(named));
                 root = cube__err_wrap(CUBE_SERVER_LAUNCH,
                                       cube__err_wrap(CUBE_LAUNCH_DEVICE_POISONED, named));
         } else {
@@ -318,7 +321,7 @@ static void op_finish(cube__op *o)
         /* A copy that met a device fault poisons the device as a launch does. */
         if (o->work.error && !o->launch &&
             cube_error_kind_of(o->work.error) == CUBE_DEVICE_POISON) {
-                cube__server_poison(srv, cube_error_clone(o->work.error));
+                cube__server_poison(srv, s, cube_error_clone(o->work.error));
                 o->work.error = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, o->work.error);
         }
         if (o->host_done)

@@ -79,9 +79,109 @@ cube_error *cube_daemon_metrics(cube_client *c, char **ret_text)
         return NULL;
 }
 
+/* A string field, cut to fit. */
+static bool map_str(const msgpack_object *m, const char *key, char *buf, size_t cap)
+{
+        const msgpack_object *o = cube__map_get(m, key);
+
+        if (!o || o->type != MSGPACK_OBJECT_STR)
+                return false;
+        snprintf(buf, cap, "%.*s", (int) o->via.str.size, o->via.str.ptr);
+        return true;
+}
+
+static bool decode_config(const msgpack_object *m, void *elem)
+{
+        cube_config_entry *v = elem;
+        const msgpack_object *o;
+
+        return map_str(m, "key", v->key, sizeof(v->key)) &&
+               map_str(m, "value", v->value, sizeof(v->value)) &&
+               map_str(m, "source", v->source, sizeof(v->source)) &&
+               (o = cube__map_get(m, "reload")) && cube__obj_bool(o, &v->reloadable);
+}
+
+cube_error *cube_daemon_config(cube_client *c, cube_config_entry **ret_entries, size_t *ret_n)
+{
+        return cube__request_list(c, "config", sizeof(**ret_entries), decode_config, NULL,
+                                  (void **) ret_entries, ret_n);
+}
+
+static bool decode_ended(const msgpack_object *m, void *elem)
+{
+        cube_ended_session *v = elem;
+        const msgpack_object *o;
+        uint64_t pid, uid;
+
+        if (!cube__map_u64(m, "id", &v->id) || !cube__map_u64(m, "pid", &pid) ||
+            !cube__map_u64(m, "uid", &uid) || !map_str(m, "name", v->name, sizeof(v->name)) ||
+            !cube__map_u64(m, "launches", &v->launches) ||
+            !cube__map_u64(m, "bytes_in", &v->bytes_in) ||
+            !cube__map_u64(m, "bytes_out", &v->bytes_out) ||
+            !cube__map_u64(m, "errors", &v->errors) ||
+            !cube__map_u64(m, "memory_peak", &v->memory_peak) ||
+            !(o = cube__map_get(m, "opened_seconds")) || !cube__obj_double(o, &v->opened_seconds) ||
+            !(o = cube__map_get(m, "duration_seconds")) || !cube__obj_double(o, &v->duration_seconds))
+                return false;
+        v->pid = (uint32_t) pid;
+        v->uid = (uint32_t) uid;
+        return true;
+}
+
+cube_error *cube_daemon_ended_sessions(cube_client *c, cube_ended_session **ret_sessions,
+                                       size_t *ret_n)
+{
+        return cube__request_list(c, "ended_sessions", sizeof(**ret_sessions), decode_ended, NULL,
+                                  (void **) ret_sessions, ret_n);
+}
+
+static bool decode_recent(const msgpack_object *m, void *elem)
+{
+        cube_recent_failure *v = elem;
+        const msgpack_object *o;
+
+        return cube__map_u64(m, "id", &v->id) && cube__map_u64(m, "session", &v->session) &&
+               map_str(m, "root", v->root, sizeof(v->root)) &&
+               (o = cube__map_get(m, "at_seconds")) && cube__obj_double(o, &v->at_seconds);
+}
+
+cube_error *cube_daemon_recent_failures(cube_client *c, cube_recent_failure **ret_failures,
+                                        size_t *ret_n)
+{
+        return cube__request_list(c, "recent_failures", sizeof(**ret_failures), decode_recent,
+                                  NULL, (void **) ret_failures, ret_n);
+}
+
+static bool decode_ban(const msgpack_object *m, void *elem)
+{
+        cube_ban *v = elem;
+
+        return map_str(m, "kind", v->kind, sizeof(v->kind)) &&
+               map_str(m, "who", v->who, sizeof(v->who)) &&
+               cube__map_u64(m, "seconds_left", &v->seconds_left);
+}
+
+cube_error *cube_daemon_bans(cube_client *c, cube_ban **ret_bans, size_t *ret_n)
+{
+        return cube__request_list(c, "bans", sizeof(**ret_bans), decode_ban, NULL,
+                                  (void **) ret_bans, ret_n);
+}
+
 cube_error *cube_daemon_drain(cube_client *c)
 {
         return cube__request(c, "drain", NULL, 0, NULL, NULL);
+}
+
+cube_error *cube_daemon_drain_timeout(cube_client *c, uint32_t timeout_seconds)
+{
+        uint64_t t = timeout_seconds;
+
+        return cube__request(c, "drain", &t, 1, NULL, NULL);
+}
+
+cube_error *cube_daemon_undrain(cube_client *c)
+{
+        return cube__request(c, "undrain", NULL, 0, NULL, NULL);
 }
 
 cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session)

@@ -361,6 +361,16 @@ static cube_error *deliver_status(cube__call *call, const msgpack_object *r)
         size_t n = v->via.str.size < sizeof(st->poison) - 1 ? v->via.str.size : sizeof(st->poison) - 1;
         memcpy(st->poison, v->via.str.ptr, n);
         st->poison[n] = '\0';
+        /* Newer keys: absent from an older daemon. */
+        if ((v = cube__map_get(r, "version")) && v->type == MSGPACK_OBJECT_STR)
+                snprintf(st->version, sizeof(st->version), "%.*s", (int) v->via.str.size, v->via.str.ptr);
+        if ((v = cube__map_get(r, "state")) && v->type == MSGPACK_OBJECT_STR)
+                snprintf(st->state, sizeof(st->state), "%.*s", (int) v->via.str.size, v->via.str.ptr);
+        if ((v = cube__map_get(r, "drain_seconds_left")))
+                (void) cube__obj_double(v, &st->drain_seconds_left);
+        if ((v = cube__map_get(r, "reload_error")) && v->type == MSGPACK_OBJECT_STR)
+                snprintf(st->reload_error, sizeof(st->reload_error), "%.*s", (int) v->via.str.size,
+                         v->via.str.ptr);
         return NULL;
 }
 

@@ -834,6 +834,18 @@ const cube_error *cube_error_source(const cube_error *e)
         return source_of(e);
 }
 
+const cube_error *cube_error_root(const cube_error *e)
+{
+        for (;;) {
+                const cube_error *next = source_of(e);
+                if (!next && payload_of(e) == PAYLOAD_SEVERAL && e->n_members == 1)
+                        next = e->members[0];
+                if (!next)
+                        return e;
+                e = next;
+        }
+}
+
 size_t cube_error_count(const cube_error *e)
 {
         return payload_of(e) == PAYLOAD_SEVERAL ? e->n_members : 0;

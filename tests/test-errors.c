@@ -1213,6 +1213,7 @@ START_TEST(test_accessors) {
         ck_assert_ptr_null(cube_error_chain_at(e, 2));
         ck_assert_int_eq(cube_error_kind_of(cube_error_source(e)), CUBE_SERVER_GENERIC);
         ck_assert_str_eq(cube_error_reason(cube_error_source(e)), "root");
+        ck_assert_ptr_eq(cube_error_root(e), cube_error_source(e));
         ck_assert_uint_eq(cube_error_count(e), 0);
         ck_assert_ptr_null(cube_error_at(e, 0));
         cube_error_free(e);

@@ -530,6 +530,10 @@ static void cubectl(output *o, const char *socket, const char *const *args)
         run_program(o, NULL, NULL, argv);
 }
 
+static double metric_value(const char *text, const char *series);
+static char *metrics_of(cube_client *c);
+static bool line_with(const char *text, const char *needle, char *line, size_t cap);
+
 /* ------------------------------------------------------------------------
  * The units
  * ------------------------------------------------------------------------ */
@@ -855,6 +859,81 @@ START_TEST(reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad)
 }
 END_TEST
 
+/* A refused reload says so where an operator looks: STATUS=, the log (the
+ * key and why), cubectl status, the metrics; cubed --check-config refuses
+ * the same file; cubectl config says where each value came from. */
+START_TEST(a_refused_reload_is_reported)
+{
+        static const char *const config[] = { "config", NULL };
+        static const char *const status[] = { "status", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        char conf[128], where[160], line[512], *text;
+        const char *bin = getenv("CUBED_BIN");
+        cube_client *c;
+        size_t from;
+        long ready;
+
+        proc_init(&p);
+        snprintf(conf, sizeof(conf), "%s/cubed.conf", p.dir);
+        write_file(conf, "# limits\nmax-container = 100\n");
+        const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, "--config", conf,
+                               "--log-level", "info", NULL };
+        proc_spawn_cubed(&p, args, NULL);
+        wait_ready(&p, 0);
+
+        cubectl(o, p.socket, config);
+        ck_assert_out(o, o->status == 0, "cubectl config exited %d", o->status);
+        snprintf(where, sizeof(where), "%s:2", conf);
+        ck_assert_out(o, line_with(o->out, "max-container", line, sizeof(line)) &&
+                      strstr(line, "100") && strstr(line, where), "max-container not from %s",
+                      where);
+        ck_assert_out(o, line_with(o->out, "log-level", line, sizeof(line)) &&
+                      strstr(line, "info") && strstr(line, "command line"),
+                      "log-level not from the command line");
+        ck_assert_out(o, line_with(o->out, "max-depth", line, sizeof(line)) &&
+                      strstr(line, "16") && strstr(line, "default"), "max-depth not a default");
+
+        write_file(conf, "max-container = 100\nmax-depth = 99\n");
+        const char *check[] = { bin, "--check-config", conf, NULL };
+        run_program(o, NULL, NULL, check);
+        ck_assert_out(o, o->status == 2 && strstr(o->err, "max-depth"),
+                      "--check-config of a bad file exited %d", o->status);
+
+        from = n_notes(&p);
+        reload(&p);
+        ready = wait_note(&p, from, "READY=1", 0);
+        text = note_text(&p, ready);
+        ck_assert_msg(strstr(text, "STATUS=") && strstr(text, "reload refused") &&
+                      strstr(text, "max-depth"), "the READY=1 after a refused reload: %s", text);
+        free(text);
+        ck_assert(file_contains(p.log, "max-depth: must be"));
+        cubectl(o, p.socket, status);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "REFUSED") &&
+                      strstr(o->out, "max-depth"), "cubectl status does not say so");
+        ck_ok(cube_connect(p.socket, "m", &c));
+        char *m = metrics_of(c);
+        ck_assert(metric_value(m, "cube_reloads_refused_total{instance=\"cpu0\"}") == 1);
+        free(m);
+        cube_disconnect(c);
+
+        /* Fixed, it is taken, and the refusal is forgotten. */
+        write_file(conf, "max-container = 100\nmax-depth = 20\n");
+        run_program(o, NULL, NULL, check);
+        ck_assert_out(o, o->status == 0, "--check-config of a good file exited %d", o->status);
+        reload(&p);
+        cubectl(o, p.socket, status);
+        ck_assert_out(o, o->status == 0 && !strstr(o->out, "REFUSED"), "still refused");
+        cubectl(o, p.socket, config);
+        ck_assert_out(o, line_with(o->out, "max-depth", line, sizeof(line)) &&
+                      strstr(line, "20"), "max-depth is not 20");
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(the_command_line_wins_over_the_file_across_reloads)
 {
         daemon_proc p;
@@ -1065,6 +1144,66 @@ START_TEST(poison_policy_reinit_serves_a_new_device)
 }
 END_TEST
 
+/* Connects as name once the device serves a service other than before
+ * (the reinit is done); returns the client. */
+static cube_client *connect_after_reinit(const char *socket, const char *name, const char *before)
+{
+        long deadline = now_ms() + scaled(8000);
+        cube_client *n;
+
+        for (;;) {
+                cube_error *e = cube_connect(socket, name, &n);
+                if (!e && strcmp(cube_client_service(n), before) != 0)
+                        return n;
+                if (!e)
+                        cube_disconnect(n);
+                cube_error_free(e);
+                ck_assert_msg(now_ms() < deadline, "the device was not re-initialised");
+                usleep(50000);
+        }
+}
+
+/* A tenant that keeps poisoning the device is refused for a while. */
+START_TEST(a_tenant_that_poisons_again_and_again_is_refused)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "reinit", "--poison-grace", "1", "--poison-ban-after",
+                                             "2", "--poison-ban-seconds", "60", NULL };
+        static const char *const bans[] = { "bans", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *other;
+        char before[64];
+        cube_error *e;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "bully", &c));
+        for (int i = 0; i < 2; i++) {
+                snprintf(before, sizeof(before), "%s", cube_client_service(c));
+                ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "again", 0));
+                expect_poisoned(cube_sync(c, NULL, 0));
+                cube_disconnect(c);
+                if (i == 0)
+                        c = connect_after_reinit(p.socket, "bully", before);
+        }
+        other = connect_after_reinit(p.socket, "bystander", before);
+        e = cube_connect(p.socket, "bully", &c);
+        ck_assert_msg(e, "a name that poisoned the device twice was taken again");
+        ck_assert_msg(strstr(cube_error_message(e), "poisoned the device 2 time(s)"), "%s",
+                      cube_error_message(e));
+        cube_error_free(e);
+        ck_assert(file_contains(p.log, "the name is refused for 60 s"));
+        cubectl(o, p.socket, bans);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "bully"), "cubectl bans does not show it");
+        round_trip(other, 1000, 9);
+        cube_disconnect(other);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(a_poisoned_device_is_reported_during_the_grace)
 {
         static const char *const args[] = { "--enable-fault-injection", "--poison-grace", "60",
@@ -1208,8 +1347,7 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
         cubectl(o, p.socket, metrics);
         ck_assert_out(o, o->status == 0, "cubectl metrics exited %d", o->status);
         ck_assert_out(o, strstr(o->out, "# TYPE cube_sessions gauge\n"), "no cube_sessions type");
-        snprintf(want, sizeof(want), "\ncube_memory_in_use_bytes{service=\"%s\"} 4096\n",
-                 cube_client_service(c));
+        snprintf(want, sizeof(want), "\ncube_memory_in_use_bytes{instance=\"cpu0\"} 4096\n");
         ck_assert_out(o, strstr(o->out, want), "no %s", want + 1);
         cubectl(o, p.socket, json_metrics);
         ck_assert_out(o, o->status == 0, "cubectl --json metrics exited %d", o->status);
@@ -1218,6 +1356,237 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
         ck_assert_out(o, strstr(o->out, "\"cube_sessions\":2"), "no cube_sessions");
 
         cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* The value of one series ("name{labels}") in a metrics text, or -1. */
+static double metric_value(const char *text, const char *series)
+{
+        size_t n = strlen(series);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, series, n) == 0 && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+        return -1;
+}
+
+static char *metrics_of(cube_client *c)
+{
+        char *text;
+
+        ck_ok(cube_daemon_metrics(c, &text));
+        return text;
+}
+
+/* Every counter of before is in after, and none went down. */
+static void expect_counters_kept(const char *before, const char *after)
+{
+        for (const char *p = before; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+                char name[128], type[32], series[256];
+                if (sscanf(p, "# TYPE %127s %31s", name, type) != 2 || strcmp(type, "counter"))
+                        continue;
+                snprintf(series, sizeof(series), "%s{instance=\"cpu0\"}", name);
+                double a = metric_value(before, series), b = metric_value(after, series);
+                ck_assert_msg(a >= 0 && b >= 0, "%s is missing", series);
+                ck_assert_msg(b >= a, "%s went down from %g to %g", series, a, b);
+        }
+}
+
+/* Counters are the daemon's lifetime counters: sessions ending take nothing
+ * from them, and their labels name the instance, not the per-start nonce. */
+START_TEST(metrics_counters_never_go_down)
+{
+        daemon_proc p;
+        cube_client *watch, *c[3];
+        cube_handle h;
+        unsigned char data[8192];
+        char *t0, *t1, *t2, tmp[128];
+        cube_status st;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "watcher", &watch));
+        t0 = metrics_of(watch);
+        ck_assert_msg(!strstr(t0, "service="), "a series is labelled with the service id");
+        ck_assert_msg(strstr(t0, "\ncube_build_info{instance=\"cpu0\",version=\""),
+                      "no cube_build_info:\n%s", t0);
+        ck_assert_msg(strstr(t0, "# TYPE cube_compile_seconds histogram") &&
+                      strstr(t0, "# TYPE cube_queue_wait_seconds histogram"), "no histograms");
+        for (int i = 0; i < 3; i++) {
+                ck_ok(cube_connect(p.socket, "churn", &c[i]));
+                fill_random(data, sizeof(data), (uint64_t) i);
+                ck_ok(cube_create(c[i], data, sizeof(data), &h));
+                ck_ok(cube_read(c[i], &h, data, sizeof(data)));
+                cube_error *e = cube_import(c[i], "00000000000000000000000000000000", false, &h);
+                ck_assert_msg(e, "a made-up token was imported");
+                cube_error_free(e);
+        }
+        t1 = metrics_of(watch);
+        expect_counters_kept(t0, t1);
+        ck_assert(metric_value(t1, "cube_errors_total{instance=\"cpu0\"}") >= 3);
+        ck_assert(metric_value(t1, "cube_sessions_opened_total{instance=\"cpu0\"}") >= 4);
+        for (int i = 0; i < 3; i++)
+                cube_disconnect(c[i]);
+        for (long deadline = now_ms() + scaled(5000);;) {
+                ck_ok(cube_daemon_status(watch, &st));
+                if (st.sessions == 1)
+                        break;
+                ck_assert_msg(now_ms() < deadline, "the sessions did not end");
+                usleep(10000);
+        }
+        t2 = metrics_of(watch);
+        expect_counters_kept(t1, t2);
+        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") >=
+                  metric_value(t1, "cube_received_bytes_total{instance=\"cpu0\"}"));
+        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") > 3 * 8192);
+
+        /* promtool, where it is installed, agrees it is well formed. */
+        if (system("command -v promtool >/dev/null 2>&1") == 0) {
+                snprintf(tmp, sizeof(tmp), "%s/metrics", p.dir);
+                write_file(tmp, t2);
+                char cmd[192];
+                snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s'", tmp);
+                ck_assert_msg(system(cmd) == 0, "promtool check metrics failed");
+        } else {
+                fprintf(stderr, "no promtool: the format check is skipped\n");
+        }
+        free(t0);
+        free(t1);
+        free(t2);
+        cube_disconnect(watch);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+}
+END_TEST
+
+/* At the default level a session's end and failures leave a trace: the
+ * close is logged at notice with its totals, and cubectl history shows the
+ * session and its failure after it has gone. A multi-line message keeps its
+ * prefix on every line. */
+START_TEST(post_mortem_of_an_ended_session)
+{
+        static const char *const args[] = { "--log-level", "notice", "--enable-fault-injection",
+                                             "--poison-grace", "60", NULL };
+        static const char *const history[] = { "history", NULL };
+        static const char *const json_history[] = { "--json", "history", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *w;
+        cube_handle h;
+        unsigned char data[256] = { 1 };
+        char want[256], line[512];
+        cube_error *e;
+        cube_status st;
+        uint64_t sid;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        ck_ok(cube_connect(p.socket, "postmortem", &c));
+        sid = cube_client_session(c);
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", sizeof(data)));
+        ck_ok(cube_create(c, data, sizeof(data), &h));
+        e = cube_read(c, &h, data, sizeof(data));
+        ck_assert_msg(e, "a failed reservation read back");
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_ok(cube_connect(p.socket, "watcher", &w));
+        for (long deadline = now_ms() + scaled(5000);;) {
+                ck_ok(cube_daemon_status(w, &st));
+                if (st.sessions == 1)
+                        break;
+                ck_assert_msg(now_ms() < deadline, "the session did not end");
+                usleep(10000);
+        }
+        snprintf(want, sizeof(want), "cubed: notice: session %" PRIu64 " (pid %d, uid %u, "
+                 "'postmortem') closed after", sid, (int) getpid(), (unsigned) getuid());
+        ck_assert_msg(file_contains(p.log, want), "no '%s' in the log", want);
+        {
+                char text[65536];
+                FILE *lf = fopen(p.log, "r");
+                size_t n = lf ? fread(text, 1, sizeof(text) - 1, lf) : 0;
+                if (lf)
+                        fclose(lf);
+                text[n] = '\0';
+                ck_assert(line_with(text, want, line, sizeof(line)));
+                ck_assert_msg(strstr(line, " error(s)") && !strstr(line, " 0 error(s)"),
+                              "the close does not count the errors: %s", line);
+        }
+
+        cubectl(o, p.socket, history);
+        ck_assert_out(o, o->status == 0, "cubectl history exited %d", o->status);
+        ck_assert_out(o, line_with(o->out, "postmortem", line, sizeof(line)), "no ended session");
+        ck_assert_out(o, strstr(o->out, "failure #1") && strstr(o->out, "out of device memory"),
+                      "no recent failure");
+        cubectl(o, p.socket, json_history);
+        snprintf(want, sizeof(want), "{\"id\":%" PRIu64 ",\"pid\":%d", sid, (int) getpid());
+        ck_assert_out(o, o->status == 0 && strstr(o->out, want), "no %s", want);
+
+        /* Every line of a multi-line message carries the prefix. */
+        ck_ok(cube_debug_inject(w, CUBE_FAULT_POISON, 0, "first line\nforged: line", 0));
+        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", scaled(2000)) >= 0);
+        ck_assert_msg(file_contains(p.log, "cubed: error: forged: line"),
+                      "the continuation line lost its prefix");
+        FILE *f = fopen(p.log, "r");
+        while (f && fgets(line, sizeof(line), f))
+                ck_assert_msg(strncmp(line, "cubed: ", 7) == 0, "a log line without the prefix: %s",
+                              line);
+        if (f)
+                fclose(f);
+        cube_disconnect(w);
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* A client-chosen name cannot forge cubectl's output: names that are not
+ * printable UTF-8 are refused at hello, what is shown is escaped, and with
+ * --json even errors are JSON. */
+START_TEST(hostile_session_names)
+{
+        static const char *const bad[] = { "forged\n  99  1  0  root", "tab\there", "\xff\xfe",
+                                           "\xc0\xaf", "bell\a", "\xed\xa0\x80", NULL };
+        static const char *const json_sessions[] = { "--json", "sessions", NULL };
+        static const char *const json_kill[] = { "--json", "kill-session", "999999", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *c, *good;
+        cube_error *e;
+        char path[160], cmd[256];
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        for (const char *const *n = bad; *n; n++) {
+                e = cube_connect(p.socket, *n, &c);
+                ck_assert_msg(e, "the name '%s' was taken", *n);
+                ck_assert_msg(cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+                              strstr(cube_error_message(e), "session name"),
+                              "'%s': %s", *n, cube_error_message(e));
+                cube_error_free(e);
+        }
+        ck_ok(cube_connect(p.socket, "gr\xc3\xbc\xc3\x9f \"quoted\"", &good));
+
+        cubectl(o, p.socket, json_sessions);
+        ck_assert_out(o, o->status == 0, "cubectl --json sessions exited %d", o->status);
+        snprintf(path, sizeof(path), "%s/sessions.json", p.dir);
+        write_file(path, o->out);
+        snprintf(cmd, sizeof(cmd), "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s",
+                 path);
+        ck_assert_out(o, system(cmd) == 0, "cubectl --json sessions is not JSON");
+        ck_assert_out(o, strstr(o->out, "\"name\":\"gr\xc3\xbc\xc3\x9f \\\"quoted\\\"\""),
+                      "the name is not in the JSON");
+
+        cubectl(o, p.socket, json_kill);
+        ck_assert_out(o, o->status == 1 && o->out[0] == '{' && strstr(o->out, "\"error\":{"),
+                      "a --json error is not JSON");
+        write_file(path, o->out);
+        ck_assert_out(o, system(cmd) == 0, "the --json error does not parse");
+
+        cube_disconnect(good);
         ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
         proc_done(&p);
         free(o);
@@ -1276,9 +1645,13 @@ START_TEST(cubectl_kill_session)
 }
 END_TEST
 
+/* A drain can be watched to its end: cubectl keeps answering, a session
+ * opened meanwhile may look but not work, a second drain is no error,
+ * undrain takes work again, and the log says who asked and how it ended. */
 START_TEST(cubectl_drain)
 {
         static const char *const drain[] = { "drain", NULL };
+        static const char *const undrain[] = { "undrain", NULL };
         static const char *const status[] = { "status", NULL };
         daemon_proc p;
         output *o = calloc(1, sizeof(*o));
@@ -1290,20 +1663,62 @@ START_TEST(cubectl_drain)
         ck_ok(cube_connect(p.socket, "last", &last));
         cubectl(o, p.socket, drain);
         ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "a second drain exited %d", o->status);
 
-        e = cube_connect(p.socket, "late", &late);
-        ck_assert_msg(e, "a draining daemon took a new session");
-        cube_error_free(e);
         cubectl(o, p.socket, status);
-        ck_assert_out(o, o->status == 3, "status of a draining daemon exited %d", o->status);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "state:       draining"),
+                      "status of a draining daemon exited %d", o->status);
+        ck_ok(cube_connect(p.socket, "late", &late));
+        e = cube_sync(late, NULL, 0);
+        ck_assert_msg(e && strstr(cube_error_message(e), "draining"),
+                      "a session opened during a drain worked: %s", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_disconnect(late);
         ck_assert_int_eq(proc_wait_exit(&p, 200), -2);
         round_trip(last, 5000, 6);
-        ck_assert(wait_note(&p, 0, "STATUS=draining", scaled(2000)) >= 0);
+        ck_assert(wait_note(&p, 0, "STATUS=draining: 1 working session(s) left", scaled(2000)) >= 0);
+
+        /* Undrained, a new session works. */
+        cubectl(o, p.socket, undrain);
+        ck_assert_out(o, o->status == 0, "undrain exited %d", o->status);
+        ck_ok(cube_connect(p.socket, "later", &late));
+        round_trip(late, 100, 7);
+        cube_disconnect(late);
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
 
         cube_disconnect(last);
         ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
         ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
         ck_assert(!path_exists(p.socket));
+        ck_assert_msg(file_contains(p.log, "asked for a drain"), "the log does not say who asked");
+        ck_assert_msg(file_contains(p.log, "ended the drain"), "the undrain is not logged");
+        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* Past its deadline a drain closes what is left and stops. */
+START_TEST(cubectl_drain_with_a_deadline)
+{
+        static const char *const drain[] = { "--timeout", "1", "drain", NULL };
+        daemon_proc p;
+        output *o = calloc(1, sizeof(*o));
+        cube_client *stuck;
+        long start;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "stuck", &stuck));
+        start = now_ms();
+        cubectl(o, p.socket, drain);
+        ck_assert_out(o, o->status == 0, "drain --timeout 1 exited %d", o->status);
+        ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
+        ck_assert_msg(now_ms() - start >= 900, "the drain did not wait for its deadline");
+        ck_assert(file_contains(p.log, "deadline has passed with 1 working session(s) left"));
+        cube_disconnect(stuck);
         proc_done(&p);
         free(o);
 }
@@ -1476,6 +1891,195 @@ START_TEST(a_socket_in_use_names_its_owner)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------
+ * Identity under the unit's own namespaces
+ * ------------------------------------------------------------------------ */
+
+/* The value of a unit setting (the last one wins), or "" when absent. */
+static void unit_setting(const char *unit_text, const char *key, char *val, size_t cap)
+{
+        size_t n = strlen(key);
+
+        val[0] = '\0';
+        for (const char *p = unit_text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, key, n) == 0 && p[n] == '=')
+                        snprintf(val, cap, "%.*s", (int) strcspn(p + n + 1, "\n"), p + n + 1);
+}
+
+/* cubed started the way the shipped unit's namespace settings would start
+ * it: in a user namespace when PrivateUsers= says so (only root mapped, as
+ * systemd maps only root and the service's user), with /proc mounted
+ * hidepid=invisible when ProtectProc=invisible, without a network when
+ * PrivateNetwork=yes. */
+static void start_like_the_unit(daemon_proc *p, const char *const *extra)
+{
+        const char *tmpl = getenv("CUBE_UNIT_TEMPLATE"), *bin = getenv("CUBED_BIN");
+        char text[16384], users[32], proc[32], net[32], cmd[1024];
+        const char *argv[8];
+        FILE *f = fopen(tmpl, "r");
+        size_t n;
+        int k = 0, len;
+
+        ck_assert_msg(f, "cannot read %s", tmpl);
+        n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        unit_setting(text, "PrivateUsers", users, sizeof(users));
+        unit_setting(text, "ProtectProc", proc, sizeof(proc));
+        unit_setting(text, "PrivateNetwork", net, sizeof(net));
+        len = snprintf(cmd, sizeof(cmd), "%s%sexec %s%s --socket %s --cache-dir %s "
+                       "--log-level info",
+                       strcmp(proc, "invisible") == 0 ?
+                       "mount -t proc -o hidepid=invisible proc /proc || exit 9; " : "",
+                       "", strcmp(users, "yes") == 0 ? "unshare --user --map-current-user " : "",
+                       bin, p->socket, p->cache);
+        for (const char *const *a = extra; a && *a; a++)
+                len += snprintf(cmd + len, sizeof(cmd) - (size_t) len, " %s", *a);
+        argv[k++] = "unshare";
+        argv[k++] = "--mount";
+        argv[k++] = "--propagation=private";
+        if (strcmp(net, "yes") == 0)
+                argv[k++] = "--net";
+        argv[k++] = "sh";
+        argv[k++] = "-c";
+        argv[k++] = cmd;
+        argv[k] = NULL;
+        fprintf(stderr, "PrivateUsers=%s ProtectProc=%s PrivateNetwork=%s: %s\n", users, proc,
+                net, cmd);
+        proc_exec(p, argv, NULL);
+        wait_ready(p, 0);
+}
+
+/* cubectl run as another user through setpriv: uid, gid, and the
+ * supplementary groups (NULL: none). */
+static void cubectl_as(output *o, const char *socket, unsigned uid, const char *groups,
+                       const char *const *args)
+{
+        char reuid[32], regid[32], grp[64];
+        const char *argv[24];
+        int n = 0;
+
+        snprintf(reuid, sizeof(reuid), "--reuid=%u", uid);
+        snprintf(regid, sizeof(regid), "--regid=%u", uid);
+        snprintf(grp, sizeof(grp), "--groups=%s", groups ? groups : "");
+        argv[n++] = "setpriv";
+        argv[n++] = reuid;
+        argv[n++] = regid;
+        argv[n++] = groups ? grp : "--clear-groups";
+        argv[n++] = "--";
+        argv[n++] = getenv("CUBECTL_BIN");
+        argv[n++] = "--socket";
+        argv[n++] = socket;
+        for (const char *const *a = args; *a && n < 23; a++)
+                argv[n++] = *a;
+        argv[n] = NULL;
+        run_program(o, NULL, NULL, argv);
+}
+
+/* A session of uid held open by a child until the returned pipe is closed;
+ * the child exits 0 when it could connect. */
+static pid_t hold_session_as(const char *socket, unsigned uid, int *ret_release)
+{
+        int ready[2], release[2];
+        char byte;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe(ready), 0);
+        ck_assert_int_eq(pipe(release), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                cube_client *c;
+                cube_error *e;
+                close(ready[0]);
+                close(release[1]);
+                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                        _exit(2);
+                if ((e = cube_connect(socket, "holder", &c))) {
+                        dprintf(2, "holder: %s\n", cube_error_message(e));
+                        _exit(3);
+                }
+                (void) !write(ready[1], "x", 1);
+                (void) !read(release[0], &byte, 1);
+                cube_disconnect(c);
+                _exit(0);
+        }
+        close(ready[1]);
+        close(release[0]);
+        ck_assert_msg(read(ready[0], &byte, 1) == 1, "the holder of uid %u could not connect",
+                      uid);
+        close(ready[0]);
+        *ret_release = release[1];
+        return pid;
+}
+
+static void release_session(pid_t pid, int release)
+{
+        int status;
+
+        close(release);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The unit's namespaces must leave the daemon seeing who its peers are:
+ * their uids (in cubectl sessions and the log), allow-uids, allow-groups
+ * through supplementary groups, and per-uid session quotas. */
+START_TEST(identity_and_access_under_the_units_namespaces)
+{
+        static const char *const extra[] = { "--allow-uids", "4242,4444", "--allow-groups",
+                                             "4545", "--max-sessions-per-uid", "1", NULL };
+        static const char *const json_sessions[] = { "--json", "sessions", NULL };
+        static const char *const status[] = { "status", NULL };
+        output *o = calloc(1, sizeof(*o));
+        daemon_proc p;
+        int release;
+        pid_t holder;
+
+        if (geteuid() != 0 || system("command -v setpriv >/dev/null && "
+                                     "command -v unshare >/dev/null") != 0) {
+                fprintf(stderr, "not root, or no setpriv and unshare: skipped\n");
+                free(o);
+                return;
+        }
+        proc_init(&p);
+        ck_assert_int_eq(chmod(run_dir, 0755), 0);
+        ck_assert_int_eq(chmod(p.dir, 0755), 0);
+        start_like_the_unit(&p, extra);
+        ck_assert_int_eq(chmod(p.socket, 0666), 0);
+
+        /* The peer's uid as the daemon sees it. */
+        cubectl_as(o, p.socket, 4242, NULL, json_sessions);
+        ck_assert_out(o, o->status == 0, "uid 4242 (in allow-uids) exited %d", o->status);
+        ck_assert_out(o, strstr(o->out, "\"uid\":4242,\"name\":\"cubectl\""),
+                      "the daemon does not see uid 4242");
+        ck_assert_out(o, !strstr(o->out, "65534"), "a peer reads as the overflow uid");
+        ck_assert_msg(file_contains(p.log, "uid 4242"), "the log does not name uid 4242");
+
+        /* Not listed, and in no listed group: refused. */
+        cubectl_as(o, p.socket, 4343, NULL, status);
+        ck_assert_out(o, o->status == 3 && strstr(o->err, "uid 4343 may not use this daemon"),
+                      "uid 4343 was not refused as unlisted (exit %d)", o->status);
+        /* Not listed, but a supplementary group is. */
+        cubectl_as(o, p.socket, 4343, "4545", status);
+        ck_assert_out(o, o->status == 0, "uid 4343 in group 4545 exited %d", o->status);
+
+        /* One session per uid: 4242's second is refused, 4444's first is not. */
+        holder = hold_session_as(p.socket, 4242, &release);
+        cubectl_as(o, p.socket, 4242, NULL, status);
+        ck_assert_out(o, o->status == 3 && strstr(o->err, "max-sessions-per-uid"),
+                      "a second session of uid 4242 was not refused (exit %d)", o->status);
+        cubectl_as(o, p.socket, 4444, NULL, status);
+        ck_assert_out(o, o->status == 0, "uid 4444 counted against uid 4242 (exit %d)",
+                      o->status);
+        release_session(holder, release);
+
+        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 /* Shows what failed tests left in the run's directory (their daemons died
  * with them), then removes it unless $CUBE_TEST_LEAVE. */
 static void show_leftovers(void)
@@ -1525,6 +2129,7 @@ int main(void)
         tcase_add_test(life, the_watchdog_is_fed_only_when_asked);
         tcase_add_test(config, reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad);
         tcase_add_test(config, the_command_line_wins_over_the_file_across_reloads);
+        tcase_add_test(config, a_refused_reload_is_reported);
         tcase_add_test(config, a_bad_configuration_file_stops_the_start);
         tcase_add_test(config, config_if_exists_reads_the_file_once_it_exists);
         tcase_add_test(config, a_socket_directory_others_may_write_is_refused);
@@ -1533,11 +2138,17 @@ int main(void)
         tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
         tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
+        tcase_add_test(poison, a_tenant_that_poisons_again_and_again_is_refused);
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
         tcase_add_test(ctl, cubectl_kill_session);
+        tcase_add_test(ctl, metrics_counters_never_go_down);
+        tcase_add_test(ctl, post_mortem_of_an_ended_session);
+        tcase_add_test(ctl, hostile_session_names);
         tcase_add_test(ctl, cubectl_drain);
+        tcase_add_test(ctl, cubectl_drain_with_a_deadline);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
         tcase_add_test(admin, only_the_owner_and_root_may_act);
+        tcase_add_test(admin, identity_and_access_under_the_units_namespaces);
 
         strcpy(run_dir, "/tmp/cube-ops-XXXXXX");
         if (!mkdtemp(run_dir)) {

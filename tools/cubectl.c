@@ -33,32 +33,106 @@ static void usage(FILE *f)
 "            replays) and captures under way\n"
 "  comms     each collective group: members, state and traffic\n"
 "  metrics   the daemon's figures in the Prometheus text format\n"
-"  drain     take no new sessions; the daemon stops once the last one ends\n"
+"  history   the sessions that ended and the failures of late, kept after they\n"
+"            are gone (the daemon keeps `history` of each)\n"
+"  bans      the uids and session names refused for poisoning the device\n"
+"            poison-ban-after times\n"
+"  config    the running configuration: each option, its value, where it came\n"
+"            from and whether a reload changes it\n"
+"  drain [--timeout S]\n"
+"            take no new work; the daemon stops once the last working session\n"
+"            ends, or after S seconds closes those left; cubectl still answers\n"
+"  undrain   end a drain: take new work again\n"
 "  kill-session ID\n"
 "            close session ID; everything it held is reclaimed\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
 "  --json          print JSON for scripts\n"
+"  --timeout S     drain: close the sessions left after S seconds\n"
+"  --version       show the version\n"
 "  --help          show this help\n"
 "\n"
 "Exit status: 0 success, 1 the daemon answered with an error, 2 bad usage,\n"
 "3 the daemon could not be reached.\n");
 }
 
+/* The length of the valid UTF-8 sequence at s, or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+        size_t n;
+        uint32_t cp;
+
+        if (s[0] < 0x80)
+                return 1;
+        if ((s[0] & 0xe0) == 0xc0)
+                n = 2, cp = s[0] & 0x1f;
+        else if ((s[0] & 0xf0) == 0xe0)
+                n = 3, cp = s[0] & 0x0f;
+        else if ((s[0] & 0xf8) == 0xf0)
+                n = 4, cp = s[0] & 0x07;
+        else
+                return 0;
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                return 0;
+        return n;
+}
+
+/* A JSON string: control characters escaped, bytes that are not UTF-8 as
+ * U+FFFD, so that whatever a daemon or a client named, the output parses. */
 static void print_json_string(const char *s)
 {
         putchar('"');
-        for (; *s; s++) {
+        while (*s) {
                 unsigned char ch = (unsigned char) *s;
+                size_t n = utf8_len((const unsigned char *) s);
                 if (ch == '"' || ch == '\\')
                         printf("\\%c", ch);
-                else if (ch < 0x20)
+                else if (ch < 0x20 || ch == 0x7f)
                         printf("\\u%04x", ch);
+                else if (n == 0)
+                        fputs("\\ufffd", stdout);
                 else
-                        putchar(ch);
+                        fwrite(s, 1, n, stdout);
+                s += n ? n : 1;
         }
         putchar('"');
+}
+
+/* A text for a table cell: control characters and bytes that are not UTF-8
+ * as \xNN, so that a name cannot forge rows or columns. */
+static const char *cell_text(const char *s, char *buf, size_t cap, bool spaces)
+{
+        size_t o = 0;
+
+        while (*s && o + 5 < cap) {
+                unsigned char ch = (unsigned char) *s;
+                size_t n = utf8_len((const unsigned char *) s);
+                if (ch < 0x20 || ch == 0x7f || (ch == ' ' && !spaces) || n == 0) {
+                        o += (size_t) snprintf(buf + o, cap - o, "\\x%02x", ch);
+                        s++;
+                        continue;
+                }
+                if (o + n >= cap)
+                        break;
+                memcpy(buf + o, s, n);
+                o += n;
+                s += n;
+        }
+        buf[o] = '\0';
+        return buf;
+}
+
+/* A name for a column: spaces escaped too. */
+static const char *cell(const char *s, char *buf, size_t cap)
+{
+        return cell_text(s, buf, cap, false);
 }
 
 static void human_bytes(uint64_t n, char *buf, size_t cap)
@@ -77,9 +151,28 @@ static void human_bytes(uint64_t n, char *buf, size_t cap)
                 snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+static bool json_output;                /* --json: errors are JSON too */
+
+/* An error, as text on stderr, or with --json as one JSON object on stdout
+ * ({"error": {"command", "variant", "message"}}) so that scripts parse it. */
+static void print_error(const char *what, const cube_error *e, const char *text)
+{
+        if (!json_output) {
+                fprintf(stderr, "cubectl: %s failed: %s\n", what, text);
+                return;
+        }
+        printf("{\"error\":{\"command\":");
+        print_json_string(what);
+        printf(",\"variant\":");
+        print_json_string(e ? cube_error_variant(e) : "");
+        printf(",\"message\":");
+        print_json_string(text);
+        printf("}}\n");
+}
+
 static int report(const char *what, cube_error *e)
 {
-        fprintf(stderr, "cubectl: %s failed: %s\n", what, cube_error_message(e));
+        print_error(what, e, cube_error_message(e));
         cube_error_free(e);
         return EXIT_ERROR;
 }
@@ -104,6 +197,12 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
                        st.uptime_seconds, st.sessions, st.memory_in_use, st.memory_peak,
                        st.allocations, st.kernels, st.compiles, st.poisoned ? "true" : "false");
                 print_json_string(st.poison);
+                printf(",\"version\":");
+                print_json_string(st.version);
+                printf(",\"state\":");
+                print_json_string(st.state);
+                printf(",\"reload_error\":");
+                print_json_string(st.reload_error);
                 putchar(',');
                 printf("\"device\":{\"name\":");
                 print_json_string(p->name);
@@ -125,7 +224,13 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
         printf("device:      %s, %s, %u cores, max cube dim %ux%ux%u, %u units per cube\n",
                p->name, total, p->num_cpu_cores, p->max_cube_dim[0], p->max_cube_dim[1],
                p->max_cube_dim[2], p->max_units_per_cube);
-        printf("state:       %s\n", st.poisoned ? "POISONED" : "healthy");
+        printf("version:     %s\n", *st.version ? st.version : "?");
+        printf("state:       %s\n", st.poisoned ? "POISONED" : *st.state ? st.state : "serving");
+        if (*st.reload_error)
+                printf("reload:      REFUSED, running the previous configuration: %s\n",
+                       st.reload_error);
+        if (st.drain_seconds_left > 0)
+                printf("drain:       what is left is closed in %.0f s\n", st.drain_seconds_left);
         printf("uptime:      %.1f s\n", st.uptime_seconds);
         printf("sessions:    %u (this one included)\n", st.sessions);
         printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
@@ -255,14 +360,15 @@ static int cmd_sessions(cube_client *c, bool json, const char *arg)
                                v[i].id == cube_client_session(c) ? "true" : "false");
                         continue;
                 }
-                char mem[32], peak[32], in[32], out[32];
+                char mem[32], peak[32], in[32], out[32], name[260];
                 human_bytes(v[i].memory_in_use, mem, sizeof(mem));
                 human_bytes(v[i].memory_peak, peak, sizeof(peak));
                 human_bytes(v[i].bytes_in, in, sizeof(in));
                 human_bytes(v[i].bytes_out, out, sizeof(out));
                 printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %7" PRIu64 "  %10s  %10s  %8" PRIu64
                        "  %10s  %10s  %6" PRIu64 "%s\n", v[i].id, v[i].pid, v[i].uid,
-                       *v[i].name ? v[i].name : "-", v[i].streams, mem, peak, v[i].launches, in,
+                       *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-", v[i].streams, mem,
+                       peak, v[i].launches, in,
                        out, v[i].errors, v[i].id == cube_client_session(c) ? "  (cubectl)" : "");
         }
         if (json)
@@ -471,14 +577,31 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
                 free(text);
                 return EXIT_OK;
         }
-        /* The samples as one JSON object: name -> value. */
+        /* The samples as one JSON object: series -> value. A series is its
+         * name, and its labels other than instance, as the text has them
+         * ("cube_compile_seconds_bucket{le=\"0.01\"}"). */
         bool first = true;
         putchar('{');
         for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-                char *brace = strchr(line, '{'), *space = strrchr(line, ' ');
-                if (line[0] == '#' || !brace || !space)
+                char *brace = strchr(line, '{'), *close, *space = strrchr(line, ' ');
+                char labels[256] = "";
+                size_t nl = 0;
+                if (line[0] == '#' || !brace || !space || !(close = strchr(brace, '}')))
                         continue;
-                printf("%s\"%.*s\":%s", first ? "" : ",", (int) (brace - line), line, space + 1);
+                *close = '\0';
+                for (char *save = NULL, *l = strtok_r(brace + 1, ",", &save); l;
+                     l = strtok_r(NULL, ",", &save))
+                        if (strncmp(l, "instance=", 9) != 0 && nl < sizeof(labels) - 1)
+                                nl += (size_t) snprintf(labels + nl, sizeof(labels) - nl,
+                                                        "%s%s", nl ? "," : "", l);
+                printf("%s\"%.*s", first ? "" : ",", (int) (brace - line), line);
+                if (nl) {
+                        putchar('{');
+                        for (const char *p = labels; *p; p++)
+                                fputs(*p == '"' ? "\\\"" : (char[2]) { *p, 0 }, stdout);
+                        putchar('}');
+                }
+                printf("\":%s", space + 1);
                 first = false;
         }
         printf("}\n");
@@ -486,16 +609,153 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* The sessions that have ended and the failures of late, kept by the daemon
+ * after they are gone. */
+static int cmd_history(cube_client *c, bool json, const char *arg)
+{
+        cube_ended_session *v;
+        cube_recent_failure *f;
+        size_t n, nf;
+        cube_error *e = cube_daemon_ended_sessions(c, &v, &n);
+
+        if (e)
+                return report("history", e);
+        if ((e = cube_daemon_recent_failures(c, &f, &nf))) {
+                free(v);
+                return report("history", e);
+        }
+        if (json) {
+                printf("{\"sessions\":[");
+                for (size_t i = 0; i < n; i++) {
+                        printf("%s{\"id\":%" PRIu64 ",\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
+                               v[i].id, v[i].pid, v[i].uid);
+                        print_json_string(v[i].name);
+                        printf(",\"launches\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%"
+                               PRIu64 ",\"errors\":%" PRIu64 ",\"memory_peak\":%" PRIu64
+                               ",\"opened_seconds\":%.3f,\"duration_seconds\":%.3f}", v[i].launches,
+                               v[i].bytes_in, v[i].bytes_out, v[i].errors, v[i].memory_peak,
+                               v[i].opened_seconds, v[i].duration_seconds);
+                }
+                printf("],\"failures\":[");
+                for (size_t i = 0; i < nf; i++) {
+                        printf("%s{\"id\":%" PRIu64 ",\"session\":%" PRIu64 ",\"at_seconds\":%.3f,"
+                               "\"root\":", i ? "," : "", f[i].id, f[i].session, f[i].at_seconds);
+                        print_json_string(f[i].root);
+                        putchar('}');
+                }
+                printf("]}\n");
+        } else {
+                printf("ended sessions (oldest first):\n");
+                printf("%6s  %7s  %6s  %-16s  %9s  %8s  %10s  %10s  %6s\n", "ID", "PID", "UID",
+                       "NAME", "LASTED", "LAUNCHES", "IN", "OUT", "ERRORS");
+                for (size_t i = 0; i < n; i++) {
+                        char in[32], out[32], name[260];
+                        human_bytes(v[i].bytes_in, in, sizeof(in));
+                        human_bytes(v[i].bytes_out, out, sizeof(out));
+                        printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %8.1fs  %8" PRIu64 "  %10s  %10s  %6"
+                               PRIu64 "\n", v[i].id, v[i].pid, v[i].uid,
+                               *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-",
+                               v[i].duration_seconds, v[i].launches, in, out, v[i].errors);
+                }
+                printf("recent failures (oldest first):\n");
+                for (size_t i = 0; i < nf; i++) {
+                        char root[1100];
+                        printf("  failure #%" PRIu64 " at %.1f s, session %" PRIu64 ": %s\n", f[i].id,
+                               f[i].at_seconds, f[i].session, cell_text(f[i].root, root, sizeof(root), true));
+                }
+        }
+        free(v);
+        free(f);
+        return EXIT_OK;
+}
+
+static int cmd_bans(cube_client *c, bool json, const char *arg)
+{
+        cube_ban *v;
+        size_t n;
+        cube_error *e = cube_daemon_bans(c, &v, &n);
+
+        if (e)
+                return report("bans", e);
+        if (json)
+                putchar('[');
+        else if (n == 0)
+                printf("no uid or name is refused\n");
+        for (size_t i = 0; i < n; i++) {
+                char who[260];
+                if (json) {
+                        printf("%s{\"kind\":\"%s\",\"who\":", i ? "," : "", v[i].kind);
+                        print_json_string(v[i].who);
+                        printf(",\"seconds_left\":%" PRIu64 "}", v[i].seconds_left);
+                } else {
+                        printf("%-4s %-24s refused for another %" PRIu64 " s (poisoned the device)\n",
+                               v[i].kind, cell(v[i].who, who, sizeof(who)), v[i].seconds_left);
+                }
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
+static int cmd_config(cube_client *c, bool json, const char *arg)
+{
+        cube_config_entry *v;
+        size_t n;
+        cube_error *e = cube_daemon_config(c, &v, &n);
+
+        if (e)
+                return report("config", e);
+        if (json)
+                putchar('[');
+        else
+                printf("%-22s  %-28s  %-7s  %s\n", "KEY", "VALUE", "RELOAD", "FROM");
+        for (size_t i = 0; i < n; i++) {
+                if (json) {
+                        printf("%s{\"key\":", i ? "," : "");
+                        print_json_string(v[i].key);
+                        printf(",\"value\":");
+                        print_json_string(v[i].value);
+                        printf(",\"source\":");
+                        print_json_string(v[i].source);
+                        printf(",\"reload\":%s}", v[i].reloadable ? "true" : "false");
+                        continue;
+                }
+                printf("%-22s  %-28s  %-7s  %s\n", v[i].key, *v[i].value ? v[i].value : "-",
+                       v[i].reloadable ? "yes" : "restart", v[i].source);
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
+static unsigned drain_timeout;         /* --timeout S */
+
 static int cmd_drain(cube_client *c, bool json, const char *arg)
 {
-        cube_error *e = cube_daemon_drain(c);
+        cube_error *e = cube_daemon_drain_timeout(c, drain_timeout);
 
         if (e)
                 return report("drain", e);
         if (json)
-                printf("{\"draining\":true}\n");
+                printf("{\"draining\":true,\"timeout\":%u}\n", drain_timeout);
+        else if (drain_timeout)
+                printf("draining: no new work; the daemon stops once the last working session "
+                       "ends, or closes those left in %u s\n", drain_timeout);
         else
-                printf("draining: no new sessions; the daemon stops once the last one ends\n");
+                printf("draining: no new work; the daemon stops once the last working session "
+                       "ends\n");
+        return EXIT_OK;
+}
+
+static int cmd_undrain(cube_client *c, bool json, const char *arg)
+{
+        cube_error *e = cube_daemon_undrain(c);
+
+        if (e)
+                return report("undrain", e);
+        printf(json ? "{\"draining\":false}\n" : "serving: new work is taken again\n");
         return EXIT_OK;
 }
 
@@ -549,6 +809,8 @@ int main(int argc, char **argv)
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "json", no_argument, NULL, 'j' },
+                { "timeout", required_argument, NULL, 't' },
+                { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -561,7 +823,18 @@ int main(int argc, char **argv)
         while ((opt = getopt_long(argc, argv, "s:jh", options, NULL)) != -1) {
                 switch (opt) {
                 case 's': path = optarg; break;
-                case 'j': json = true; break;
+                case 'j': json = json_output = true; break;
+                case 't': {
+                        char *end;
+                        unsigned long v = strtoul(optarg, &end, 10);
+                        if (!*optarg || *end || v == 0 || v > 86400) {
+                                fprintf(stderr, "cubectl: --timeout takes seconds, 1 to 86400\n");
+                                return EXIT_USAGE;
+                        }
+                        drain_timeout = (unsigned) v;
+                        break;
+                }
+                case 'V': printf("cubectl %s\n", CUBE_VERSION); return EXIT_OK;
                 case 'h': usage(stdout); return EXIT_OK;
                 default: usage(stderr); return EXIT_USAGE;
                 }
@@ -584,7 +857,11 @@ int main(int argc, char **argv)
                 { "graphs", cmd_graphs, false },
                 { "comms", cmd_comms, false },
                 { "metrics", cmd_metrics, false },
+                { "config", cmd_config, false },
+                { "history", cmd_history, false },
+                { "bans", cmd_bans, false },
                 { "drain", cmd_drain, false },
+                { "undrain", cmd_undrain, false },
                 { "kill-session", cmd_kill_session, true },
         };
         const struct command *cmd = NULL;
@@ -608,6 +885,8 @@ int main(int argc, char **argv)
                 struct stat st;
                 if (!tried || !*tried)
                         tried = CUBE_DEFAULT_SOCKET;
+                if (json_output)
+                        print_error("connect", e, cube_error_message(e));
                 fprintf(stderr, "cubectl: %s\n", cube_error_message(e));
                 if (stat(tried, &st) < 0)
                         fprintf(stderr, "cubectl: no socket exists at %s (pass another with "

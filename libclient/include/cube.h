@@ -158,6 +158,11 @@ const char *cube_error_chain_at(const cube_error *e, size_t i);
 /* The wrapped error: the source of a wrapping variant, Unwritten's root,
  * StorageMappingFailed's source. */
 const cube_error *cube_error_source(const cube_error *e);
+/* The innermost error: cube_error_source followed to its end (through a
+ * Several of one member too). What to act on, e.g. IoError::OutOfMemory
+ * inside Unwritten inside Several. A Several of more than one member is its
+ * own root. NULL only when e is. */
+const cube_error *cube_error_root(const cube_error *e);
 size_t cube_error_count(const cube_error *e);          /* Several */
 const cube_error *cube_error_at(const cube_error *e, size_t i);
 
@@ -167,8 +172,10 @@ const cube_error *cube_error_at(const cube_error *e, size_t i);
 typedef struct cube_client cube_client;
 
 /* Connects to a daemon. path: an explicit socket path, else $CUBE_SOCKET,
- * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL).
- * Negotiates the protocol version before returning. */
+ * else CUBE_DEFAULT_SOCKET. name labels the session in cubectl (may be NULL):
+ * at most 63 bytes of UTF-8 text without control characters; the daemon
+ * refuses any other name with ServerError::Validation. Negotiates the
+ * protocol version before returning. */
 cube_error *cube_connect(const char *path, const char *name, cube_client **ret_client);
 /* Sends the batched launches and closes the connection. The daemon reclaims
  * everything the session held once its queued work has run. No other thread
@@ -554,9 +561,15 @@ typedef struct cube_stream_info {
 cube_error *cube_daemon_streams(cube_client *c, cube_stream_info **ret_streams, size_t *ret_n);
 /* The daemon's figures in the Prometheus text format; the caller frees it. */
 cube_error *cube_daemon_metrics(cube_client *c, char **ret_text);
-/* Takes no new sessions, and stops once the last one ends (the daemon's own
- * user and root only). */
+/* Takes no new work, and stops once the last working session ends (the
+ * daemon's own user and root only). Sessions opened during a drain may
+ * look and act (status, sessions, undrain, ...) but not work. With a
+ * timeout (seconds, 0: none), the sessions still open then are closed. A
+ * second drain sets the deadline anew. */
 cube_error *cube_daemon_drain(cube_client *c);
+cube_error *cube_daemon_drain_timeout(cube_client *c, uint32_t timeout_seconds);
+/* Ends a drain: new work is taken again. */
+cube_error *cube_daemon_undrain(cube_client *c);
 /* Closes a session; everything it held is reclaimed (the daemon's own user
  * and root only). */
 cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session);
@@ -612,6 +625,10 @@ typedef struct cube_status {
         uint64_t kernels;               /* entries in the kernel cache */
         bool poisoned;
         char poison[256];               /* what poisoned the device, when it is */
+        char version[32];               /* the daemon's version */
+        char state[16];                 /* "serving", "draining", "poisoned", "stopping" */
+        char reload_error[256];         /* why the last reload was refused; "" if it was not */
+        double drain_seconds_left;      /* until a drain's deadline closes what is left; 0: none */
 } cube_status;
 
 cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
@@ -708,6 +725,52 @@ typedef struct cube_comm_info {
 } cube_comm_info;
 
 cube_error *cube_daemon_comms(cube_client *c, cube_comm_info **ret_comms, size_t *ret_n);
+
+/* A session that has ended, from the daemon's bounded history. */
+typedef struct cube_ended_session {
+        uint64_t id;
+        uint32_t pid, uid;
+        char name[64];
+        uint64_t launches, bytes_in, bytes_out, errors, memory_peak;
+        double opened_seconds;          /* after the daemon started */
+        double duration_seconds;
+} cube_ended_session;
+
+/* A failure recorded recently, live or not. */
+typedef struct cube_recent_failure {
+        uint64_t id;
+        uint64_t session;
+        char root[256];                 /* the root error's message */
+        double at_seconds;              /* after the daemon started */
+} cube_recent_failure;
+
+/* The last sessions to end and failures to happen (`history` of each, the
+ * oldest first). A caller other than root and the daemon's user sees only
+ * its own user's. The arrays are the caller's to free. */
+cube_error *cube_daemon_ended_sessions(cube_client *c, cube_ended_session **ret_sessions,
+                                       size_t *ret_n);
+cube_error *cube_daemon_recent_failures(cube_client *c, cube_recent_failure **ret_failures,
+                                        size_t *ret_n);
+
+/* A uid or session name refused for poisoning the device too often. */
+typedef struct cube_ban {
+        char kind[8];                   /* "uid" or "name" */
+        char who[64];
+        uint64_t seconds_left;
+} cube_ban;
+
+cube_error *cube_daemon_bans(cube_client *c, cube_ban **ret_bans, size_t *ret_n);
+
+/* One option of the daemon's running configuration. */
+typedef struct cube_config_entry {
+        char key[32];
+        char value[256];
+        char source[160];               /* "default", "command line", or "FILE:LINE" */
+        bool reloadable;                /* a reload changes it; otherwise only a restart */
+} cube_config_entry;
+
+/* The daemon's running configuration. *ret_entries is an array the caller frees. */
+cube_error *cube_daemon_config(cube_client *c, cube_config_entry **ret_entries, size_t *ret_n);
 
 #pragma GCC visibility pop
 
