@@ -82,6 +82,8 @@ typedef void (*cube__complete_fn)(void *ctx, cube__work *work);
 typedef struct cube__device_config {
         unsigned index;                 /* the device's index on its backend */
         uint64_t memory_limit;          /* 0: the backend's default */
+        uint32_t kernel_timeout_ms;     /* a launch running longer poisons the device; 0: none */
+        uint32_t compile_cpu_s;         /* CPU time one kernel build may take; 0: the default */
         cube__complete_fn complete;     /* callable from any thread */
         void *complete_ctx;
 } cube__device_config;

@@ -639,6 +639,8 @@ typedef struct cube__options {
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
         char *allow_groups;
         uint32_t poison_grace_s;        /* how long a poisoned device is reported before the policy acts */
+        uint32_t kernel_timeout_s;      /* a launch running longer poisons the device; 0: none */
+        uint32_t compile_limit_s;       /* CPU time one kernel build may take */
         bool fault_injection;           /* tests only */
 } cube__options;
 

@@ -143,6 +143,8 @@ static int open_device(cube__server *srv)
         cube__device_config config = {
                 .index = srv->opts.device_index,
                 .memory_limit = srv->opts.memory_limit,
+                .kernel_timeout_ms = srv->opts.kernel_timeout_s * 1000,
+                .compile_cpu_s = srv->opts.compile_limit_s,
                 .complete = cube__server_complete,
                 .complete_ctx = srv,
         };

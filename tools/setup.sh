@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config gcc libc6-dev libuv1-dev libmsgpack-dev
-          libsystemd-dev check valgrind python3)
+          libsystemd-dev check valgrind python3 pocl-opencl-icd ocl-icd-opencl-dev
+          opencl-c-headers libseccomp-dev)
 missing=()
 for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
