@@ -712,6 +712,7 @@ struct cube__server {
         uint64_t n_kernels;
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight */
+        bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;

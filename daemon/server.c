@@ -104,7 +104,7 @@ static void on_drain_timeout(uv_timer_t *t)
 
 /* Creates the kernel cache directory if needed, and refuses one that others
  * may write: the daemon loads code from it. */
-static int prepare_cache_dir(const char *dir)
+static int prepare_cache_dir(const char *dir, bool *ret_trusted)
 {
         struct stat st;
         char *copy = strdup(dir);
@@ -133,6 +133,13 @@ static int prepare_cache_dir(const char *dir)
                           "with chown and chmod 0700", dir);
                 return -EPERM;
         }
+        /* Artifacts are code the device loads: only a directory that is
+         * cube's alone (mode 0700) is trusted to hold them. */
+        *ret_trusted = (st.st_mode & 0777) == 0700;
+        if (!*ret_trusted)
+                cube__log(CUBE__LOG_WARNING, "the kernel cache %s has mode 0%o, not 0700: "
+                          "nothing in it is loaded, every kernel is compiled again (fix it with "
+                          "chmod 0700)", dir, (unsigned) (st.st_mode & 0777));
         return 0;
 }
 
@@ -241,7 +248,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         cube__conn_answers_init(srv);
         if ((r = open_device(srv)) < 0)
                 return r;
-        if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
+        if ((r = prepare_cache_dir(opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
 
         uv_signal_init(srv->loop, &srv->sigterm);

@@ -87,6 +87,10 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         argv[n++] = "info";
         argv[n++] = "--cache-dir";
         argv[n++] = d->cache;
+        /* Kernels here run seconds at most; a loaded test machine must not
+         * turn one into a timeout. Tests of the timeout pass their own. */
+        argv[n++] = "--kernel-timeout";
+        argv[n++] = "30";
         for (const char *const *a = extra_args; a && *a && n < 62; a++)
                 argv[n++] = *a;
         argv[n] = NULL;

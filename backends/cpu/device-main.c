@@ -216,7 +216,7 @@ static int build_main(int argc, char **argv)
                                   "%s", text && *text ? text : "the OpenCL compiler failed");
         }
         err = clCreateKernelsInProgram(program, 0, NULL, &n_kernels);
-        kernels[0] = clCreateKernel(program, entry, &err);
+        kernels[0] = clCreateKernel(program, "cube__entry", &err);
         if (!kernels[0])
                 return build_fail(log, EXIT_SOURCE, "the program has no kernel %s (%d)", entry, err);
 
@@ -336,7 +336,7 @@ static void load(const cube__msg *m, char *payload)
                 reply(err, "clBuildProgram of the binary: %d", err);
                 return;
         }
-        mod.kernel = clCreateKernel(mod.program, entry, &err);
+        mod.kernel = clCreateKernel(mod.program, "cube__entry", &err);
         if (!mod.kernel) {
                 clReleaseProgram(mod.program);
                 reply(err, "clCreateKernel(%s): %d", entry, err);

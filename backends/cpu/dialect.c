@@ -262,8 +262,10 @@ cube_error *cube__cpu_translate(const cube__kernel_desc *desc, char **ret_source
                                       "`KERNEL void %s(...)`", desc->entry);
         put(&out, "%s#line 1 \"%s.c\"\n%.*s", cube__cpu_prelude, desc->entry,
             (int) (start - desc->source), desc->source);
-        put(&out, "__kernel void %s(__global const ulong *cube__arena, ulong cube__info_off, "
-            "uint cube__meta, uint cube__dyn", desc->entry);
+        /* One name for every entry point: an entry named like an OpenCL
+         * builtin (rotate, dot) would hide behind it. */
+        put(&out, "__kernel void cube__entry(__global const ulong *cube__arena, "
+            "ulong cube__info_off, uint cube__meta, uint cube__dyn");
         put(&prologue, "__global const ulong *cube__info = cube__arena + cube__info_off; ");
 
         const char *param = paren + 1;
