@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -478,6 +479,69 @@ static void serve_loop(void)
         }
 }
 
+/* Everything the device does to itself before a client's code can run:
+ * every descriptor but its three closed, no capability, no new privilege,
+ * the file system fenced to kcache, the system calls to seal.c's list. */
+static int seal_self(const char *kcache)
+{
+        int r;
+
+        if (close_range(CUBE__FD_CONTROL + 1, ~0u, 0) < 0)
+                return -errno;
+        if ((r = cube__seal_privileges()) < 0)
+                return r;
+        if ((r = cube__seal_landlock(kcache, true)) < 0 && r != -ENOSYS)
+                return r;
+        catch_faults();
+        return cube__seal_seccomp();
+}
+
+/* cube-device --probe-seal KCACHE WHAT: seals itself as the device does,
+ * then tries WHAT, so that a test can see the seal hold. Exits 0 when WHAT
+ * worked, with its errno when it failed, and 128 + SIGSYS when the filter
+ * stopped it. */
+static int probe_main(int argc, char **argv)
+{
+        static cube__qctl scratch;
+        const char *what;
+        char path[PATH_MAX];
+        int r, fd;
+
+        if (argc != 4)
+                return 2;
+        what = argv[3];
+        ctl = &scratch;
+        if ((r = seal_self(argv[2])) < 0)
+                return 100;
+        if (strcmp(what, "write-private") == 0) {
+                snprintf(path, sizeof(path), "%s/probe", argv[2]);
+                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "write-outside") == 0) {
+                snprintf(path, sizeof(path), "%s.outside", argv[2]);
+                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "read-outside") == 0) {
+                fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "socket") == 0)
+                return syscall(SYS_socket, AF_UNIX, SOCK_STREAM, 0) < 0 ? errno : 0;
+        if (strcmp(what, "execve") == 0) {
+                char *args[] = { (char *) "/bin/true", NULL };
+                return syscall(SYS_execve, "/bin/true", args, NULL) < 0 ? errno : 0;
+        }
+        if (strcmp(what, "fork") == 0)
+                return syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0) < 0 ? errno : 0;
+        if (strcmp(what, "kill-parent") == 0)
+                return syscall(SYS_kill, getppid(), 0) < 0 ? errno : 0;
+        if (strcmp(what, "ptrace") == 0)
+                return syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0) < 0 ? errno : 0;
+        return 2;
+}
+
 static int serve_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int serve_fail(const char *fmt, ...)
 {
@@ -552,15 +616,8 @@ static int serve_main(int argc, char **argv)
                 return serve_fail("cannot start the control thread");
 
         /* The seal: from here on a client's code may run. */
-        if (close_range(CUBE__FD_CONTROL + 1, ~0u, 0) < 0)
-                return serve_fail("close_range: %s", strerror(errno));
-        if ((r = cube__seal_privileges()) < 0)
-                return serve_fail("cannot drop privileges: %s", strerror(-r));
-        if ((r = cube__seal_landlock(kcache, true)) < 0 && r != -ENOSYS)
-                return serve_fail("cannot restrict the file system (Landlock): %s", strerror(-r));
-        catch_faults();
-        if ((r = cube__seal_seccomp()) < 0)
-                return serve_fail("cannot install the system call filter: %s", strerror(-r));
+        if ((r = seal_self(kcache)) < 0)
+                return serve_fail("cannot seal the device process: %s", strerror(-r));
         ctl->ready = 1;
         reply(0, "%s %s", version, name);
         serve_loop();
@@ -573,6 +630,8 @@ int main(int argc, char **argv)
                 return serve_main(argc, argv);
         if (argc >= 2 && strcmp(argv[1], "--build") == 0)
                 return build_main(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "--probe-seal") == 0)
+                return probe_main(argc, argv);
         fprintf(stderr, "usage: cube-device --serve KCACHE_DIR MEMORY_BYTES\n"
                         "       cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB "
                         "FILE_SIZE_MB\n");
