@@ -304,11 +304,19 @@ static void *monitor_thread(void *arg)
                                         wait_ms = (int) left;
                         }
                 }
-                if (poll(&p, 1, wait_ms) > 0) {
-                        int status = 0;
-                        char reason[768];
-                        while (waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
+                int status = 0;
+                bool gone;
+                if (d->pidfd >= 0) {
+                        gone = poll(&p, 1, wait_ms) > 0;
+                        while (gone && waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
                                 ;
+                } else {
+                        struct timespec t = { 0, (long) (wait_ms < 20 ? wait_ms : 20) * 1000000L };
+                        nanosleep(&t, NULL);
+                        gone = waitpid(d->pid, &status, WNOHANG) == d->pid;
+                }
+                if (gone) {
+                        char reason[768];
                         compose_death(d, status, reason, sizeof(reason));
                         mark_dead(d, reason);
                         return NULL;
@@ -420,11 +428,9 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -r;
         }
+        /* Without pidfds (before Linux 5.3, or under valgrind) the monitor
+         * polls waitpid instead. */
         d->pidfd = (int) syscall(SYS_pidfd_open, d->pid, 0);
-        if (d->pidfd < 0) {
-                *ret_why = "pidfd_open failed (Linux 5.3 or later is needed)";
-                return -errno;
-        }
 
         /* Its first answer: up and sealed, or why not. */
         struct pollfd p = { .fd = d->control_fd, .events = POLLIN };
