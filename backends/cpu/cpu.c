@@ -344,7 +344,7 @@ static int start_device(cube__device *d, const char **ret_why)
         static char why[PATH_MAX + 600];
         extern char **environ;
         int sv[2], hi[3], r;
-        char mem_arg[32], limit_env[64];
+        char mem_arg[32];
         posix_spawn_file_actions_t fa;
         const char *tmp = getenv("TMPDIR");
 
@@ -390,9 +390,6 @@ static int start_device(cube__device *d, const char **ret_why)
         hi[2] = fcntl(sv[1], F_DUPFD_CLOEXEC, 100);
         close(sv[1]);
         snprintf(mem_arg, sizeof(mem_arg), "%" PRIu64, d->memory_limit);
-        /* PoCL takes at most half its global memory in one buffer. */
-        snprintf(limit_env, sizeof(limit_env), "POCL_MEMORY_LIMIT=%" PRIu64,
-                 (uint64_t) (((d->memory_limit + (1ull << 30) - 1) >> 30) + 1));
 
         size_t n_env = 0;
         while (environ[n_env])
@@ -405,7 +402,6 @@ static int start_device(cube__device *d, const char **ret_why)
         char cache_env[PATH_MAX + 32];
         snprintf(cache_env, sizeof(cache_env), "POCL_CACHE_DIR=%s", d->kcache);
         if (env) {
-                env[m++] = limit_env;
                 env[m++] = (char *) "POCL_WORK_GROUP_SPECIALIZATION=0";
                 env[m++] = cache_env;
         }
