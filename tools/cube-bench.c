@@ -933,7 +933,7 @@ static void bench_cpu_kernels(const struct config *cfg)
         snprintf(f[4], 64, "CPU kernel: matmul %u x %u", ml, ml);
         snprintf(f[5], 64, "CPU kernel: empty launch + sync");
         const struct kernel_case cases[] = {
-                { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { 0 }, 0,
+                { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { vn }, 1,
                   { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1 },
                 { f[1], "reduce", bench_reduce_source, 2, { rs * 4ul, (rs + 255) / 256 * 4ul },
                   { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5 },
