@@ -93,6 +93,8 @@ typedef void (*cube__complete_fn)(void *ctx, cube__work *work);
 typedef struct cube__device_config {
         unsigned index;                 /* the device's index on its backend */
         uint64_t memory_limit;          /* 0: the backend's default */
+        uint32_t kernel_timeout_ms;     /* a launch running longer poisons the device; 0: none */
+        uint32_t compile_cpu_s;         /* CPU time one kernel build may take; 0: the default */
         cube__complete_fn complete;     /* callable from any thread */
         void *complete_ctx;
 } cube__device_config;
@@ -171,6 +173,11 @@ typedef struct cube__driver {
          * complete. false: the core waits for that predecessor. */
         bool orders_streams;
 } cube__driver;
+
+/* The dialect's rules that no compiler enforces (backends/dialect.c): NULL,
+ * or a CompilationError::Validation naming the line that breaks one. The
+ * core asks it of every source, whatever the backend. */
+cube_error *cube__dialect_check(const char *source);
 
 extern const cube__driver cube__driver_cpu;
 #ifdef CUBE_HAVE_CUDA

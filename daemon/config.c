@@ -47,6 +47,8 @@ static const option_spec specs[] = {
         { "poison-policy", K_POLICY, OFF(poison_policy), 0, 0, true },
         { "drain-timeout", K_SECONDS, OFF(drain_timeout_s), 1, 3600, true },
         { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
+        { "kernel-timeout", K_SECONDS, OFF(kernel_timeout_s), 0, 86400, false },
+        { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
         { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
         { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
@@ -108,6 +110,8 @@ void cube__options_default(cube__options *o)
                 .history = 64,
                 .poison_ban_after = 3,
                 .poison_ban_s = 600,
+                .kernel_timeout_s = 5,
+                .compile_limit_s = 60,
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -437,9 +441,12 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
 {
         if (strcmp(cur->socket_path, next->socket_path) != 0 ||
             strcmp(cur->backend, next->backend) != 0 || cur->device_index != next->device_index ||
-            strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit)
-                cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory and "
-                          "memory limit change only at a restart; they keep their values");
+            strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit ||
+            cur->kernel_timeout_s != next->kernel_timeout_s ||
+            cur->compile_limit_s != next->compile_limit_s)
+                cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory, "
+                          "memory limit, kernel timeout and compile limit change only when the "
+                          "device is opened again; they keep their values");
         cur->limits = next->limits;
         cur->log_level = next->log_level;
         cur->poison_policy = next->poison_policy;

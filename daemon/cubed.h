@@ -839,6 +839,8 @@ typedef struct cube__options {
         uint32_t history;               /* ended sessions and failures kept for cubectl history */
         uint32_t poison_ban_after;      /* poisons by one uid or name before it is refused (0: never) */
         uint32_t poison_ban_s;          /* for how long */
+        uint32_t kernel_timeout_s;      /* a launch running longer poisons the device; 0: none */
+        uint32_t compile_limit_s;       /* CPU time one kernel build may take */
         bool fault_injection;           /* tests only */
         /* Collectives (comms.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */
@@ -948,6 +950,7 @@ struct cube__server {
         uint64_t n_kernels;
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight */
+        bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;

@@ -9,12 +9,20 @@
  * learns the outcome. Every entry stays loaded for the daemon's life, as a
  * module on a device does.
  *
+ * An artifact is code the device runs, so it is trusted only when it is
+ * cube's: it is loaded only from a cache directory owned by this user with
+ * mode 0700, and only when its bytes match the SHA-256 recorded beside it
+ * (KEY.EXT.sha256) when it was written. A planted or altered one is compiled
+ * again, never loaded, and the event is logged.
+ *
  * The core reads a kernel's signature itself, since the dialect is the same
  * on every backend: how many buffers it binds, which of them are const (the
  * compiled answer ReadOnly), and whether it has barriers.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,8 +191,8 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
                 k->error = cube__err_text(CUBE_COMPILATION_VALIDATION, "a kernel's entry point "
                                           "must be a C identifier of at most 63 characters, and "
                                           "its source may hold no NUL byte");
-        else
-                k->error = read_signature(k);
+        else if (!(k->error = read_signature(k)))
+                k->error = cube__dialect_check(k->source);
         k->state = k->error ? CUBE__KERNEL_FAILED : CUBE__KERNEL_NEW;
 
         /* Entries sharing a hash prefix chain from the indexed one. */
@@ -230,7 +238,77 @@ static double ms_since(uint64_t start_ns)
         return (double) (uv_hrtime() - start_ns) / 1e6;
 }
 
-/* On the thread pool: load the artifact a run before left, else compile. */
+/* The SHA-256 of a file's bytes, in hex; 0 or a negative errno. */
+static int file_digest(const char *path, char hex[65])
+{
+        cube__sha256 sha;
+        char buf[65536];
+        ssize_t n;
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+        if (fd < 0)
+                return -errno;
+        cube__sha256_init(&sha);
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+                cube__sha256_update(&sha, buf, (size_t) n);
+        close(fd);
+        if (n < 0)
+                return -EIO;
+        cube__sha256_hex(&sha, hex);
+        return 0;
+}
+
+static char *digest_path(const char *artifact)
+{
+        size_t n = strlen(artifact) + 8;
+        char *p = malloc(n);
+
+        if (p)
+                snprintf(p, n, "%s.sha256", artifact);
+        return p;
+}
+
+/* Whether the artifact is what this daemon (or an earlier run) wrote: its
+ * bytes match the digest recorded beside it when it was written. */
+static bool artifact_trusted(const char *path)
+{
+        char want[65] = "", got[65];
+        char *dpath = digest_path(path);
+        int fd = dpath ? open(dpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        bool ok = false;
+
+        if (fd >= 0) {
+                ok = read(fd, want, 64) == 64 && file_digest(path, got) == 0 &&
+                     memcmp(want, got, 64) == 0;
+                close(fd);
+        }
+        free(dpath);
+        return ok;
+}
+
+/* Records the digest of a freshly written artifact (write, then rename). */
+static void record_digest(const char *path)
+{
+        char hex[65], *dpath = digest_path(path), *tmp = NULL;
+        size_t n;
+        int fd = -1;
+
+        if (!dpath || file_digest(path, hex) < 0 || !(tmp = malloc((n = strlen(dpath) + 8))))
+                goto out;
+        snprintf(tmp, n, "%s.tmp", dpath);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 || write(fd, hex, 64) != 64 || close(fd) < 0 || rename(tmp, dpath) < 0) {
+                cube__log(CUBE__LOG_WARNING, "cannot record the digest of %s: %s; it will be "
+                          "compiled again next time", path, strerror(errno));
+                (void) unlink(tmp);
+        }
+out:
+        free(dpath);
+        free(tmp);
+}
+
+/* On the thread pool: load the artifact a run before left, if it is what
+ * was written then, else compile. */
 static void prepare_work(uv_work_t *w)
 {
         cube__kernel *k = w->data;
@@ -243,7 +321,12 @@ static void prepare_work(uv_work_t *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
-        if (access(path, R_OK) == 0) {
+        if (access(path, F_OK) == 0 && srv->cache_trusted && !artifact_trusted(path)) {
+                cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact %s does "
+                          "not match the digest recorded when it was written (planted or "
+                          "altered); it is not loaded, the kernel is compiled again", k->entry,
+                          k->hash, path);
+        } else if (srv->cache_trusted && access(path, R_OK) == 0) {
                 e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
                 if (!e) {
                         k->from_disk = true;
@@ -255,6 +338,8 @@ static void prepare_work(uv_work_t *w)
 
         uint64_t start = uv_hrtime();
         e = srv->driver->compile(srv->device, &k->desc, path);
+        if (!e)
+                record_digest(path);
         if (!e)
                 e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
         k->compile_ms = ms_since(start);

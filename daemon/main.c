@@ -43,6 +43,9 @@ static void usage(FILE *f)
 "  --poison-ban-after N   poisons by one uid or session name before it is refused\n"
 "                         (default 3; 0: never)\n"
 "  --poison-ban-seconds S for how long (default 600)\n"
+"  --kernel-timeout S     seconds one launch may run before it poisons the device\n"
+"                         (default 5; 0: no limit)\n"
+"  --compile-limit S      CPU seconds one kernel build may take (default 60)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -110,6 +113,8 @@ int main(int argc, char **argv)
                 { "poison-policy", required_argument, NULL, 'o' },
                 { "drain-timeout", required_argument, NULL, 'o' },
                 { "poison-grace", required_argument, NULL, 'o' },
+                { "kernel-timeout", required_argument, NULL, 'o' },
+                { "compile-limit", required_argument, NULL, 'o' },
                 { "session-memory", required_argument, NULL, 'o' },
                 { "uid-memory", required_argument, NULL, 'o' },
                 { "max-sessions", required_argument, NULL, 'o' },

@@ -128,7 +128,7 @@ static void on_drain_timeout(uv_timer_t *t)
 
 /* Creates the kernel cache directory if needed, and refuses one that others
  * may write: the daemon loads code from it. */
-static int prepare_cache_dir(const char *dir)
+static int prepare_cache_dir(const char *dir, bool *ret_trusted)
 {
         struct stat st;
         char *copy = strdup(dir);
@@ -157,6 +157,13 @@ static int prepare_cache_dir(const char *dir)
                           "with chown and chmod 0700", dir);
                 return -EPERM;
         }
+        /* Artifacts are code the device loads: only a directory that is
+         * cube's alone (mode 0700) is trusted to hold them. */
+        *ret_trusted = (st.st_mode & 0777) == 0700;
+        if (!*ret_trusted)
+                cube__log(CUBE__LOG_WARNING, "the kernel cache %s has mode 0%o, not 0700: "
+                          "nothing in it is loaded, every kernel is compiled again (fix it with "
+                          "chmod 0700)", dir, (unsigned) (st.st_mode & 0777));
         return 0;
 }
 
@@ -222,6 +229,8 @@ static int open_device(cube__server *srv)
         cube__device_config config = {
                 .index = srv->opts.device_index,
                 .memory_limit = srv->opts.memory_limit,
+                .kernel_timeout_ms = srv->opts.kernel_timeout_s * 1000,
+                .compile_cpu_s = srv->opts.compile_limit_s,
                 .complete = cube__server_complete,
                 .complete_ctx = srv,
         };
@@ -330,7 +339,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                         srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return r;
         }
-        if ((r = prepare_cache_dir(opts->cache_dir)) < 0)
+        if ((r = prepare_cache_dir(opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
         if ((r = prepare_descriptors(srv)) < 0)
                 return r;

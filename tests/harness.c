@@ -100,6 +100,10 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
                 argv[n++] = "--device";
                 argv[n++] = getenv("CUBE_TEST_DEVICE") ? getenv("CUBE_TEST_DEVICE") : "0";
         }
+        /* Kernels here run seconds at most; a loaded test machine must not
+         * turn one into a timeout. Tests of the timeout pass their own. */
+        argv[n++] = "--kernel-timeout";
+        argv[n++] = "30";
         for (const char *const *a = extra_args; a && *a && n < 62; a++)
                 argv[n++] = *a;
         argv[n] = NULL;

@@ -80,18 +80,21 @@ static uint32_t affine(uint32_t x)
         return x * 5u + 7u;
 }
 
-/* Sleeps scalar 0 microseconds, then writes them into out[0]: device work
+/* Spins about scalar 0 microseconds, then writes it into out[0]: device work
  * that later work on its stream queues behind. */
 static const char nap_source[] =
-        "#include <time.h>\n"
         "KERNEL void nap(uint32_t *out, INFO)\n"
         "{\n"
         "        uint32_t us = SCALAR(uint32_t, 0, 0);\n"
-        "        struct timespec left = { us / 1000000u, (long) (us % 1000000u) * 1000L };\n"
+        "        uint64_t n = (uint64_t) us * 1000, x = out[1] | 1;\n"
         "\n"
-        "        while (nanosleep(&left, &left) != 0)\n"
-        "                ;\n"
+        "        for (uint64_t i = 0; i < n; i++) {\n"
+        "                x ^= x << 13;\n"
+        "                x ^= x >> 7;\n"
+        "                x ^= x << 17;\n"
+        "        }\n"
         "        out[0] = us;\n"
+        "        out[1] = (uint32_t) x;\n"
         "}\n";
 
 static const cube_buffer_io nap_io[1] = { CUBE_BUFFER_WRITE_ONLY };

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "bench-baselines.h"
+#include "bench-pocl.h"
 #include "cube.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -801,6 +802,217 @@ static void bench_after_restart(const struct config *cfg, const char *restart_ta
         free(compile);
 }
 
+/* ---------------------------------------------------------------------------
+ * The CPU device's kernels against PoCL's own
+ * ------------------------------------------------------------------------- */
+
+static const char bench_reduce_source[] =
+"KERNEL void reduce(const float *in, float *partial, INFO)\n"
+"{\n"
+"        SHARED float part[256];\n"
+"        uint32_t n = SCALAR(uint32_t, 0, 0);\n"
+"        uint32_t t = UNIT_POS;\n"
+"        uint64_t i = ABSOLUTE_POS;\n"
+"        part[t] = i < n ? in[i] : 0.0f;\n"
+"        sync_cube();\n"
+"        for (uint32_t s = CUBE_DIM / 2; s > 0; s /= 2) {\n"
+"                if (t < s)\n"
+"                        part[t] += part[t + s];\n"
+"                sync_cube();\n"
+"        }\n"
+"        if (t == 0)\n"
+"                partial[CUBE_POS] = part[0];\n"
+"}\n";
+
+static const char bench_matmul_source[] =
+"KERNEL void matmul(const float *a, const float *b, float *c, INFO)\n"
+"{\n"
+"        SHARED float ta[16][16];\n"
+"        SHARED float tb[16][16];\n"
+"        uint32_t m = SCALAR(uint32_t, 0, 0), n = SCALAR(uint32_t, 0, 1), k = SCALAR(uint32_t, 0, 2);\n"
+"        uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
+"        uint32_t row = ABSOLUTE_POS_Y, col = ABSOLUTE_POS_X;\n"
+"        float acc = 0.0f;\n"
+"        for (uint32_t t = 0; t < k; t += 16) {\n"
+"                ta[ty][tx] = row < m && t + tx < k ? a[(size_t) row * k + t + tx] : 0.0f;\n"
+"                tb[ty][tx] = t + ty < k && col < n ? b[(size_t) (t + ty) * n + col] : 0.0f;\n"
+"                sync_cube();\n"
+"                for (uint32_t i = 0; i < 16; i++)\n"
+"                        acc += ta[ty][i] * tb[i][tx];\n"
+"                sync_cube();\n"
+"        }\n"
+"        if (row < m && col < n)\n"
+"                c[(size_t) row * n + col] = acc;\n"
+"}\n";
+
+/* The same four kernels, translated by hand to OpenCL C. */
+static const char pocl_source[] =
+"__kernel void vadd(__global const float *a, __global const float *b, __global float *out,\n"
+"                   uint n)\n"
+"{\n"
+"        ulong i = get_global_id(0);\n"
+"        if (i < n)\n"
+"                out[i] = a[i] + b[i];\n"
+"}\n"
+"__kernel void reduce(__global const float *in, __global float *partial, uint n)\n"
+"{\n"
+"        __local float part[256];\n"
+"        uint t = get_local_id(0);\n"
+"        ulong i = get_global_id(0);\n"
+"        part[t] = i < n ? in[i] : 0.0f;\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"        for (uint s = get_local_size(0) / 2; s > 0; s /= 2) {\n"
+"                if (t < s)\n"
+"                        part[t] += part[t + s];\n"
+"                barrier(CLK_LOCAL_MEM_FENCE);\n"
+"        }\n"
+"        if (t == 0)\n"
+"                partial[get_group_id(0)] = part[0];\n"
+"}\n"
+"__kernel void matmul(__global const float *a, __global const float *b, __global float *c,\n"
+"                     uint m, uint n, uint k)\n"
+"{\n"
+"        __local float ta[16][16];\n"
+"        __local float tb[16][16];\n"
+"        uint tx = get_local_id(0), ty = get_local_id(1);\n"
+"        uint row = get_global_id(1), col = get_global_id(0);\n"
+"        float acc = 0.0f;\n"
+"        for (uint t = 0; t < k; t += 16) {\n"
+"                ta[ty][tx] = row < m && t + tx < k ? a[(size_t) row * k + t + tx] : 0.0f;\n"
+"                tb[ty][tx] = t + ty < k && col < n ? b[(size_t) (t + ty) * n + col] : 0.0f;\n"
+"                barrier(CLK_LOCAL_MEM_FENCE);\n"
+"                for (uint i = 0; i < 16; i++)\n"
+"                        acc += ta[ty][i] * tb[i][tx];\n"
+"                barrier(CLK_LOCAL_MEM_FENCE);\n"
+"        }\n"
+"        if (row < m && col < n)\n"
+"                c[(size_t) row * n + col] = acc;\n"
+"}\n"
+"__kernel void nop(__global uint *unused)\n"
+"{\n"
+"}\n";
+
+/* One kernel of the table, both ways. */
+struct kernel_case {
+        const char *figure;
+        const char *entry;
+        const char *source;
+        uint32_t n_bufs;
+        size_t bytes[3];
+        uint32_t args[3];
+        uint32_t n_args;
+        uint32_t count[3], dim[3];
+        double target;
+};
+
+static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const struct kernel_case *kc)
+{
+        cube_client *c = connect_client(cfg);
+        cube_info *info = cube_info_new();
+        double *tc = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *tp = xcalloc((size_t) cfg->runs, sizeof(double));
+        cube_handle h[3];
+        void *pbufs[3];
+        uint64_t kernel;
+        char a[64], b[96];
+
+        for (uint32_t i = 0; i < kc->n_bufs; i++) {
+                float *host = xcalloc(kc->bytes[i] / sizeof(float) + 1, sizeof(float));
+                for (size_t j = 0; j < kc->bytes[i] / sizeof(float); j++)
+                        host[j] = (float) (j % 7);
+                CHECK("create", cube_create(c, host, kc->bytes[i], &h[i]));
+                pbufs[i] = pocl_bench_buffer(pb, kc->bytes[i], host);
+                free(host);
+        }
+        for (uint32_t i = 0; i < kc->n_args; i++)
+                cube_info_u32(info, kc->args[i]);
+        for (uint32_t i = 0; i < kc->n_bufs; i++)
+                cube_info_buffer_len(info, (uint32_t) (kc->bytes[i] / sizeof(float)));
+        CHECK("register", cube_kernel_register(c, kc->source, kc->entry, &kernel));
+        cube_launch l = {
+                .kernel = kernel,
+                .cube_count = { kc->count[0], kc->count[1], kc->count[2] },
+                .cube_dim = { kc->dim[0], kc->dim[1], kc->dim[2] },
+                .buffers = h, .n_buffers = kc->n_bufs, .info = info,
+        };
+        size_t global[3], local[3];
+        for (int i = 0; i < 3; i++) {
+                local[i] = kc->dim[i];
+                global[i] = (size_t) kc->count[i] * kc->dim[i];
+        }
+        /* Warm both up (compiles), then interleave them run by run. */
+        CHECK("launch", cube_launch_kernel(c, &l));
+        CHECK("sync", cube_sync(c, NULL, 0));
+        pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args, (int) kc->n_args, global, local);
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                CHECK("launch", cube_launch_kernel(c, &l));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                tc[r] = bench_now() - t0;
+                tp[r] = pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args,
+                                       (int) kc->n_args, global, local);
+        }
+        double mc = median(tc, cfg->runs), mp = median(tp, cfg->runs);
+        snprintf(a, sizeof(a), "%.3f ms", mc * 1e3);
+        snprintf(b, sizeof(b), "PoCL enqueue + finish, same kernel in OpenCL C: %.3f ms", mp * 1e3);
+        char target[32];
+        snprintf(target, sizeof(target), "<= %.2fx", kc->target);
+        printf("| %s | %s | %s | %.2fx | %s | %s |\n", kc->figure, a, b, mc / mp, target,
+               mc / mp <= kc->target ? "met" : "NOT met");
+        fflush(stdout);
+        for (uint32_t i = 0; i < kc->n_bufs; i++)
+                CHECK("free", cube_free(c, &h[i]));
+        cube_info_free(info);
+        cube_disconnect(c);
+        free(tc);
+        free(tp);
+}
+
+static void bench_cpu_kernels(const struct config *cfg)
+{
+        bool small = cfg->bulk < (16u << 20);
+        uint32_t vn = small ? 1u << 16 : 16000000u;
+        uint32_t rs = small ? 4096 : 100000, rl = small ? 1u << 16 : 16000000u;
+        uint32_t ms = small ? 32 : 256, ml = small ? 64 : 1024;
+        pocl_bench *pb = pocl_bench_new();
+
+        if (!pb)
+                return;
+        int kv = pocl_bench_kernel(pb, pocl_source, "vadd");
+        int kr = pocl_bench_kernel(pb, pocl_source, "reduce");
+        int km = pocl_bench_kernel(pb, pocl_source, "matmul");
+        int kn = pocl_bench_kernel(pb, pocl_source, "nop");
+        if (kv < 0 || kr < 0 || km < 0 || kn < 0) {
+                pocl_bench_free(pb);
+                return;
+        }
+        char f[6][64];
+        snprintf(f[0], 64, "CPU kernel: vector add, %u floats", vn);
+        snprintf(f[1], 64, "CPU kernel: reduce, %u floats", rs);
+        snprintf(f[2], 64, "CPU kernel: reduce, %u floats", rl);
+        snprintf(f[3], 64, "CPU kernel: matmul %u x %u", ms, ms);
+        snprintf(f[4], 64, "CPU kernel: matmul %u x %u", ml, ml);
+        snprintf(f[5], 64, "CPU kernel: empty launch + sync");
+        const struct kernel_case cases[] = {
+                { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { vn }, 1,
+                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1 },
+                { f[1], "reduce", bench_reduce_source, 2, { rs * 4ul, (rs + 255) / 256 * 4ul },
+                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5 },
+                { f[2], "reduce", bench_reduce_source, 2, { rl * 4ul, (rl + 255) / 256 * 4ul },
+                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.25 },
+                { f[3], "matmul", bench_matmul_source, 3, { ms * ms * 4ul, ms * ms * 4ul,
+                  ms * ms * 4ul }, { ms, ms, ms }, 3, { ms / 16, ms / 16, 1 }, { 16, 16, 1 }, 1.5 },
+                { f[4], "matmul", bench_matmul_source, 3, { ml * ml * 4ul, ml * ml * 4ul,
+                  ml * ml * 4ul }, { ml, ml, ml }, 3, { ml / 16, ml / 16, 1 }, { 16, 16, 1 }, 1.25 },
+                { f[5], "nop", "KERNEL void nop(uint32_t *unused, INFO)\n{\n}\n", 1, { 64 },
+                  { 0 }, 0, { 1, 1, 1 }, { 1, 1, 1 }, 1.0 },
+        };
+        const int pks[] = { kv, kr, kr, km, km, kn };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                kernel_row(cfg, pb, pks[i], &cases[i]);
+        pocl_bench_free(pb);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f,
@@ -824,6 +1036,7 @@ static const struct figure {
         { "tail", bench_tail_latency },
         { "first", bench_first_launch },
         { "vadd", bench_vector_add },
+        { "kernels", bench_cpu_kernels },
 };
 
 #define N_FIGURES (sizeof(figures) / sizeof(figures[0]))

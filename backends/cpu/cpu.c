@@ -1,32 +1,85 @@
 /*
- * cpu.c - the host backend: device memory is host memory, and one worker
- * thread plays the device's copy engine.
+ * cpu.c - cubed's side of the CPU device: a process of its own that cubed
+ * starts, feeds and watches.
  *
- * It exists so that the whole system runs, and is tested, on a machine with
- * no GPU. It keeps the asynchronous contract of a real device: work is queued
- * and completes later, off the caller's thread, in stream order, and work on
- * different streams runs at the same time, on as many workers as there are
- * cores. Kernels run on the kernel pool, one launch at a time.
+ * The device is cube-device --serve (device-main.c), one process per device.
+ * Device memory is a memfd both processes map: cubed allocates in it and
+ * copies into and out of it with memcpy, on worker threads, in stream order;
+ * the device's kernels (PoCL, over the same pages) read and write it in
+ * place. Launches cross in the shared ring of queue.h, with a futex doorbell
+ * each way. Kernel code never runs in cubed, so whatever a kernel does (a
+ * wild write, a fault, a call the seccomp filter refuses, a loop that never
+ * ends) ends or poisons only the device process: a monitor thread sees it
+ * die (a pidfd) or outlive the kernel timeout (it kills it), and every launch
+ * in flight and after completes with a DevicePoison naming the kernel and
+ * the fault. The core's poison policy then closes the device and opens a
+ * fresh one, or exits.
+ *
+ * Compiling is a short-lived cube-device --build, under limits of its own
+ * (see compile below).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cpu.h"
 #include "errors.h"
+#include "queue.h"
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
 #define CPU_MAX_UNITS 1024
 #define CPU_ALIGNMENT 64
+#define CPU_PAGE 4096
+#define CPU_PAGE_MIN (64 * 1024)        /* allocations this large are page-aligned */
 #define CPU_WORKER_BATCH 16
-/* Allocations at least this large are mapped straight from the kernel. */
-#define CPU_MMAP_MIN (128 * 1024)
+#define CPU_MAX_WORKERS 8               /* x CPU_WORKER_BATCH < CUBE__Q_SLOTS */
+#define CPU_SPIN_NS 20000
+#define CPU_START_TIMEOUT_MS 60000
+#define COMPILE_AS_MB 4096
+#define COMPILE_FSIZE_MB 256
+
+_Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH < CUBE__Q_SLOTS,
+               "the ring must hold every launch the workers may have in flight");
+
+struct cube__storage {
+        uint64_t size;
+        uint64_t offset;                /* in device memory */
+        uint64_t extent;                /* bytes reserved there */
+};
+
+struct cube__module {
+        uint32_t id;
+        uint32_t n_buffers;
+};
+
+/* A free range of device memory; the list is sorted by offset. */
+typedef struct hole {
+        uint64_t offset, len;
+        struct hole *next;
+} hole;
 
 /* A stream: its work in order. A stream is on the ready list while it has
  * work and no worker runs it, so one stream's work never overlaps itself. */
@@ -41,9 +94,34 @@ struct cube__dstream {
 struct cube__device {
         cube__device_config config;
         uint64_t memory_limit;
-        uint64_t in_use;                /* loop thread only */
-        cube__cpu_pool *pool;           /* runs kernels, one launch at a time */
-        pthread_mutex_t launch_lock;
+        uint64_t in_use;                /* loop thread only, as holes */
+        hole *holes;
+
+        int memory_fd, queue_fd, control_fd;
+        char *memory;
+        void *queue;
+        cube__qctl *ctl;
+        pid_t pid;
+        int pidfd;
+        char kcache[PATH_MAX];
+        char helper[PATH_MAX];
+        char target[512];
+        pthread_mutex_t control_lock;   /* the control socket */
+        uint32_t next_module;
+
+        pthread_t monitor;
+        bool monitor_started;
+        atomic_bool dead;
+        atomic_bool closing;
+        pthread_mutex_t dead_lock;
+        char dead_reason[768];
+        char timeout_reason[512];       /* set just before the monitor kills */
+
+        pthread_mutex_t post_lock;
+        uint64_t next_seq;
+        const char *slot_kernel[CUBE__Q_SLOTS];
+
+        sem_t compiles;                 /* builders that may run at once */
 
         pthread_t *workers;
         unsigned n_workers;
@@ -52,6 +130,471 @@ struct cube__device {
         cube__dstream *ready_head, *ready_tail; /* under lock */
         bool stopping;
 };
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+        const char *c = p;
+
+        while (n > 0) {
+                ssize_t w = write(fd, c, n);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return w < 0 ? -errno : -EPIPE;
+                c += w;
+                n -= (size_t) w;
+        }
+        return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+        char *c = p;
+
+        while (n > 0) {
+                ssize_t r = read(fd, c, n);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        return r < 0 ? -errno : -EPIPE;
+                c += r;
+                n -= (size_t) r;
+        }
+        return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        (void) remove(path);
+        return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+        if (dir[0])
+                (void) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---------------------------------------------------------------------------
+ * The device process
+ * ------------------------------------------------------------------------- */
+
+/* cube-device: beside cubed (the build tree, or one install directory),
+ * else where meson installs it; $CUBE_DEVICE_BIN overrides both. */
+static int find_helper(char *buf, size_t cap)
+{
+        const char *env = getenv("CUBE_DEVICE_BIN");
+        char self[PATH_MAX];
+        ssize_t n;
+
+        if (env && *env) {
+                snprintf(buf, cap, "%s", env);
+                return access(buf, X_OK) == 0 ? 0 : -ENOENT;
+        }
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n > 0) {
+                self[n] = '\0';
+                char *slash = strrchr(self, '/');
+                if (slash) {
+                        *slash = '\0';
+                        int len = snprintf(buf, cap, "%s/cube-device", self);
+                        if (len > 0 && (size_t) len < cap && access(buf, X_OK) == 0)
+                                return 0;
+                }
+        }
+        snprintf(buf, cap, "%s", CUBE_DEVICE_INSTALLED);
+        return access(buf, X_OK) == 0 ? 0 : -ENOENT;
+}
+
+static const char *signal_name(int sig)
+{
+        const char *name = sigabbrev_np(sig);
+        return name ? name : "?";
+}
+
+/* Why the device process ended, for the poison every launch reports. */
+static void compose_death(cube__device *d, int status, char *buf, size_t cap)
+{
+        cube__qctl *c = d->ctl;
+        uint64_t seq = atomic_load(&c->running_seq);
+        uint32_t sig = atomic_load(&c->fault_signal);
+        const char *kernel = NULL;
+        char where[320];
+
+        pthread_mutex_lock(&d->post_lock);
+        if (seq && seq < d->next_seq + 1)
+                kernel = d->slot_kernel[seq % CUBE__Q_SLOTS];
+        if (kernel)
+                snprintf(where, sizeof(where), "kernel '%s'", kernel);
+        else
+                snprintf(where, sizeof(where), "the device (no kernel was running)");
+        pthread_mutex_unlock(&d->post_lock);
+
+        if (d->timeout_reason[0])
+                snprintf(buf, cap, "%s", d->timeout_reason);
+        else if (sig == SIGSYS)
+                snprintf(buf, cap, "%s made system call %u, which the CPU device's filter "
+                         "refuses; the device process was stopped", where,
+                         atomic_load(&c->fault_syscall));
+        else if (sig)
+                snprintf(buf, cap, "%s faulted on the CPU device: %s (%s) at address 0x%" PRIx64,
+                         where, signal_name((int) sig), strsignal((int) sig),
+                         atomic_load(&c->fault_address));
+        else if (WIFSIGNALED(status))
+                snprintf(buf, cap, "the CPU device process was killed by %s (%s) while running "
+                         "%s", signal_name(WTERMSIG(status)), strsignal(WTERMSIG(status)), where);
+        else
+                snprintf(buf, cap, "the CPU device process exited with status %d while running "
+                         "%s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, where);
+}
+
+static void mark_dead(cube__device *d, const char *reason)
+{
+        pthread_mutex_lock(&d->dead_lock);
+        if (!atomic_load(&d->dead))
+                snprintf(d->dead_reason, sizeof(d->dead_reason), "%s", reason);
+        atomic_store(&d->dead, true);
+        pthread_mutex_unlock(&d->dead_lock);
+        atomic_fetch_add(&d->ctl->completions, 1);
+        futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* Watches the device process: reaps it when it dies, and kills it when one
+ * launch has run longer than the kernel timeout. */
+static void *monitor_thread(void *arg)
+{
+        cube__device *d = arg;
+        uint64_t timeout_ns = (uint64_t) d->config.kernel_timeout_ms * 1000000ull;
+
+        for (;;) {
+                struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+                int wait_ms = 100;
+                uint64_t seq = atomic_load(&d->ctl->running_seq);
+                uint64_t since = atomic_load(&d->ctl->running_since);
+
+                if (timeout_ns && seq && !d->timeout_reason[0]) {
+                        uint64_t now = now_ns();
+                        if (now >= since + timeout_ns && atomic_load(&d->ctl->running_seq) == seq) {
+                                const char *kernel;
+                                pthread_mutex_lock(&d->post_lock);
+                                kernel = d->slot_kernel[seq % CUBE__Q_SLOTS];
+                                snprintf(d->timeout_reason, sizeof(d->timeout_reason),
+                                         "kernel '%s' ran longer than the kernel timeout "
+                                         "(%.3g s); the CPU device process was stopped",
+                                         kernel ? kernel : "?",
+                                         (double) d->config.kernel_timeout_ms / 1000.0);
+                                pthread_mutex_unlock(&d->post_lock);
+                                kill(d->pid, SIGKILL);
+                        } else if (now < since + timeout_ns) {
+                                uint64_t left = (since + timeout_ns - now) / 1000000ull + 1;
+                                if (left < (uint64_t) wait_ms)
+                                        wait_ms = (int) left;
+                        }
+                }
+                int status = 0;
+                bool gone;
+                if (d->pidfd >= 0) {
+                        gone = poll(&p, 1, wait_ms) > 0;
+                        while (gone && waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
+                                ;
+                } else {
+                        struct timespec t = { 0, (long) (wait_ms < 20 ? wait_ms : 20) * 1000000L };
+                        nanosleep(&t, NULL);
+                        gone = waitpid(d->pid, &status, WNOHANG) == d->pid;
+                }
+                if (gone) {
+                        char reason[768];
+                        compose_death(d, status, reason, sizeof(reason));
+                        mark_dead(d, reason);
+                        return NULL;
+                }
+        }
+}
+
+static int memfd(const char *name, uint64_t size)
+{
+        int fd = memfd_create(name, MFD_CLOEXEC);
+
+        if (fd < 0)
+                return -errno;
+        if (ftruncate(fd, (off_t) size) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+/* Starts cube-device --serve and waits for it to say it is up and sealed. */
+static int start_device(cube__device *d, const char **ret_why)
+{
+        static char why[PATH_MAX + 600];
+        extern char **environ;
+        int sv[2], hi[3], r;
+        char mem_arg[32];
+        posix_spawn_file_actions_t fa;
+        const char *tmp = getenv("TMPDIR");
+
+        if (find_helper(d->helper, sizeof(d->helper)) < 0) {
+                snprintf(why, sizeof(why), "cannot find cube-device (looked beside cubed and at "
+                         "%s)", CUBE_DEVICE_INSTALLED);
+                *ret_why = why;
+                return -ENOENT;
+        }
+        snprintf(d->kcache, sizeof(d->kcache), "%s/cube-device-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(d->kcache)) {
+                d->kcache[0] = '\0';
+                *ret_why = "cannot create the device's private directory";
+                return -errno;
+        }
+        if ((d->memory_fd = memfd("cube-device-memory", d->memory_limit)) < 0 ||
+            (d->queue_fd = memfd("cube-device-queue", CUBE__Q_BYTES)) < 0) {
+                *ret_why = "cannot create device memory (memfd)";
+                return -ENOMEM;
+        }
+        d->memory = mmap(NULL, d->memory_limit, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                         d->memory_fd, 0);
+        d->queue = mmap(NULL, CUBE__Q_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, d->queue_fd, 0);
+        if (d->memory == MAP_FAILED || d->queue == MAP_FAILED) {
+                if (d->memory == MAP_FAILED)
+                        d->memory = NULL;
+                if (d->queue == MAP_FAILED)
+                        d->queue = NULL;
+                *ret_why = "cannot map device memory";
+                return -ENOMEM;
+        }
+        d->ctl = d->queue;
+        d->ctl->magic = CUBE__Q_MAGIC;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                *ret_why = "cannot create the device's control socket";
+                return -errno;
+        }
+        d->control_fd = sv[0];
+        /* High numbers first, so that the dup2s below never overwrite one
+         * another. */
+        hi[0] = fcntl(d->memory_fd, F_DUPFD_CLOEXEC, 100);
+        hi[1] = fcntl(d->queue_fd, F_DUPFD_CLOEXEC, 100);
+        hi[2] = fcntl(sv[1], F_DUPFD_CLOEXEC, 100);
+        close(sv[1]);
+        snprintf(mem_arg, sizeof(mem_arg), "%" PRIu64, d->memory_limit);
+
+        size_t n_env = 0;
+        while (environ[n_env])
+                n_env++;
+        char **env = calloc(n_env + 4, sizeof(char *));
+        size_t m = 0;
+        for (size_t i = 0; env && i < n_env; i++)
+                if (strncmp(environ[i], "POCL_", 5) != 0)
+                        env[m++] = environ[i];
+        char cache_env[PATH_MAX + 32];
+        snprintf(cache_env, sizeof(cache_env), "POCL_CACHE_DIR=%s", d->kcache);
+        if (env) {
+                env[m++] = (char *) "POCL_WORK_GROUP_SPECIALIZATION=0";
+                env[m++] = cache_env;
+        }
+        char *argv[] = { d->helper, (char *) "--serve", d->kcache, mem_arg, NULL };
+
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, hi[0], CUBE__FD_MEMORY);
+        posix_spawn_file_actions_adddup2(&fa, hi[1], CUBE__FD_QUEUE);
+        posix_spawn_file_actions_adddup2(&fa, hi[2], CUBE__FD_CONTROL);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        r = env ? posix_spawn(&d->pid, d->helper, &fa, NULL, argv, env) : ENOMEM;
+        posix_spawn_file_actions_destroy(&fa);
+        free(env);
+        for (int i = 0; i < 3; i++)
+                if (hi[i] >= 0)
+                        close(hi[i]);
+        if (r != 0) {
+                d->pid = 0;
+                snprintf(why, sizeof(why), "cannot start %s: %s", d->helper, strerror(r));
+                *ret_why = why;
+                return -r;
+        }
+        /* Without pidfds (before Linux 5.3, or under valgrind) the monitor
+         * polls waitpid instead. */
+        d->pidfd = (int) syscall(SYS_pidfd_open, d->pid, 0);
+
+        /* Its first answer: up and sealed, or why not. */
+        struct pollfd p = { .fd = d->control_fd, .events = POLLIN };
+        cube__msg_reply rep;
+        char text[512] = "";
+        if (poll(&p, 1, CPU_START_TIMEOUT_MS) <= 0 || read_all(d->control_fd, &rep, sizeof(rep)) < 0 ||
+            rep.len >= sizeof(text) || read_all(d->control_fd, text, rep.len) < 0) {
+                snprintf(why, sizeof(why), "the CPU device process (%s) did not come up", d->helper);
+                *ret_why = why;
+                return -EIO;
+        }
+        text[rep.len] = '\0';
+        if (rep.status != 0) {
+                snprintf(why, sizeof(why), "the CPU device process could not start: %s", text);
+                *ret_why = why;
+                return -EIO;
+        }
+        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; generic work-group functions",
+                 text);
+        if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
+                *ret_why = "cannot start the device monitor";
+                return -r;
+        }
+        d->monitor_started = true;
+        return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Launches through the ring
+ * ------------------------------------------------------------------------- */
+
+static cube_error *dead_error(cube__device *d)
+{
+        cube_error *e;
+
+        pthread_mutex_lock(&d->dead_lock);
+        e = cube__err_poison("%s", d->dead_reason);
+        pthread_mutex_unlock(&d->dead_lock);
+        return e;
+}
+
+/* Puts a launch in the ring and rings the doorbell if the device sleeps.
+ * Returns its sequence number, or 0 with *ret_error set. */
+static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **ret_error)
+{
+        uint64_t seq;
+        cube__qslot *s;
+
+        if (atomic_load(&d->dead)) {
+                *ret_error = dead_error(d);
+                return 0;
+        }
+        if ((uint64_t) l->n_buffers + l->n_info > CUBE__Q_SLOT_WORDS) {
+                *ret_error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_UNKNOWN, "a launch of '%s' carries %u buffers and %u info "
+                        "words; the CPU device takes %u in all", l->kernel, l->n_buffers,
+                        l->n_info, CUBE__Q_SLOT_WORDS));
+                return 0;
+        }
+        pthread_mutex_lock(&d->post_lock);
+        seq = ++d->next_seq;
+        s = cube__q_slot(d->queue, seq);
+        /* Never taken: the workers hold fewer launches than the ring has
+         * slots (the assertion above), so this slot's last launch is done. */
+        while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead))
+                sched_yield();
+        s->module = l->module->id;
+        s->seq = seq;
+        memcpy(s->count, l->count, sizeof(s->count));
+        memcpy(s->dim, l->dim, sizeof(s->dim));
+        s->n_buffers = l->n_buffers;
+        s->n_info = l->n_info;
+        s->metadata_offset = l->metadata_offset;
+        s->dynamic_offset = l->dynamic_offset;
+        s->status = 0;
+        s->reason[0] = '\0';
+        for (uint32_t i = 0; i < l->n_buffers; i++)
+                s->data[i] = l->storages[i]->offset + l->offsets[i];
+        if (l->n_info)
+                memcpy(s->data + l->n_buffers, l->info, (size_t) l->n_info * 8);
+        d->slot_kernel[seq % CUBE__Q_SLOTS] = l->kernel;
+        atomic_store(&s->state, CUBE__SLOT_POSTED);
+        pthread_mutex_unlock(&d->post_lock);
+        atomic_fetch_add(&d->ctl->doorbell, 1);
+        if (atomic_load(&d->ctl->device_sleeping))
+                futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
+        return seq;
+}
+
+/* Waits for launch seq and takes its result into w: its error, and when the
+ * device ran it (driver.h's device timing). */
+static void harvest(cube__device *d, uint64_t seq, cube__work *w)
+{
+        cube__qslot *s = cube__q_slot(d->queue, seq);
+        uint64_t spin_until = now_ns() + CPU_SPIN_NS;
+        cube_error *e = NULL;
+
+        while (atomic_load(&s->state) != CUBE__SLOT_DONE && now_ns() < spin_until &&
+               !atomic_load(&d->dead))
+                __builtin_ia32_pause();
+        if (atomic_load(&s->state) != CUBE__SLOT_DONE) {
+                atomic_fetch_add(&d->ctl->waiters, 1);
+                for (;;) {
+                        uint32_t v = atomic_load(&d->ctl->completions);
+                        if (atomic_load(&s->state) == CUBE__SLOT_DONE || atomic_load(&d->dead))
+                                break;
+                        struct timespec t = { 0, 100 * 1000 * 1000 };
+                        futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
+                }
+                atomic_fetch_sub(&d->ctl->waiters, 1);
+        }
+        if (atomic_load(&s->state) == CUBE__SLOT_DONE && s->seq == seq) {
+                w->start_ns = s->start_ns;
+                w->end_ns = s->end_ns;
+                if (s->status != 0) {
+                        char reason[CUBE__Q_REASON];
+                        memcpy(reason, s->reason, sizeof(reason));
+                        reason[sizeof(reason) - 1] = '\0';
+                        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                CUBE_LAUNCH_UNKNOWN, "kernel '%s' did not run on the CPU device: "
+                                "%s", d->slot_kernel[seq % CUBE__Q_SLOTS], reason));
+                }
+        } else {
+                e = dead_error(d);
+        }
+        atomic_store(&s->state, CUBE__SLOT_FREE);
+        w->error = e;
+}
+
+static void copy(cube__device *d, cube__work *w)
+{
+        char *dev = d->memory + w->storage->offset + w->offset;
+
+        for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++) {
+                if (w->op == CUBE__WORK_COPY_TO_DEVICE)
+                        memcpy(dev + r * w->pitch, (const char *) w->host + r * w->len, w->len);
+                else
+                        memcpy((char *) w->host + r * w->len, dev + r * w->pitch, w->len);
+        }
+}
+
+/* Runs a batch of one stream's work in order. Launches in a row go into the
+ * ring together and are waited for together; a copy or a fence waits for the
+ * launches before it, so the stream's order holds. */
+static void perform(cube__device *d, cube__work *batch)
+{
+        cube__work *pending[CPU_WORKER_BATCH];
+        uint64_t seqs[CPU_WORKER_BATCH];
+        unsigned n = 0;
+
+        for (cube__work *w = batch; w; w = w->next) {
+                if (w->op == CUBE__WORK_LAUNCH) {
+                        uint64_t seq = post(d, w->launch, &w->error);
+                        if (seq) {
+                                pending[n] = w;
+                                seqs[n++] = seq;
+                        }
+                        continue;
+                }
+                for (unsigned i = 0; i < n; i++)
+                        harvest(d, seqs[i], pending[i]);
+                n = 0;
+                if (w->op != CUBE__WORK_FENCE)
+                        copy(d, w);
+        }
+        for (unsigned i = 0; i < n; i++)
+                harvest(d, seqs[i], pending[i]);
+}
 
 static void make_ready(cube__device *d, cube__dstream *s)
 {
@@ -67,47 +610,9 @@ static void make_ready(cube__device *d, cube__dstream *s)
         pthread_cond_signal(&d->wake);
 }
 
-/* Device timing (driver.h): the clock the core measures windows on. */
-static uint64_t device_now_ns(void)
-{
-        struct timespec t;
-
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
-}
-
-static void perform(cube__device *d, cube__work *w)
-{
-        switch (w->op) {
-        case CUBE__WORK_COPY_TO_DEVICE:
-                for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++)
-                        memcpy((char *) w->storage->bytes + w->offset + r * w->pitch,
-                               (const char *) w->host + r * w->len, w->len);
-                break;
-        case CUBE__WORK_COPY_TO_HOST:
-                for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++)
-                        memcpy((char *) w->host + r * w->len,
-                               (const char *) w->storage->bytes + w->offset + r * w->pitch, w->len);
-                break;
-        case CUBE__WORK_FENCE:
-                break;
-        case CUBE__WORK_LAUNCH:
-                /* The pool runs one launch at a time, on every core. */
-                pthread_mutex_lock(&d->launch_lock);
-                w->start_ns = device_now_ns();
-                w->error = cube__cpu_run(d->pool, w->launch);
-                w->end_ns = device_now_ns();
-                pthread_mutex_unlock(&d->launch_lock);
-                break;
-        }
-}
-
 /* A worker: takes a ready stream and up to CPU_WORKER_BATCH pieces of work
  * queued on it, performs them in order, hands them back with one completion,
- * and puts the stream at the back of the ready list if more is queued.
- * Taking a batch is what makes a burst of small launches cost one wake-up,
- * not one each; bounding it keeps another stream from waiting behind a
- * whole queue. */
+ * and puts the stream at the back of the ready list if more is queued. */
 static void *cpu_worker(void *arg)
 {
         cube__device *d = arg;
@@ -133,12 +638,9 @@ static void *cpu_worker(void *arg)
                 last->next = NULL;
                 pthread_mutex_unlock(&d->lock);
 
-                for (cube__work *w = batch; w; w = w->next)
-                        perform(d, w);
+                perform(d, batch);
                 d->config.complete(d->config.complete_ctx, batch);
 
-                /* The completion may already have let the daemon close the
-                 * stream: then it is ours to free. */
                 pthread_mutex_lock(&d->lock);
                 s->busy = false;
                 if (s->closed)
@@ -147,13 +649,21 @@ static void *cpu_worker(void *arg)
                         make_ready(d, s);
         }
         pthread_mutex_unlock(&d->lock);
-        cube__cpu_pool_leave(d->pool);
         return NULL;
 }
+
+/* ---------------------------------------------------------------------------
+ * The driver
+ * ------------------------------------------------------------------------- */
+
+static void cpu_close(cube__device *d);
 
 static int cpu_open(const cube__device_config *config, cube__device **ret_device, const char **ret_why)
 {
         cube__device *d;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned n;
+        int r = -ENOMEM;
 
         if (config->index != 0) {
                 *ret_why = "the cpu backend has one device, cpu0";
@@ -164,31 +674,34 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
                 return -ENOMEM;
         d->config = *config;
         d->memory_limit = config->memory_limit ? config->memory_limit : CPU_DEFAULT_MEMORY;
+        d->memory_limit = (d->memory_limit + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE;
+        d->memory_fd = d->queue_fd = d->control_fd = d->pidfd = -1;
         pthread_mutex_init(&d->lock, NULL);
-        pthread_mutex_init(&d->launch_lock, NULL);
+        pthread_mutex_init(&d->post_lock, NULL);
+        pthread_mutex_init(&d->dead_lock, NULL);
+        pthread_mutex_init(&d->control_lock, NULL);
         pthread_cond_init(&d->wake, NULL);
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned n = cores > 1 ? (unsigned) cores : 2;
-        d->pool = cube__cpu_pool_new(cores > 1 ? (unsigned) cores - 1 : 0, CPU_MAX_UNITS);
+        sem_init(&d->compiles, 0, cores > 1 ? (unsigned) (cores < 4 ? cores : 4) : 1);
+        if ((d->holes = malloc(sizeof(*d->holes))))
+                *d->holes = (hole) { 0, d->memory_limit, NULL };
+        if (!d->holes || (r = start_device(d, ret_why)) < 0) {
+                cpu_close(d);
+                return r;
+        }
+        n = cores > 1 ? (unsigned) cores : 2;
+        if (n > CPU_MAX_WORKERS)
+                n = CPU_MAX_WORKERS;
         d->workers = calloc(n, sizeof(*d->workers));
-        for (unsigned i = 0; d->pool && d->workers && i < n; i++) {
+        for (unsigned i = 0; d->workers && i < n; i++) {
                 if (pthread_create(&d->workers[i], NULL, cpu_worker, d) != 0)
                         break;
                 d->n_workers++;
         }
         if (d->n_workers == 0) {
                 *ret_why = "could not start the cpu backend's worker threads";
-                cube__cpu_pool_free(d->pool);
-                free(d->workers);
-                pthread_mutex_destroy(&d->lock);
-                pthread_mutex_destroy(&d->launch_lock);
-                pthread_cond_destroy(&d->wake);
-                free(d);
+                cpu_close(d);
                 return -EAGAIN;
         }
-        /* The compiler's identity is part of every kernel's cache key; asking
-         * the compiler now keeps that out of the first launch. */
-        (void) cube__cpu_target();
         *ret_device = d;
         return 0;
 }
@@ -204,9 +717,35 @@ static void cpu_close(cube__device *d)
         for (unsigned i = 0; i < d->n_workers; i++)
                 pthread_join(d->workers[i], NULL);
         free(d->workers);
-        cube__cpu_pool_free(d->pool);
+        atomic_store(&d->closing, true);
+        if (d->pid > 0 && !atomic_load(&d->dead))
+                kill(d->pid, SIGKILL);
+        if (d->monitor_started)
+                pthread_join(d->monitor, NULL);
+        else if (d->pid > 0)
+                waitpid(d->pid, NULL, 0);
+        if (d->control_fd >= 0)
+                close(d->control_fd);
+        if (d->pidfd >= 0)
+                close(d->pidfd);
+        if (d->memory)
+                munmap(d->memory, d->memory_limit);
+        if (d->queue)
+                munmap(d->queue, CUBE__Q_BYTES);
+        if (d->memory_fd >= 0)
+                close(d->memory_fd);
+        if (d->queue_fd >= 0)
+                close(d->queue_fd);
+        rm_tree(d->kcache);
+        for (hole *h = d->holes, *next; h; h = next) {
+                next = h->next;
+                free(h);
+        }
+        sem_destroy(&d->compiles);
         pthread_mutex_destroy(&d->lock);
-        pthread_mutex_destroy(&d->launch_lock);
+        pthread_mutex_destroy(&d->post_lock);
+        pthread_mutex_destroy(&d->dead_lock);
+        pthread_mutex_destroy(&d->control_lock);
         pthread_cond_destroy(&d->wake);
         free(d);
 }
@@ -219,7 +758,7 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
         *ret = (cube_device_properties) {
                 .name = "cpu",
                 .memory_bytes = d->memory_limit,
-                .max_page_size = d->memory_limit,
+                .max_page_size = d->memory_limit < CUBE__WINDOW ? d->memory_limit : CUBE__WINDOW,
                 .alignment = CPU_ALIGNMENT,
                 .plane_size_min = 1,
                 .plane_size_max = 1,
@@ -234,69 +773,98 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
 }
 
 /* Fresh device memory reads as zeros: memory freed by one session must never
- * show its bytes to another. Large allocations come zeroed from the kernel
- * (and cost nothing until touched); small ones are cleared. */
-static void *zeroed_bytes(uint64_t rounded)
+ * show its bytes to another. Whole pages go back to the kernel (a hole in
+ * the memfd reads as zeros and costs nothing); anything smaller is cleared. */
+static void zero(cube__device *d, uint64_t offset, uint64_t len)
 {
-        void *p;
-
-        if (rounded >= CPU_MMAP_MIN) {
-                p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                return p == MAP_FAILED ? NULL : p;
-        }
-        if (posix_memalign(&p, CPU_ALIGNMENT, rounded) != 0)
-                return NULL;
-        memset(p, 0, rounded);
-        return p;
-}
-
-static uint64_t rounded_size(uint64_t size)
-{
-        return (size + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+        if (len >= CPU_PAGE_MIN && offset % CPU_PAGE == 0 && len % CPU_PAGE == 0 &&
+            fallocate(d->memory_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t) offset,
+                      (off_t) len) == 0)
+                return;
+        memset(d->memory + offset, 0, len);
 }
 
 static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
 {
+        uint64_t align = size >= CPU_PAGE_MIN ? CPU_PAGE : CPU_ALIGNMENT;
+        uint64_t extent = (size + align - 1) / align * align;
         cube__storage *s;
-        uint64_t rounded;
 
-        if (size > d->memory_limit)
+        if (size > d->memory_limit || size > CUBE__WINDOW)
                 return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
-        rounded = rounded_size(size);
-        if (rounded > d->memory_limit - d->in_use)
-                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-        s = malloc(sizeof(*s));
-        if (!s)
-                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-        s->size = size;
-        s->bytes = NULL;
-        if (rounded > 0 && !(s->bytes = zeroed_bytes(rounded))) {
-                free(s);
-                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        if (extent == 0)
+                extent = CPU_ALIGNMENT;
+        for (hole **hp = &d->holes; *hp; hp = &(*hp)->next) {
+                hole *h = *hp;
+                uint64_t start = (h->offset + align - 1) / align * align;
+                if (start / CUBE__WINDOW != (start + extent - 1) / CUBE__WINDOW)
+                        start = (start / CUBE__WINDOW + 1) * CUBE__WINDOW;
+                if (start + extent > h->offset + h->len)
+                        continue;
+                if (!(s = malloc(sizeof(*s))))
+                        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+                /* Split the hole: [offset, start) stays, [start + extent, end) too. */
+                uint64_t end = h->offset + h->len;
+                if (start > h->offset) {
+                        hole *tail = NULL;
+                        if (start + extent < end && !(tail = malloc(sizeof(*tail)))) {
+                                free(s);
+                                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+                        }
+                        h->len = start - h->offset;
+                        if (tail) {
+                                *tail = (hole) { start + extent, end - start - extent, h->next };
+                                h->next = tail;
+                        }
+                } else if (start + extent < end) {
+                        h->offset = start + extent;
+                        h->len = end - h->offset;
+                } else {
+                        *hp = h->next;
+                        free(h);
+                }
+                *s = (cube__storage) { .size = size, .offset = start, .extent = extent };
+                zero(d, start, extent);
+                d->in_use += extent;
+                *ret_storage = s;
+                return NULL;
         }
-        d->in_use += rounded;
-        *ret_storage = s;
-        return NULL;
+        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
 }
 
 static void cpu_release(cube__device *d, cube__storage *s)
 {
-        uint64_t rounded;
+        hole **hp = &d->holes, *prev = NULL, *h;
 
         if (!s)
                 return;
-        rounded = rounded_size(s->size);
-        d->in_use -= rounded;
-        if (rounded >= CPU_MMAP_MIN)
-                munmap(s->bytes, rounded);
-        else
-                free(s->bytes);
+        d->in_use -= s->extent;
+        while (*hp && (*hp)->offset < s->offset) {
+                prev = *hp;
+                hp = &(*hp)->next;
+        }
+        if (prev && prev->offset + prev->len == s->offset) {
+                prev->len += s->extent;
+                h = prev;
+        } else if (!(h = malloc(sizeof(*h)))) {
+                free(s);        /* leaks the range: better than a wrong list */
+                return;
+        } else {
+                *h = (hole) { s->offset, s->extent, *hp };
+                *hp = h;
+        }
+        if (h->next && h->offset + h->len == h->next->offset) {
+                hole *n = h->next;
+                h->len += n->len;
+                h->next = n->next;
+                free(n);
+        }
         free(s);
 }
 
 static void *cpu_host_view(cube__device *d, cube__storage *s)
 {
-        return s->bytes;
+        return d->memory + s->offset;
 }
 
 static cube_error *cpu_stream_open(cube__device *d, cube__dstream **ret_stream)
@@ -339,23 +907,279 @@ static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
 
 static const char *cpu_target(cube__device *d)
 {
-        return cube__cpu_target();
+        return d->target;
+}
+
+/* ---------------------------------------------------------------------------
+ * Compiling and loading
+ * ------------------------------------------------------------------------- */
+
+/* Build failures that say nothing about the kernel: the compiler, the host
+ * or the cache directory let it down. They are defects, never refusals, and
+ * the core compiles again at a later launch. */
+static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
+{
+        char reason[4096];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof(reason), fmt, ap);
+        va_end(ap);
+        if (kind == CUBE_IO_UNKNOWN)
+                return cube__err_wrap(CUBE_SERVER_IO, cube__err_text(kind, "%s", reason));
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(kind, "%s", reason));
+}
+
+static char *read_text(const char *path, size_t max)
+{
+        char *buf = calloc(1, max + 1);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd >= 0 && buf && (n = read(fd, buf, max)) > 0)
+                buf[n] = '\0';
+        if (fd >= 0)
+                close(fd);
+        return buf;
+}
+
+static int write_file(const char *path, const char *text)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), r;
+
+        if (fd < 0)
+                return -errno;
+        r = write_all(fd, text, strlen(text));
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        return r;
+}
+
+/* Says what a builder that did not exit 0 means. The rule: a build stopped
+ * by its own limits (CPU time, file size, address space) is the source's
+ * doing, a refusal; one that died otherwise, or outlived its wall-clock
+ * limit without using its CPU time (starved, not runaway), is a defect. */
+static cube_error *judge(const cube__kernel_desc *desc, int status, const struct rusage *ru,
+                         bool wall_timeout, unsigned cpu_s, const char *log)
+{
+        double cpu = (double) ru->ru_utime.tv_sec + (double) ru->ru_stime.tv_sec +
+                     ((double) ru->ru_utime.tv_usec + (double) ru->ru_stime.tv_usec) / 1e6;
+        bool ran_out = cpu + 0.5 >= (double) cpu_s;
+        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+
+        if (wall_timeout && !ran_out)
+                return defect(CUBE_LAUNCH_UNKNOWN, "building kernel '%s' outlived its wall-clock "
+                              "limit after only %.1f s of CPU time (the machine is starved); a "
+                              "later launch tries again", desc->entry, cpu);
+        if (wall_timeout || ((sig == SIGXCPU || sig == SIGKILL) && ran_out))
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' ran past "
+                                      "its CPU time limit of %u s and was stopped", desc->entry,
+                                      cpu_s);
+        if (sig == SIGXFSZ)
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' wrote past "
+                                      "its output limit of %u MiB and was stopped", desc->entry,
+                                      COMPILE_FSIZE_MB);
+        if (sig && log && (strstr(log, "out of memory") || strstr(log, "bad_alloc") ||
+                           strstr(log, "Cannot allocate memory")))
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' ran past "
+                                      "its address-space limit of %u MiB and was stopped",
+                                      desc->entry, COMPILE_AS_MB);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 10)
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "the OpenCL compiler could not "
+                                      "build kernel '%s':\n%s", desc->entry, log ? log : "");
+        if (sig)
+                return defect(CUBE_LAUNCH_UNKNOWN, "the kernel compiler died of %s while building "
+                              "kernel '%s'; a later launch tries again:\n%s", signal_name(sig),
+                              desc->entry, log ? log : "");
+        return defect(CUBE_LAUNCH_UNKNOWN, "the kernel compiler failed while building kernel "
+                      "'%s' (exit status %d); a later launch tries again:\n%s", desc->entry,
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, log ? log : "");
+}
+
+/* Runs the builder in a private directory beside the artifact, waits for it
+ * within its wall-clock limit, and puts what it built at artifact_path. */
+static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const char *translated,
+                         const char *artifact_path)
+{
+        extern char **environ;
+        unsigned cpu_s = d->config.compile_cpu_s ? d->config.compile_cpu_s : 60;
+        char dir[PATH_MAX], path[PATH_MAX + 16], cpu_arg[16], as_arg[16], fs_arg[16];
+        const char *slash = strrchr(artifact_path, '/');
+        posix_spawn_file_actions_t fa;
+        struct rusage ru = { 0 };
+        int status = 0, r;
+        bool wall_timeout = false;
+        pid_t pid;
+        cube_error *e = NULL;
+
+        snprintf(dir, sizeof(dir), "%.*s/.build-XXXXXX", slash ? (int) (slash - artifact_path) : 1,
+                 slash ? artifact_path : ".");
+        if (!mkdtemp(dir))
+                return defect(CUBE_IO_UNKNOWN, "cannot create a build directory beside %s: %s; "
+                              "check the cache directory", artifact_path, strerror(errno));
+        snprintf(path, sizeof(path), "%s/kernel.cl", dir);
+        r = write_file(path, translated);
+        snprintf(path, sizeof(path), "%s/entry", dir);
+        if (r == 0)
+                r = write_file(path, desc->entry);
+        if (r < 0) {
+                e = defect(CUBE_IO_UNKNOWN, "cannot write the kernel source into %s: %s; check "
+                           "the cache directory", dir, strerror(-r));
+                goto out;
+        }
+        snprintf(cpu_arg, sizeof(cpu_arg), "%u", cpu_s);
+        snprintf(as_arg, sizeof(as_arg), "%u", COMPILE_AS_MB);
+        snprintf(fs_arg, sizeof(fs_arg), "%u", COMPILE_FSIZE_MB);
+        char *argv[] = { d->helper, (char *) "--build", dir, cpu_arg, as_arg, fs_arg, NULL };
+        snprintf(path, sizeof(path), "%s/stderr", dir);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        r = posix_spawn(&pid, d->helper, &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (r != 0) {
+                e = defect(CUBE_LAUNCH_UNKNOWN, "cannot run the kernel compiler (%s): %s",
+                           d->helper, strerror(r));
+                goto out;
+        }
+
+        uint64_t deadline = now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
+        for (;;) {
+                pid_t w = wait4(pid, &status, WNOHANG, &ru);
+                if (w == pid)
+                        break;
+                if (w < 0 && errno != EINTR) {
+                        status = -1;
+                        break;
+                }
+                if (now_ns() > deadline) {
+                        kill(pid, SIGKILL);
+                        while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+                                ;
+                        wall_timeout = true;
+                        break;
+                }
+                struct timespec t = { 0, 2 * 1000 * 1000 };
+                nanosleep(&t, NULL);
+        }
+        if (wall_timeout || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                char *log, *err;
+                snprintf(path, sizeof(path), "%s/log", dir);
+                log = read_text(path, 16 * 1024);
+                snprintf(path, sizeof(path), "%s/stderr", dir);
+                err = read_text(path, 4 * 1024);
+                if (log && err && err[0] && !log[0]) {
+                        free(log);
+                        log = err;
+                        err = NULL;
+                }
+                e = judge(desc, status, &ru, wall_timeout, cpu_s, log);
+                free(log);
+                free(err);
+                goto out;
+        }
+        snprintf(path, sizeof(path), "%s/artifact", dir);
+        if (rename(path, artifact_path) < 0)
+                e = defect(CUBE_IO_UNKNOWN, "cannot store the compiled kernel at %s: %s; check "
+                           "the cache directory", artifact_path, strerror(errno));
+out:
+        rm_tree(dir);
+        return e;
 }
 
 static cube_error *cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
 {
-        return cube__cpu_compile(desc, path);
+        char *translated = NULL;
+        cube_error *e;
+
+        if ((e = cube__cpu_translate(desc, &translated)))
+                return e;
+        while (sem_wait(&d->compiles) < 0 && errno == EINTR)
+                ;
+        e = build(d, desc, translated, path);
+        sem_post(&d->compiles);
+        free(translated);
+        return e;
 }
 
 static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
                             cube__module **ret_module, uint32_t *ret_shared_bytes)
 {
-        return cube__cpu_load(desc, path, ret_module, ret_shared_bytes);
+        cube__artifact_head head;
+        cube__module *m;
+        cube__msg msg = { .type = CUBE__MSG_LOAD };
+        cube__msg_reply rep = { 0 };
+        char *payload = NULL, reason[1024] = "";
+        size_t elen = strlen(desc->entry);
+        int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
+
+        if (fd < 0)
+                return defect(CUBE_IO_UNKNOWN, "cannot open %s: %s", path, strerror(errno));
+        if (read_all(fd, &head, sizeof(head)) < 0 ||
+            strncmp(head.magic, CUBE__ARTIFACT_MAGIC, sizeof(head.magic)) != 0 ||
+            head.binary_bytes == 0 || head.binary_bytes > (128u << 20)) {
+                close(fd);
+                return defect(CUBE_LAUNCH_UNKNOWN, "%s is not a kernel the CPU device built",
+                              path);
+        }
+        payload = malloc(elen + 1 + head.binary_bytes);
+        if (!payload || read_all(fd, payload + elen + 1, head.binary_bytes) < 0) {
+                close(fd);
+                free(payload);
+                return defect(CUBE_LAUNCH_UNKNOWN, "cannot read the kernel binary in %s", path);
+        }
+        close(fd);
+        memcpy(payload, desc->entry, elen + 1);
+        if (!(m = calloc(1, sizeof(*m)))) {
+                free(payload);
+                return defect(CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory loading a kernel");
+        }
+        msg.len = (uint32_t) (elen + 1 + head.binary_bytes);
+        msg.n_buffers = desc->n_buffers;
+        pthread_mutex_lock(&d->control_lock);
+        msg.id = m->id = d->next_module++;
+        if (atomic_load(&d->dead))
+                r = -EPIPE;
+        if (r == 0 && (r = write_all(d->control_fd, &msg, sizeof(msg))) == 0 &&
+            (r = write_all(d->control_fd, payload, msg.len)) == 0 &&
+            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
+                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
+                r = read_all(d->control_fd, reason, keep);
+                reason[keep] = '\0';
+                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
+                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
+        }
+        pthread_mutex_unlock(&d->control_lock);
+        free(payload);
+        if (r < 0 || rep.status != 0) {
+                free(m);
+                if (r < 0)
+                        return defect(CUBE_LAUNCH_UNKNOWN, "the CPU device did not load kernel "
+                                      "'%s': its process is gone", desc->entry);
+                return defect(CUBE_LAUNCH_UNKNOWN, "the CPU device could not load kernel '%s' "
+                              "from %s: %s", desc->entry, path, reason);
+        }
+        m->n_buffers = desc->n_buffers;
+        *ret_shared_bytes = head.shared_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t) head.shared_bytes;
+        *ret_module = m;
+        return NULL;
 }
 
 static void cpu_unload(cube__device *d, cube__module *m)
 {
-        cube__cpu_unload(m);
+        cube__msg msg = { .type = CUBE__MSG_UNLOAD };
+
+        if (!m)
+                return;
+        msg.id = m->id;
+        pthread_mutex_lock(&d->control_lock);
+        if (!atomic_load(&d->dead))
+                (void) write_all(d->control_fd, &msg, sizeof(msg));
+        pthread_mutex_unlock(&d->control_lock);
+        free(m);
 }
 
 const cube__driver cube__driver_cpu = {
@@ -369,7 +1193,7 @@ const cube__driver cube__driver_cpu = {
         .stream_open = cpu_stream_open,
         .stream_close = cpu_stream_close,
         .submit = cpu_submit,
-        .artifact_ext = "so",
+        .artifact_ext = "ocl",
         .target = cpu_target,
         .compile = cpu_compile,
         .load = cpu_load,

@@ -99,6 +99,8 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 /* The dialect. */
 #define KERNEL extern "C" __global__
 #define SHARED __shared__
+#define GLOBAL
+#define CONSTANT __constant__
 #define INFO const uint64_t *__restrict__ cube__info, uint32_t cube__meta, uint32_t cube__dyn
 #define UNIT_POS_X ((uint32_t) threadIdx.x)
 #define UNIT_POS_Y ((uint32_t) threadIdx.y)

@@ -1,0 +1,639 @@
+/*
+ * device-main.c - cube-device, the CPU device's own process.
+ *
+ *   cube-device --serve KCACHE_DIR MEMORY_BYTES
+ *   cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB FILE_SIZE_MB
+ *
+ * Serving, it is the device: cubed starts one per CPU device with device
+ * memory (fd 3), the launch ring (fd 4, queue.h) and a control socket (fd 5).
+ * It brings PoCL up over device memory, seals itself (seal.c), and from then
+ * on runs launches from the ring and loads program binaries sent on the
+ * control socket. Kernel code runs here only, so whatever a kernel does ends
+ * here too: a fault is recorded in the control block and ends the process,
+ * and cubed reports it as the device's poison.
+ *
+ * Building, it is a short-lived compiler run: under limits it sets itself
+ * (CPU time, address space, file size), without a network, writing only into
+ * DIR, it builds DIR/kernel.cl with PoCL and writes the program binary to
+ * DIR/artifact (queue.h's artifact header first). Exit 0: built; 10: the
+ * source did not build (DIR/log has the compiler's words); 11: anything else.
+ */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "queue.h"
+#include "seal.h"
+
+#define EXIT_SOURCE 10
+#define EXIT_DEFECT 11
+#define SPIN_NS 50000
+
+static cube__qctl *ctl;
+static void *qbase;
+
+/* ---------------------------------------------------------------------------
+ * Shared bits
+ * ------------------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+static int first_device(cl_platform_id *ret_platform, cl_device_id *ret_device)
+{
+        cl_platform_id platforms[8];
+        cl_uint n = 0;
+
+        if (clGetPlatformIDs(8, platforms, &n) != CL_SUCCESS || n == 0)
+                return -1;
+        for (cl_uint i = 0; i < n && i < 8; i++)
+                if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_CPU, 1, ret_device, NULL) ==
+                    CL_SUCCESS) {
+                        *ret_platform = platforms[i];
+                        return 0;
+                }
+        return -1;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+        const char *c = p;
+
+        while (n > 0) {
+                ssize_t w = write(fd, c, n);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return -1;
+                c += w;
+                n -= (size_t) w;
+        }
+        return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+        char *c = p;
+
+        while (n > 0) {
+                ssize_t r = read(fd, c, n);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        return -1;
+                c += r;
+                n -= (size_t) r;
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Building
+ * ------------------------------------------------------------------------- */
+
+static void limit(int resource, rlim_t value)
+{
+        struct rlimit rl = { value, value };
+
+        (void) setrlimit(resource, &rl);
+}
+
+static int build_fail(FILE *log, int code, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (log) {
+                vfprintf(log, fmt, ap);
+                fputc('\n', log);
+                fclose(log);
+        }
+        va_end(ap);
+        return code;
+}
+
+static char *slurp(const char *path, size_t *ret_len)
+{
+        FILE *f = fopen(path, "rb");
+        char *buf = NULL;
+        long len;
+
+        if (!f)
+                return NULL;
+        if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (buf = malloc((size_t) len + 1)) && fread(buf, 1, (size_t) len, f) == (size_t) len) {
+                buf[len] = '\0';
+                *ret_len = (size_t) len;
+        } else {
+                free(buf);
+                buf = NULL;
+        }
+        fclose(f);
+        return buf;
+}
+
+static int build_main(int argc, char **argv)
+{
+        char path[PATH_MAX];
+        const char *dir;
+        cl_platform_id platform;
+        cl_device_id device;
+        cl_context context;
+        cl_program program;
+        cl_kernel kernels[1];
+        cl_uint n_kernels = 0;
+        cl_int err;
+        size_t src_len, bin_size = 0;
+        char *src, *entry;
+        FILE *log;
+
+        if (argc != 6)
+                return EXIT_DEFECT;
+        dir = argv[2];
+        /* The limits come first: whatever the source makes the compiler do
+         * happens under them. */
+        limit(RLIMIT_CPU, (rlim_t) strtoul(argv[3], NULL, 10));
+#if !defined(__SANITIZE_ADDRESS__)
+        limit(RLIMIT_AS, (rlim_t) strtoul(argv[4], NULL, 10) << 20);
+#endif
+        limit(RLIMIT_FSIZE, (rlim_t) strtoul(argv[5], NULL, 10) << 20);
+        limit(RLIMIT_CORE, 0);
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        (void) unshare(CLONE_NEWNET);
+        (void) cube__seal_privileges();
+        (void) cube__seal_landlock(dir, false);
+
+        snprintf(path, sizeof(path), "%s/log", dir);
+        if (!(log = fopen(path, "w")))
+                return EXIT_DEFECT;
+        snprintf(path, sizeof(path), "%s/kernel.cl", dir);
+        if (!(src = slurp(path, &src_len)))
+                return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
+        snprintf(path, sizeof(path), "%s/entry", dir);
+        if (!(entry = slurp(path, &src_len)))
+                return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
+        setenv("POCL_CACHE_DIR", dir, 1);
+        if (first_device(&platform, &device) < 0)
+                return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
+                                  "installed?)");
+        context = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+        if (!context)
+                return build_fail(log, EXIT_DEFECT, "clCreateContext: %d", err);
+        program = clCreateProgramWithSource(context, 1, (const char **) &src, NULL, &err);
+        if (!program)
+                return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
+        err = clBuildProgram(program, 1, &device, "", NULL, NULL);
+        if (err != CL_SUCCESS) {
+                size_t n = 0;
+                char *text;
+                clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+                text = calloc(1, n + 1);
+                if (text)
+                        clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, n, text, NULL);
+                return build_fail(log, err == CL_BUILD_PROGRAM_FAILURE ? EXIT_SOURCE : EXIT_DEFECT,
+                                  "%s", text && *text ? text : "the OpenCL compiler failed");
+        }
+        err = clCreateKernelsInProgram(program, 0, NULL, &n_kernels);
+        kernels[0] = clCreateKernel(program, "cube__entry", &err);
+        if (!kernels[0])
+                return build_fail(log, EXIT_SOURCE, "the program has no kernel %s (%d)", entry, err);
+
+        cube__artifact_head head = { .magic = CUBE__ARTIFACT_MAGIC };
+        cl_ulong local = 0;
+        clGetKernelWorkGroupInfo(kernels[0], device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local),
+                                 &local, NULL);
+        head.shared_bytes = local;
+        /* Asking for the binary makes PoCL build the generic work-group
+         * function into it, so the sealed device never compiles. */
+        err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, NULL);
+        if (err != CL_SUCCESS || bin_size == 0)
+                return build_fail(log, EXIT_DEFECT, "no program binary (%d)", err);
+        unsigned char *bin = malloc(bin_size);
+        if (!bin)
+                return build_fail(log, EXIT_DEFECT, "out of memory");
+        err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL);
+        if (err != CL_SUCCESS)
+                return build_fail(log, EXIT_DEFECT, "clGetProgramInfo(BINARIES): %d", err);
+        head.binary_bytes = bin_size;
+
+        snprintf(path, sizeof(path), "%s/artifact", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || write_all(fd, &head, sizeof(head)) < 0 || write_all(fd, bin, bin_size) < 0 ||
+            fsync(fd) < 0 || close(fd) < 0)
+                return build_fail(log, EXIT_DEFECT, "cannot write %s: %s", path, strerror(errno));
+        fclose(log);
+        return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Serving
+ * ------------------------------------------------------------------------- */
+
+typedef struct module {
+        cl_program program;
+        cl_kernel kernel;
+        uint32_t n_buffers;
+} module;
+
+static struct {
+        cl_context context;
+        cl_device_id device;
+        cl_command_queue queue;
+        cl_mem *windows, arena;
+        uint32_t n_windows;
+        pthread_mutex_t lock;           /* modules */
+        module *modules;
+        uint32_t n_modules;
+} dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+/* A kernel faulted (or made a refused call): say what happened where cubed
+ * reads it, and end the device. Nothing else is safe here. */
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+        atomic_store(&ctl->fault_address, (uint64_t) (uintptr_t) si->si_addr);
+        if (sig == SIGSYS)
+                atomic_store(&ctl->fault_syscall, (uint32_t) si->si_syscall);
+        atomic_store(&ctl->fault_signal, (uint32_t) sig);
+        syscall(SYS_exit_group, 128 + sig);
+}
+
+static void catch_faults(void)
+{
+        static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGABRT, SIGTRAP };
+        struct sigaction sa = { .sa_sigaction = on_fault, .sa_flags = SA_SIGINFO };
+
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+                sigaction(sigs[i], &sa, NULL);
+}
+
+static void reply(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply(int status, const char *fmt, ...)
+{
+        char text[1024] = "";
+        cube__msg_reply r = { .status = status };
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (fmt)
+                vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        r.len = (uint32_t) strlen(text);
+        if (write_all(CUBE__FD_CONTROL, &r, sizeof(r)) < 0 ||
+            write_all(CUBE__FD_CONTROL, text, r.len) < 0)
+                syscall(SYS_exit_group, 0);
+}
+
+static void load(const cube__msg *m, char *payload)
+{
+        const char *entry = payload;
+        size_t elen = strnlen(payload, m->len);
+        const unsigned char *bin = (const unsigned char *) payload + elen + 1;
+        size_t bin_len;
+        cl_int err, status;
+        module mod = { .n_buffers = m->n_buffers };
+
+        if (elen >= m->len) {
+                reply(-1, "a load without an entry point");
+                return;
+        }
+        bin_len = m->len - elen - 1;
+        mod.program = clCreateProgramWithBinary(dev.context, 1, &dev.device, &bin_len, &bin,
+                                                &status, &err);
+        if (!mod.program) {
+                reply(err, "clCreateProgramWithBinary: %d", err);
+                return;
+        }
+        if ((err = clBuildProgram(mod.program, 1, &dev.device, "", NULL, NULL)) != CL_SUCCESS) {
+                clReleaseProgram(mod.program);
+                reply(err, "clBuildProgram of the binary: %d", err);
+                return;
+        }
+        mod.kernel = clCreateKernel(mod.program, "cube__entry", &err);
+        if (!mod.kernel) {
+                clReleaseProgram(mod.program);
+                reply(err, "clCreateKernel(%s): %d", entry, err);
+                return;
+        }
+        clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &dev.arena);
+        pthread_mutex_lock(&dev.lock);
+        if (m->id >= dev.n_modules) {
+                uint32_t n = m->id + 16;
+                module *grown = realloc(dev.modules, n * sizeof(*grown));
+                if (!grown) {
+                        pthread_mutex_unlock(&dev.lock);
+                        clReleaseKernel(mod.kernel);
+                        clReleaseProgram(mod.program);
+                        reply(-1, "out of memory");
+                        return;
+                }
+                memset(grown + dev.n_modules, 0, (n - dev.n_modules) * sizeof(*grown));
+                dev.modules = grown;
+                dev.n_modules = n;
+        }
+        dev.modules[m->id] = mod;
+        pthread_mutex_unlock(&dev.lock);
+        reply(0, NULL);
+}
+
+/* The control thread: loads and unloads, until cubed hangs up. */
+static void *control_thread(void *arg)
+{
+        for (;;) {
+                cube__msg m;
+                char *payload;
+
+                if (read_all(CUBE__FD_CONTROL, &m, sizeof(m)) < 0 || m.len > (256u << 20))
+                        syscall(SYS_exit_group, 0);
+                if (!(payload = malloc((size_t) m.len + 1)) ||
+                    read_all(CUBE__FD_CONTROL, payload, m.len) < 0)
+                        syscall(SYS_exit_group, 0);
+                payload[m.len] = '\0';
+                if (m.type == CUBE__MSG_LOAD) {
+                        load(&m, payload);
+                } else if (m.type == CUBE__MSG_UNLOAD) {
+                        pthread_mutex_lock(&dev.lock);
+                        if (m.id < dev.n_modules && dev.modules[m.id].kernel) {
+                                clReleaseKernel(dev.modules[m.id].kernel);
+                                clReleaseProgram(dev.modules[m.id].program);
+                                dev.modules[m.id] = (module) { 0 };
+                        }
+                        pthread_mutex_unlock(&dev.lock);
+                }
+                free(payload);
+        }
+        return NULL;
+}
+
+static void run(cube__qslot *s, uint64_t slot_index)
+{
+        size_t global[3], local[3];
+        cl_kernel k = NULL;
+        uint32_t n_buffers = 0;
+        cl_int err;
+
+        pthread_mutex_lock(&dev.lock);
+        if (s->module < dev.n_modules) {
+                k = dev.modules[s->module].kernel;
+                n_buffers = dev.modules[s->module].n_buffers;
+        }
+        pthread_mutex_unlock(&dev.lock);
+        s->status = 0;
+        if (!k || n_buffers != s->n_buffers || s->n_buffers + s->n_info > CUBE__Q_SLOT_WORDS) {
+                s->status = -1;
+                snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
+                return;
+        }
+        cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
+                            s->n_buffers;
+        cl_uint meta = s->metadata_offset, dyn = s->dynamic_offset;
+        err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
+        err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
+        err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+        for (uint32_t i = 0; i < s->n_buffers; i++) {
+                uint64_t w = s->data[i] / CUBE__WINDOW;
+                cl_ulong off = s->data[i] % CUBE__WINDOW;
+                if (w >= dev.n_windows) {
+                        s->status = -1;
+                        snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
+                                 "memory", i);
+                        return;
+                }
+                err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &dev.windows[w]);
+                err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
+        }
+        for (int i = 0; i < 3; i++) {
+                local[i] = s->dim[i];
+                global[i] = (size_t) s->count[i] * s->dim[i];
+        }
+        s->start_ns = now_ns();
+        if (err == CL_SUCCESS)
+                err = clEnqueueNDRangeKernel(dev.queue, k, 3, NULL, global, local, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+                err = clFinish(dev.queue);
+        s->end_ns = now_ns();
+        if (err != CL_SUCCESS) {
+                s->status = err;
+                snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the launch "
+                         "(%d)", err);
+        }
+}
+
+/* The device's main loop: the launches in the ring, in order, forever. */
+static void serve_loop(void)
+{
+        uint64_t next = 1;
+
+        for (;;) {
+                cube__qslot *s = cube__q_slot(qbase, next);
+                uint64_t spin_until = now_ns() + SPIN_NS;
+
+                while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
+                        if (now_ns() < spin_until) {
+                                __builtin_ia32_pause();
+                                continue;
+                        }
+                        uint32_t bell = atomic_load(&ctl->doorbell);
+                        atomic_store(&ctl->device_sleeping, 1);
+                        if (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next)
+                                futex(&ctl->doorbell, FUTEX_WAIT, bell, NULL);
+                        atomic_store(&ctl->device_sleeping, 0);
+                }
+                atomic_store(&ctl->running_since, now_ns());
+                atomic_store(&ctl->running_seq, next);
+                run(s, next % CUBE__Q_SLOTS);
+                atomic_store(&ctl->running_seq, 0);
+                atomic_store(&s->state, CUBE__SLOT_DONE);
+                atomic_fetch_add(&ctl->completions, 1);
+                if (atomic_load(&ctl->waiters))
+                        futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                next++;
+        }
+}
+
+/* Everything the device does to itself before a client's code can run:
+ * every descriptor but its three closed, no capability, no new privilege,
+ * the file system fenced to kcache, the system calls to seal.c's list. */
+static int seal_self(const char *kcache)
+{
+        int r;
+
+        if (close_range(CUBE__FD_CONTROL + 1, ~0u, 0) < 0)
+                return -errno;
+        if ((r = cube__seal_privileges()) < 0)
+                return r;
+        if ((r = cube__seal_landlock(kcache, true)) < 0 && r != -ENOSYS)
+                return r;
+        catch_faults();
+        return cube__seal_seccomp();
+}
+
+/* cube-device --probe-seal KCACHE WHAT: seals itself as the device does,
+ * then tries WHAT, so that a test can see the seal hold. Exits 0 when WHAT
+ * worked, with its errno when it failed, and 128 + SIGSYS when the filter
+ * stopped it. */
+static int probe_main(int argc, char **argv)
+{
+        static cube__qctl scratch;
+        const char *what;
+        char path[PATH_MAX];
+        int r, fd;
+
+        if (argc != 4)
+                return 2;
+        what = argv[3];
+        ctl = &scratch;
+        if ((r = seal_self(argv[2])) < 0)
+                return 100;
+        if (strcmp(what, "write-private") == 0) {
+                snprintf(path, sizeof(path), "%s/probe", argv[2]);
+                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "write-outside") == 0) {
+                snprintf(path, sizeof(path), "%s.outside", argv[2]);
+                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "read-outside") == 0) {
+                fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+                return fd < 0 ? errno : 0;
+        }
+        if (strcmp(what, "socket") == 0)
+                return syscall(SYS_socket, AF_UNIX, SOCK_STREAM, 0) < 0 ? errno : 0;
+        if (strcmp(what, "execve") == 0) {
+                char *args[] = { (char *) "/bin/true", NULL };
+                return syscall(SYS_execve, "/bin/true", args, NULL) < 0 ? errno : 0;
+        }
+        if (strcmp(what, "fork") == 0)
+                return syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0) < 0 ? errno : 0;
+        if (strcmp(what, "kill-parent") == 0)
+                return syscall(SYS_kill, getppid(), 0) < 0 ? errno : 0;
+        if (strcmp(what, "ptrace") == 0)
+                return syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0) < 0 ? errno : 0;
+        return 2;
+}
+
+static int serve_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int serve_fail(const char *fmt, ...)
+{
+        char text[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        reply(-1, "%s", text);
+        return 1;
+}
+
+static int serve_main(int argc, char **argv)
+{
+        const char *kcache;
+        uint64_t memory_bytes;
+        cl_platform_id platform;
+        cl_int err;
+        void *memory;
+        pthread_t control;
+        char version[256] = "", name[256] = "";
+        int r;
+
+        if (argc != 4)
+                return 1;
+        kcache = argv[2];
+        memory_bytes = strtoull(argv[3], NULL, 10);
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+                return 1;
+        limit(RLIMIT_CORE, 0);
+        qbase = mmap(NULL, CUBE__Q_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, CUBE__FD_QUEUE, 0);
+        memory = mmap(NULL, memory_bytes ? memory_bytes : 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+                      CUBE__FD_MEMORY, 0);
+        if (qbase == MAP_FAILED || memory == MAP_FAILED)
+                return serve_fail("cannot map device memory: %s", strerror(errno));
+        ctl = qbase;
+        setenv("POCL_CACHE_DIR", kcache, 1);
+        if (first_device(&platform, &dev.device) < 0)
+                return serve_fail("no OpenCL CPU device (is pocl-opencl-icd installed?)");
+        dev.context = clCreateContext(NULL, 1, &dev.device, NULL, NULL, &err);
+        if (!dev.context)
+                return serve_fail("clCreateContext: %d", err);
+        dev.queue = clCreateCommandQueueWithProperties(dev.context, dev.device, NULL, &err);
+        if (!dev.queue)
+                return serve_fail("clCreateCommandQueue: %d", err);
+        dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        if (!(dev.windows = calloc(dev.n_windows ? dev.n_windows : 1, sizeof(cl_mem))))
+                return serve_fail("out of memory");
+        for (uint32_t i = 0; i < dev.n_windows; i++) {
+                uint64_t len = memory_bytes - i * CUBE__WINDOW;
+                if (len > CUBE__WINDOW)
+                        len = CUBE__WINDOW;
+                dev.windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                                len, (char *) memory + i * CUBE__WINDOW, &err);
+                if (!dev.windows[i])
+                        return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
+                                          (unsigned long long) len, err);
+        }
+        dev.arena = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+                                   CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
+                                   (char *) qbase + CUBE__Q_CTL_BYTES, &err);
+        if (!dev.arena)
+                return serve_fail("cannot give PoCL the launch ring: %d", err);
+        clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof(version) - 1, version, NULL);
+        clGetDeviceInfo(dev.device, CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+
+        /* Whatever PoCL starts lazily, start it now: a warm-up launch of a
+         * built-in-free empty program would compile, so none runs here. */
+        if (pthread_create(&control, NULL, control_thread, NULL) != 0)
+                return serve_fail("cannot start the control thread");
+
+        /* The seal: from here on a client's code may run. */
+        if ((r = seal_self(kcache)) < 0)
+                return serve_fail("cannot seal the device process: %s", strerror(-r));
+        ctl->ready = 1;
+        reply(0, "%s %s", version, name);
+        serve_loop();
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        if (argc >= 2 && strcmp(argv[1], "--serve") == 0)
+                return serve_main(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "--build") == 0)
+                return build_main(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "--probe-seal") == 0)
+                return probe_main(argc, argv);
+        fprintf(stderr, "usage: cube-device --serve KCACHE_DIR MEMORY_BYTES\n"
+                        "       cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB "
+                        "FILE_SIZE_MB\n");
+        return 2;
+}

@@ -1,0 +1,113 @@
+/*
+ * queue.h - the shared ring between cubed and a CPU device process.
+ *
+ * The CPU device is a process of its own (device-main.c). cubed and the
+ * device both map two memfds: device memory, and this control block with its
+ * launch slots. Launches go one way through the slots and completions come
+ * back in the same slots; a futex word in each direction is the doorbell, rung
+ * only when the other side says it sleeps, so a burst of launches costs no
+ * system call per launch. Nothing but loads (module binaries, rare) travels
+ * on the control socket.
+ *
+ * The device is not trusted: a kernel can scribble over this block (its info
+ * words live in it). cubed reads from it only sequence numbers and bounded
+ * strings, and a device that lies about them can only fail its own launches.
+ */
+#ifndef CUBE_CPU_QUEUE_H
+#define CUBE_CPU_QUEUE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define CUBE__Q_MAGIC 0x63756265u       /* "cube" */
+#define CUBE__Q_SLOTS 256u
+#define CUBE__Q_SLOT_WORDS 8192u        /* offsets + info words one launch may carry */
+#define CUBE__Q_REASON 256u
+
+/* A slot's state: who owns it now. */
+enum {
+        CUBE__SLOT_FREE = 0,            /* cubed may fill it */
+        CUBE__SLOT_POSTED = 1,          /* the device may run it */
+        CUBE__SLOT_DONE = 2,            /* the device ran it; cubed reads the result */
+};
+
+/* One launch. data holds n_buffers byte offsets into device memory, then the
+ * n_info info words; the kernel reads its info words straight from here. */
+typedef struct cube__qslot {
+        _Atomic uint32_t state;
+        uint32_t module;
+        uint64_t seq;
+        uint32_t count[3];
+        uint32_t dim[3];
+        uint32_t n_buffers;
+        uint32_t n_info;
+        uint32_t metadata_offset;
+        uint32_t dynamic_offset;
+        int32_t status;                 /* 0, or the OpenCL error the launch got */
+        uint32_t pad;
+        uint64_t start_ns, end_ns;      /* CLOCK_MONOTONIC, where the device ran it */
+        char reason[CUBE__Q_REASON];    /* why status is not 0 */
+        uint64_t data[CUBE__Q_SLOT_WORDS];
+} cube__qslot;
+
+/* The control block, at offset 0 of the control memfd; the slots follow. */
+typedef struct cube__qctl {
+        uint32_t magic;
+        uint32_t ready;                 /* the device is up and sealed */
+        _Atomic uint32_t doorbell;      /* futex: cubed bumps it after posting */
+        _Atomic uint32_t device_sleeping;
+        _Atomic uint32_t completions;   /* futex: the device bumps it after each launch */
+        _Atomic uint32_t waiters;       /* cubed threads asleep on completions */
+        _Atomic uint64_t running_seq;   /* the launch the device runs now, 0 when idle */
+        _Atomic uint64_t running_since; /* CLOCK_MONOTONIC ns */
+        _Atomic uint32_t fault_signal;  /* set by the device's fault handler */
+        _Atomic uint32_t fault_syscall;
+        _Atomic uint64_t fault_address;
+        char init_error[CUBE__Q_REASON];
+        uint64_t pad[8];
+} cube__qctl;
+
+#define CUBE__Q_CTL_BYTES 4096u
+#define CUBE__Q_BYTES (CUBE__Q_CTL_BYTES + (uint64_t) CUBE__Q_SLOTS * sizeof(cube__qslot))
+
+static inline cube__qslot *cube__q_slot(void *base, uint64_t seq)
+{
+        return (cube__qslot *) ((char *) base + CUBE__Q_CTL_BYTES) + (seq % CUBE__Q_SLOTS);
+}
+
+/* The control socket's messages: a header, then len bytes. */
+enum {
+        CUBE__MSG_LOAD = 1,             /* id, entry '\0' binary -> status, reason */
+        CUBE__MSG_UNLOAD = 2,           /* id -> nothing */
+};
+
+typedef struct cube__msg {
+        uint32_t type;
+        uint32_t id;
+        uint32_t n_buffers;
+        uint32_t len;
+} cube__msg;
+
+typedef struct cube__msg_reply {
+        int32_t status;
+        uint32_t len;                   /* of the reason that follows */
+} cube__msg_reply;
+
+/* Device memory is given to PoCL in windows of this many bytes (PoCL takes
+ * at most 2 GiB in one buffer); no allocation straddles two. */
+#define CUBE__WINDOW (2ull << 30)
+
+/* The descriptors the device process is started with. */
+#define CUBE__FD_MEMORY 3
+#define CUBE__FD_QUEUE 4
+#define CUBE__FD_CONTROL 5
+
+/* The artifact a build writes: this header, then the program binary. */
+#define CUBE__ARTIFACT_MAGIC "cube-ocl-1"
+typedef struct cube__artifact_head {
+        char magic[16];
+        uint64_t shared_bytes;
+        uint64_t binary_bytes;
+} cube__artifact_head;
+
+#endif

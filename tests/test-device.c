@@ -1,0 +1,531 @@
+/*
+ * test-device.c - the CPU device as a device: kernels run in a confined
+ * process of their own, and whatever a kernel does ends there.
+ *
+ * A kernel reaching for the C library or the system is refused; the device
+ * process's seal holds (no file outside its directory, no socket, no exec,
+ * no other process); a wild write poisons the device, cubed keeps answering
+ * and a fresh device serves afterwards; a kernel that never ends and units
+ * stuck at different barriers are stopped by the kernel timeout; a compiler
+ * bomb is refused within the compile limit while others are served; and a
+ * planted or altered artifact in the kernel cache is never loaded.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define N 1000u
+
+/* out[i] = in[i] * 3 + 1: the kernel a fresh device must run correctly. */
+static const char triple_source[] =
+        "KERNEL void triple(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] * 3u + 1u;\n"
+        "}\n";
+
+/* The same signature, another answer: what a planted artifact would run. */
+static const char evil_source[] =
+        "KERNEL void evil(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = 0xdeadbeefu;\n"
+        "}\n";
+
+static long now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
+{
+        uint64_t id;
+
+        ck_ok(cube_kernel_register(c, source, entry, &id));
+        return id;
+}
+
+/* A launch of kernel over bufs with one buffer length each (N). */
+static void launch_n(cube_client *c, uint64_t kernel, cube_handle *bufs, size_t n_bufs,
+                     uint32_t cubes, uint32_t dim, cube_launch_mode mode)
+{
+        static const cube_buffer_io io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
+        cube_info *info = cube_info_new();
+
+        for (size_t i = 0; i < n_bufs; i++)
+                ck_assert_int_eq(cube_info_buffer_len(info, N), 0);
+        ck_ok(cube_launch_kernel(c, &(cube_launch) {
+                .kernel = kernel, .cube_count = { cubes, 1, 1 }, .cube_dim = { dim, 1, 1 },
+                .buffers = bufs, .n_buffers = n_bufs, .info = info, .mode = mode,
+                .io = n_bufs == 2 ? io : NULL,
+        }));
+        cube_info_free(info);
+}
+
+/* Runs triple on a fresh input and checks every element. */
+static void expect_triple_runs(cube_client *c, uint64_t k)
+{
+        uint32_t in[N], got[N];
+        cube_handle bufs[2];
+
+        fill_random(in, sizeof(in), 77);
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(got), &bufs[1]));
+        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+        ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_msg(got[i] == in[i] * 3u + 1u, "out[%u] = %#x, expected %#x", i, got[i],
+                              in[i] * 3u + 1u);
+}
+
+/* The one failure a read of h reports, and its root. */
+static const cube_error *root_of_read(cube_client *c, const cube_handle *h, cube_error **ret_e)
+{
+        uint32_t got[N];
+        cube_error *e = cube_read(c, h, got, sizeof(got));
+        const cube_error *r;
+
+        ck_assert_msg(e != NULL, "the read succeeded");
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+        r = cube_error_at(e, 0);
+        while (cube_error_source(r))
+                r = cube_error_source(r);
+        *ret_e = e;
+        return r;
+}
+
+static void launch_and_expect_poison(cube_client *c, uint64_t k, const char *entry,
+                                     const char *what, long within_ms)
+{
+        cube_handle out;
+        cube_error *e;
+        long t0;
+
+        ck_ok(cube_empty(c, N * sizeof(uint32_t), &out));
+        launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_COMPILE);
+        ck_ok(cube_sync(c, NULL, 0));
+        t0 = now_ms();
+        launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_EXECUTE);
+        e = cube_sync(c, NULL, 0);
+        long took = now_ms() - t0;
+        ck_assert_msg(e != NULL, "the sync after %s succeeded", entry);
+        ck_assert_msg(cube_error_is_device_poisoned(e), "not poisoned: %s", cube_error_message(e));
+        ck_assert_msg(strstr(cube_error_message(e), entry) && strstr(cube_error_message(e), what),
+                      "the poison does not name '%s' and '%s': %s", entry, what,
+                      cube_error_message(e));
+        ck_assert_msg(took <= within_ms, "poisoned after %ld ms, more than %ld", took, within_ms);
+        cube_error_free(e);
+}
+
+/* ---------------------------------------------------------------------------
+ * Refused before anything runs
+ * ------------------------------------------------------------------------- */
+
+START_TEST(a_kernel_reaching_for_the_system_is_refused_naming_the_line)
+{
+        static const struct { const char *source, *line, *what; } cases[] = {
+                { "KERNEL void reach(const uint32_t *in, uint32_t *out, INFO)\n{\n"
+                  "        out[0] = in[0];\n        void *f = fopen(0, 0);\n}\n", "line 4", "fopen" },
+                { "KERNEL void reach(const uint32_t *in, uint32_t *out, INFO)\n{\n"
+                  "        out[0] = system(0);\n}\n", "line 3", "system" },
+                { "KERNEL void reach(const uint32_t *in, uint32_t *out, INFO)\n{\n"
+                  "        out[0] = in[0];\n\n        __asm__ volatile (\"syscall\");\n}\n",
+                  "line 5", "__asm__" },
+                { "#include <stdio.h>\n"
+                  "KERNEL void reach(const uint32_t *in, uint32_t *out, INFO)\n{\n}\n",
+                  "line 1", "#include" },
+        };
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "reach", &c));
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                uint32_t in[N] = { 0 };
+                cube_handle bufs[2];
+                cube_error *e;
+                uint64_t k = register_kernel(c, cases[i].source, "reach");
+
+                ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+                ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+                launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+                const cube_error *root = root_of_read(c, &bufs[1], &e);
+                ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_VALIDATION,
+                              "case %zu: not a Validation: %s", i, cube_error_message(e));
+                ck_assert_msg(strstr(cube_error_reason(root), cases[i].line) &&
+                              strstr(cube_error_reason(root), cases[i].what),
+                              "case %zu does not name %s and %s: %s", i, cases[i].line,
+                              cases[i].what, cube_error_reason(root));
+                ck_assert(cube_error_is_refusal(e));
+                ck_assert(!cube_error_is_device_poisoned(e));
+                cube_error_free(e);
+        }
+        ck_assert(!status_of(d.socket).poisoned);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * The seal
+ * ------------------------------------------------------------------------- */
+
+/* Runs cube-device --probe-seal DIR what; its exit status. */
+static int probe(const char *dir, const char *what)
+{
+        const char *bin = getenv("CUBE_DEVICE_BIN");
+        int status;
+        pid_t pid;
+
+        ck_assert_msg(bin != NULL, "CUBE_DEVICE_BIN is not set");
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                execl(bin, bin, "--probe-seal", dir, what, (char *) NULL);
+                _exit(127);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status), "the probe for %s died of signal %d", what,
+                      WTERMSIG(status));
+        return WEXITSTATUS(status);
+}
+
+START_TEST(the_sealed_device_reaches_its_directory_and_nothing_else)
+{
+        char dir[] = "/tmp/cube-seal-XXXXXX", outside[64];
+        struct stat st;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(outside, sizeof(outside), "%s.outside", dir);
+        ck_assert_int_eq(probe(dir, "write-private"), 0);
+        ck_assert_int_eq(probe(dir, "write-outside"), EACCES);
+        ck_assert_msg(stat(outside, &st) < 0, "the sealed device created %s", outside);
+        ck_assert_int_eq(probe(dir, "read-outside"), EACCES);
+        /* The filter stops these with SIGSYS, which ends the process. */
+        ck_assert_int_eq(probe(dir, "socket"), 128 + SIGSYS);
+        ck_assert_int_eq(probe(dir, "execve"), 128 + SIGSYS);
+        ck_assert_int_eq(probe(dir, "fork"), 128 + SIGSYS);
+        ck_assert_int_eq(probe(dir, "kill-parent"), 128 + SIGSYS);
+        ck_assert_int_eq(probe(dir, "ptrace"), 128 + SIGSYS);
+        char rm[96];
+        snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Faults and hangs end the device, not cubed
+ * ------------------------------------------------------------------------- */
+
+static const char wild_source[] =
+        "KERNEL void wild(uint32_t *out, INFO)\n"
+        "{\n"
+        "        out[ABSOLUTE_POS] = 1;\n"
+        "        if (ABSOLUTE_POS == 77)\n"
+        "                out[(uint64_t) 1 << 44] = 1;\n"
+        "}\n";
+
+START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
+{
+        static const char *const args[] = { "--poison-policy", "reinit", "--poison-grace", "1",
+                                            NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_status st;
+        long deadline;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "wild", &c));
+        launch_and_expect_poison(c, register_kernel(c, wild_source, "wild"), "wild", "SEGV",
+                                 10000);
+        st = status_of(d.socket);
+        ck_assert(st.poisoned);
+        ck_assert_msg(strstr(st.poison, "wild") != NULL, "poison: %s", st.poison);
+        cube_disconnect(c);
+
+        /* Once every session was told, the policy starts a fresh device. */
+        deadline = now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+                usleep(50 * 1000);
+        ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
+        ck_ok(cube_connect(d.socket, "after", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+static const char forever_source[] =
+        "KERNEL void forever(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile uint32_t spin = 1;\n"
+        "\n"
+        "        while (spin)\n"
+        "                out[ABSOLUTE_POS] = spin;\n"
+        "}\n";
+
+START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
+{
+        static const char *const args[] = { "--kernel-timeout", "1", NULL };
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "forever", &c));
+        launch_and_expect_poison(c, register_kernel(c, forever_source, "forever"), "forever",
+                                 "kernel timeout", 1000 + 1000);
+        ck_assert(status_of(d.socket).poisoned);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* Half the units wait at a barrier the other half never reach. */
+static const char divergent_source[] =
+        "KERNEL void divergent(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile uint32_t spin = 1;\n"
+        "\n"
+        "        if (UNIT_POS < 32) {\n"
+        "                sync_cube();\n"
+        "        } else {\n"
+        "                while (spin)\n"
+        "                        out[ABSOLUTE_POS] = spin;\n"
+        "                sync_cube();\n"
+        "        }\n"
+        "}\n";
+
+START_TEST(units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends)
+{
+        static const char *const args[] = { "--kernel-timeout", "1", NULL };
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "divergent", &c));
+        launch_and_expect_poison(c, register_kernel(c, divergent_source, "divergent"),
+                                 "divergent", "kernel timeout", 1000 + 1000);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Compiling under limits
+ * ------------------------------------------------------------------------- */
+
+/* 2^40 tokens from forty lines: the preprocessor never finishes. */
+static void bomb_source(char *buf, size_t cap)
+{
+        size_t n = (size_t) snprintf(buf, cap, "#define B0 x = x + 1;\n");
+
+        for (int i = 1; i <= 40; i++)
+                n += (size_t) snprintf(buf + n, cap - n, "#define B%d B%d B%d\n", i, i - 1, i - 1);
+        snprintf(buf + n, cap - n, "KERNEL void bomb(const uint32_t *in, uint32_t *out, INFO)\n"
+                 "{\n        uint32_t x = 0;\n        B40\n        out[0] = x;\n}\n");
+}
+
+START_TEST(a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served)
+{
+        static const char *const args[] = { "--compile-limit", "3", NULL };
+        char source[4096];
+        uint32_t in[N] = { 0 };
+        cube_handle bufs[2];
+        test_daemon d;
+        cube_client *c, *other;
+        cube_error *e;
+        long t0;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "bomb", &c));
+        ck_ok(cube_connect(d.socket, "other", &other));
+        bomb_source(source, sizeof(source));
+        uint64_t k = register_kernel(c, source, "bomb");
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        t0 = now_ms();
+        launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+
+        /* While it compiles, another session is served at once. */
+        for (int i = 0; i < 10; i++) {
+                uint32_t data[64], back[64];
+                cube_handle h;
+                long s0 = now_ms();
+                fill_random(data, sizeof(data), (uint64_t) i);
+                ck_ok(cube_create(other, data, sizeof(data), &h));
+                ck_ok(cube_read(other, &h, back, sizeof(back)));
+                ck_assert(memcmp(data, back, sizeof(data)) == 0);
+                ck_ok(cube_free(other, &h));
+                ck_assert(!status_of(d.socket).poisoned);
+                ck_assert_msg(now_ms() - s0 < 1000, "a round trip took %ld ms during the compile",
+                              now_ms() - s0);
+                usleep(100 * 1000);
+        }
+
+        const cube_error *root = root_of_read(c, &bufs[1], &e);
+        long took = now_ms() - t0;
+        ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC, "not a compilation "
+                      "error: %s", cube_error_message(e));
+        ck_assert_msg(strstr(cube_error_reason(root), "limit"), "%s", cube_error_reason(root));
+        ck_assert(cube_error_is_refusal(e));
+        ck_assert_msg(took < 3000 * 2 + 3000, "refused after %ld ms", took);
+        cube_error_free(e);
+        cube_disconnect(other);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * The kernel cache is trusted only when it is cube's
+ * ------------------------------------------------------------------------- */
+
+static cube_kernel_info entry_of(cube_client *c, const char *entry)
+{
+        cube_kernel_info *v, found = { 0 };
+        size_t n;
+
+        ck_ok(cube_daemon_kernels(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].entry, entry) == 0)
+                        found = v[i];
+        free(v);
+        ck_assert_msg(found.entry[0], "no cache entry for %s", entry);
+        return found;
+}
+
+static bool log_has(const test_daemon *d, const char *what)
+{
+        FILE *f = fopen(d->log, "r");
+        char line[2048];
+        bool found = false;
+
+        while (f && !found && fgets(line, sizeof(line), f))
+                found = strstr(line, what) != NULL;
+        if (f)
+                fclose(f);
+        return found;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+        char cmd[512];
+
+        snprintf(cmd, sizeof(cmd), "cp %s %s", from, to);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
+{
+        char cache[] = "/tmp/cube-cache-XXXXXX", triple[160], evil[160], cmd[96];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        cube_kernel_info info;
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N] = { 0 };
+
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "first", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+                 CUBE_LAUNCH_COMPILE);
+        launch_n(c, register_kernel(c, evil_source, "evil"), bufs, 2, 1, 64, CUBE_LAUNCH_COMPILE);
+        ck_ok(cube_sync(c, NULL, 0));
+        snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
+        snprintf(evil, sizeof(evil), "%s/%s.ocl", cache, entry_of(c, "evil").hash);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* Planted: evil's code under triple's name. */
+        copy_file(evil, triple);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "planted", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        info = entry_of(c, "triple");
+        ck_assert_msg(!info.from_disk, "the planted artifact was loaded");
+        ck_assert_msg(log_has(&d, "planted or altered"), "the event was not logged");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* Recompiled, it loads again: the digest is its own. */
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "again", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert(entry_of(c, "triple").from_disk);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* Altered in place: one byte near its end. */
+        FILE *f = fopen(triple, "r+b");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(fseek(f, -16, SEEK_END), 0);
+        int ch = fgetc(f);
+        ck_assert_int_eq(fseek(f, -16, SEEK_END), 0);
+        fputc(ch ^ 0x5a, f);
+        fclose(f);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "altered", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "the altered artifact was loaded");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* A directory others may read is not cube's: nothing loads from it. */
+        ck_assert_int_eq(chmod(cache, 0750), 0);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "open-dir", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded from a 0750 directory");
+        ck_assert(log_has(&d, "0750"));
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static Suite *device_suite(void)
+{
+        Suite *s = suite_create("device");
+        TCase *tc = tcase_create("device");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, a_kernel_reaching_for_the_system_is_refused_naming_the_line);
+        tcase_add_test(tc, the_sealed_device_reaches_its_directory_and_nothing_else);
+        tcase_add_test(tc, a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit);
+        tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);
+        tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
+        tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
+        tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(device_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}
