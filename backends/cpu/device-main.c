@@ -45,6 +45,7 @@
 
 #define EXIT_SOURCE 10
 #define EXIT_DEFECT 11
+#define DEVICE_BATCH 64         /* launches handed to PoCL at once */
 #define SPIN_NS 50000
 
 static cube__qctl *ctl;
@@ -393,7 +394,9 @@ static void *control_thread(void *arg)
         return NULL;
 }
 
-static void run(cube__qslot *s, uint64_t slot_index)
+/* Sets a launch's arguments and queues it, with an event for its end.
+ * Returns false, with the slot's status and reason set, when it cannot run. */
+static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_event *ret_event)
 {
         size_t global[3], local[3];
         cl_kernel k = NULL;
@@ -410,7 +413,7 @@ static void run(cube__qslot *s, uint64_t slot_index)
         if (!k || n_buffers != s->n_buffers || s->n_buffers + s->n_info > CUBE__Q_SLOT_WORDS) {
                 s->status = -1;
                 snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
-                return;
+                return false;
         }
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
                             s->n_buffers;
@@ -425,7 +428,7 @@ static void run(cube__qslot *s, uint64_t slot_index)
                         s->status = -1;
                         snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
                                  "memory", i);
-                        return;
+                        return false;
                 }
                 err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &dev.windows[w]);
                 err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
@@ -434,27 +437,51 @@ static void run(cube__qslot *s, uint64_t slot_index)
                 local[i] = s->dim[i];
                 global[i] = (size_t) s->count[i] * s->dim[i];
         }
-        s->start_ns = now_ns();
+        /* The arguments are taken when the launch is queued, so the kernel
+         * object is free for the next launch at once. */
         if (err == CL_SUCCESS)
-                err = clEnqueueNDRangeKernel(dev.queue, k, 3, NULL, global, local, 0, NULL, NULL);
-        if (err == CL_SUCCESS)
-                err = clFinish(dev.queue);
-        s->end_ns = now_ns();
+                err = clEnqueueNDRangeKernel(dev.queue, k, 3, NULL, global, local, 0, NULL,
+                                             ret_event);
         if (err != CL_SUCCESS) {
                 s->status = err;
                 snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the launch "
                          "(%d)", err);
+                return false;
         }
+        return true;
 }
 
-/* The device's main loop: the launches in the ring, in order, forever. */
+/* Waits for a queued launch's end; a launch the runtime failed keeps why. */
+static void finish(cube__qslot *s, cl_event ev)
+{
+        cl_int status = CL_COMPLETE;
+
+        if (clWaitForEvents(1, &ev) != CL_SUCCESS &&
+            clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                           NULL) == CL_SUCCESS && status < 0) {
+                s->status = status;
+                snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime failed the launch "
+                         "(%d)", status);
+        }
+        clReleaseEvent(ev);
+}
+
+/* The device's main loop: the launches in the ring, in order, forever. The
+ * launches posted together go to PoCL together and are waited for one by
+ * one, each handed back as it ends: one wake-up of PoCL's workers for a
+ * batch, not one per launch. The queue runs one launch at a time, so each
+ * runs from the end of the one before it (the first, from when it was
+ * queued) to its own end: the device's timestamps of it. */
 static void serve_loop(void)
 {
         uint64_t next = 1;
 
         for (;;) {
-                cube__qslot *s = cube__q_slot(qbase, next);
-                uint64_t spin_until = now_ns() + SPIN_NS;
+                cube__qslot *s = cube__q_slot(qbase, next), *batch[DEVICE_BATCH];
+                cl_event events[DEVICE_BATCH];
+                bool queued[DEVICE_BATCH];
+                uint64_t spin_until = now_ns() + SPIN_NS, t;
+                unsigned n = 0;
 
                 while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
                         if (now_ns() < spin_until) {
@@ -467,15 +494,31 @@ static void serve_loop(void)
                                 futex(&ctl->doorbell, FUTEX_WAIT, bell, NULL);
                         atomic_store(&ctl->device_sleeping, 0);
                 }
-                atomic_store(&ctl->running_since, now_ns());
+                t = now_ns();
+                atomic_store(&ctl->running_since, t);
                 atomic_store(&ctl->running_seq, next);
-                run(s, next % CUBE__Q_SLOTS);
-                atomic_store(&ctl->running_seq, 0);
-                atomic_store(&s->state, CUBE__SLOT_DONE);
-                atomic_fetch_add(&ctl->completions, 1);
-                if (atomic_load(&ctl->waiters))
-                        futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
-                next++;
+                for (uint64_t seq = next; n < DEVICE_BATCH; seq++, n++) {
+                        cube__qslot *q = cube__q_slot(qbase, seq);
+                        if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq)
+                                break;
+                        batch[n] = q;
+                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, &events[n]);
+                }
+                clFlush(dev.queue);
+                for (unsigned i = 0; i < n; i++) {
+                        atomic_store(&ctl->running_since, t);
+                        atomic_store(&ctl->running_seq, next + i);
+                        if (queued[i])
+                                finish(batch[i], events[i]);
+                        batch[i]->start_ns = t;
+                        batch[i]->end_ns = t = now_ns();
+                        atomic_store(&ctl->running_seq, 0);
+                        atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
+                        atomic_fetch_add(&ctl->completions, 1);
+                        if (atomic_load(&ctl->waiters))
+                                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                }
+                next += n;
         }
 }
 
