@@ -17,7 +17,7 @@ rc=0
 echo "== tests (build)"
 meson test -C build --print-errorlogs --no-rebuild || rc=1
 echo "== tests under ASan/UBSan (build-asan)"
-CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=3 \
+CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=3 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
         meson test -C build-asan --print-errorlogs --no-rebuild --timeout-multiplier 3 || rc=1
 
 echo "== Python binding (pytest, build)"
