@@ -208,9 +208,13 @@ int main(int argc, char **argv)
         cube__log_init(opts.log_level);
         signal(SIGPIPE, SIG_IGN);
         /* A daemon that cannot start has served nothing: it exits at once and
-         * leaves the cleanup to the kernel. */
-        if (cube__server_init(&srv, &opts, overrides, n) < 0)
-                return srv.exit_code ? srv.exit_code : 1;
+         * leaves the cleanup to the kernel (no exit handlers either: a leak
+         * checker's report of what it never freed is not what a person who
+         * started it needs to read). */
+        if (cube__server_init(&srv, &opts, overrides, n) < 0) {
+                fflush(stderr);
+                _exit(srv.exit_code ? srv.exit_code : 1);
+        }
         r = cube__server_run(&srv);
         cube__server_done(&srv);
         free(overrides);
