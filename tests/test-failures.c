@@ -871,6 +871,19 @@ START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
         expect_root(u, cube_dim_root, LEN(cube_dim_root));
         cube_error_free(u);
         expect_bytes(c, &w, pattern);
+
+        /* p[1] was made by the oldest skip, whose record was dropped: its
+         * report must not read as a claim made directly by the root. */
+        u = only_failure(c, &p[1], 1);
+        ck_assert_msg(cube_error_chain_len(u) == 1, "chain of %zu: %s", cube_error_chain_len(u),
+                      cube_error_message(u));
+        ck_assert_msg(strstr(cube_error_chain_at(u, 0), "older skip record(s) were dropped"),
+                      "%s", cube_error_chain_at(u, 0));
+        cube_error_free(u);
+        /* The root's own memory is a direct claim, and says nothing more. */
+        u = only_failure(c, &p[0], 1);
+        ck_assert_uint_eq(cube_error_chain_len(u), 0);
+        cube_error_free(u);
         cube_disconnect(c);
 }
 END_TEST
@@ -1938,38 +1951,6 @@ START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
 }
 END_TEST
 
-START_TEST(a_walk_that_ends_on_a_dropped_hop_says_so)
-{
-        cube_client *c = connect_as("dropped");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
-        uint32_t pattern[N];
-        cube_handle p[19], w;
-        cube_error *u;
-
-        fill_pattern(pattern, N);
-        w = filled(c, pattern, BYTES);
-        for (size_t i = 0; i < LEN(p); i++)
-                p[i] = buffer(c, BYTES);
-        launch_refused(c, over(fill, &p[0], NULL, 1), CUBE_RESOURCE_CUBE_DIM);
-        for (size_t i = 1; i < LEN(p); i++)
-                launch(c, over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
-
-        /* p[1] was made by the oldest skip, whose record was dropped: its
-         * report must not read as a claim made directly by the root. */
-        u = only_failure(c, &p[1], 1);
-        ck_assert_msg(cube_error_chain_len(u) == 1, "chain of %zu: %s", cube_error_chain_len(u),
-                      cube_error_message(u));
-        ck_assert_msg(strstr(cube_error_chain_at(u, 0), "older skip record(s) were dropped"),
-                      "%s", cube_error_chain_at(u, 0));
-        cube_error_free(u);
-        /* The root's own memory is a direct claim, and says nothing more. */
-        u = only_failure(c, &p[0], 1);
-        ck_assert_uint_eq(cube_error_chain_len(u), 0);
-        cube_error_free(u);
-        cube_disconnect(c);
-}
-END_TEST
-
 START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
@@ -2121,7 +2102,6 @@ static Suite *failures_suite(void)
         tcase_add_test(late, a_later_write_over_a_failing_one_keeps_its_bytes);
         tcase_add_test(late, a_sync_waits_for_every_stream_of_its_session);
         tcase_add_test(late, a_failed_reservation_keeps_its_failure_whatever_is_written);
-        tcase_add_test(late, a_walk_that_ends_on_a_dropped_hop_says_so);
         tcase_add_test(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried);
         tcase_add_test(late, a_device_fault_injected_late_poisons_the_device);
         tcase_add_test(plain, a_missing_compiler_is_no_refusal);
