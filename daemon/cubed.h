@@ -951,6 +951,7 @@ struct cube__server {
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight */
         bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
+        int cache_fd;                   /* the cache directory, held open since start */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;

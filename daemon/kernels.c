@@ -245,9 +245,17 @@ static int file_digest(const char *path, char hex[65])
         char buf[65536];
         ssize_t n;
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
 
         if (fd < 0)
                 return -errno;
+        /* Judged on what was opened, not on the name: a file of another user,
+         * or one others may write, is not one this daemon wrote. */
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+            (st.st_mode & 022)) {
+                close(fd);
+                return -EPERM;
+        }
         cube__sha256_init(&sha);
         while ((n = read(fd, buf, sizeof(buf))) > 0)
                 cube__sha256_update(&sha, buf, (size_t) n);
@@ -266,6 +274,17 @@ static char *digest_path(const char *artifact)
         if (p)
                 snprintf(p, n, "%s.sha256", artifact);
         return p;
+}
+
+/* Whether the cache's path still names the directory held open since start:
+ * one swapped in its place, or a parent swapped above it, is someone else's. */
+static bool cache_intact(const cube__server *srv)
+{
+        struct stat held, now;
+
+        return srv->cache_fd >= 0 && fstat(srv->cache_fd, &held) == 0 &&
+               stat(srv->opts.cache_dir, &now) == 0 && held.st_dev == now.st_dev &&
+               held.st_ino == now.st_ino;
 }
 
 /* Whether the artifact is what this daemon (or an earlier run) wrote: its
@@ -321,7 +340,12 @@ static void prepare_work(uv_work_t *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
-        if (access(path, F_OK) == 0 && srv->cache_trusted && !artifact_trusted(path)) {
+        if (srv->cache_trusted && !cache_intact(srv)) {
+                cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the kernel cache %s is no "
+                          "longer the directory the daemon started with (it was moved or "
+                          "replaced); nothing in it is loaded, the kernel is compiled again",
+                          k->entry, k->hash, srv->opts.cache_dir);
+        } else if (access(path, F_OK) == 0 && srv->cache_trusted && !artifact_trusted(path)) {
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact %s does "
                           "not match the digest recorded when it was written (planted or "
                           "altered); it is not loaded, the kernel is compiled again", k->entry,

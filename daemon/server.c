@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -128,7 +129,39 @@ static void on_drain_timeout(uv_timer_t *t)
 
 /* Creates the kernel cache directory if needed, and refuses one that others
  * may write: the daemon loads code from it. */
-static int prepare_cache_dir(const char *dir, bool *ret_trusted)
+/* Refuses a cache directory with an ancestor someone else could swap: one
+ * owned by a user other than this one or root, or one others may write
+ * without the sticky bit (a root-owned sticky directory such as /tmp lets
+ * no one rename what is ours inside it). */
+static int check_cache_ancestors(const char *dir)
+{
+        char *copy = realpath(dir, NULL), *p;
+        int r = 0;
+
+        if (!copy)
+                return 0;       /* made below, or reported there */
+        for (p = copy; r == 0 && p; p = strchr(p + 1, '/')) {
+                struct stat st;
+                char keep = p[p == copy ? 1 : 0];
+
+                p[p == copy ? 1 : 0] = '\0';
+                if (stat(copy, &st) == 0 &&
+                    ((st.st_uid != 0 && st.st_uid != geteuid()) ||
+                     ((st.st_mode & 022) && !((st.st_mode & S_ISVTX) && st.st_uid == 0)))) {
+                        cube__log(CUBE__LOG_ERR, "the kernel cache %s lies under %s (owner uid "
+                                  "%u, mode %04o), which another user could swap for a directory "
+                                  "of their own; put the cache where every directory above it "
+                                  "belongs to this user or root and only they may write", dir,
+                                  copy, (unsigned) st.st_uid, (unsigned) (st.st_mode & 07777));
+                        r = -EPERM;
+                }
+                p[p == copy ? 1 : 0] = keep;
+        }
+        free(copy);
+        return r;
+}
+
+static int prepare_cache_dir(cube__server *srv, const char *dir, bool *ret_trusted)
 {
         struct stat st;
         char *copy = strdup(dir);
@@ -147,8 +180,14 @@ static int prepare_cache_dir(const char *dir, bool *ret_trusted)
                           strerror(errno));
                 return -errno;
         }
-        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                cube__log(CUBE__LOG_ERR, "the kernel cache %s is not a directory", dir);
+        if (check_cache_ancestors(dir) < 0)
+                return -EPERM;
+        /* Held open for the daemon's life: an artifact is trusted only while
+         * the path still names this very directory. */
+        srv->cache_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (srv->cache_fd < 0 || fstat(srv->cache_fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                cube__log(CUBE__LOG_ERR, "the kernel cache %s is not a directory (or is a "
+                          "symlink)", dir);
                 return -ENOTDIR;
         }
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
@@ -300,6 +339,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
 
         memset(srv, 0, sizeof(*srv));
         srv->completions_fd = -1;
+        srv->cache_fd = -1;
         srv->opts = *opts;
         srv->overrides = overrides;
         srv->n_overrides = n_overrides;
@@ -339,7 +379,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                         srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return r;
         }
-        if ((r = prepare_cache_dir(opts->cache_dir, &srv->cache_trusted)) < 0)
+        if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
         if ((r = prepare_descriptors(srv)) < 0)
                 return r;
@@ -622,6 +662,8 @@ void cube__server_done(cube__server *srv)
         uv_mutex_destroy(&srv->completions_lock);
         if (srv->completions_fd >= 0)
                 close(srv->completions_fd);
+        if (srv->cache_fd >= 0)
+                close(srv->cache_fd);
         if (srv->zone)
                 msgpack_zone_free(srv->zone);
         cube__options_done(&srv->opts);

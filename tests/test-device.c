@@ -502,6 +502,70 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
 }
 END_TEST
 
+/* The cache's path: a directory above it that another user owns, or that
+ * others may write without the sticky bit, is refused at start; an artifact
+ * another user owns is never loaded; and a cache directory swapped for
+ * another after the start is not loaded from. */
+START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
+{
+        char top[] = "/tmp/cube-above-XXXXXX", cache[96], moved[112], triple[200], cmd[256];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N] = { 0 };
+
+        if (!running_as_root())
+                return;         /* making another user's directory needs root */
+        ck_assert_ptr_nonnull(mkdtemp(top));
+        snprintf(cache, sizeof(cache), "%s/cache", top);
+        snprintf(moved, sizeof(moved), "%s/moved", top);
+
+        ck_assert_int_eq(chown(top, 65534, 65534), 0);
+        ck_assert_msg(test_daemon_start(&d, args) < 0, "served a cache under nobody's directory");
+        ck_assert_int_eq(chown(top, 0, 0), 0);
+        ck_assert_int_eq(chmod(top, 0777), 0);
+        ck_assert_msg(test_daemon_start(&d, args) < 0, "served a cache under a 0777 directory");
+        ck_assert_int_eq(chmod(top, 0755), 0);
+
+        /* A trusted cache, with triple compiled into it. */
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "first", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+                 CUBE_LAUNCH_COMPILE);
+        ck_ok(cube_sync(c, NULL, 0));
+        snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* Another user's artifact, digest and all. */
+        ck_assert_int_eq(chown(triple, 65534, 65534), 0);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "owned", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "another user's artifact was loaded");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        /* The recompiled artifact is ours again; the directory is swapped
+         * under a running daemon for a copy holding the same files. */
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "swapped", &c));
+        ck_assert_int_eq(rename(cache, moved), 0);
+        snprintf(cmd, sizeof(cmd), "cp -a %s %s", moved, cache);
+        ck_assert_int_eq(system(cmd), 0);
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded from a swapped cache");
+        ck_assert(log_has(&d, "no longer the directory"));
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
@@ -515,6 +579,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
+        tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
         suite_add_tcase(s, tc);
         return s;
 }
