@@ -1169,8 +1169,11 @@ START_TEST(one_hostile_client)
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000), "memory is still held");
         ck_assert_msg(settles(test_open_fds, D.pid, fds0, test_scaled_ms(5000), &last),
                       "%ld descriptors open, %ld before", last, fds0);
-        ck_assert_msg(asan || settles(test_mappings, D.pid, maps0, test_scaled_ms(5000), &last),
-                      "%ld mappings, %ld before", last, maps0);
+        /* A thread that ended leaves its stack in glibc's cache, and a busy
+         * moment can add a malloc arena: a few mappings that are no leak (the
+         * regions of item 3 were thousands). */
+        ck_assert_msg(asan || settles(test_mappings, D.pid, maps0 + 8, test_scaled_ms(5000),
+                                      &last), "%ld mappings, %ld before", last, maps0);
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 #undef PEAK
 }
