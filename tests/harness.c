@@ -937,3 +937,19 @@ int test_kernel_sources(const char *path, test_kernel_source **ret, size_t *ret_
         *ret_n = n;
         return 0;
 }
+
+const char test_affine_source[] =
+        "KERNEL void affine(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] * 5u + 7u;\n"
+        "}\n";
+
+const cube_buffer_io test_affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
+
+uint32_t test_affine(uint32_t x)
+{
+        return x * 5u + 7u;
+}

@@ -133,6 +133,12 @@ void test_launch_u32(cube_client *c, cube_launch l, const uint32_t *scalars, siz
 /* Asserts that e is of kind, naming what was expected, and frees it. */
 void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
 
+/* affine(in -> out): out[i] = in[i] * 5 + 7, one const input and one
+ * declared output; the kernel the failure-store suites pass failures along. */
+extern const char test_affine_source[];
+extern const cube_buffer_io test_affine_io[2];
+uint32_t test_affine(uint32_t x);
+
 /* Asserts e is NULL, printing the message otherwise. */
 #define ck_ok(expr) do { \
         cube_error *e_ = (expr); \

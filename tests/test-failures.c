@@ -75,24 +75,6 @@ static const char trio_source[] =
         "                a[i] = b[i] = c[i] = (uint32_t) i;\n"
         "}\n";
 
-/* out[i] = in[i] * 5 + 7: one const input, one output with no compiled
- * answer. */
-static const char affine_source[] =
-        "KERNEL void affine(const uint32_t *in, uint32_t *out, INFO)\n"
-        "{\n"
-        "        uint64_t i = ABSOLUTE_POS;\n"
-        "\n"
-        "        if (i < BUFFER_LEN(1))\n"
-        "                out[i] = in[i] * 5u + 7u;\n"
-        "}\n";
-
-static const cube_buffer_io affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
-
-static uint32_t affine(uint32_t x)
-{
-        return x * 5u + 7u;
-}
-
 /* One buffer for each way the read and write sets are decided: a const input,
  * a non-const input declared READ_ONLY, a declared output, an undeclared
  * buffer, and a const buffer declared WRITE_ONLY. */
@@ -891,7 +873,7 @@ END_TEST
 START_TEST(relaunching_into_a_pure_output_repairs_it)
 {
         cube_client *c = connect_as("relaunch");
-        uint64_t k = kernel(c, affine_source, "affine");
+        uint64_t k = kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N];
         cube_handle in, out;
         cube_error *u;
@@ -899,10 +881,10 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
 
         fill_random(data, sizeof(data), 4);
         for (uint32_t i = 0; i < N; i++)
-                want[i] = affine(data[i]);
+                want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
-        launch_refused(c, over(k, (cube_handle[]) { in, out }, affine_io, 2),
+        launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
         u = only_failure(c, &out, 1);
         f = cube_error_failure(u);
@@ -911,14 +893,14 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
 
         /* A declared output is not read, so its claim does not stop the
          * launch, which writes it whole. */
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
         ck_assert_uint_eq(live_failures(c), 0);
 
         /* Undeclared, it counts as read too: the launch is skipped on its own
          * output's claim. */
-        launch_refused(c, over(k, (cube_handle[]) { in, out }, affine_io, 2),
+        launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_UNITS);
         launch(c, over(k, (cube_handle[]) { in, out }, NULL, 2), NULL, 0);
         u = only_failure(c, &out, 1);
@@ -929,7 +911,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         cube_error_free(u);
 
         /* Declared again, it is repaired. */
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
         ck_assert_uint_eq(live_failures(c), 0);
@@ -1099,7 +1081,7 @@ END_TEST
 START_TEST(an_abandoned_write_scope_reads_as_torn_down)
 {
         cube_client *c = connect_as("teardown");
-        uint64_t k = kernel(c, affine_source, "affine");
+        uint64_t k = kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N], pattern[N];
         cube_handle in, out, next;
         cube_error *u;
@@ -1107,13 +1089,13 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         fill_random(data, sizeof(data), 6);
         fill_pattern(pattern, N);
         for (uint32_t i = 0; i < N; i++)
-                want[i] = affine(data[i]);
+                want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
         out = filled(c, pattern, BYTES);
         next = filled(c, pattern, BYTES);
 
         inject(c, CUBE_FAULT_TEARDOWN, CUBE_SERVER_TORN_DOWN, "", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_int_eq(cube_error_kind_of(cube_error_source(u)), CUBE_SERVER_TORN_DOWN);
@@ -1126,7 +1108,7 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         ck_assert(!status_of(D.socket).poisoned);
 
         /* It strikes once: the next launch runs. */
-        launch(c, over(k, (cube_handle[]) { in, next }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
         expect_bytes(c, &next, want);
         ck_assert_uint_eq(live_failures(c), 1);
         cube_disconnect(c);
@@ -1355,7 +1337,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
                 CUBE_COMPILATION_EXPANSION_PANICKED,
         };
         cube_client *c = connect_as("compile");
-        uint64_t k = kernel(c, affine_source, "affine"), fill = kernel(c, fill_source, "fill");
+        uint64_t k = kernel(c, test_affine_source, "affine"), fill = kernel(c, fill_source, "fill");
         uint32_t data[N];
         cube_handle in, out, other;
         cube_error *u, *e;
@@ -1374,7 +1356,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
 
         inject(c, CUBE_FAULT_COMPILE, CUBE_COMPILATION_GENERIC, "no such intrinsic on this target",
                0);
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_str_eq(cube_error_reason(expect_root(u, compile_root, LEN(compile_root))),
@@ -1485,11 +1467,11 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
         /* Nothing was armed: memory, copies, compiles and launches all work. */
         fill_random(data, sizeof(data), 14);
         for (uint32_t i = 0; i < N; i++)
-                want[i] = affine(data[i]);
+                want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
-        k = kernel(c, affine_source, "affine");
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        k = kernel(c, test_affine_source, "affine");
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, (cube_handle[]) { in, out }, 2));
         expect_bytes(c, &in, data);
         expect_bytes(c, &out, want);
@@ -1508,7 +1490,7 @@ END_TEST
 START_TEST(interleaved_workflows_on_one_stream_stay_apart)
 {
         cube_client *c = connect_as("interleaved");
-        uint64_t k = kernel(c, affine_source, "affine");
+        uint64_t k = kernel(c, test_affine_source, "affine");
         uint32_t d1[N], d2[N], want[N];
         cube_handle in1, in2, t[3], u[3];
         cube_error *r;
@@ -1525,16 +1507,16 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         }
 
         /* Launch by launch: the first workflow fails at its first kernel. */
-        launch_refused(c, over(k, (cube_handle[]) { in1, t[0] }, affine_io, 2),
+        launch_refused(c, over(k, (cube_handle[]) { in1, t[0] }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(k, (cube_handle[]) { in2, u[0] }, affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[0], t[1] }, affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[0], u[1] }, affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[1], t[2] }, affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[1], u[2] }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in2, u[0] }, test_affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { t[0], t[1] }, test_affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { u[0], u[1] }, test_affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { t[1], t[2] }, test_affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { u[1], u[2] }, test_affine_io, 2), NULL, 0);
 
         for (uint32_t i = 0; i < N; i++)
-                want[i] = affine(affine(affine(d2[i])));
+                want[i] = test_affine(test_affine(test_affine(d2[i])));
         ck_ok(cube_sync(c, u, 3));
         ck_ok(cube_check(c, (cube_handle[]) { in2, u[0], u[1], u[2] }, 4));
         expect_bytes(c, &u[2], want);
@@ -1571,7 +1553,7 @@ static cube_error *read_halves(cube_client *c, const cube_handle *h)
 START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
 {
         cube_client *c = connect_as("predicates");
-        uint64_t fill = kernel(c, fill_source, "fill"), k = kernel(c, affine_source, "affine");
+        uint64_t fill = kernel(c, fill_source, "fill"), k = kernel(c, test_affine_source, "affine");
         cube_handle h[3], in;
         uint32_t data[N];
         cube_error *e;
@@ -1590,12 +1572,12 @@ START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
                         break;
                 case 1:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "the device faulted", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, affine_io, 2), NULL, 0);
+                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 default:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_DEVICE_POISONED,
                                "an illegal address", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, affine_io, 2), NULL, 0);
+                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 }
         }
@@ -1818,7 +1800,7 @@ END_TEST
 START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 {
         cube_client *c = connect_as("late-launch");
-        uint64_t aff = kernel(c, affine_source, "affine");
+        uint64_t aff = kernel(c, test_affine_source, "affine");
         uint32_t data[N], fresh[N], back[N];
         cube_handle in, out, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1830,13 +1812,13 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         /* Compiled, and run once on good input. */
-        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, &out, 1));
 
         launch_linger(c, k, &scratch, 200, false, CUBE_LAUNCH_EXECUTE);
         inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "the input never arrived", 0);
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
 
         /* out was computed from bytes that were never there: it carries the
          * write's own failure, one hop on, as a skipped launch's would. */
@@ -1856,10 +1838,10 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 
         /* A good write and launch repair both. */
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
-                ck_assert_uint_eq(back[i], affine(fresh[i]));
+                ck_assert_uint_eq(back[i], test_affine(fresh[i]));
         ck_assert_uint_eq(live_failures(c), 0);
         cube_disconnect(c);
 }
@@ -1955,7 +1937,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
         cube_client *c = connect_as("defect");
-        uint64_t k = kernel(c, affine_source, "affine");
+        uint64_t k = kernel(c, test_affine_source, "affine");
         uint32_t data[N], back[N];
         cube_handle in, out;
         cube_error *u;
@@ -1964,7 +1946,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "the compiler was killed", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         ck_assert_str_eq(cube_error_reason(expect_root(u, defect, LEN(defect))),
                          "the compiler was killed");
@@ -1974,10 +1956,10 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
         ck_assert_str_eq(kernel_state(c, "affine"), "failed");
 
         /* The next launch compiles it again, and it runs. */
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
-                ck_assert_uint_eq(back[i], affine(data[i]));
+                ck_assert_uint_eq(back[i], test_affine(data[i]));
         ck_assert_str_eq(kernel_state(c, "affine"), "compiled");
         cube_disconnect(c);
 }
@@ -1986,7 +1968,7 @@ END_TEST
 START_TEST(a_device_fault_injected_late_poisons_the_device)
 {
         cube_client *c = connect_as("late-poison");
-        uint64_t k = kernel(c, affine_source, "affine");
+        uint64_t k = kernel(c, test_affine_source, "affine");
         uint32_t data[N];
         cube_handle in, out;
         cube_status st;
@@ -1996,7 +1978,7 @@ START_TEST(a_device_fault_injected_late_poisons_the_device)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         inject(c, CUBE_FAULT_DEVICE_LAUNCH, CUBE_DEVICE_POISON, "a late sticky fault", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, affine_io, 2), NULL, 0);
+        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         e = cube_sync(c, NULL, 0);
         ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
                       e ? cube_error_message(e) : "ok");

@@ -68,18 +68,6 @@ static const char step_source[] =
         "                acc[i] = acc[i] * 3u + SCALAR(uint32_t, 0, 0) + (uint32_t) i;\n"
         "}\n";
 
-/* out[i] = in[i] * 5 + 7. */
-static const char affine_source[] =
-        "KERNEL void affine(const uint32_t *in, uint32_t *out, INFO)\n"
-        "{\n"
-        "        uint64_t i = ABSOLUTE_POS;\n"
-        "\n"
-        "        if (i < BUFFER_LEN(1))\n"
-        "                out[i] = in[i] * 5u + 7u;\n"
-        "}\n";
-
-static const cube_buffer_io affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
-
 static cube_launch over(uint64_t k, const cube_handle *bufs, const cube_buffer_io *io, size_t n)
 {
         return (cube_launch) {
@@ -465,7 +453,7 @@ END_TEST
 START_TEST(a_new_page_inside_a_capture_is_forbidden_unless_warmed_up)
 {
         cube_client *c = test_connect(D.socket, "pages");
-        uint64_t k = test_kernel(c, affine_source, "affine"), g;
+        uint64_t k = test_kernel(c, test_affine_source, "affine"), g;
         uint32_t in[N], got[N];
         cube_handle bufs[2], warm;
         cube_error *e;
@@ -492,7 +480,7 @@ START_TEST(a_new_page_inside_a_capture_is_forbidden_unless_warmed_up)
         ck_assert_int_eq(cube_error_kind_of(cube_error_source(root)), CUBE_IO_PAGE_UPDATE_FORBIDDEN);
         cube_error_free(reason_has(e, "warm up"));
         cube_handle view[2] = { bufs[0], cube_handle_slice(&bufs[1], 0, (1u << 20) - BYTES) };
-        test_launch_u32(c, over(k, view, affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, view, test_affine_io, 2), NULL, 0);
         ck_ok(cube_end_capture(c, &g));
         ck_ok(cube_replay(c, g));
         ck_ok(cube_read(c, &view[1], got, BYTES));
@@ -507,7 +495,7 @@ END_TEST
 START_TEST(a_failure_during_the_window_dooms_the_capture)
 {
         cube_client *c = test_connect(D.socket, "doomed");
-        uint64_t k = test_kernel(c, affine_source, "affine"), ks = test_kernel(c, spin_source, "spin");
+        uint64_t k = test_kernel(c, test_affine_source, "affine"), ks = test_kernel(c, spin_source, "spin");
         uint64_t g;
         uint32_t in[N] = {0};
         cube_handle bufs[2], out;
@@ -517,9 +505,9 @@ START_TEST(a_failure_during_the_window_dooms_the_capture)
         ck_ok(cube_empty(c, BYTES, &bufs[1]));
         ck_ok(cube_empty(c, 64, &out));
         ck_ok(cube_graph_prepare(c));
-        test_launch_u32(c, over(k, bufs, affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
         ck_ok(cube_begin_capture(c));
-        test_launch_u32(c, over(k, bufs, affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
         launch_refused(c, ks, &out);
         e = cube_end_capture(c, &g);
         ck_assert_ptr_nonnull(e);
@@ -579,7 +567,7 @@ END_TEST
 START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
 {
         cube_client *c = test_connect(D.socket, "taint");
-        uint64_t k = test_kernel(c, affine_source, "affine"), g;
+        uint64_t k = test_kernel(c, test_affine_source, "affine"), g;
         uint32_t in[N], got[N];
         cube_handle bufs[2];
         cube_error *e;
@@ -589,9 +577,9 @@ START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
         ck_ok(cube_create(c, in, BYTES, &bufs[0]));
         ck_ok(cube_empty(c, BYTES, &bufs[1]));
         ck_ok(cube_graph_prepare(c));
-        test_launch_u32(c, over(k, bufs, affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
         ck_ok(cube_begin_capture(c));
-        test_launch_u32(c, over(k, bufs, affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
         ck_ok(cube_end_capture(c, &g));
         ck_ok(cube_sync(c, NULL, 0));
         ck_ok(cube_read(c, &bufs[1], got, BYTES));

@@ -63,23 +63,6 @@ static int timeout_multiplier(void)
  * Kernels
  * ------------------------------------------------------------------------- */
 
-/* out[i] = in[i] * 5 + 7: one const input, one declared output. */
-static const char affine_source[] =
-        "KERNEL void affine(const uint32_t *in, uint32_t *out, INFO)\n"
-        "{\n"
-        "        uint64_t i = ABSOLUTE_POS;\n"
-        "\n"
-        "        if (i < BUFFER_LEN(1))\n"
-        "                out[i] = in[i] * 5u + 7u;\n"
-        "}\n";
-
-static const cube_buffer_io affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
-
-static uint32_t affine(uint32_t x)
-{
-        return x * 5u + 7u;
-}
-
 /* Spins about scalar 0 microseconds, then writes it into out[0]: device work
  * that later work on its stream queues behind. */
 static const char nap_source[] =
@@ -132,7 +115,7 @@ static void launch(cube_client *c, uint64_t k, const cube_handle *bufs, const cu
 
 static void launch_affine(cube_client *c, uint64_t k, cube_handle in, cube_handle out)
 {
-        launch(c, k, (cube_handle[]) { in, out }, affine_io, 2, ELEMS, NULL, 0,
+        launch(c, k, (cube_handle[]) { in, out }, test_affine_io, 2, ELEMS, NULL, 0,
                CUBE_LAUNCH_EXECUTE);
 }
 
@@ -148,7 +131,7 @@ static void precompile(cube_client *c, uint64_t affine_k, uint64_t nap_k)
 
         ck_ok(cube_empty(c, BYTES, &a));
         ck_ok(cube_empty(c, BYTES, &b));
-        launch(c, affine_k, (cube_handle[]) { a, b }, affine_io, 2, ELEMS, NULL, 0,
+        launch(c, affine_k, (cube_handle[]) { a, b }, test_affine_io, 2, ELEMS, NULL, 0,
                CUBE_LAUNCH_COMPILE);
         launch(c, nap_k, &a, nap_io, 1, 1, (uint32_t[]) { 0 }, 1, CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
@@ -471,7 +454,7 @@ static void op_launch(run *r, size_t in, size_t out, uint64_t stream, enum launc
                 } else if (fault != NO_FAULT) {
                         mo->label[e] = (uint8_t) (r->step + 1);
                 } else {
-                        mo->value[e] = affine(mi->value[e]);
+                        mo->value[e] = test_affine(mi->value[e]);
                         mo->label[e] = 0;
                 }
         }
@@ -654,7 +637,7 @@ START_TEST(random_sequences_agree_with_the_model)
                 first + count);
 
         ck_ok(cube_connect(D.socket, "model", &r.c));
-        r.affine_k = kernel(r.c, affine_source, "affine");
+        r.affine_k = kernel(r.c, test_affine_source, "affine");
         r.nap_k = kernel(r.c, nap_source, "nap");
         precompile(r.c, r.affine_k, r.nap_k);
         for (uint64_t s = 0; s < 2; s++) {
@@ -697,7 +680,7 @@ typedef struct fixed {
 static void fixed_start(fixed *f, const char *name)
 {
         ck_ok(cube_connect(D.socket, name, &f->c));
-        f->affine_k = kernel(f->c, affine_source, "affine");
+        f->affine_k = kernel(f->c, test_affine_source, "affine");
         f->nap_k = kernel(f->c, nap_source, "nap");
         precompile(f->c, f->affine_k, f->nap_k);
         cube_stream_set(1);
