@@ -7,17 +7,21 @@
 # CHECK is one of:
 #   render      every page renders with man -l and groff without a warning
 #   config-keys every key of daemon/config.c's table is described in
-#               cubed.conf(5) and listed in systemd/cubed.conf.example
+#               cubed.conf(5) and listed in systemd/cubed.conf.example, both
+#               saying whether a reload changes it as the table does
 #   cubed       every long option of daemon/main.c is described in cubed(8)
 #   cubectl     every command of cubectl's usage and every long option is
 #               described in cubectl(1), and every command is completed
 #   example     CUBED --check-config accepts the example as it is, and with
 #               every default it shows uncommented
+#   defaults    each default the example shows is the value `cubectl config`
+#               reports of a CUBED started with no configuration
 # Prints each discrepancy and exits 1 when there is one.
 set -u
 src=$1
 check=$2
 cubed=${3:-}
+cubectl_bin=${4:-}
 fail=0
 export LC_ALL=C.UTF-8
 
@@ -43,16 +47,44 @@ render() {
         done
 }
 
+# "KEY true|false" for each entry of the option table: whether a reload
+# changes it.
+option_table() {
+        sed -nE 's/^[[:space:]]*\{ "([a-z-]+)", K_[A-Z0-9]+,.*, (true|false) \},.*/\1 \2/p' \
+                "$src/daemon/config.c"
+}
+
+# What cubed.conf(5) says of KEY's reload: the entry from its .BI line to
+# the next .TP or .SS.
+conf_reload() {
+        page cubed.conf.5 | awk -v key="$1" '
+                /^\.(TP|SS)/ { on = 0 }
+                index($0, ".BI \"" key " = \"") == 1 { on = 1 }
+                on && /^Reload: / { print; exit }'
+}
+
 config_keys() {
-        local keys k
-        keys=$(sed -nE 's/^[[:space:]]*\{ "([a-z-]+)", K_[A-Z0-9]+,.*/\1/p' "$src/daemon/config.c")
-        [ "$(wc -w <<<"$keys")" -gt 30 ] || problem "found too few keys in daemon/config.c"
-        for k in $keys; do
+        local k reload n=0 line
+        while read -r k reload; do
+                n=$((n + 1))
                 page cubed.conf.5 | grep -qE "^\.BI \"$k = \"" ||
                         problem "key '$k' is not described in man/cubed.conf.5"
-                grep -qE "^# $k( |$)" "$src/systemd/cubed.conf.example" ||
+                line=$(grep -E "^# $k( |$)" "$src/systemd/cubed.conf.example") ||
                         problem "key '$k' is not in systemd/cubed.conf.example"
-        done
+                [ "$k" = instance ] && continue   # command line only
+                if [ "$reload" = true ]; then
+                        [[ $line != *"[restart]"* ]] ||
+                                problem "the example marks '$k' [restart]; a reload changes it"
+                        [ "$(conf_reload "$k")" = "Reload: takes effect at once." ] ||
+                                problem "man/cubed.conf.5 does not say a reload changes '$k'"
+                else
+                        [[ $line == *"[restart]"* ]] ||
+                                problem "the example does not mark '$k' [restart]"
+                        [ "$(conf_reload "$k")" = "Reload: keeps its value until the next start." ] ||
+                                problem "man/cubed.conf.5 does not say '$k' waits for a restart"
+                fi
+        done < <(option_table)
+        [ "$n" -gt 30 ] || problem "found too few keys in daemon/config.c"
 }
 
 # The long options of a C file's getopt_long table.
@@ -110,12 +142,64 @@ example() {
         rm -rf "$dir"
 }
 
+# Starts CUBED on a socket of its own with no configuration, and compares
+# each `# key = value` of the example with the value `cubectl --json config`
+# reports, sizes read with their suffixes. The socket, the cache directory
+# and the comm directory follow the instance and the socket, and the example
+# shows them for cpu0; memory-limit 0 is the backend's own, 4G on cpu.
+defaults() {
+        local dir pid i out r=0
+        [ -x "$cubed" ] && [ -x "$cubectl_bin" ] || { problem "no cubed or cubectl to run"; return; }
+        dir=$(mktemp -d) || return
+        chmod 700 "$dir"
+        "$cubed" --socket "$dir/cpu0.sock" --cache-dir "$dir/cache" >"$dir/log" 2>&1 &
+        pid=$!
+        for ((i = 0; i < 300; i++)); do
+                out=$("$cubectl_bin" --socket "$dir/cpu0.sock" --json config 2>/dev/null) && break
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+        done
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        if [ -z "$out" ]; then
+                problem "cubed did not answer cubectl config: $(cat "$dir/log")"
+                rm -rf "$dir"
+                return
+        fi
+        python3 - "$src/systemd/cubed.conf.example" "$out" <<'PY' || r=1
+import json, re, sys
+running = {e["key"]: e["value"] for e in json.loads(sys.argv[2])}
+derived = {"socket", "cache-dir", "comm-dir"}
+mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+def value(v):
+    m = re.fullmatch(r"(\d+)([KMGT])", v)
+    return str(int(m.group(1)) * mult[m.group(2)]) if m else v
+bad = 0
+for line in open(sys.argv[1]):
+    m = re.match(r"# ([a-z-]+) = ([^ #]+)", line)
+    if not m or m.group(1) in derived:
+        continue
+    key, shown = m.groups()
+    want = running.get(key)
+    if key == "memory-limit" and want == "0":
+        want = str(4 << 30)
+    if want is None or value(shown) != want:
+        print(f"check-docs: the example shows {key} = {shown}; cubed's default is {want}",
+              file=sys.stderr)
+        bad = 1
+sys.exit(bad)
+PY
+        [ "$r" = 0 ] || fail=1
+        rm -rf "$dir"
+}
+
 case $check in
 render) render ;;
 config-keys) config_keys ;;
 cubed) cubed_options ;;
 cubectl) cubectl ;;
 example) example ;;
+defaults) defaults ;;
 *) echo "check-docs: unknown check '$check'" >&2; exit 2 ;;
 esac
 exit $fail
