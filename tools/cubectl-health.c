@@ -380,8 +380,8 @@ static void selftest_kernel(cube_client *c, selftest *t)
         if (!e)
                 e = cube_sync(c, &hout, 1);
         if (!e)
-                snprintf(s->detail, sizeof(s->detail), "%d cubes of 256 units, compile included",
-                         SELFTEST_ELEMS / 256);
+                snprintf(s->detail, sizeof(s->detail), "%d cubes of 256 units, a compile "
+                         "included unless cached", SELFTEST_ELEMS / 256);
         if (!step_end(t, s, e)) {
                 step_skip(t, "check-output", "the launch failed");
                 goto out;
