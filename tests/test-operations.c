@@ -1755,7 +1755,7 @@ START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
 {
         output *o = calloc(1, sizeof(*o));
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        char stale[96], line[512], cpu0[256];
+        char stale[96], hung[96], line[512], cpu0[256];
         test_group g;
         int fd;
 
@@ -1766,6 +1766,12 @@ START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
         fd = socket(AF_UNIX, SOCK_STREAM, 0);
         ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
         close(fd);
+        /* One that takes connections and never answers: a hung daemon. */
+        snprintf(hung, sizeof(hung), "%.64s/hung.sock", g.dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", hung);
+        int hung_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ck_assert_int_eq(bind(hung_fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(hung_fd, 8), 0);
         cube_client *c = test_connect(g.d[1].socket, "held");
 
         const char *argv[] = { getenv("CUBECTL_BIN"), "list", "--dir", g.dir, NULL };
@@ -1786,6 +1792,9 @@ START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
         ck_assert_out(o, line_with(o->out, stale, line, sizeof(line)) &&
                       strstr(line, "unreachable") && strstr(line, "stale socket"),
                       "the stale socket is not marked unreachable");
+        ck_assert_out(o, line_with(o->out, hung, line, sizeof(line)) &&
+                      strstr(line, "unreachable") && strstr(line, "no answer within"),
+                      "the socket that never answers is not marked unreachable");
 
         const char *json[] = { getenv("CUBECTL_BIN"), "--json", "list", "--dir", g.dir, NULL };
         run_program(o, NULL, NULL, json);
@@ -1804,6 +1813,9 @@ START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
         ck_assert_out(o, o->status == 3 && strstr(o->err, "/nonexistent/cube"),
                       "list of a missing directory exited %d", o->status);
         cube_disconnect(c);
+        close(hung_fd);
+        unlink(stale);
+        unlink(hung);
         test_group_stop(&g);
         free(o);
 }

@@ -8,14 +8,18 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +27,7 @@
 
 #define LIST_DIR "/run/cube"
 #define LIST_MAX 256                    /* sockets list looks at in one directory */
+#define LIST_WAIT_S 5                   /* for the instances' answers, all at once */
 #define TOP_MAX_COUNT 1000000
 
 static const char *list_dir = LIST_DIR;        /* --dir */
@@ -133,6 +138,86 @@ static void probe(instance *in)
         in->reachable = true;
 }
 
+/* Every instance probed at once, each in a child of its own, so that one
+ * that accepts and never answers (a hung daemon, something else on the
+ * socket) costs LIST_WAIT_S and is listed as such, not a hung command. */
+static void probe_all(instance *v, size_t n)
+{
+        pid_t *pids = calloc(n ? n : 1, sizeof(*pids));
+        int *fds = calloc(n ? n : 1, sizeof(*fds));
+        size_t *got = calloc(n ? n : 1, sizeof(*got));
+        double deadline = now_seconds() + LIST_WAIT_S;
+
+        if (!pids || !fds || !got) {
+                for (size_t i = 0; i < n; i++)
+                        probe(&v[i]);
+                goto out;
+        }
+        fflush(stdout);
+        for (size_t i = 0; i < n; i++) {
+                int p[2];
+                fds[i] = -1;
+                if (pipe2(p, O_CLOEXEC) < 0 || (pids[i] = fork()) < 0) {
+                        probe(&v[i]);   /* no room for a child: asked here */
+                        continue;
+                }
+                if (pids[i] == 0) {
+                        close(p[0]);
+                        probe(&v[i]);
+                        ssize_t w = write(p[1], &v[i], sizeof(v[i]));
+                        _exit(w == (ssize_t) sizeof(v[i]) ? 0 : 1);
+                }
+                close(p[1]);
+                fds[i] = p[0];
+        }
+        for (;;) {
+                struct pollfd pfd[LIST_MAX];
+                size_t map[LIST_MAX], k = 0;
+                double left = deadline - now_seconds();
+                for (size_t i = 0; i < n; i++)
+                        if (fds[i] >= 0) {
+                                pfd[k] = (struct pollfd) { .fd = fds[i], .events = POLLIN };
+                                map[k++] = i;
+                        }
+                if (k == 0 || left <= 0)
+                        break;
+                if (poll(pfd, k, (int) (left * 1000) + 1) < 0 && errno != EINTR)
+                        break;
+                for (size_t j = 0; j < k; j++) {
+                        size_t i = map[j];
+                        instance tmp;
+                        ssize_t r;
+                        if (!pfd[j].revents)
+                                continue;
+                        r = read(fds[i], (char *) &tmp + got[i], sizeof(tmp) - got[i]);
+                        if (r > 0 && (got[i] += (size_t) r) < sizeof(tmp))
+                                continue;
+                        if (r > 0)
+                                v[i] = tmp;
+                        else
+                                snprintf(v[i].reason, sizeof(v[i].reason), "the probe of it "
+                                         "failed");
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (fds[i] >= 0) {
+                        snprintf(v[i].reason, sizeof(v[i].reason), "no answer within %d s: "
+                                 "the socket accepts, but nothing answers hello", LIST_WAIT_S);
+                        close(fds[i]);
+                }
+                if (pids[i] > 0) {
+                        kill(pids[i], SIGKILL);
+                        waitpid(pids[i], NULL, 0);
+                }
+        }
+out:
+        free(pids);
+        free(fds);
+        free(got);
+}
+
 static const char *instance_state(const instance *in)
 {
         if (!in->reachable)
@@ -185,8 +270,7 @@ int cmd_list(cube_client *unused, bool json, const char *arg)
         }
         closedir(d);
         qsort(v, n, sizeof(*v), by_name);
-        for (size_t i = 0; i < n; i++)
-                probe(&v[i]);
+        probe_all(v, n);
 
         if (json)
                 putchar('[');
@@ -636,8 +720,9 @@ static void top_frame(cube_client *c, bool json, unsigned long frame, const cube
                 rate_text(out, true, bo, sizeof(bo));
                 human_bytes(s->memory_in_use, mem, sizeof(mem));
                 printf("%6" PRIu64 "  %-16.16s  %10s  %12s  %12s  %10s  %8" PRIu64 "  %6" PRIu64
-                       "%s\n", s->id, *s->name ? cell_text(s->name, name, sizeof(name), false) : "-",
-                       l, bi, bo, mem, queued, s->errors,
+                       "%s\n", s->id,
+                       *s->name ? cell_text(s->name, name, sizeof(name), false) : "-", l, bi, bo,
+                       mem, queued, s->errors,
                        s->id == cube_client_session(c) ? "  (cubectl)" : "");
         }
         if (json)
