@@ -157,8 +157,14 @@ static void probe_all(instance *v, size_t n)
         for (size_t i = 0; i < n; i++) {
                 int p[2];
                 fds[i] = -1;
-                if (pipe2(p, O_CLOEXEC) < 0 || (pids[i] = fork()) < 0) {
+                if (pipe2(p, O_CLOEXEC) < 0) {
                         probe(&v[i]);   /* no room for a child: asked here */
+                        continue;
+                }
+                if ((pids[i] = fork()) < 0) {
+                        close(p[0]);
+                        close(p[1]);
+                        probe(&v[i]);
                         continue;
                 }
                 if (pids[i] == 0) {
@@ -688,7 +694,7 @@ static void top_frame(cube_client *c, bool json, unsigned long frame, const cube
                         fputs("\033[H\033[2J", stdout);
                 human_bytes(st->memory_in_use, mem, sizeof(mem));
                 human_bytes(st->properties.memory_bytes, total, sizeof(total));
-                printf("cubectl top: %s, %s, uptime %.0f s, %zu sessions, memory %s of %s, "
+                printf("cubectl top: %s, %s, uptime %.0f s, %zu session(s), memory %s of %s, "
                        "frame %lu every %.1f s\n", st->service,
                        st->poisoned ? "POISONED" : *st->state ? st->state : "serving",
                        st->uptime_seconds, cur->n, mem, total, frame, top_interval);
