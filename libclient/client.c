@@ -114,6 +114,8 @@ static void client_free(cube_client *c)
         pthread_mutex_destroy(&c->lock);
         pthread_mutex_destroy(&c->write_lock);
         pthread_cond_destroy(&c->cond);
+        pthread_mutex_destroy(&c->ro_lock);
+        free(c->ro_ids);
         cube__rbuf_free(&c->rb);
         msgpack_zone_free(c->zone);
         free(c);
@@ -151,6 +153,7 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
         pthread_mutex_init(&c->lock, NULL);
         pthread_mutex_init(&c->write_lock, NULL);
         pthread_cond_init(&c->cond, NULL);
+        pthread_mutex_init(&c->ro_lock, NULL);
         atomic_init(&c->next_memory, 1);
         atomic_init(&c->next_kernel, 1);
         cube__limits_client_default(&c->limits);
@@ -228,6 +231,8 @@ cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, u
 {
         cube_error *e = cube__check_handle(c, h);
 
+        if (!e)
+                e = cube__check_writable(c, h);
         if (e)
                 return e;
         if (size != cube_handle_len(h))
@@ -262,7 +267,10 @@ cube_error *cube_free(cube_client *c, const cube_handle *h)
                 cube__frame_destroy(&f);
                 return oom();
         }
-        return cube__frame_send(c, &f, NULL, NULL, 0);
+        e = cube__frame_send(c, &f, NULL, NULL, 0);
+        if (!e)
+                cube__readonly_remove(c, h->memory);
+        return e;
 }
 
 /* Packs [stream, [handle, ...]] after a request header. */
@@ -440,6 +448,12 @@ cube_error *cube_import(cube_client *c, const char *token, bool read_only, cube_
                 return oom();
         }
         e = cube__frame_send(c, &f, &call, NULL, 0);
+        /* Known before the handle is handed out, so that no write through
+         * it can slip past; without room to remember it, it is given back. */
+        if (!e && read_only && cube__readonly_add(c, h.memory) < 0) {
+                cube_error_free(cube_free(c, &h));
+                return oom();
+        }
         if (!e)
                 *ret_handle = h;
         return e;

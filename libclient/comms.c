@@ -128,6 +128,8 @@ static cube_error *collective(cube_client *c, const char *method, const cube_gro
 
         if ((src && (e = cube__check_handle(c, src))) || (dst && (e = cube__check_handle(c, dst))))
                 return e;
+        if (dst && (e = cube__check_writable(c, dst)))
+                return e;
         cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         r |= cube__pack_request(&f.pk, call.msgid, method, 7);

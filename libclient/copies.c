@@ -186,6 +186,8 @@ cube_error *cube_write_strided(cube_client *c, const cube_copy *d, const void *d
 {
         cube_error *e = check_copy(c, d, size);
 
+        if (!e)
+                e = cube__check_writable(c, &d->handle);
         if (e)
                 return e;
         if (!fits_message(c, size))
@@ -340,6 +342,8 @@ cube_error *cube_write_region(cube_client *c, const cube_handle *h, const cube_r
 {
         cube_error *e = cube__check_handle(c, h);
 
+        if (!e)
+                e = cube__check_writable(c, h);
         if (!e)
                 e = check_region_range(r, offset, cube_handle_len(h));
         return e ? e : send_write(c, h, NULL, NULL, cube_handle_len(h), r, offset);

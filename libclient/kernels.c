@@ -53,6 +53,16 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         for (size_t i = 0; i < l->n_buffers; i++)
                 if ((e = cube__check_handle(c, &l->buffers[i])))
                         return e;
+        /* A read-only import declared as written is refused here; an
+         * undeclared one the daemon judges, by what the kernel compiled to. */
+        for (size_t i = 0; l->io && i < l->n_buffers; i++)
+                if ((l->io[i] == CUBE_BUFFER_WRITE_ONLY || l->io[i] == CUBE_BUFFER_READ_WRITE) &&
+                    cube__readonly(c, l->buffers[i].memory))
+                        return cube__err_validation("a launch declares buffer %zu written, and "
+                                                    "memory %" PRIu64 " is a read-only import; "
+                                                    "declare it READ_ONLY or pass it as a "
+                                                    "const pointer", i,
+                                                    l->buffers[i].memory);
         if (l->dynamic_count && (e = cube__check_handle(c, l->dynamic_count)))
                 return e;
         if (l->mode > CUBE_LAUNCH_QUEUE)

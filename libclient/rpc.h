@@ -81,6 +81,10 @@ struct cube_client {
         uint64_t session;
         cube_device_properties properties;
         cube_protocol_limits daemon_limits;
+
+        pthread_mutex_t ro_lock;        /* the three below (readonly.c) */
+        uint64_t *ro_ids;               /* memory ids imported read-only, sorted */
+        size_t n_ro, cap_ro;
 };
 
 /* Sends the frame and then tail_len bytes at tail (a payload not copied into
@@ -105,6 +109,12 @@ uint32_t cube__next_msgid(cube_client *c);
  * than one message. The handle and size are checked. */
 cube_error *cube__write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
 cube_error *cube__read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
+/* The memory ids imported read-only (readonly.c): add answers -1 when out
+ * of memory; check_writable answers Validation for a read-only handle. */
+int cube__readonly_add(cube_client *c, uint64_t memory);
+void cube__readonly_remove(cube_client *c, uint64_t memory);
+bool cube__readonly(cube_client *c, uint64_t memory);
+cube_error *cube__check_writable(cube_client *c, const cube_handle *h);
 /* The oldest descriptor received and not yet taken, or -1. */
 int cube__take_fd(cube_client *c);
 /* Sends a request whose params are n u64 values, and waits for its answer. */

@@ -1329,28 +1329,87 @@ START_TEST(a_large_write_behind_queued_work_keeps_its_place)
 }
 END_TEST
 
+/* The request msgid's answer on a raw peer: whether its error is set. */
+static bool raw_answer_failed(int fd, uint32_t msgid)
+{
+        msgpack_unpacked up;
+        bool failed = false, found = false;
+
+        msgpack_unpacked_init(&up);
+        while (!found && raw_recv(fd, &up, test_scaled_ms(10000)) == 1) {
+                const msgpack_object *o = &up.data;
+                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                    o->via.array.ptr[0].via.u64 == 1 && o->via.array.ptr[1].via.u64 == msgid) {
+                        found = true;
+                        failed = o->via.array.ptr[2].type != MSGPACK_OBJECT_NIL;
+                }
+        }
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(found, "no answer to request %u", msgid);
+        return failed;
+}
+
 START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
 {
         cube_client *owner = connect_as("direct-owner"), *reader = connect_as("direct-reader");
         cube_handle h = buffer(owner, 2 * MiB), imported;
         char token[33];
-        void *got = malloc(2 * MiB);
+        void *data = malloc(2 * MiB);
+        uint64_t nonce, session;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
         cube_error *e;
+        int fd;
 
-        ck_assert_ptr_nonnull(got);
+        ck_assert_ptr_nonnull(data);
         write_pattern(owner, &h, 60);
         ck_ok(cube_sync(owner, NULL, 0));
         ck_ok(cube_export(owner, &h, token));
         ck_ok(cube_import(reader, token, true, &imported));
-        write_pattern(reader, &imported, 61);
-        e = cube_read(reader, &imported, got, 2 * MiB);
-        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_SEVERAL &&
+
+        /* The library refuses it at the call, and the import reads as ever. */
+        pattern(data, 2 * MiB, 61);
+        e = cube_write(reader, &imported, data, 2 * MiB);
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
                       strstr(cube_error_message(e), "read-only import"),
                       "the importer's write was not refused: %s",
-                      e ? cube_error_message(e) : "the read succeeded");
+                      e ? cube_error_message(e) : "it was sent");
         cube_error_free(e);
+        expect_read_pattern(reader, &imported, 60);
+
+        /* A peer that sends it all the same (read straight into memory as
+         * it arrives, were it writable) is refused by the daemon. */
+        fd = raw_connect(D.socket);
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        cube_handle raw = { .service = nonce, .memory = session << 40 | 1, .size = 2 * MiB };
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, 7, "import", 3);
+        cube__pack_str(&pk, token);
+        msgpack_pack_uint64(&pk, raw.memory);
+        msgpack_pack_true(&pk);
+        raw_send_sbuffer(fd, &sb);
+        ck_assert(!raw_answer_failed(fd, 7));
+        msgpack_sbuffer_clear(&sb);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, &raw);
+        msgpack_pack_bin(&pk, 2 * MiB);
+        msgpack_pack_bin_body(&pk, data, 2 * MiB);
+        cube__pack_request(&pk, 8, "sync", 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        cube__pack_handle(&pk, &raw);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        ck_assert_msg(raw_answer_failed(fd, 8), "the raw write to a read-only import was not "
+                      "refused");
+        close(fd);
+
         expect_read_pattern(owner, &h, 60);
-        free(got);
+        expect_read_pattern(reader, &imported, 60);
+        free(data);
         cube_disconnect(reader);
         cube_disconnect(owner);
 }

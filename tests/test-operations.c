@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1747,6 +1748,236 @@ START_TEST(cubectl_without_a_daemon_exits_3)
 END_TEST
 
 /* ------------------------------------------------------------------------
+ * Discovery and health: list, selftest, top
+ * ------------------------------------------------------------------------ */
+
+START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
+{
+        output *o = calloc(1, sizeof(*o));
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char stale[96], hung[96], line[512], cpu0[256];
+        test_group g;
+        int fd;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        /* A socket whose daemon is gone: bound, then closed, file left. */
+        snprintf(stale, sizeof(stale), "%.64s/gone.sock", g.dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", stale);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        close(fd);
+        /* One that takes connections and never answers: a hung daemon. */
+        snprintf(hung, sizeof(hung), "%.64s/hung.sock", g.dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", hung);
+        int hung_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ck_assert_int_eq(bind(hung_fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(hung_fd, 8), 0);
+        cube_client *c = test_connect(g.d[1].socket, "held");
+
+        const char *argv[] = { getenv("CUBECTL_BIN"), "list", "--dir", g.dir, NULL };
+        run_program(o, NULL, NULL, argv);
+        ck_assert_out(o, o->status == 0, "list exited %d", o->status);
+        for (int i = 0; i < 2; i++) {
+                char want[64];
+                ck_assert_out(o, line_with(o->out, g.d[i].socket, line, sizeof(line)),
+                              "%s is not listed", g.d[i].socket);
+                snprintf(want, sizeof(want), "cpu%d ", i);
+                ck_assert_out(o, strstr(line, want) && strstr(line, " cpu ") &&
+                              strstr(line, "serving"), "the row is wrong: %s", line);
+        }
+        unsigned held = 0;
+        ck_assert_out(o, line_with(o->out, g.d[1].socket, line, sizeof(line)) &&
+                      sscanf(strstr(line, "serving"), "serving %u", &held) == 1 && held == 1,
+                      "cpu1's session is not counted");
+        ck_assert_out(o, line_with(o->out, stale, line, sizeof(line)) &&
+                      strstr(line, "unreachable") && strstr(line, "stale socket"),
+                      "the stale socket is not marked unreachable");
+        ck_assert_out(o, line_with(o->out, hung, line, sizeof(line)) &&
+                      strstr(line, "unreachable") && strstr(line, "no answer within"),
+                      "the socket that never answers is not marked unreachable");
+
+        const char *json[] = { getenv("CUBECTL_BIN"), "--json", "list", "--dir", g.dir, NULL };
+        run_program(o, NULL, NULL, json);
+        ck_assert_out(o, o->status == 0, "list --json exited %d", o->status);
+        snprintf(cpu0, sizeof(cpu0), "{\"socket\":\"%s\",\"instance\":\"cpu0\",\"state\":"
+                 "\"serving\",\"reachable\":true", g.d[0].socket);
+        ck_assert_out(o, strstr(o->out, cpu0), "no cpu0 object");
+        ck_assert_out(o, strstr(o->out, "\"instance\":\"gone\",\"state\":\"unreachable\","
+                                        "\"reachable\":false,\"reason\":\"stale socket"),
+                      "no unreachable object for the stale socket");
+        ck_assert_out(o, o->out[0] == '[' && strstr(o->out, "]\n"), "not a JSON array");
+
+        /* A directory that does not exist: nothing can be reached. */
+        const char *none[] = { getenv("CUBECTL_BIN"), "list", "--dir", "/nonexistent/cube", NULL };
+        run_program(o, NULL, NULL, none);
+        ck_assert_out(o, o->status == 3 && strstr(o->err, "/nonexistent/cube"),
+                      "list of a missing directory exited %d", o->status);
+        cube_disconnect(c);
+        close(hung_fd);
+        unlink(stale);
+        unlink(hung);
+        test_group_stop(&g);
+        free(o);
+}
+END_TEST
+
+START_TEST(cubectl_selftest_passes_and_names_the_step_that_fails)
+{
+        static const char *const selftest[] = { "selftest", NULL };
+        static const char *const json_selftest[] = { "--json", "selftest", NULL };
+        static const char *const args[] = { "--enable-fault-injection", NULL };
+        output *o = calloc(1, sizeof(*o));
+        char line[512];
+        daemon_proc p;
+        cube_client *c;
+
+        proc_init(&p);
+        start_daemon(&p, args, NULL);
+        cubectl(o, p.socket, selftest);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "selftest passed"),
+                      "selftest exited %d", o->status);
+        const char *const steps[] = { "status", "register", "write-input", "launch",
+                                      "check-output", "round-trip-1 ", "round-trip-4096 ",
+                                      "round-trip-1048576 " };
+        for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+                char want[64];
+                snprintf(want, sizeof(want), "  %s", steps[i]);
+                ck_assert_out(o, line_with(o->out, want, line, sizeof(line)) &&
+                              strncmp(line, "PASS", 4) == 0 && strstr(line, " ms"),
+                              "step %s did not pass", steps[i]);
+        }
+        cubectl(o, p.socket, json_selftest);
+        ck_assert_out(o, o->status == 0 && strncmp(o->out, "{\"passed\":true,\"steps\":[", 24) == 0,
+                      "selftest --json exited %d", o->status);
+
+        /* The next launch fails: the launch step says so, with the cause. */
+        ck_ok(cube_connect(p.socket, "injector", &c));
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "injected by the test",
+                                0));
+        cubectl(o, p.socket, selftest);
+        ck_assert_out(o, o->status == 1, "selftest with a failing launch exited %d", o->status);
+        ck_assert_out(o, line_with(o->out, "  launch ", line, sizeof(line)) &&
+                      strncmp(line, "FAIL", 4) == 0 && strstr(line, "injected by the test"),
+                      "the launch step is not the failing one");
+        ck_assert_out(o, line_with(o->out, "  check-output", line, sizeof(line)) &&
+                      strncmp(line, "SKIP", 4) == 0, "the check after it is not skipped");
+        ck_assert_out(o, strstr(o->out, "selftest FAILED at launch"), "no verdict");
+        ck_assert_out(o, line_with(o->out, "  round-trip-4096 ", line, sizeof(line)) &&
+                      strncmp(line, "PASS", 4) == 0, "copies fail with the launch");
+
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "injected again", 0));
+        cubectl(o, p.socket, json_selftest);
+        ck_assert_out(o, o->status == 1 && strstr(o->out, "{\"passed\":false,") &&
+                      strstr(o->out, "{\"step\":\"launch\",\"result\":\"fail\","),
+                      "selftest --json with a failing launch exited %d", o->status);
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, 10000), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* A client launching until told to stop, for top to watch. */
+typedef struct launcher {
+        cube_client *c;
+        atomic_bool stop;
+        uint64_t kernel;
+        cube_handle in, out;
+        unsigned long launches;
+} launcher;
+
+static void *launch_loop(void *arg)
+{
+        launcher *l = arg;
+        cube_handle bufs[2] = { l->in, l->out };
+        cube_info *info = cube_info_new();
+
+        cube_info_buffer_len(info, 1024);
+        cube_info_buffer_len(info, 1024);
+        while (!atomic_load(&l->stop)) {
+                cube_error *e = cube_launch_kernel(l->c, &(cube_launch) {
+                        .kernel = l->kernel, .cube_count = { 4, 1, 1 },
+                        .cube_dim = { 256, 1, 1 }, .buffers = bufs, .io = test_affine_io,
+                        .n_buffers = 2, .info = info });
+                cube_error_free(e);
+                cube_error_free(cube_sync(l->c, &l->out, 1));
+                l->launches++;
+        }
+        cube_info_free(info);
+        return NULL;
+}
+
+/* The launcher's row in a top --json frame: its launch rate, or -1. */
+static double launcher_rate(const char *frame, uint64_t id)
+{
+        char key[64];
+        const char *at, *rate;
+
+        snprintf(key, sizeof(key), "{\"id\":%" PRIu64 ",\"name\":\"launcher\"", id);
+        if (!(at = strstr(frame, key)) || !(rate = strstr(at, "\"launches_per_second\":")))
+                return -1;
+        return strtod(rate + strlen("\"launches_per_second\":"), NULL);
+}
+
+START_TEST(cubectl_top_shows_a_sessions_launch_rate)
+{
+        static const char *const top[] = { "top", "--interval", "0.5", "--count", "2", NULL };
+        static const char *const json_top[] = { "--json", "top", "--interval", "0.5", "--count",
+                                                "2", NULL };
+        output *o = calloc(1, sizeof(*o));
+        uint32_t data[1024] = {0};
+        launcher l = {0};
+        daemon_proc p;
+        pthread_t t;
+        char line[512];
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        l.c = test_connect(p.socket, "launcher");
+        l.kernel = test_kernel(l.c, test_affine_source, "affine");
+        ck_ok(cube_create(l.c, data, sizeof(data), &l.in));
+        ck_ok(cube_empty(l.c, sizeof(data), &l.out));
+        /* Compiled first, so that the launches top sees are not one slow one. */
+        test_launch_u32(l.c, (cube_launch) { .kernel = l.kernel, .cube_count = { 4, 1, 1 },
+                                             .cube_dim = { 256, 1, 1 },
+                                             .buffers = (cube_handle[]) { l.in, l.out },
+                                             .io = test_affine_io, .n_buffers = 2 }, NULL, 0);
+        ck_ok(cube_sync(l.c, &l.out, 1));
+        ck_assert_int_eq(pthread_create(&t, NULL, launch_loop, &l), 0);
+
+        cubectl(o, p.socket, json_top);
+        ck_assert_out(o, o->status == 0, "top --json exited %d", o->status);
+        const char *second = strstr(o->out, "{\"frame\":2,");
+        ck_assert_out(o, strncmp(o->out, "{\"frame\":1,", 11) == 0 && second &&
+                      !strstr(o->out, "{\"frame\":3,"), "not two frames");
+        ck_assert_out(o, launcher_rate(o->out, cube_client_session(l.c)) > 0 &&
+                      launcher_rate(second, cube_client_session(l.c)) > 0,
+                      "the launcher's rate is not above zero in both frames");
+        ck_assert_out(o, strstr(second, "\"self\":true"), "top's own session is not marked");
+
+        /* As text, not a terminal: two plain frames, no escape sequences. */
+        cubectl(o, p.socket, top);
+        ck_assert_out(o, o->status == 0, "top exited %d", o->status);
+        ck_assert_out(o, !strchr(o->out, '\033'), "escape sequences on a pipe");
+        ck_assert_out(o, strstr(o->out, "frame 1 ") && strstr(o->out, "frame 2 ") &&
+                      !strstr(o->out, "frame 3 "), "not two frames");
+        ck_assert_out(o, line_with(strstr(o->out, "frame 2 "), " launcher ", line, sizeof(line)),
+                      "no launcher row in frame 2");
+        double rate = -1;
+        sscanf(line + 24, "%lf", &rate);
+        ck_assert_out(o, rate > 0, "the launcher's launches per second read %f: %s", rate, line);
+
+        atomic_store(&l.stop, true);
+        pthread_join(t, NULL);
+        ck_assert_uint_gt(l.launches, 0);
+        cube_disconnect(l.c);
+        ck_assert_int_eq(proc_stop(&p, 10000), 0);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
  * Who may act
  * ------------------------------------------------------------------------ */
 
@@ -2147,6 +2378,9 @@ int main(void)
         tcase_add_test(ctl, cubectl_drain);
         tcase_add_test(ctl, cubectl_drain_with_a_deadline);
         tcase_add_test(ctl, cubectl_without_a_daemon_exits_3);
+        tcase_add_test(ctl, cubectl_list_finds_every_instance_and_marks_a_stale_socket);
+        tcase_add_test(ctl, cubectl_selftest_passes_and_names_the_step_that_fails);
+        tcase_add_test(ctl, cubectl_top_shows_a_sessions_launch_rate);
         tcase_add_test(admin, only_the_owner_and_root_may_act);
         tcase_add_test(admin, identity_and_access_under_the_units_namespaces);
 

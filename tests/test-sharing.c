@@ -259,6 +259,21 @@ static void expect_bytes(cube_client *c, const cube_handle *h, const void *want,
         free(got);
 }
 
+/* e is the library's own refusal of a write through h, a read-only import:
+ * ServerError::Validation, bare (no claim: nothing reached the daemon). */
+static void expect_refused_write(cube_error *e, const cube_handle *h)
+{
+        char id[32];
+
+        snprintf(id, sizeof(id), "memory %" PRIu64 " ", h->memory);
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+                      strstr(cube_error_reason(e), "read-only import") &&
+                      strstr(cube_error_reason(e), id),
+                      "a write to a read-only import: %s (%s)", e ? cube_error_message(e) : "allowed",
+                      e ? cube_error_reason(e) : "");
+        cube_error_free(e);
+}
+
 /* got[i] == in[i] * 2 + k for all n: one assertion, not one per element
  * (each passing assertion is a message to Check's parent process). */
 static void expect_scaled(const uint32_t *got, const uint32_t *in, size_t n, uint32_t k)
@@ -889,12 +904,11 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         expect_bytes(a, &ha, dbytes, sizeof(dbytes));
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, sizeof(da));
 
-        /* Read-only: a write through it is refused, and the refusal is B's
-         * alone. */
+        /* Read-only: a write through it is refused at once (the next test
+         * says how), and touches no holder. */
         ck_ok(cube_import(b, token, true, &hr));
         expect_bytes(b, &hr, dbytes, sizeof(dbytes));
-        ck_ok(cube_write(b, &hr, dx, sizeof(dx)));
-        expect_claimed_validation(cube_check(b, &hr, 1), "read-only import");
+        expect_refused_write(cube_write(b, &hr, dx, sizeof(dx)), &hr);
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(a, &ha, 1));
         ck_ok(cube_check(b, &hb, 1));
@@ -918,10 +932,10 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         ck_ok(cube_read(b, &hout, back, sizeof(back)));
         expect_scaled(back, dbytes, N, 9);
 
-        /* The name whose write was refused carries that failure as an input
+        /* The name whose launch was refused carries that failure as an input
          * too: a launch reading it is skipped, and its output claims it. */
         ck_ok(cube_empty(b, sizeof(back), &hout));
-        ck_ok(launch_scale2(b, kernel, &hr, &hout, N, 9));
+        ck_ok(launch_scale2(b, kernel, &hr2, &hout, N, 9));
         expect_claimed_validation(cube_check(b, &hout, 1), "read-only import");
 
         /* A read-only import cannot be passed on with write access. */
@@ -934,6 +948,83 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         /* Tokens nobody exported. */
         expect_not_found(cube_import(b, "0123456789abcdef0123456789abcdef", false, &hin), false);
         expect_not_found(cube_import(b, "not a token", true, &hin), false);
+
+        cube_disconnect(a);
+        cube_disconnect(b);
+        ck_assert(wait_memory_in_use(D.socket, 0, 5000));
+        stop_clean();
+}
+END_TEST
+
+/* Every way of writing a read-only import is refused by the library when
+ * it is called, with ServerError::Validation, and sends nothing: the name's
+ * later reads, and launches reading it, see the shared bytes as they are. */
+START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
+{
+        enum { N = 4096 };
+        uint32_t data[N], other[N], back[N];
+        static const cube_buffer_io declared[2][2] = {
+                { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY },
+                { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_READ_WRITE },
+        };
+        char token[33];
+        uint64_t kernel;
+        cube_client *a, *b;
+        cube_handle ha, hr, hin, hout;
+        cube_region *region;
+        cube_error *e;
+
+        start(NULL);
+        fill_words(data, N, 41);
+        fill_words(other, N, 42);
+        ck_ok(cube_connect(D.socket, "a", &a));
+        ck_ok(cube_connect(D.socket, "b", &b));
+        ck_ok(cube_create(a, data, sizeof(data), &ha));
+        ck_ok(cube_export(a, &ha, token));
+        ck_ok(cube_import(b, token, true, &hr));
+
+        /* A write, whole, a slice, strided and from a region. */
+        expect_refused_write(cube_write(b, &hr, other, sizeof(other)), &hr);
+        cube_handle tail = cube_handle_slice(&hr, sizeof(other) / 2, 0);
+        expect_refused_write(cube_write(b, &tail, other, sizeof(other) / 2), &hr);
+        cube_copy strided = { .handle = hr, .rank = 2, .shape = { 64, 64 },
+                              .strides = { 64, 1 }, .elem_size = 4 };
+        expect_refused_write(cube_write_strided(b, &strided, other, sizeof(other)), &hr);
+        ck_ok(cube_region_create(b, sizeof(other), &region));
+        memcpy(region->data, other, sizeof(other));
+        expect_refused_write(cube_write_region(b, &hr, region, 0), &hr);
+        cube_region_free(b, region);
+
+        /* A launch declaring it written. */
+        kernel = register_kernel(b, scale2_source, "scale2");
+        ck_ok(cube_create(b, other, sizeof(other), &hin));
+        for (int i = 0; i < 2; i++) {
+                cube_handle bufs[2] = { hin, hr };
+                e = cube_launch_kernel(b, &(cube_launch) {
+                        .kernel = kernel, .cube_count = { N / 256, 1, 1 },
+                        .cube_dim = { 256, 1, 1 }, .buffers = bufs, .io = declared[i],
+                        .n_buffers = 2 });
+                expect_refused_write(e, &hr);
+        }
+
+        /* Nothing of it reached the daemon: reads through the name, and a
+         * launch reading it, are as good as before. */
+        ck_ok(cube_sync(b, NULL, 0));
+        ck_ok(cube_check(b, &hr, 1));
+        expect_bytes(b, &hr, data, sizeof(data));
+        expect_bytes(a, &ha, data, sizeof(data));
+        ck_ok(cube_empty(b, sizeof(back), &hout));
+        ck_ok(launch_scale2(b, kernel, &hr, &hout, N, 3));
+        ck_ok(cube_read(b, &hout, back, sizeof(back)));
+        expect_scaled(back, data, N, 3);
+        ck_assert_uint_eq(session_info(a, cube_client_session(b)).errors, 0);
+
+        /* The same memory imported writable is written as ever. */
+        cube_handle hw;
+        ck_ok(cube_import(b, token, false, &hw));
+        ck_ok(cube_write(b, &hw, other, sizeof(other)));
+        ck_ok(cube_sync(b, &hw, 1));
+        expect_bytes(b, &hr, other, sizeof(other));
 
         cube_disconnect(a);
         cube_disconnect(b);
@@ -1736,6 +1827,7 @@ int main(void)
         tcase_add_test(streams, a_long_kernel_does_not_hold_up_another_stream);
         tcase_add_test(sharing, a_launch_naming_another_sessions_memory_touches_nothing);
         tcase_add_test(sharing, an_import_shares_the_bytes_and_a_read_only_one_refuses_writes);
+        tcase_add_test(sharing, a_write_to_a_read_only_import_is_refused_at_once);
         tcase_add_test(sharing, shared_memory_lives_until_its_last_holder_lets_go);
         tcase_add_test(sharing, shared_memory_outlives_a_killed_exporter);
         tcase_add_test(quotas, session_memory_caps_one_session);

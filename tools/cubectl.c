@@ -11,9 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cube.h"
-
-enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+#include "cubectl.h"
 
 static void usage(FILE *f)
 {
@@ -45,11 +43,24 @@ static void usage(FILE *f)
 "  undrain   end a drain: take new work again\n"
 "  kill-session ID\n"
 "            close session ID; everything it held is reclaimed\n"
+"  list [--dir DIR]\n"
+"            every instance whose socket is in DIR (default /run/cube): socket,\n"
+"            instance, backend, device, version, state, sessions; one that\n"
+"            does not answer is listed unreachable, with why\n"
+"  selftest  a known kernel, a memory pattern and copies of a few sizes through\n"
+"            the daemon, each step checked and timed; exit 1 when one fails\n"
+"  top [--interval S] [--count N]\n"
+"            every S seconds (default 1), each session's launches and bytes in\n"
+"            and out per second, memory and queued work; N frames, else until\n"
+"            interrupted\n"
 "\n"
 "Options:\n"
 "  --socket PATH   the daemon's socket (default $CUBE_SOCKET, else " CUBE_DEFAULT_SOCKET ")\n"
 "  --json          print JSON for scripts\n"
 "  --timeout S     drain: close the sessions left after S seconds\n"
+"  --dir DIR       list: where the sockets are (default /run/cube)\n"
+"  --interval S    top: seconds between frames (0.1 to 3600, default 1)\n"
+"  --count N       top: stop after N frames\n"
 "  --version       show the version\n"
 "  --help          show this help\n"
 "\n"
@@ -86,7 +97,7 @@ static size_t utf8_len(const unsigned char *s)
 
 /* A JSON string: control characters escaped, bytes that are not UTF-8 as
  * U+FFFD, so that whatever a daemon or a client named, the output parses. */
-static void print_json_string(const char *s)
+void print_json_string(const char *s)
 {
         putchar('"');
         while (*s) {
@@ -107,7 +118,7 @@ static void print_json_string(const char *s)
 
 /* A text for a table cell: control characters and bytes that are not UTF-8
  * as \xNN, so that a name cannot forge rows or columns. */
-static const char *cell_text(const char *s, char *buf, size_t cap, bool spaces)
+const char *cell_text(const char *s, char *buf, size_t cap, bool spaces)
 {
         size_t o = 0;
 
@@ -135,7 +146,7 @@ static const char *cell(const char *s, char *buf, size_t cap)
         return cell_text(s, buf, cap, false);
 }
 
-static void human_bytes(uint64_t n, char *buf, size_t cap)
+void human_bytes(uint64_t n, char *buf, size_t cap)
 {
         static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
         double v = (double) n;
@@ -151,11 +162,11 @@ static void human_bytes(uint64_t n, char *buf, size_t cap)
                 snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
-static bool json_output;                /* --json: errors are JSON too */
+bool json_output;                       /* --json: errors are JSON too */
 
 /* An error, as text on stderr, or with --json as one JSON object on stdout
  * ({"error": {"command", "variant", "message"}}) so that scripts parse it. */
-static void print_error(const char *what, const cube_error *e, const char *text)
+void print_error(const char *what, const cube_error *e, const char *text)
 {
         if (!json_output) {
                 fprintf(stderr, "cubectl: %s failed: %s\n", what, text);
@@ -170,7 +181,7 @@ static void print_error(const char *what, const cube_error *e, const char *text)
         printf("}}\n");
 }
 
-static int report(const char *what, cube_error *e)
+int report(const char *what, cube_error *e)
 {
         print_error(what, e, cube_error_message(e));
         cube_error_free(e);
@@ -810,6 +821,9 @@ int main(int argc, char **argv)
                 { "socket", required_argument, NULL, 's' },
                 { "json", no_argument, NULL, 'j' },
                 { "timeout", required_argument, NULL, 't' },
+                { "dir", required_argument, NULL, 'D' },
+                { "interval", required_argument, NULL, 'I' },
+                { "count", required_argument, NULL, 'C' },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -834,6 +848,10 @@ int main(int argc, char **argv)
                         drain_timeout = (unsigned) v;
                         break;
                 }
+                case 'D': case 'I': case 'C':
+                        if (health_option(opt, optarg) != EXIT_OK)
+                                return EXIT_USAGE;
+                        break;
                 case 'V': printf("cubectl %s\n", CUBE_VERSION); return EXIT_OK;
                 case 'h': usage(stdout); return EXIT_OK;
                 default: usage(stderr); return EXIT_USAGE;
@@ -863,6 +881,9 @@ int main(int argc, char **argv)
                 { "drain", cmd_drain, false },
                 { "undrain", cmd_undrain, false },
                 { "kill-session", cmd_kill_session, true },
+                { "list", cmd_list, false },
+                { "selftest", cmd_selftest, false },
+                { "top", cmd_top, false },
         };
         const struct command *cmd = NULL;
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
@@ -879,6 +900,8 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
         }
 
+        if (cmd->run == cmd_list)       /* the one that connects to each instance itself */
+                return cmd_list(NULL, json, NULL);
         e = cube_connect(path, "cubectl", &c);
         if (e) {
                 const char *tried = path ? path : getenv("CUBE_SOCKET");

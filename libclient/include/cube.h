@@ -364,8 +364,15 @@ cube_error *cube_daemon_memory(cube_client *c, cube_memory_report **ret_reports,
 
 /* Sharing. export gives an unguessable token for the handle's allocation;
  * another session imports it under a handle of its own, optionally
- * read-only (then a write or a launch that would write it is refused). The
- * memory lives until every holder has freed it or ended. */
+ * read-only. A write through a read-only import (cube_write, a slice of it,
+ * cube_write_strided, cube_write_region), a collective whose destination it
+ * is, and a launch that declares it WRITE_ONLY or READ_WRITE are refused at
+ * the call with ServerError::Validation, and nothing is sent: the import's
+ * later reads see the shared bytes unharmed. A launch that leaves it
+ * undeclared and whose kernel writes it is refused by the daemon, which
+ * only then knows; that failure lands on the import alone, as on any
+ * launch's outputs. The memory lives until every holder has freed it or
+ * ended. */
 cube_error *cube_export(cube_client *c, const cube_handle *h, char ret_token[33]);
 cube_error *cube_import(cube_client *c, const char *token, bool read_only, cube_handle *ret_handle);
 

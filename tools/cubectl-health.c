@@ -1,0 +1,792 @@
+/*
+ * cubectl-health.c - discovery and health: cubectl list, selftest and top.
+ *
+ * list finds every instance on the host by its socket (INSTANCE.sock under
+ * /run/cube, as cubed@.socket makes them) and asks each how it is; selftest
+ * runs a known kernel and memory patterns through one daemon and checks
+ * every byte; top polls one daemon's sessions and shows their rates.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cubectl.h"
+
+#define LIST_DIR "/run/cube"
+#define LIST_MAX 256                    /* sockets list looks at in one directory */
+#define LIST_WAIT_S 5                   /* for the instances' answers, all at once */
+#define TOP_MAX_COUNT 1000000
+
+static const char *list_dir = LIST_DIR;        /* --dir */
+static double top_interval = 1.0;               /* --interval */
+static unsigned long top_count;                 /* --count; 0: until interrupted */
+
+int health_option(int opt, const char *arg)
+{
+        char *end;
+
+        switch (opt) {
+        case 'D':
+                if (!*arg || strlen(arg) > 80) {
+                        fprintf(stderr, "cubectl: --dir takes a directory of at most 80 bytes\n");
+                        return EXIT_USAGE;
+                }
+                list_dir = arg;
+                return EXIT_OK;
+        case 'I': {
+                double v = strtod(arg, &end);
+                if (!*arg || *end || !isfinite(v) || v < 0.1 || v > 3600) {
+                        fprintf(stderr, "cubectl: --interval takes seconds, 0.1 to 3600\n");
+                        return EXIT_USAGE;
+                }
+                top_interval = v;
+                return EXIT_OK;
+        }
+        case 'C': {
+                unsigned long v = strtoul(arg, &end, 10);
+                if (!*arg || *end || v == 0 || v > TOP_MAX_COUNT) {
+                        fprintf(stderr, "cubectl: --count takes a number of frames, 1 to %d\n",
+                                TOP_MAX_COUNT);
+                        return EXIT_USAGE;
+                }
+                top_count = v;
+                return EXIT_OK;
+        }
+        }
+        return EXIT_USAGE;
+}
+
+static double now_seconds(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------------------
+ * list
+ * ------------------------------------------------------------------------- */
+
+typedef struct instance {
+        char name[80];                  /* the socket's file name, INSTANCE.sock */
+        char path[108];
+        bool reachable;
+        char reason[256];               /* why not */
+        cube_status st;
+} instance;
+
+static int by_name(const void *a, const void *b)
+{
+        return strcmp(((const instance *) a)->name, ((const instance *) b)->name);
+}
+
+/* Why a socket nobody answers on is dead, in words: a plain connect says it
+ * better than cube_connect's whole message. */
+static void unreachable_reason(const char *path, const cube_error *e, char *buf, size_t cap)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), err = 0;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        if (fd >= 0 && connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                err = errno;
+        if (fd >= 0)
+                close(fd);
+        if (err == ECONNREFUSED)
+                snprintf(buf, cap, "stale socket: no daemon listens on it");
+        else if (err == EACCES)
+                snprintf(buf, cap, "permission denied: this user may not use the socket");
+        else if (err)
+                snprintf(buf, cap, "%s", strerror(err));
+        else
+                snprintf(buf, cap, "%s", cube_error_message(e));
+}
+
+/* One instance: connected to, asked its status, let go. */
+static void probe(instance *in)
+{
+        cube_client *c;
+        cube_error *e = cube_connect(in->path, "cubectl", &c);
+
+        if (e) {
+                unreachable_reason(in->path, e, in->reason, sizeof(in->reason));
+                cube_error_free(e);
+                return;
+        }
+        e = cube_daemon_status(c, &in->st);
+        cube_disconnect(c);
+        if (e) {
+                snprintf(in->reason, sizeof(in->reason), "status failed: %s",
+                         cube_error_message(e));
+                cube_error_free(e);
+                return;
+        }
+        in->reachable = true;
+}
+
+/* Every instance probed at once, each in a child of its own, so that one
+ * that accepts and never answers (a hung daemon, something else on the
+ * socket) costs LIST_WAIT_S and is listed as such, not a hung command. */
+static void probe_all(instance *v, size_t n)
+{
+        pid_t *pids = calloc(n ? n : 1, sizeof(*pids));
+        int *fds = calloc(n ? n : 1, sizeof(*fds));
+        size_t *got = calloc(n ? n : 1, sizeof(*got));
+        double deadline = now_seconds() + LIST_WAIT_S;
+
+        if (!pids || !fds || !got) {
+                for (size_t i = 0; i < n; i++)
+                        probe(&v[i]);
+                goto out;
+        }
+        fflush(stdout);
+        for (size_t i = 0; i < n; i++) {
+                int p[2];
+                fds[i] = -1;
+                if (pipe2(p, O_CLOEXEC) < 0) {
+                        probe(&v[i]);   /* no room for a child: asked here */
+                        continue;
+                }
+                if ((pids[i] = fork()) < 0) {
+                        close(p[0]);
+                        close(p[1]);
+                        probe(&v[i]);
+                        continue;
+                }
+                if (pids[i] == 0) {
+                        close(p[0]);
+                        probe(&v[i]);
+                        ssize_t w = write(p[1], &v[i], sizeof(v[i]));
+                        _exit(w == (ssize_t) sizeof(v[i]) ? 0 : 1);
+                }
+                close(p[1]);
+                fds[i] = p[0];
+        }
+        for (;;) {
+                struct pollfd pfd[LIST_MAX];
+                size_t map[LIST_MAX], k = 0;
+                double left = deadline - now_seconds();
+                for (size_t i = 0; i < n; i++)
+                        if (fds[i] >= 0) {
+                                pfd[k] = (struct pollfd) { .fd = fds[i], .events = POLLIN };
+                                map[k++] = i;
+                        }
+                if (k == 0 || left <= 0)
+                        break;
+                if (poll(pfd, k, (int) (left * 1000) + 1) < 0 && errno != EINTR)
+                        break;
+                for (size_t j = 0; j < k; j++) {
+                        size_t i = map[j];
+                        instance tmp;
+                        ssize_t r;
+                        if (!pfd[j].revents)
+                                continue;
+                        r = read(fds[i], (char *) &tmp + got[i], sizeof(tmp) - got[i]);
+                        if (r > 0 && (got[i] += (size_t) r) < sizeof(tmp))
+                                continue;
+                        if (r > 0)
+                                v[i] = tmp;
+                        else
+                                snprintf(v[i].reason, sizeof(v[i].reason), "the probe of it "
+                                         "failed");
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (fds[i] >= 0) {
+                        snprintf(v[i].reason, sizeof(v[i].reason), "no answer within %d s: "
+                                 "the socket accepts, but nothing answers hello", LIST_WAIT_S);
+                        close(fds[i]);
+                }
+                if (pids[i] > 0) {
+                        kill(pids[i], SIGKILL);
+                        waitpid(pids[i], NULL, 0);
+                }
+        }
+out:
+        free(pids);
+        free(fds);
+        free(got);
+}
+
+static const char *instance_state(const instance *in)
+{
+        if (!in->reachable)
+                return "unreachable";
+        if (in->st.poisoned)
+                return "poisoned";
+        return *in->st.state ? in->st.state : "serving";
+}
+
+/* Sessions other than the one list opened to ask. */
+static unsigned other_sessions(const instance *in)
+{
+        return in->st.sessions ? in->st.sessions - 1 : 0;
+}
+
+int cmd_list(cube_client *unused, bool json, const char *arg)
+{
+        DIR *d = opendir(list_dir);
+        instance *v;
+        size_t n = 0;
+        struct dirent *de;
+
+        (void) unused;
+        (void) arg;
+        if (!d) {
+                char why[160];
+                snprintf(why, sizeof(why), "cannot read %s: %s", list_dir, strerror(errno));
+                print_error("list", NULL, why);
+                return EXIT_UNREACHABLE;
+        }
+        v = calloc(LIST_MAX, sizeof(*v));
+        if (!v) {
+                closedir(d);
+                print_error("list", NULL, "out of memory");
+                return EXIT_ERROR;
+        }
+        while ((de = readdir(d)) && n < LIST_MAX) {
+                size_t len = strlen(de->d_name);
+                struct stat st;
+                if (len <= 5 || len >= sizeof(v[n].name) ||
+                    strcmp(de->d_name + len - 5, ".sock") != 0)
+                        continue;
+                snprintf(v[n].name, sizeof(v[n].name), "%s", de->d_name);
+                if ((size_t) snprintf(v[n].path, sizeof(v[n].path), "%s/%s", list_dir,
+                                      de->d_name) >= sizeof(v[n].path))
+                        continue;       /* too long for a socket address */
+                if (lstat(v[n].path, &st) < 0 || !S_ISSOCK(st.st_mode))
+                        continue;
+                n++;
+        }
+        closedir(d);
+        qsort(v, n, sizeof(*v), by_name);
+        probe_all(v, n);
+
+        if (json)
+                putchar('[');
+        else if (n == 0)
+                printf("no instance sockets in %s\n", list_dir);
+        else
+                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s\n", "SOCKET", "INSTANCE",
+                       "BACKEND", "DEVICE", "VERSION", "STATE", "SESSIONS");
+        for (size_t i = 0; i < n; i++) {
+                instance *in = &v[i];
+                char instance_name[80], sock[300], dev[260], why[800];
+                snprintf(instance_name, sizeof(instance_name), "%.*s",
+                         (int) (strlen(in->name) - 5), in->name);
+                if (json) {
+                        printf("%s{\"socket\":", i ? "," : "");
+                        print_json_string(in->path);
+                        printf(",\"instance\":");
+                        print_json_string(instance_name);
+                        printf(",\"state\":");
+                        print_json_string(instance_state(in));
+                        if (!in->reachable) {
+                                printf(",\"reachable\":false,\"reason\":");
+                                print_json_string(in->reason);
+                                putchar('}');
+                                continue;
+                        }
+                        printf(",\"reachable\":true,\"service\":");
+                        print_json_string(in->st.service);
+                        printf(",\"backend\":");
+                        print_json_string(in->st.backend);
+                        printf(",\"device\":");
+                        print_json_string(in->st.properties.name);
+                        printf(",\"version\":");
+                        print_json_string(in->st.version);
+                        printf(",\"sessions\":%u,\"uptime_seconds\":%.3f}", other_sessions(in),
+                               in->st.uptime_seconds);
+                        continue;
+                }
+                cell_text(in->path, sock, sizeof(sock), false);
+                cell_text(instance_name, instance_name, sizeof(instance_name), false);
+                if (!in->reachable) {
+                        printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s  %s\n", sock,
+                               instance_name, "-", "-", "-", "unreachable", "-",
+                               cell_text(in->reason, why, sizeof(why), true));
+                        continue;
+                }
+                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8u\n", sock, instance_name,
+                       in->st.backend, cell_text(in->st.properties.name, dev, sizeof(dev), true),
+                       *in->st.version ? in->st.version : "?", instance_state(in),
+                       other_sessions(in));
+        }
+        if (json)
+                printf("]\n");
+        free(v);
+        return EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * selftest
+ * ------------------------------------------------------------------------- */
+
+/* out[i] = in[i] * 2654435761 + 40503: every output bit depends on its
+ * input, so a lost, doubled or misplaced element shows. */
+static const char selftest_source[] =
+        "KERNEL void cube_selftest(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] * 2654435761u + 40503u;\n"
+        "}\n";
+
+enum { SELFTEST_ELEMS = 65536, SELFTEST_STEPS = 16 };
+
+typedef struct step {
+        char name[32];
+        bool passed, skipped;
+        double ms;
+        char detail[512];
+} step;
+
+typedef struct selftest {
+        step steps[SELFTEST_STEPS];
+        size_t n;
+        double started;
+} selftest;
+
+static step *step_begin(selftest *t, const char *name)
+{
+        step *s = &t->steps[t->n++];
+
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        t->started = now_seconds();
+        return s;
+}
+
+/* Ends the step: passed when e is NULL, else failed with e's message (e is
+ * taken). */
+static bool step_end(selftest *t, step *s, cube_error *e)
+{
+        s->ms = (now_seconds() - t->started) * 1e3;
+        s->passed = !e;
+        if (e) {
+                snprintf(s->detail, sizeof(s->detail), "%s", cube_error_message(e));
+                cube_error_free(e);
+        }
+        return s->passed;
+}
+
+static void step_skip(selftest *t, const char *name, const char *why)
+{
+        step *s = &t->steps[t->n++];
+
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        snprintf(s->detail, sizeof(s->detail), "%s", why);
+        s->skipped = true;
+}
+
+/* A pattern no run of equal bytes hides in, different for each seed. */
+static void pattern(void *buf, size_t n, uint64_t seed)
+{
+        uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+        unsigned char *p = buf;
+
+        for (size_t i = 0; i < n; i++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                p[i] = (unsigned char) (x >> 24);
+        }
+}
+
+/* The kernel's steps: register, write the input, launch, read back and
+ * check every element. A step that cannot run for an earlier one's failure
+ * is skipped. */
+static void selftest_kernel(cube_client *c, selftest *t)
+{
+        uint32_t *in = malloc(SELFTEST_ELEMS * sizeof(uint32_t));
+        uint32_t *out = malloc(SELFTEST_ELEMS * sizeof(uint32_t));
+        cube_handle hin, hout;
+        uint64_t kernel;
+        cube_info *info = cube_info_new();
+        step *s;
+        bool have_in = false, have_out = false;
+
+        if (!in || !out || !info || cube_info_buffer_len(info, SELFTEST_ELEMS) < 0 ||
+            cube_info_buffer_len(info, SELFTEST_ELEMS) < 0) {
+                s = step_begin(t, "kernel");
+                step_end(t, s, NULL);
+                s->passed = false;
+                snprintf(s->detail, sizeof(s->detail), "out of memory");
+                goto out;
+        }
+        pattern(in, SELFTEST_ELEMS * sizeof(uint32_t), 1);
+
+        s = step_begin(t, "register");
+        if (!step_end(t, s, cube_kernel_register(c, selftest_source, "cube_selftest", &kernel))) {
+                step_skip(t, "write-input", "the kernel was not registered");
+                step_skip(t, "launch", "the kernel was not registered");
+                step_skip(t, "check-output", "the kernel was not registered");
+                goto out;
+        }
+        snprintf(s->detail, sizeof(s->detail), "cube_selftest");
+
+        s = step_begin(t, "write-input");
+        cube_error *e = cube_create(c, in, SELFTEST_ELEMS * sizeof(uint32_t), &hin);
+        have_in = !e;
+        if (!e && !(e = cube_sync(c, &hin, 1)))
+                snprintf(s->detail, sizeof(s->detail), "%d words", SELFTEST_ELEMS);
+        if (!step_end(t, s, e)) {
+                step_skip(t, "launch", "the input was not written");
+                step_skip(t, "check-output", "the input was not written");
+                goto out;
+        }
+
+        s = step_begin(t, "launch");
+        cube_handle bufs[2];
+        static const cube_buffer_io io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
+        e = cube_empty(c, SELFTEST_ELEMS * sizeof(uint32_t), &hout);
+        have_out = !e;
+        if (!e) {
+                bufs[0] = hin;
+                bufs[1] = hout;
+                e = cube_launch_kernel(c, &(cube_launch) {
+                        .kernel = kernel, .cube_count = { SELFTEST_ELEMS / 256, 1, 1 },
+                        .cube_dim = { 256, 1, 1 }, .buffers = bufs, .io = io, .n_buffers = 2,
+                        .info = info,
+                });
+        }
+        /* What the launch did lands on its output: a sync names it. */
+        if (!e)
+                e = cube_sync(c, &hout, 1);
+        if (!e)
+                snprintf(s->detail, sizeof(s->detail), "%d cubes of 256 units, a compile "
+                         "included unless cached", SELFTEST_ELEMS / 256);
+        if (!step_end(t, s, e)) {
+                step_skip(t, "check-output", "the launch failed");
+                goto out;
+        }
+
+        s = step_begin(t, "check-output");
+        e = cube_read(c, &hout, out, SELFTEST_ELEMS * sizeof(uint32_t));
+        if (step_end(t, s, e)) {
+                for (size_t i = 0; i < SELFTEST_ELEMS; i++) {
+                        uint32_t want = in[i] * 2654435761u + 40503u;
+                        if (out[i] != want) {
+                                s->passed = false;
+                                snprintf(s->detail, sizeof(s->detail), "element %zu is %#" PRIx32
+                                         ", not %#" PRIx32, i, out[i], want);
+                                break;
+                        }
+                }
+                if (s->passed)
+                        snprintf(s->detail, sizeof(s->detail), "%d words as computed here",
+                                 SELFTEST_ELEMS);
+        }
+out:
+        if (have_in)
+                cube_error_free(cube_free(c, &hin));
+        if (have_out)
+                cube_error_free(cube_free(c, &hout));
+        cube_info_free(info);
+        free(in);
+        free(out);
+}
+
+/* A pattern written and read back, byte for byte: sizes from one byte to
+ * more than one message holds (a staged copy). */
+static void selftest_copy(cube_client *c, selftest *t, uint64_t size)
+{
+        unsigned char *data = malloc(size), *back = malloc(size);
+        char name[32], sz[32];
+        cube_handle h;
+        cube_error *e;
+        step *s;
+
+        human_bytes(size, sz, sizeof(sz));
+        snprintf(name, sizeof(name), "round-trip-%" PRIu64, size);
+        s = step_begin(t, name);
+        if (!data || !back) {
+                step_end(t, s, NULL);
+                s->passed = false;
+                snprintf(s->detail, sizeof(s->detail), "out of memory");
+                goto out;
+        }
+        pattern(data, size, size);
+        memset(back, ~data[0], size);
+        if (!(e = cube_create(c, data, size, &h))) {
+                e = cube_read(c, &h, back, size);
+                cube_error_free(cube_free(c, &h));
+        }
+        if (step_end(t, s, e)) {
+                for (uint64_t i = 0; i < size; i++)
+                        if (back[i] != data[i]) {
+                                s->passed = false;
+                                snprintf(s->detail, sizeof(s->detail), "byte %" PRIu64 " of %s "
+                                         "is %#x, not %#x", i, sz, back[i], data[i]);
+                                break;
+                        }
+                if (s->passed)
+                        snprintf(s->detail, sizeof(s->detail), "%s", sz);
+        }
+out:
+        free(data);
+        free(back);
+}
+
+int cmd_selftest(cube_client *c, bool json, const char *arg)
+{
+        static const uint64_t sizes[] = { 1, 4096, 1 << 20, 24 << 20 };
+        selftest t = {0};
+        cube_status st;
+        bool all = true;
+        step *s;
+
+        (void) arg;
+        s = step_begin(&t, "status");
+        if (step_end(&t, s, cube_daemon_status(c, &st))) {
+                snprintf(s->detail, sizeof(s->detail), "%s, %s on %s", st.service, st.backend,
+                         st.properties.name);
+                if (st.poisoned) {
+                        s->passed = false;
+                        snprintf(s->detail, sizeof(s->detail), "the device is poisoned: %s",
+                                 st.poison);
+                }
+        }
+        selftest_kernel(c, &t);
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+                if (sizes[i] <= cube_client_properties(c)->max_page_size)
+                        selftest_copy(c, &t, sizes[i]);
+
+        for (size_t i = 0; i < t.n; i++)
+                all &= t.steps[i].passed;
+        if (json) {
+                printf("{\"passed\":%s,\"steps\":[", all ? "true" : "false");
+                for (size_t i = 0; i < t.n; i++) {
+                        const step *x = &t.steps[i];
+                        printf("%s{\"step\":", i ? "," : "");
+                        print_json_string(x->name);
+                        printf(",\"result\":\"%s\",\"ms\":%.3f,\"detail\":",
+                               x->skipped ? "skipped" : x->passed ? "pass" : "fail", x->ms);
+                        print_json_string(x->detail);
+                        putchar('}');
+                }
+                printf("]}\n");
+        } else {
+                const char *failed = NULL;
+                for (size_t i = 0; i < t.n; i++) {
+                        const step *x = &t.steps[i];
+                        char detail[1100];
+                        if (!x->passed && !x->skipped && !failed)
+                                failed = x->name;
+                        printf("%-4s  %-20s  %9.3f ms  %s\n",
+                               x->skipped ? "SKIP" : x->passed ? "PASS" : "FAIL", x->name, x->ms,
+                               cell_text(x->detail, detail, sizeof(detail), true));
+                }
+                if (all)
+                        printf("selftest passed: %zu steps\n", t.n);
+                else
+                        printf("selftest FAILED at %s\n", failed ? failed : "?");
+        }
+        return all ? EXIT_OK : EXIT_ERROR;
+}
+
+/* ---------------------------------------------------------------------------
+ * top
+ * ------------------------------------------------------------------------- */
+
+typedef struct sample {
+        double at;
+        cube_session_info *sessions;
+        size_t n;
+        uint64_t max_id;                /* the newest session seen */
+} sample;
+
+static void sample_free(sample *s)
+{
+        free(s->sessions);
+        s->sessions = NULL;
+        s->n = 0;
+}
+
+static const cube_session_info *find_session(const sample *s, uint64_t id)
+{
+        for (size_t i = 0; i < s->n; i++)
+                if (s->sessions[i].id == id)
+                        return &s->sessions[i];
+        return NULL;
+}
+
+/* A counter's rate over dt. A session the last sample did not hold but
+ * could have (an id not newer than any it saw) has no rate yet: it opened
+ * while that sample was taken. One newer than any it saw opened since,
+ * from zero. A counter that went back (it never should) counts as still. */
+static double rate(const cube_session_info *prev, bool new_since, uint64_t now_v,
+                   uint64_t prev_v, double dt)
+{
+        if (!prev && !new_since)
+                return NAN;
+        if (!prev)
+                prev_v = 0;
+        return now_v >= prev_v ? (double) (now_v - prev_v) / dt : 0;
+}
+
+static uint64_t queued_of(const cube_stream_info *v, size_t n, uint64_t session)
+{
+        uint64_t q = 0;
+
+        for (size_t i = 0; i < n; i++)
+                if (v[i].session == session)
+                        q += v[i].pending;
+        return q;
+}
+
+static void rate_text(double v, bool bytes, char *buf, size_t cap)
+{
+        if (isnan(v))
+                snprintf(buf, cap, "-");
+        else if (bytes) {
+                human_bytes((uint64_t) llround(v), buf, cap);
+                strncat(buf, "/s", cap - strlen(buf) - 1);
+        } else
+                snprintf(buf, cap, "%.1f", v);
+}
+
+static void json_rate(const char *key, double v)
+{
+        printf(",\"%s\":", key);
+        if (isnan(v))
+                printf("null");
+        else
+                printf("%.3f", v);
+}
+
+/* One frame: the daemon's line, then a row per session with its rates
+ * since the previous sample. */
+static void top_frame(cube_client *c, bool json, unsigned long frame, const cube_status *st,
+                      const sample *prev, const sample *cur, const cube_stream_info *streams,
+                      size_t n_streams)
+{
+        double dt = cur->at - prev->at;
+        char mem[32], total[32];
+
+        if (dt <= 0)
+                dt = 1e-9;
+        if (json) {
+                printf("{\"frame\":%lu,\"interval_seconds\":%.3f,\"service\":", frame, dt);
+                print_json_string(st->service);
+                printf(",\"state\":");
+                print_json_string(st->poisoned ? "poisoned" : *st->state ? st->state : "serving");
+                printf(",\"memory_in_use\":%" PRIu64 ",\"memory_bytes\":%" PRIu64 ",\"sessions\":[",
+                       st->memory_in_use, st->properties.memory_bytes);
+        } else {
+                if (isatty(STDOUT_FILENO))
+                        fputs("\033[H\033[2J", stdout);
+                human_bytes(st->memory_in_use, mem, sizeof(mem));
+                human_bytes(st->properties.memory_bytes, total, sizeof(total));
+                printf("cubectl top: %s, %s, uptime %.0f s, %zu session(s), memory %s of %s, "
+                       "frame %lu every %.1f s\n", st->service,
+                       st->poisoned ? "POISONED" : *st->state ? st->state : "serving",
+                       st->uptime_seconds, cur->n, mem, total, frame, top_interval);
+                printf("%6s  %-16s  %10s  %12s  %12s  %10s  %8s  %6s\n", "ID", "NAME", "LAUNCH/S",
+                       "IN/S", "OUT/S", "MEMORY", "QUEUED", "ERRORS");
+        }
+        for (size_t i = 0; i < cur->n; i++) {
+                const cube_session_info *s = &cur->sessions[i];
+                const cube_session_info *p = find_session(prev, s->id);
+                bool fresh = s->id > prev->max_id;
+                double launches = rate(p, fresh, s->launches, p ? p->launches : 0, dt);
+                double in = rate(p, fresh, s->bytes_in, p ? p->bytes_in : 0, dt);
+                double out = rate(p, fresh, s->bytes_out, p ? p->bytes_out : 0, dt);
+                uint64_t queued = queued_of(streams, n_streams, s->id);
+                if (json) {
+                        printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", s->id);
+                        print_json_string(s->name);
+                        json_rate("launches_per_second", launches);
+                        json_rate("bytes_in_per_second", in);
+                        json_rate("bytes_out_per_second", out);
+                        printf(",\"memory_in_use\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"errors\":%"
+                               PRIu64 ",\"self\":%s}", s->memory_in_use, queued, s->errors,
+                               s->id == cube_client_session(c) ? "true" : "false");
+                        continue;
+                }
+                char name[260], l[32], bi[32], bo[32];
+                rate_text(launches, false, l, sizeof(l));
+                rate_text(in, true, bi, sizeof(bi));
+                rate_text(out, true, bo, sizeof(bo));
+                human_bytes(s->memory_in_use, mem, sizeof(mem));
+                printf("%6" PRIu64 "  %-16.16s  %10s  %12s  %12s  %10s  %8" PRIu64 "  %6" PRIu64
+                       "%s\n", s->id,
+                       *s->name ? cell_text(s->name, name, sizeof(name), false) : "-", l, bi, bo,
+                       mem, queued, s->errors,
+                       s->id == cube_client_session(c) ? "  (cubectl)" : "");
+        }
+        if (json)
+                printf("]}\n");
+        else
+                putchar('\n');
+        fflush(stdout);
+}
+
+static cube_error *take_sample(cube_client *c, sample *s)
+{
+        cube_error *e = cube_daemon_sessions(c, &s->sessions, &s->n);
+
+        s->at = now_seconds();
+        if (e)
+                return e;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->sessions[i].id > s->max_id)
+                        s->max_id = s->sessions[i].id;
+        return NULL;
+}
+
+static void sleep_seconds(double s)
+{
+        struct timespec ts = { (time_t) s, (long) ((s - (double) (time_t) s) * 1e9) };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+int cmd_top(cube_client *c, bool json, const char *arg)
+{
+        sample prev = {0}, cur = {0};
+        cube_error *e;
+        int r = EXIT_OK;
+
+        (void) arg;
+        /* A first sample, so that the first frame has rates already. */
+        if ((e = take_sample(c, &prev)))
+                return report("top", e);
+        for (unsigned long frame = 1; !top_count || frame <= top_count; frame++) {
+                cube_stream_info *streams = NULL;
+                size_t n_streams = 0;
+                cube_status st;
+                sleep_seconds(top_interval);
+                cur = (sample) { .max_id = prev.max_id };
+                if ((e = take_sample(c, &cur)) || (e = cube_daemon_status(c, &st)) ||
+                    (e = cube_daemon_streams(c, &streams, &n_streams))) {
+                        r = report("top", e);
+                        sample_free(&cur);
+                        break;
+                }
+                top_frame(c, json, frame, &st, &prev, &cur, streams, n_streams);
+                free(streams);
+                sample_free(&prev);
+                prev = cur;
+                cur = (sample) {0};
+        }
+        sample_free(&prev);
+        return r;
+}
