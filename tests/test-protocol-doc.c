@@ -12,6 +12,7 @@
  * request reveals (the whole list of its methods and fault sites).
  */
 #include <check.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,6 +639,340 @@ START_TEST(the_keys_of_bans_are_documented)
 }
 END_TEST
 
+/* ---- the texts of refusals ------------------------------------------------ */
+
+/* The document with every run of white space made one space, markdown's
+ * escaped bars and quotes undone (quotes inside a quoted text become \1). */
+static char *normalized_doc(void)
+{
+        char *out = malloc(strlen(doc) + 1), *o = out;
+
+        ck_assert_ptr_nonnull(out);
+        for (const char *p = doc; *p; p++) {
+                if (p[0] == '\\' && p[1] == '|') {
+                        *o++ = '|';
+                        p++;
+                } else if (p[0] == '\\' && p[1] == '"') {
+                        *o++ = '\1';
+                        p++;
+                } else if (*p == ' ' || *p == '\n' || *p == '\t') {
+                        if (o == out || o[-1] != ' ')
+                                *o++ = ' ';
+                } else {
+                        *o++ = *p;
+                }
+        }
+        *o = '\0';
+        return out;
+}
+
+/* Whether a wildcard ("<name>", "...", "…") starts at t; its length if so. */
+static size_t wildcard(const char *t, const char *end)
+{
+        if (*t == '<') {
+                const char *q = memchr(t, '>', (size_t) (end - t));
+                if (q && q - t < 32 && !memchr(t + 1, ' ', (size_t) (q - t - 1)))
+                        return (size_t) (q - t + 1);
+        }
+        if (end - t >= 3 && memcmp(t, "...", 3) == 0)
+                return 3;
+        if (end - t >= 3 && memcmp(t, "\xe2\x80\xa6", 3) == 0)
+                return 3;
+        return 0;
+}
+
+/* Whether the template [t, end) matches all of m, its wildcards standing
+ * for any text. */
+static bool template_matches(const char *t, const char *end, const char *m)
+{
+        size_t w;
+
+        if (t == end)
+                return *m == '\0';
+        if ((w = wildcard(t, end)) != 0) {
+                for (const char *q = m; ; q++) {
+                        if (template_matches(t + w, end, q))
+                                return true;
+                        if (!*q)
+                                return false;
+                }
+        }
+        if (*m == '\0')
+                return false;
+        if ((*t == '\1' ? '"' : *t) != *m)
+                return false;
+        return template_matches(t + 1, end, m + 1);
+}
+
+/* Whether the document quotes text: some "..." or `...` of it, read as a
+ * template, matches all of text. */
+static bool doc_quotes(const char *norm, const char *text)
+{
+        for (const char *p = norm; *p; p++) {
+                const char *q;
+                if (*p != '"' && *p != '`')
+                        continue;
+                size_t literal = 0, w;
+                q = strchr(p + 1, *p);
+                if (!q)
+                        break;
+                /* A quote of wildcards alone would match anything. */
+                for (const char *t = p + 1; t < q; t += w ? w : 1)
+                        if (!(w = wildcard(t, q)))
+                                literal++;
+                if (literal >= 12 && template_matches(p + 1, q, text))
+                        return true;
+        }
+        return false;
+}
+
+/* Packs a request or notification whose params follow fmt: u (uint64_t),
+ * s (a string), n (nil), b (a bool, as int), h (a cube_handle *), l (a list
+ * of one handle, a cube_handle *), e (an empty list). */
+static void send_fmt(int fd, bool request, uint32_t msgid, const char *method, const char *fmt,
+                     ...)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        va_list ap;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (request)
+                cube__pack_request(&pk, msgid, method, (uint32_t) strlen(fmt));
+        else
+                cube__pack_notify(&pk, method, (uint32_t) strlen(fmt));
+        va_start(ap, fmt);
+        for (const char *f = fmt; *f; f++) {
+                const cube_handle *h;
+                const char *str;
+                switch (*f) {
+                case 'u':
+                        msgpack_pack_uint64(&pk, va_arg(ap, uint64_t));
+                        break;
+                case 's':
+                        str = va_arg(ap, const char *);
+                        msgpack_pack_str(&pk, strlen(str));
+                        msgpack_pack_str_body(&pk, str, strlen(str));
+                        break;
+                case 'n':
+                        msgpack_pack_nil(&pk);
+                        break;
+                case 'b':
+                        if (va_arg(ap, int))
+                                msgpack_pack_true(&pk);
+                        else
+                                msgpack_pack_false(&pk);
+                        break;
+                case 'e':
+                        msgpack_pack_array(&pk, 0);
+                        break;
+                case 'l':
+                        msgpack_pack_array(&pk, 1);
+                        /* fall through */
+                case 'h':
+                        h = va_arg(ap, const cube_handle *);
+                        msgpack_pack_array(&pk, 4);
+                        msgpack_pack_uint64(&pk, h->service);
+                        msgpack_pack_uint64(&pk, h->memory);
+                        msgpack_pack_uint64(&pk, h->offset_start);
+                        msgpack_pack_uint64(&pk, h->offset_end);
+                        break;
+                default:
+                        ck_abort_msg("bad format %c", *f);
+                }
+        }
+        va_end(ap);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* The text a person is shown of the error the daemon sends next on fd: the
+ * leaf's text field, or a protocol error's reason. NULL when no error came. */
+static char *next_refusal(int fd)
+{
+        static const char head[] = "protocol error: ", tail[] = "; the connection is closed";
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        const msgpack_object *err = NULL;
+        cube_error *e = NULL;
+        char *text = NULL;
+
+        if (raw_recv(fd, &up, test_scaled_ms(5000)) != 1)
+                return NULL;
+        if (cube__envelope_parse(&up.data, &env, &why) == 0) {
+                if (env.type == CUBE__MSG_RESPONSE)
+                        err = env.error;
+                else if (env.type == CUBE__MSG_NOTIFY && env.params->via.array.size == 1)
+                        err = &env.params->via.array.ptr[0];
+        }
+        if (err && err->type != MSGPACK_OBJECT_NIL &&
+            cube__err_unpack(err, CUBE__FAMILY_SERVER, &e) == 0) {
+                const cube_error *leaf = e;
+                while (cube_error_source(leaf))
+                        leaf = cube_error_source(leaf);
+                if (cube_error_reason(leaf))
+                        text = strdup(cube_error_reason(leaf));
+                cube_error_free(e);
+        }
+        msgpack_unpacked_destroy(&up);
+        if (text && strncmp(text, head, strlen(head)) == 0 && strlen(text) > strlen(head) +
+            strlen(tail) && strcmp(text + strlen(text) - strlen(tail), tail) == 0) {
+                size_t n = strlen(text) - strlen(head) - strlen(tail);
+                memmove(text, text + strlen(head), n);
+                text[n] = '\0';
+        }
+        return text;
+}
+
+/* The answer to a request that succeeds, discarded. */
+static void expect_ok(int fd)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+
+        ck_assert_int_eq(raw_recv(fd, &up, test_scaled_ms(5000)), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+        ck_assert_msg(env.error->type == MSGPACK_OBJECT_NIL, "a request the test needs failed");
+        msgpack_unpacked_destroy(&up);
+}
+
+#define REFUSED(fd, norm, what) do { \
+        char *t_ = next_refusal(fd); \
+        ck_assert_msg(t_ != NULL, "%s: no refusal came", what); \
+        ck_assert_msg(doc_quotes(norm, t_), "%s: cubed says \"%s\", which PROTOCOL.md does " \
+                      "not quote", what, t_); \
+        free(t_); \
+} while (0)
+
+/* Each refusal the test can provoke, as the daemon words it, is quoted in
+ * the document (a <name> or ... of the quote standing for any text). */
+START_TEST(refusals_read_as_the_document_quotes_them)
+{
+        const char *args[] = { "--max-streams", "2", "--max-regions", "1",
+                               "--max-profile-windows", "1", "--max-graphs", "1",
+                               "--max-message", "1K", NULL };
+        char *norm = normalized_doc();
+        uint64_t nonce, session, m1, m2;
+        cube_error *err = NULL;
+        uint64_t region;
+        test_daemon d;
+        int fd, passed;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        fd = raw_connect(d.socket);
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        m1 = session << 40 | 1;
+        m2 = session << 40 | 2;
+
+        send_fmt(fd, true, 2, "teleport", "");
+        REFUSED(fd, norm, "an unknown method");
+        send_fmt(fd, true, 3, "hello", "un", (uint64_t) 2);
+        REFUSED(fd, norm, "hello of version 2");
+        send_fmt(fd, true, 4, "hello", "us", (uint64_t) 1, "tab\there");
+        REFUSED(fd, norm, "hello with a control character in the name");
+        send_fmt(fd, true, 5, "undrain", "");
+        REFUSED(fd, norm, "undrain of a daemon not draining");
+        send_fmt(fd, true, 6, "debug_inject", "susu", "alloc", (uint64_t) 129, "x", (uint64_t) 0);
+        REFUSED(fd, norm, "debug_inject without fault injection");
+        send_fmt(fd, true, 7, "kill_session", "u", (uint64_t) 999);
+        REFUSED(fd, norm, "kill_session of no session");
+        send_fmt(fd, true, 8, "export", "u", session << 40 | 77);
+        REFUSED(fd, norm, "export of an unknown memory");
+        send_fmt(fd, true, 9, "import", "sub", "0123456789abcdef0123456789abcdef",
+                 session << 40 | 78, 0);
+        REFUSED(fd, norm, "import of an unknown token");
+        send_fmt(fd, true, 10, "read", "ul", (uint64_t) 1,
+                 &(cube_handle) { .service = nonce, .memory = (session + 5) << 40 | 1, .offset_start = 0, .offset_end = 0 });
+        REFUSED(fd, norm, "a read of another session's memory");
+        send_fmt(fd, true, 11, "read", "ul", (uint64_t) 1, &(cube_handle) { .service = nonce, .memory = m1, .offset_start = 0, .offset_end = 0 });
+        REFUSED(fd, norm, "a read of memory never created");
+
+        raw_send_create(fd, m1, 16);
+        raw_send_create(fd, m2, 2048);
+        send_fmt(fd, true, 12, "read", "ul", (uint64_t) 1, &(cube_handle) { .service = nonce, .memory = m1, .offset_start = 8, .offset_end = 16 });
+        REFUSED(fd, norm, "a read whose offsets do not fit");
+        send_fmt(fd, true, 13, "read", "ul", (uint64_t) 1, &(cube_handle) { .service = nonce, .memory = m2, .offset_start = 0, .offset_end = 0 });
+        REFUSED(fd, norm, "a read larger than one reply");
+        send_fmt(fd, true, 14, "sync", "ue", (uint64_t) 2);
+        expect_ok(fd);
+        send_fmt(fd, true, 15, "sync", "ue", (uint64_t) 3);
+        REFUSED(fd, norm, "a sync on one stream more than max-streams");
+
+        passed = raw_region(fd, 16, 4096, &region, &err);
+        ck_assert_int_ge(passed, 0);
+        close(passed);
+        ck_assert_int_lt(raw_region(fd, 17, 4096, &region, &err), 0);
+        ck_assert_ptr_nonnull(err);
+        ck_assert_msg(doc_quotes(norm, cube_error_reason(err)), "a region past max-regions: "
+                      "cubed says \"%s\", which PROTOCOL.md does not quote",
+                      cube_error_reason(err));
+        cube_error_free(err);
+        send_fmt(fd, true, 18, "read", "uls", (uint64_t) 1, &(cube_handle) { .service = nonce, .memory = m1, .offset_start = 0, .offset_end = 0 },
+                 "region");
+        REFUSED(fd, norm, "a read into a malformed region reference");
+
+        send_fmt(fd, true, 19, "start_profile", "ub", (uint64_t) 1, 0);
+        expect_ok(fd);
+        send_fmt(fd, true, 20, "start_profile", "ub", (uint64_t) 1, 0);
+        REFUSED(fd, norm, "a window past max-profile-windows");
+        send_fmt(fd, true, 21, "graph_prepare", "u", (uint64_t) 1);
+        expect_ok(fd);
+        send_fmt(fd, true, 22, "graph_prepare", "u", (uint64_t) 2);
+        REFUSED(fd, norm, "a graph past max-graphs");
+        send_fmt(fd, true, 23, "graph_prepare", "u", (uint64_t) 1);
+        REFUSED(fd, norm, "graph_prepare of a stream preparing a capture");
+        send_fmt(fd, true, 24, "replay", "uu", (uint64_t) 2, (uint64_t) 9);
+        REFUSED(fd, norm, "a replay of an unknown graph");
+        close(fd);
+
+        /* Protocol errors, each on a connection of its own. */
+        fd = raw_connect(d.socket);
+        send_fmt(fd, true, 1, "status", "");
+        REFUSED(fd, norm, "a request before hello");
+        close(fd);
+
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, (session + 100) << 40 | 1, 16);
+        REFUSED(fd, norm, "a create of another session's id");
+        close(fd);
+
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 16);
+        raw_send_create(fd, session << 40 | 1, 16);
+        REFUSED(fd, norm, "a create of a live id");
+        close(fd);
+
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        send_fmt(fd, false, 0, "kernel", "uss", (uint64_t) 5, "KERNEL void k(INFO) {}", "k");
+        send_fmt(fd, false, 0, "kernel", "uss", (uint64_t) 5, "KERNEL void k(INFO) {}", "k");
+        REFUSED(fd, norm, "a kernel id registered twice");
+        close(fd);
+
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        send_fmt(fd, false, 0, "teleport", "");
+        REFUSED(fd, norm, "an unknown notification");
+        close(fd);
+
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        send_fmt(fd, true, 2, "sync", "u", (uint64_t) 1);
+        REFUSED(fd, norm, "sync with malformed params");
+        close(fd);
+
+        free(norm);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("protocol-doc");
@@ -651,6 +986,7 @@ static Suite *suite(void)
         tcase_add_test(tc, every_fault_site_and_kind_is_in_section_5_15);
         tcase_add_test(tc, every_key_cubed_sends_is_documented);
         tcase_add_test(tc, the_keys_of_bans_are_documented);
+        tcase_add_test(tc, refusals_read_as_the_document_quotes_them);
         suite_add_tcase(s, tc);
         return s;
 }
