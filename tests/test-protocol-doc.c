@@ -4,7 +4,9 @@
  * every documented method is dispatched; every variant the error codec
  * knows is in section 6; every key a real daemon sends in hello, status and
  * the admin replies is named where the document describes that reply; the
- * fault-injection sites and kinds are in section 5.15.
+ * fault-injection sites and kinds are in section 5.15; the requests served
+ * during a drain are those 5.14a lists; and the refusals the test provokes
+ * read as the document quotes them.
  *
  * The document is the only description an independent client has, so a
  * method, key or variant added without it fails here. The daemon is asked
@@ -28,6 +30,7 @@ typedef struct name_list {
         size_t n;
         char *name[MAX_NAMES];
         int kind[MAX_NAMES];            /* CUBE__MSG_REQUEST or CUBE__MSG_NOTIFY; -1 daemon-sent */
+        bool admin[MAX_NAMES];          /* served to a session opened during a drain */
 } name_list;
 
 static char *doc;                       /* PROTOCOL.md, whole */
@@ -137,12 +140,15 @@ static void dispatched_methods(name_list *ret)
                 const char *kind = q + 1;
                 while (*kind == ',' || *kind == ' ')
                         kind++;
+                const char *close = strchr(kind, '}');
                 if (strncmp(kind, "CUBE__MSG_REQUEST", 17) == 0)
                         list_add(ret, name, (size_t) (q - name), CUBE__MSG_REQUEST);
                 else if (strncmp(kind, "CUBE__MSG_NOTIFY", 16) == 0)
                         list_add(ret, name, (size_t) (q - name), CUBE__MSG_NOTIFY);
                 else
                         break;          /* past the table */
+                ck_assert_ptr_nonnull(close);
+                ret->admin[ret->n - 1] = close - kind > 6 && memcmp(close - 6, " true ", 6) == 0;
                 p = q;
         }
         free(src);
@@ -216,6 +222,43 @@ START_TEST(every_dispatched_method_is_documented)
         }
         list_free(&daemon);
         list_free(&documented);
+}
+END_TEST
+
+/* The requests 5.14a says a session opened during a drain may send are
+ * those dispatch.c serves then, and no others. */
+START_TEST(the_requests_served_during_a_drain_are_documented)
+{
+        const char *start = "drain may still send every request that looks or acts (";
+        name_list daemon = { 0 };
+        char *text, *list;
+        int listed = 0;
+
+        dispatched_methods(&daemon);
+        text = span("- `drain`, params", "\n- ");
+        for (char *p = text; *p; p++)
+                if (*p == '\n')
+                        *p = ' ';
+        for (char *p = text, *o = text; ; p++) {
+                if (*p == ' ' && o > text && o[-1] == ' ')
+                        continue;
+                if (!(*o++ = *p))
+                        break;
+        }
+        list = strstr(text, start);
+        ck_assert_msg(list != NULL, "5.14a no longer says which requests a drain serves");
+        list += strlen(start);
+        *strchrnul(list, ')') = '\0';
+        for (size_t i = 0; i < daemon.n; i++) {
+                bool documented = quoted_in(list, daemon.name[i], strlen(daemon.name[i]));
+                ck_assert_msg(documented == daemon.admin[i], "cubed %s '%s' to a session opened "
+                              "during a drain, and 5.14a says %s", daemon.admin[i] ? "serves" :
+                              "refuses", daemon.name[i], documented ? "it may" : "it may not");
+                listed += documented;
+        }
+        ck_assert_int_gt(listed, 10);
+        free(text);
+        list_free(&daemon);
 }
 END_TEST
 
@@ -982,6 +1025,7 @@ static Suite *suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, every_dispatched_method_is_documented);
         tcase_add_test(tc, every_documented_method_is_known_to_the_daemon);
+        tcase_add_test(tc, the_requests_served_during_a_drain_are_documented);
         tcase_add_test(tc, every_error_variant_is_in_section_6);
         tcase_add_test(tc, every_fault_site_and_kind_is_in_section_5_15);
         tcase_add_test(tc, every_key_cubed_sends_is_documented);
