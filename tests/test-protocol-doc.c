@@ -656,7 +656,9 @@ END_TEST
 /* bans, which only a poisoning fills. */
 START_TEST(the_keys_of_bans_are_documented)
 {
-        const char *args[] = { "--enable-fault-injection", "--poison-ban-after", "1", NULL };
+        /* A long grace, so that the poisoned daemon is still there to ask. */
+        const char *args[] = { "--enable-fault-injection", "--poison-ban-after", "1",
+                               "--poison-grace", "600", NULL };
         msgpack_unpacked up;
         const msgpack_object *r;
         test_daemon d;
