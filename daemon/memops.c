@@ -166,19 +166,23 @@ cube__dispatched cube__do_write(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         if (e) {
-                if (n) {
-                        /* The handle names our memory, with a layout that does not
-                         * fit it: the bytes it was to write are suspect. */
-                        uint64_t end = n->alloc->size;
-                        cube__fail_range(s, n, cube_error_kind_of(e) == CUBE_SERVER_VALIDATION ?
-                                         0 : start, end, e);
+                cube_handle h = {0};
+                const msgpack_object *ho = k->p[1].via.array.size == 4 &&
+                        k->p[1].via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY ?
+                        &k->p[1].via.array.ptr[0] : &k->p[1];
+                bool parsed = cube__obj_handle(ho, &h);
+
+                if (n && parsed && cube_error_kind_of(e) == CUBE_SERVER_IO) {
+                        /* A layout the daemon does not copy: the handle's
+                         * range is what the write meant, and all it claims. */
+                        cube__fail_range(s, n, start, n->alloc->size - h.offset_end, e);
+                } else if (n) {
+                        /* A layout that does not fit the handle: which bytes
+                         * it meant is unknown, so all of them are suspect. */
+                        cube__fail_range(s, n, 0, n->alloc->size, e);
                 } else {
-                        cube_handle h = {0};
                         cube__name *named = NULL;
-                        const msgpack_object *ho = k->p[1].via.array.size == 4 &&
-                                k->p[1].via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY ?
-                                &k->p[1].via.array.ptr[0] : &k->p[1];
-                        if (cube__obj_handle(ho, &h) && h.service == k->server->nonce)
+                        if (parsed && h.service == k->server->nonce)
                                 named = cube__idmap_get(&s->memory, h.memory);
                         if (named) {
                                 cube__fail_range(s, named, 0, named->alloc->size, e);

@@ -959,6 +959,39 @@ START_TEST(strided_round_trips_land_rows_on_their_pitch)
 }
 END_TEST
 
+/* A write whose layout is not pitched row-major claims the handle's range
+ * and nothing more: the rest of the allocation was never its to write. */
+START_TEST(unsupported_strides_claim_only_the_handles_range)
+{
+        cube_client *c = connect_as("strided-slice");
+        unsigned char data[64], back[256];
+        cube_handle whole;
+        cube_copy bad = { .rank = 2, .shape = { 4, 4 }, .strides = { 1, 4 }, .elem_size = 4 };
+
+        pattern(data, sizeof(data), 11);
+        ck_ok(cube_empty(c, 256, &whole));
+        memset(back, 0x5a, sizeof(back));
+        ck_ok(cube_write(c, &whole, back, sizeof(back)));
+        /* The middle 64 bytes, written column-major. */
+        bad.handle = cube_handle_slice(&whole, 64, 128);
+        ck_assert_uint_eq(cube_handle_len(&bad.handle), 64);
+        ck_ok(cube_write_strided(c, &bad, data, cube_copy_len(&bad)));
+        expect_io_failure(cube_check(c, &bad.handle, 1), CUBE_IO_UNSUPPORTED_STRIDES, 0, true);
+        {
+                cube_handle before = cube_handle_slice(&whole, 0, 192);
+                cube_handle after = cube_handle_slice(&whole, 128, 0);
+                unsigned char want[128];
+
+                memset(want, 0x5a, sizeof(want));
+                ck_ok(cube_check(c, &before, 1));
+                ck_ok(cube_check(c, &after, 1));
+                ck_ok(cube_read(c, &after, back, 128));
+                ck_assert(memcmp(back, want, 128) == 0);
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
 START_TEST(other_layouts_are_unsupported_strides_and_overruns_are_validation)
 {
         cube_client *c = connect_as("layouts");
@@ -1548,6 +1581,7 @@ static Suite *memory_suite(void)
         tcase_add_test(sizes, sixty_five_live_page_sizes_are_page_sizes_exhausted);
         tcase_add_test(sizes, strided_round_trips_land_rows_on_their_pitch);
         tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
+        tcase_add_test(sizes, unsupported_strides_claim_only_the_handles_range);
 
         tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
         tcase_add_test(staging, staged_round_trips_at_every_size);
