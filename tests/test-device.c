@@ -93,6 +93,43 @@ static void expect_triple_runs(cube_client *c, uint64_t k)
                               in[i] * 3u + 1u);
 }
 
+/* One-cube launches run on another of PoCL's devices than spread ones
+ * (KERNELS.md); a chain alternating the two, issued without a wait, must
+ * still run each launch after the one before it. */
+START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
+{
+        uint32_t in[N], got[N], want[N];
+        cube_handle ab[2], ba[2];
+        test_daemon d;
+        cube_client *c;
+        uint64_t k;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "alternate", &c));
+        k = register_kernel(c, triple_source, "triple");
+        fill_random(in, sizeof(in), 5);
+        memcpy(want, in, sizeof(want));
+        ck_ok(cube_create(c, in, sizeof(in), &ab[0]));
+        ck_ok(cube_empty(c, sizeof(in), &ab[1]));
+        ba[0] = ab[1];
+        ba[1] = ab[0];
+        for (int step = 0; step < 64; step++) {
+                if (step % 2 == 0)
+                        launch_n(c, k, ab, 2, 1, 1000, CUBE_LAUNCH_EXECUTE);
+                else
+                        launch_n(c, k, ba, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                for (uint32_t i = 0; i < N; i++)
+                        want[i] = want[i] * 3u + 1u;
+        }
+        ck_ok(cube_read(c, &ab[0], got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_msg(got[i] == want[i], "element %u is %#x after 64 launches, not %#x", i,
+                              got[i], want[i]);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* The one failure a read of h reports, and its root. */
 static const cube_error *root_of_read(cube_client *c, const cube_handle *h, cube_error **ret_e)
 {
@@ -633,6 +670,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_kernel_reaching_for_the_system_is_refused_naming_the_line);
         tcase_add_test(tc, the_sealed_device_reaches_its_directory_and_nothing_else);
         tcase_add_test(tc, a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit);
+        tcase_add_test(tc, one_cube_and_spread_launches_alternating_keep_their_order);
         tcase_add_test(tc, an_integer_division_by_zero_poisons_the_device_naming_sigfpe);
         tcase_add_test(tc, a_unit_overflowing_its_stack_poisons_the_device);
         tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);
