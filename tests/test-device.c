@@ -93,6 +93,43 @@ static void expect_triple_runs(cube_client *c, uint64_t k)
                               in[i] * 3u + 1u);
 }
 
+/* One-cube launches run on another of PoCL's devices than spread ones
+ * (KERNELS.md); a chain alternating the two, issued without a wait, must
+ * still run each launch after the one before it. */
+START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
+{
+        uint32_t in[N], got[N], want[N];
+        cube_handle ab[2], ba[2];
+        test_daemon d;
+        cube_client *c;
+        uint64_t k;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "alternate", &c));
+        k = register_kernel(c, triple_source, "triple");
+        fill_random(in, sizeof(in), 5);
+        memcpy(want, in, sizeof(want));
+        ck_ok(cube_create(c, in, sizeof(in), &ab[0]));
+        ck_ok(cube_empty(c, sizeof(in), &ab[1]));
+        ba[0] = ab[1];
+        ba[1] = ab[0];
+        for (int step = 0; step < 64; step++) {
+                if (step % 2 == 0)
+                        launch_n(c, k, ab, 2, 1, 1000, CUBE_LAUNCH_EXECUTE);
+                else
+                        launch_n(c, k, ba, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                for (uint32_t i = 0; i < N; i++)
+                        want[i] = want[i] * 3u + 1u;
+        }
+        ck_ok(cube_read(c, &ab[0], got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_msg(got[i] == want[i], "element %u is %#x after 64 launches, not %#x", i,
+                              got[i], want[i]);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* The one failure a read of h reports, and its root. */
 static const cube_error *root_of_read(cube_client *c, const cube_handle *h, cube_error **ret_e)
 {
@@ -267,6 +304,64 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
         expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* The other ways a kernel can fault reach the same end: each names its
+ * signal, and the next sessions are served by a fresh device. A unit whose
+ * stack overflows dies on it (its handler has no stack left to run on), so
+ * cubed names the signal the device process died of. */
+static const char divide_source[] =
+        "KERNEL void divide(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile int32_t zero = (int32_t) (ABSOLUTE_POS / 1000000);\n"
+        "        out[ABSOLUTE_POS] = (uint32_t) (7 / zero);\n"
+        "}\n";
+
+/* A unit's private array far past any work-item stack. */
+static const char deep_source[] =
+        "KERNEL void deep(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile uint32_t big[1 << 24];\n"
+        "\n"
+        "        for (uint32_t i = 0; i < (1u << 24); i += 1024)\n"
+        "                big[i] = i + ABSOLUTE_POS;\n"
+        "        out[ABSOLUTE_POS] = big[(ABSOLUTE_POS * 4096) & ((1u << 24) - 1)];\n"
+        "}\n";
+
+static void expect_fault_poisons_then_reinit(const char *source, const char *entry,
+                                             const char *what)
+{
+        static const char *const args[] = { "--poison-policy", "reinit", "--poison-grace", "1",
+                                            NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_status st;
+        long deadline;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, entry, &c));
+        launch_and_expect_poison(c, register_kernel(c, source, entry), entry, what, 10000);
+        cube_disconnect(c);
+        deadline = now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+                usleep(50 * 1000);
+        ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
+        ck_ok(cube_connect(d.socket, "after", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+
+START_TEST(an_integer_division_by_zero_poisons_the_device_naming_sigfpe)
+{
+        expect_fault_poisons_then_reinit(divide_source, "divide", "FPE");
+}
+END_TEST
+
+START_TEST(a_unit_overflowing_its_stack_poisons_the_device)
+{
+        expect_fault_poisons_then_reinit(deep_source, "deep", "SEGV");
 }
 END_TEST
 
@@ -575,6 +670,9 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_kernel_reaching_for_the_system_is_refused_naming_the_line);
         tcase_add_test(tc, the_sealed_device_reaches_its_directory_and_nothing_else);
         tcase_add_test(tc, a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit);
+        tcase_add_test(tc, one_cube_and_spread_launches_alternating_keep_their_order);
+        tcase_add_test(tc, an_integer_division_by_zero_poisons_the_device_naming_sigfpe);
+        tcase_add_test(tc, a_unit_overflowing_its_stack_poisons_the_device);
         tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);
         tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);

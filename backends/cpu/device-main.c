@@ -63,19 +63,50 @@ static uint64_t now_ns(void)
         return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
-static int first_device(cl_platform_id *ret_platform, cl_device_id *ret_device)
+/* PoCL's CPU devices, as the device uses them: "spread" (PoCL's pthread
+ * device) runs a launch's cubes on a thread per core; "inline" (its basic
+ * device) runs them on the calling thread. A launch of one cube cannot be
+ * spread, and waking PoCL's workers for it costs tens of microseconds, so
+ * such launches run inline, in about one. Without a basic device every
+ * launch is spread. */
+typedef struct cpu_devices {
+        cl_platform_id platform;
+        cl_device_id ids[2];            /* [0] spread, [1] inline when n == 2 */
+        cl_uint n;
+} cpu_devices;
+
+static int find_devices(cpu_devices *ret)
 {
         cl_platform_id platforms[8];
         cl_uint n = 0;
 
+        /* Both devices, unless the machine's owner chose PoCL's devices. */
+        setenv("POCL_DEVICES", "pthread basic", 0);
         if (clGetPlatformIDs(8, platforms, &n) != CL_SUCCESS || n == 0)
                 return -1;
-        for (cl_uint i = 0; i < n && i < 8; i++)
-                if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_CPU, 1, ret_device, NULL) ==
-                    CL_SUCCESS) {
-                        *ret_platform = platforms[i];
-                        return 0;
+        for (cl_uint i = 0; i < n && i < 8; i++) {
+                cl_device_id ids[8], spread = NULL, in_line = NULL;
+                cl_uint nd = 0;
+
+                if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_CPU, 8, ids, &nd) != CL_SUCCESS ||
+                    nd == 0)
+                        continue;
+                for (cl_uint j = 0; j < nd && j < 8; j++) {
+                        char name[64] = "";
+                        clGetDeviceInfo(ids[j], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+                        if (strncmp(name, "basic", 5) == 0 && !in_line)
+                                in_line = ids[j];
+                        else if (!spread)
+                                spread = ids[j];
                 }
+                ret->platform = platforms[i];
+                ret->n = 0;
+                if (spread)
+                        ret->ids[ret->n++] = spread;
+                if (in_line)
+                        ret->ids[ret->n++] = in_line;
+                return 0;
+        }
         return -1;
 }
 
@@ -160,14 +191,14 @@ static int build_main(int argc, char **argv)
 {
         char path[PATH_MAX];
         const char *dir;
-        cl_platform_id platform;
+        cpu_devices devs;
         cl_device_id device;
         cl_context context;
         cl_program program;
         cl_kernel kernels[1];
         cl_uint n_kernels = 0;
         cl_int err;
-        size_t src_len, bin_size = 0;
+        size_t src_len;
         char *src, *entry;
         FILE *log;
 
@@ -197,16 +228,17 @@ static int build_main(int argc, char **argv)
         if (!(entry = slurp(path, &src_len)))
                 return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
         setenv("POCL_CACHE_DIR", dir, 1);
-        if (first_device(&platform, &device) < 0)
+        if (find_devices(&devs) < 0 || devs.n == 0)
                 return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
                                   "installed?)");
-        context = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+        device = devs.ids[0];
+        context = clCreateContext(NULL, devs.n, devs.ids, NULL, NULL, &err);
         if (!context)
                 return build_fail(log, EXIT_DEFECT, "clCreateContext: %d", err);
         program = clCreateProgramWithSource(context, 1, (const char **) &src, NULL, &err);
         if (!program)
                 return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
-        err = clBuildProgram(program, 1, &device, "", NULL, NULL);
+        err = clBuildProgram(program, devs.n, devs.ids, "", NULL, NULL);
         if (err != CL_SUCCESS) {
                 size_t n = 0;
                 char *text;
@@ -227,23 +259,44 @@ static int build_main(int argc, char **argv)
         clGetKernelWorkGroupInfo(kernels[0], device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local),
                                  &local, NULL);
         head.shared_bytes = local;
-        /* Asking for the binary makes PoCL build the generic work-group
-         * function into it, so the sealed device never compiles. */
-        err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, NULL);
-        if (err != CL_SUCCESS || bin_size == 0)
-                return build_fail(log, EXIT_DEFECT, "no program binary (%d)", err);
-        unsigned char *bin = malloc(bin_size);
-        if (!bin)
-                return build_fail(log, EXIT_DEFECT, "out of memory");
-        err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL);
+        /* Asking for the binaries makes PoCL build the generic work-group
+         * functions into them, so the sealed device never compiles. One per
+         * device, in find_devices' order (queue.h says how they are laid). */
+        cl_device_id order[2];
+        size_t sizes[2] = { 0, 0 };
+        unsigned char *bins[2] = { NULL, NULL };
+        uint64_t blob_head[3] = { devs.n, 0, 0 };
+        if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, devs.n * sizeof(cl_device_id), order,
+                             NULL) != CL_SUCCESS ||
+            clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, devs.n * sizeof(size_t), sizes,
+                             NULL) != CL_SUCCESS)
+                return build_fail(log, EXIT_DEFECT, "no program binaries");
+        for (cl_uint i = 0; i < devs.n; i++) {
+                if (sizes[i] == 0 || !(bins[i] = malloc(sizes[i])))
+                        return build_fail(log, EXIT_DEFECT, "no program binary for device %u", i);
+        }
+        err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, devs.n * sizeof(bins[0]), bins, NULL);
         if (err != CL_SUCCESS)
                 return build_fail(log, EXIT_DEFECT, "clGetProgramInfo(BINARIES): %d", err);
-        head.binary_bytes = bin_size;
+        /* The blob lists the binaries in find_devices' order, whatever
+         * order PoCL keeps them in. */
+        unsigned char *in_order[2];
+        for (cl_uint i = 0; i < devs.n; i++) {
+                cl_uint j = devs.n == 2 && order[0] != devs.ids[0] ? 1 - i : i;
+                in_order[i] = bins[j];
+                blob_head[1 + i] = sizes[j];
+        }
+        head.binary_bytes = (1 + devs.n) * sizeof(uint64_t);
+        for (cl_uint i = 0; i < devs.n; i++)
+                head.binary_bytes += blob_head[1 + i];
 
         snprintf(path, sizeof(path), "%s/artifact", dir);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0 || write_all(fd, &head, sizeof(head)) < 0 || write_all(fd, bin, bin_size) < 0 ||
-            fsync(fd) < 0 || close(fd) < 0)
+        bool written = fd >= 0 && write_all(fd, &head, sizeof(head)) == 0 &&
+                       write_all(fd, blob_head, (1 + devs.n) * sizeof(uint64_t)) == 0;
+        for (cl_uint i = 0; written && i < devs.n; i++)
+                written = write_all(fd, in_order[i], blob_head[1 + i]) == 0;
+        if (!written || fsync(fd) < 0 || close(fd) < 0)
                 return build_fail(log, EXIT_DEFECT, "cannot write %s: %s", path, strerror(errno));
         fclose(log);
         return 0;
@@ -261,8 +314,8 @@ typedef struct module {
 
 static struct {
         cl_context context;
-        cl_device_id device;
-        cl_command_queue queue;
+        cpu_devices devs;
+        cl_command_queue queues[2];     /* one per device of devs */
         cl_mem *windows, arena;
         uint32_t n_windows;
         pthread_mutex_t lock;           /* modules */
@@ -318,22 +371,41 @@ static void load(const cube__msg *m, char *payload)
         const char *entry = payload;
         size_t elen = strnlen(payload, m->len);
         const unsigned char *bin = (const unsigned char *) payload + elen + 1;
-        size_t bin_len;
-        cl_int err, status;
+        cl_int err;
         module mod = { .n_buffers = m->n_buffers };
 
         if (elen >= m->len) {
                 reply(-1, "a load without an entry point");
                 return;
         }
-        bin_len = m->len - elen - 1;
-        mod.program = clCreateProgramWithBinary(dev.context, 1, &dev.device, &bin_len, &bin,
-                                                &status, &err);
+        /* The binaries, as the build laid them (queue.h). */
+        const unsigned char *blob = bin, *bins[2];
+        size_t blob_len = m->len - elen - 1, lens[2];
+        uint64_t count, size;
+        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) !=
+            dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
+                reply(-1, "the artifact holds binaries for another set of devices");
+                return;
+        }
+        size_t at = (1 + count) * sizeof(uint64_t);
+        for (uint64_t i = 0; i < count; i++) {
+                memcpy(&size, blob + (1 + i) * sizeof(uint64_t), sizeof(size));
+                if (size == 0 || size > blob_len - at) {
+                        reply(-1, "the artifact's binary %u is cut short", (unsigned) i);
+                        return;
+                }
+                bins[i] = blob + at;
+                lens[i] = size;
+                at += size;
+        }
+        mod.program = clCreateProgramWithBinary(dev.context, dev.devs.n, dev.devs.ids, lens, bins,
+                                                NULL, &err);
         if (!mod.program) {
                 reply(err, "clCreateProgramWithBinary: %d", err);
                 return;
         }
-        if ((err = clBuildProgram(mod.program, 1, &dev.device, "", NULL, NULL)) != CL_SUCCESS) {
+        if ((err = clBuildProgram(mod.program, dev.devs.n, dev.devs.ids, "", NULL, NULL)) !=
+            CL_SUCCESS) {
                 clReleaseProgram(mod.program);
                 reply(err, "clBuildProgram of the binary: %d", err);
                 return;
@@ -394,9 +466,18 @@ static void *control_thread(void *arg)
         return NULL;
 }
 
-/* Sets a launch's arguments and queues it, with an event for its end.
- * Returns false, with the slot's status and reason set, when it cannot run. */
-static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_event *ret_event)
+/* Whether a launch runs on the inline device: it is one cube, which the
+ * spread device could not spread anyway (find_devices). */
+static bool runs_inline(const cube__qslot *s)
+{
+        return dev.devs.n == 2 && (uint64_t) s->count[0] * s->count[1] * s->count[2] == 1;
+}
+
+/* Sets a launch's arguments and queues it on queue, with an event for its
+ * end. Returns false, with the slot's status and reason set, when it cannot
+ * run. */
+static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
+                    cl_event *ret_event)
 {
         size_t global[3], local[3];
         cl_kernel k = NULL;
@@ -440,7 +521,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_event *ret_event)
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */
         if (err == CL_SUCCESS)
-                err = clEnqueueNDRangeKernel(dev.queue, k, 3, NULL, global, local, 0, NULL,
+                err = clEnqueueNDRangeKernel(queue, k, 3, NULL, global, local, 0, NULL,
                                              ret_event);
         if (err != CL_SUCCESS) {
                 s->status = err;
@@ -469,9 +550,12 @@ static void finish(cube__qslot *s, cl_event ev)
 /* The device's main loop: the launches in the ring, in order, forever. The
  * launches posted together go to PoCL together and are waited for one by
  * one, each handed back as it ends: one wake-up of PoCL's workers for a
- * batch, not one per launch. The queue runs one launch at a time, so each
- * runs from the end of the one before it (the first, from when it was
- * queued) to its own end: the device's timestamps of it. */
+ * batch, not one per launch. A launch that runs inline goes alone: it runs
+ * on this thread, and a batch of them would end together. The queue runs
+ * one launch at a time, so each runs from the end of the one before it (the
+ * first, from when it was queued) to its own end: the device's timestamps
+ * of it. A batch never mixes the two devices, so the launch before is always
+ * done when the next device starts. */
 static void serve_loop(void)
 {
         uint64_t next = 1;
@@ -497,14 +581,17 @@ static void serve_loop(void)
                 t = now_ns();
                 atomic_store(&ctl->running_since, t);
                 atomic_store(&ctl->running_seq, next);
-                for (uint64_t seq = next; n < DEVICE_BATCH; seq++, n++) {
+                bool in_line = runs_inline(s);
+                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
+                for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
-                        if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq)
+                        if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
+                            runs_inline(q) != in_line)
                                 break;
                         batch[n] = q;
-                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, &events[n]);
+                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);
                 }
-                clFlush(dev.queue);
+                clFlush(queue);
                 for (unsigned i = 0; i < n; i++) {
                         atomic_store(&ctl->running_since, t);
                         atomic_store(&ctl->running_seq, next + i);
@@ -602,7 +689,6 @@ static int serve_main(int argc, char **argv)
 {
         const char *kcache;
         uint64_t memory_bytes;
-        cl_platform_id platform;
         cl_int err;
         void *memory;
         pthread_t control;
@@ -624,14 +710,17 @@ static int serve_main(int argc, char **argv)
                 return serve_fail("cannot map device memory: %s", strerror(errno));
         ctl = qbase;
         setenv("POCL_CACHE_DIR", kcache, 1);
-        if (first_device(&platform, &dev.device) < 0)
+        if (find_devices(&dev.devs) < 0 || dev.devs.n == 0)
                 return serve_fail("no OpenCL CPU device (is pocl-opencl-icd installed?)");
-        dev.context = clCreateContext(NULL, 1, &dev.device, NULL, NULL, &err);
+        dev.context = clCreateContext(NULL, dev.devs.n, dev.devs.ids, NULL, NULL, &err);
         if (!dev.context)
                 return serve_fail("clCreateContext: %d", err);
-        dev.queue = clCreateCommandQueueWithProperties(dev.context, dev.device, NULL, &err);
-        if (!dev.queue)
-                return serve_fail("clCreateCommandQueue: %d", err);
+        for (cl_uint i = 0; i < dev.devs.n; i++) {
+                dev.queues[i] = clCreateCommandQueueWithProperties(dev.context, dev.devs.ids[i],
+                                                                   NULL, &err);
+                if (!dev.queues[i])
+                        return serve_fail("clCreateCommandQueue: %d", err);
+        }
         dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
         if (!(dev.windows = calloc(dev.n_windows ? dev.n_windows : 1, sizeof(cl_mem))))
                 return serve_fail("out of memory");
@@ -650,8 +739,11 @@ static int serve_main(int argc, char **argv)
                                    (char *) qbase + CUBE__Q_CTL_BYTES, &err);
         if (!dev.arena)
                 return serve_fail("cannot give PoCL the launch ring: %d", err);
-        clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof(version) - 1, version, NULL);
-        clGetDeviceInfo(dev.device, CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+        clGetPlatformInfo(dev.devs.platform, CL_PLATFORM_VERSION, sizeof(version) - 1, version,
+                          NULL);
+        clGetDeviceInfo(dev.devs.ids[0], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+        if (dev.devs.n == 2)
+                strncat(name, ", one-cube launches inline", sizeof(name) - strlen(name) - 1);
 
         /* Whatever PoCL starts lazily, start it now: a warm-up launch of a
          * built-in-free empty program would compile, so none runs here. */

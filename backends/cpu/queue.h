@@ -102,8 +102,11 @@ typedef struct cube__msg_reply {
 #define CUBE__FD_QUEUE 4
 #define CUBE__FD_CONTROL 5
 
-/* The artifact a build writes: this header, then the program binary. */
-#define CUBE__ARTIFACT_MAGIC "cube-ocl-1"
+/* The artifact a build writes: this header, then binary_bytes of program
+ * binaries: a uint64_t count N (1 or 2), N uint64_t sizes, then the N
+ * binaries, one for each of the device's PoCL devices (spread, then
+ * inline; device-main.c). */
+#define CUBE__ARTIFACT_MAGIC "cube-ocl-2"
 typedef struct cube__artifact_head {
         char magic[16];
         uint64_t shared_bytes;
