@@ -66,7 +66,6 @@ static void usage(FILE *f)
 "  --hello-timeout S      seconds a connection has to say hello (default 10)\n"
 "  --frame-timeout S      seconds a message begun may go without a byte\n"
 "                         before its connection is closed (default 30)\n"
-"  --region-memory BYTES  staging regions one session may hold (default 1G)\n"
 "  --max-profile-windows N  profiling windows one session may hold open (default 1024)\n"
 "  --max-graphs N         graphs one session may hold, captures included (default 256)\n"
 "  --max-graph-launches N launches one graph capture may record (default 65536)\n"
