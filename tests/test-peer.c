@@ -1,0 +1,282 @@
+/*
+ * test-peer.c - peer access between two CPU daemons of one host: who may
+ * access whom, a kernel on one device writing and reading a buffer of the
+ * other, peer_address on a tainted buffer, a peer of another user, and a
+ * peer that dies under a device that binds its memory.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define N 1024
+
+static cube_launch affine_over(uint64_t k, const cube_handle *bufs)
+{
+        return (cube_launch) {
+                .kernel = k, .cube_count = { N / 64, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = bufs, .io = test_affine_io, .n_buffers = 2,
+        };
+}
+
+/* The address of h on its daemon, bound as a handle on the other's. */
+static cube_handle bind_peer(cube_client *owner, const cube_handle *h, cube_client *user,
+                             const char *owner_name)
+{
+        cube_handle bound;
+        uint64_t address;
+
+        ck_ok(cube_peer_address(owner, h, &address));
+        ck_ok(cube_peer_bind(user, owner_name, address, h->size, &bound));
+        return bound;
+}
+
+START_TEST(test_who_may_access)
+{
+        test_group g;
+        cube_client *a, *b;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(can, "two CPU daemons of one user map each other's memory");
+        can = false;
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));   /* mapped already */
+        ck_assert(can);
+        can = false;
+        ck_ok(cube_can_access_peer(b, "cpu0", &can));
+        ck_assert(can);
+        ck_ok(cube_can_access_peer(a, "cpu0", &can));   /* itself */
+        ck_assert(!can);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "cpu7", &can));   /* nobody there */
+        ck_assert(!can);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "../cpu1", &can));
+        ck_assert(!can);
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
+START_TEST(test_kernel_writes_peer_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], zeros[N] = {0}, got[N];
+        cube_handle src, dst, bound;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i * 3 + 1;
+        ck_ok(cube_create(a, in, sizeof(in), &src));
+        ck_ok(cube_create(b, zeros, sizeof(zeros), &dst));
+        ck_ok(cube_sync(b, &dst, 1));
+        bound = bind_peer(b, &dst, a, "cpu1");
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        ck_ok(cube_sync(a, &bound, 1));
+        ck_ok(cube_check(a, &bound, 1));
+        /* The owner is told, then reads what the kernel wrote. */
+        ck_ok(cube_peer_wrote(b, &dst, 1, NULL));
+        ck_ok(cube_read(b, &dst, got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_uint_eq(got[i], test_affine(in[i]));
+        /* And through the bound handle on A, the same bytes. */
+        memset(got, 0, sizeof(got));
+        ck_ok(cube_read(a, &bound, got, sizeof(got)));
+        ck_assert_uint_eq(got[N - 1], test_affine(in[N - 1]));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
+START_TEST(test_kernel_reads_peer_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], got[N];
+        cube_handle src, dst, bound;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i ^ 0x5a5a;
+        ck_ok(cube_create(b, in, sizeof(in), &src));
+        ck_ok(cube_sync(b, &src, 1));
+        bound = bind_peer(b, &src, a, "cpu1");
+        ck_ok(cube_empty(a, sizeof(got), &dst));
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { bound, dst }), NULL, 0);
+        ck_ok(cube_read(a, &dst, got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_uint_eq(got[i], test_affine(in[i]));
+        /* An address of another device, or beyond the peer's memory, binds
+         * nothing. */
+        cube_handle h;
+        cube_error *e = cube_peer_bind(a, "cpu1", 12345, 64, &h);
+        ck_assert_msg(e && strstr(cube_error_message(e), "is not one of device cpu1"), "%s",
+                      e ? cube_error_message(e) : "bound");
+        cube_error_free(e);
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
+START_TEST(test_address_of_tainted_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t data[N] = {0};
+        cube_handle h;
+        uint64_t address = 0;
+        bool can = false;
+        cube_error *e;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        ck_ok(cube_create(b, data, sizeof(data), &h));
+        ck_ok(cube_peer_address(b, &h, &address));
+        ck_assert_uint_ne(address >> 48, 0);    /* tagged with the device */
+        /* A kernel elsewhere failed writing it: the address is refused with
+         * the cause, so no peer binds bytes nothing wrote. */
+        ck_ok(cube_peer_wrote(b, &h, 1, "the peer's kernel faulted"));
+        e = cube_peer_address(b, &h, &address);
+        ck_assert_msg(e && strstr(cube_error_message(e), "the peer's kernel faulted"), "%s",
+                      e ? cube_error_message(e) : "an address");
+        cube_error_free(e);
+        /* A write repairs it. */
+        ck_ok(cube_write(b, &h, data, sizeof(data)));
+        ck_ok(cube_peer_address(b, &h, &address));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
+START_TEST(test_peer_of_another_user)
+{
+        test_group g;
+        test_daemon other;
+        cube_client *a;
+        char link[160];
+        bool can = true;
+
+        if (!running_as_root())
+                return;
+        if (system("command -v setpriv >/dev/null") != 0) {
+                fprintf(stderr, "no setpriv: skipped\n");
+                return;
+        }
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        ck_assert_int_eq(test_daemon_start_as(&other, NOBODY, NULL), 0);
+        /* It answers as cpu1 in the group's comm directory. */
+        snprintf(link, sizeof(link), "%s/cpu1.sock", g.dir);
+        ck_assert_int_eq(symlink(other.socket, link), 0);
+        a = test_connect(g.d[0].socket, "a");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(!can, "a daemon of another user never maps this one's memory");
+        cube_disconnect(a);
+        unlink(link);
+        test_daemon_stop(&other, 10000);
+        test_group_stop(&g);
+}
+END_TEST
+
+START_TEST(test_peer_dies)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], got[N];
+        cube_handle src, dst, bound, local;
+        bool can = false;
+        cube_error *e;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i;
+        ck_ok(cube_create(a, in, sizeof(in), &src));
+        ck_ok(cube_empty(b, sizeof(in), &dst));
+        bound = bind_peer(b, &dst, a, "cpu1");
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        ck_ok(cube_sync(a, &bound, 1));
+        cube_disconnect(b);
+        kill(g.d[1].pid, SIGKILL);
+        waitpid(g.d[1].pid, NULL, 0);
+        g.d[1].pid = 0;
+        /* A launch that binds the dead peer's memory fails on what it
+         * writes. */
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        e = cube_sync(a, &bound, 1);
+        ck_assert_msg(e && strstr(cube_error_message(e), "is gone"), "%s",
+                      e ? cube_error_message(e) : "it ran");
+        cube_error_free(e);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(!can);
+        /* A keeps serving. */
+        ck_ok(cube_empty(a, sizeof(got), &local));
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, local }), NULL, 0);
+        ck_ok(cube_read(a, &local, got, sizeof(got)));
+        ck_assert_uint_eq(got[7], test_affine(7));
+        ck_ok(cube_free(a, &bound));
+        cube_disconnect(a);
+        ck_assert_int_eq(test_daemon_stop(&g.d[0], 10000), 0);
+        g.d[0].pid = 0;
+        test_group_stop(&g);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+        Suite *s = suite_create("peer");
+        TCase *tc = tcase_create("peer");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_who_may_access);
+        tcase_add_test(tc, test_kernel_writes_peer_buffer);
+        tcase_add_test(tc, test_kernel_reads_peer_buffer);
+        tcase_add_test(tc, test_address_of_tainted_buffer);
+        tcase_add_test(tc, test_peer_of_another_user);
+        tcase_add_test(tc, test_peer_dies);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
