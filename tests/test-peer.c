@@ -86,10 +86,17 @@ START_TEST(test_kernel_writes_peer_buffer)
         ck_ok(cube_create(b, zeros, sizeof(zeros), &dst));
         ck_ok(cube_sync(b, &dst, 1));
         bound = bind_peer(b, &dst, a, "cpu1");
+        /* An earlier attempt failed: the buffer carries it until a kernel's
+         * write is reported. */
+        ck_ok(cube_peer_wrote(b, &dst, 1, "an earlier attempt failed"));
         uint64_t k = test_kernel(a, test_affine_source, "affine");
         test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
         ck_ok(cube_sync(a, &bound, 1));
         ck_ok(cube_check(a, &bound, 1));
+        cube_error *e = cube_read(b, &dst, got, sizeof(got));
+        ck_assert_msg(e && strstr(cube_error_message(e), "an earlier attempt failed"), "%s",
+                      e ? cube_error_message(e) : "read");
+        cube_error_free(e);
         /* The owner is told, then reads what the kernel wrote. */
         ck_ok(cube_peer_wrote(b, &dst, 1, NULL));
         ck_ok(cube_read(b, &dst, got, sizeof(got)));
@@ -190,17 +197,25 @@ START_TEST(test_peer_of_another_user)
                 fprintf(stderr, "no setpriv: skipped\n");
                 return;
         }
+        /* It is device cpu1 (its socket's name), in a directory of its own
+         * that the group's comm directory links to. */
+        char dir[] = "/tmp/cube-nobody-XXXXXX", sock[96];
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_eq(chown(dir, NOBODY, NOBODY), 0);
+        snprintf(sock, sizeof(sock), "%s/cpu1.sock", dir);
+        const char *const args[] = { "--socket", sock, NULL };
         ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
-        ck_assert_int_eq(test_daemon_start_as(&other, NOBODY, NULL), 0);
-        /* It answers as cpu1 in the group's comm directory. */
+        ck_assert_int_eq(test_daemon_start_as(&other, NOBODY, args), 0);
         snprintf(link, sizeof(link), "%s/cpu1.sock", g.dir);
-        ck_assert_int_eq(symlink(other.socket, link), 0);
+        ck_assert_int_eq(symlink(sock, link), 0);
         a = test_connect(g.d[0].socket, "a");
         ck_ok(cube_can_access_peer(a, "cpu1", &can));
         ck_assert_msg(!can, "a daemon of another user never maps this one's memory");
         cube_disconnect(a);
         unlink(link);
         test_daemon_stop(&other, 10000);
+        unlink(sock);
+        rmdir(dir);
         test_group_stop(&g);
 }
 END_TEST
