@@ -543,7 +543,10 @@ cube__dispatched cube__do_peer_address(cube__msg *k)
 
 /* peer_bind: [memory, device, address, size]. Names size bytes at an address
  * the peer's peer_address gave as a new memory id of this session, for
- * launches here to bind; the peer must be one can_access_peer said yes to. */
+ * launches here to bind; the peer must be one can_access_peer said yes to.
+ * The peer cannot tell here which of its ranges it handed out, so a bound
+ * range reaches whatever the peer holds there: only the daemon's own user
+ * (and root), whom the peer trusts with all of its memory, may bind. */
 cube__dispatched cube__do_peer_bind(cube__msg *k)
 {
         cube__server *srv = k->server;
@@ -562,6 +565,10 @@ cube__dispatched cube__do_peer_bind(cube__msg *k)
         offset = address & ((1ull << TAG_SHIFT) - 1);
         if (!has_peer_access(srv))
                 e = cube__err_no_device_transport(CUBE_COLLECTIVE_PEER_ACCESS);
+        else if (k->session->uid != geteuid() && k->session->uid != 0)
+                e = cube__err_validation("binding a peer's memory is for this daemon's user and "
+                                         "root: a bound range reaches whatever the peer holds "
+                                         "there");
         else if (!(p = find_peer(srv, name)))
                 e = cube__err_validation("device %s is no peer of this one (can_access_peer "
                                          "answers whether it can be)", name);

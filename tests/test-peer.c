@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +221,59 @@ START_TEST(test_peer_of_another_user)
 }
 END_TEST
 
+static uint64_t granted_address;
+
+static int bind_as_nobody(const char *socket, int from_test, int to_test)
+{
+        cube_client *c;
+        cube_handle h;
+        cube_error *e;
+        int ok;
+
+        (void) from_test;
+        (void) to_test;
+        if ((e = cube_connect(socket, "nobody", &c))) {
+                cube_error_free(e);
+                return 2;
+        }
+        e = cube_peer_bind(c, "cpu1", granted_address, 64, &h);
+        ok = e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+             strstr(cube_error_message(e), "for this daemon's user");
+        cube_error_free(e);
+        cube_disconnect(c);
+        return ok ? 0 : 1;
+}
+
+/* A bound range reaches whatever the peer holds there, so only the daemon's
+ * own user (and root) may bind one. */
+START_TEST(test_bind_is_for_the_daemons_user)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t data[16] = {0};
+        cube_handle h;
+        nobody n;
+        bool can = false;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        ck_ok(cube_create(b, data, sizeof(data), &h));
+        ck_ok(cube_peer_address(b, &h, &granted_address));
+        ck_assert_int_eq(chmod(g.dir, 0755), 0);
+        ck_assert_int_eq(chmod(g.d[0].socket, 0666), 0);
+        nobody_start(&n, g.d[0].socket, bind_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
 START_TEST(test_peer_dies)
 {
         test_group g;
@@ -280,6 +334,7 @@ static Suite *suite(void)
         tcase_add_test(tc, test_kernel_reads_peer_buffer);
         tcase_add_test(tc, test_address_of_tainted_buffer);
         tcase_add_test(tc, test_peer_of_another_user);
+        tcase_add_test(tc, test_bind_is_for_the_daemons_user);
         tcase_add_test(tc, test_peer_dies);
         suite_add_tcase(s, tc);
         return s;

@@ -721,7 +721,9 @@ cube_error *cube_sync_collective(cube_client *c);
  * keeps h alive for as long as the address is in use.
  *
  * The other client names size bytes at that address as a handle of its
- * own with cube_peer_bind, and binds it in launches as any buffer; a launch
+ * own with cube_peer_bind, and binds it in launches as any buffer (only a
+ * client of the daemon's own user, or root, may: a bound range reaches
+ * whatever the peer holds there); a launch
  * that binds it after the peer is gone fails, on what it writes. After its
  * kernel that writes the buffer was synced, the owner's client calls
  * cube_peer_wrote(handles, NULL) (or with the reason it failed) so reads of
