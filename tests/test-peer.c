@@ -25,6 +25,18 @@ static cube_launch affine_over(uint64_t k, const cube_handle *bufs)
         };
 }
 
+/* Stops every daemon still running, each cleanly. */
+static void stop_clean(test_group *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->d[i].pid > 0) {
+                        ck_assert_msg(test_daemon_stop(&g->d[i], 10000) == 0, "cpu%d did not "
+                                      "exit cleanly", i);
+                        g->d[i].pid = 0;
+                }
+        test_group_stop(g);
+}
+
 /* The address of h on its daemon, bound as a handle on the other's. */
 static cube_handle bind_peer(cube_client *owner, const cube_handle *h, cube_client *user,
                              const char *owner_name)
@@ -64,7 +76,7 @@ START_TEST(test_who_may_access)
         ck_assert(!can);
         cube_disconnect(a);
         cube_disconnect(b);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -109,7 +121,7 @@ START_TEST(test_kernel_writes_peer_buffer)
         ck_assert_uint_eq(got[N - 1], test_affine(in[N - 1]));
         cube_disconnect(a);
         cube_disconnect(b);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -146,7 +158,7 @@ START_TEST(test_kernel_reads_peer_buffer)
         cube_error_free(e);
         cube_disconnect(a);
         cube_disconnect(b);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -180,7 +192,7 @@ START_TEST(test_address_of_tainted_buffer)
         ck_ok(cube_peer_address(b, &h, &address));
         cube_disconnect(a);
         cube_disconnect(b);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -214,10 +226,10 @@ START_TEST(test_peer_of_another_user)
         ck_assert_msg(!can, "a daemon of another user never maps this one's memory");
         cube_disconnect(a);
         unlink(link);
-        test_daemon_stop(&other, 10000);
+        ck_assert_int_eq(test_daemon_stop(&other, 10000), 0);
         unlink(sock);
         rmdir(dir);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -270,7 +282,7 @@ START_TEST(test_bind_is_for_the_daemons_user)
         ck_assert_int_eq(nobody_finish(&n), 0);
         cube_disconnect(a);
         cube_disconnect(b);
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
@@ -319,7 +331,7 @@ START_TEST(test_peer_dies)
         cube_disconnect(a);
         ck_assert_int_eq(test_daemon_stop(&g.d[0], 10000), 0);
         g.d[0].pid = 0;
-        test_group_stop(&g);
+        stop_clean(&g);
 }
 END_TEST
 
