@@ -689,6 +689,7 @@ struct cube__session {
         uint64_t errors;
         struct cube__group *groups;     /* its collective groups (comms.c) */
         uint32_t n_groups;
+        uint32_t n_peer_names;          /* names of a peer's memory it holds (peer_bind) */
         cube__session *prev, *next;
 };
 

@@ -247,6 +247,7 @@ cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p
                 free(a);
                 return cube__err_generic("out of host memory binding a peer's memory");
         }
+        s->n_peer_names++;
         return NULL;
 }
 
@@ -283,6 +284,8 @@ void cube__name_free(cube__name *n)
         cube__server *srv = a->server;
 
         cube__idmap_remove(&n->session->memory, n->id);
+        if (a->peer)
+                n->session->n_peer_names--;
         for (cube__name **p = &a->names; *p; p = &(*p)->next_holder)
                 if (*p == n) {
                         *p = n->next_holder;

@@ -38,6 +38,7 @@
 #define PEER_TIMEOUT_S 5                /* one exchange, connect to answer */
 #define PEER_REPLY_MAX (64 * 1024)      /* bytes a peer's answers may take */
 #define TAG_SHIFT 48
+#define PEER_NAMES_MAX 4096             /* peer ranges one session may hold bound */
 
 struct cube__peer {
         char name[CUBED_NAME_MAX];
@@ -569,6 +570,9 @@ cube__dispatched cube__do_peer_bind(cube__msg *k)
                 e = cube__err_validation("binding a peer's memory is for this daemon's user and "
                                          "root: a bound range reaches whatever the peer holds "
                                          "there");
+        else if (k->session->n_peer_names >= PEER_NAMES_MAX)
+                e = cube__err_validation("a session may hold at most %u bound peer ranges",
+                                         PEER_NAMES_MAX);
         else if (!(p = find_peer(srv, name)))
                 e = cube__err_validation("device %s is no peer of this one (can_access_peer "
                                          "answers whether it can be)", name);

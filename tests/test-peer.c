@@ -156,6 +156,17 @@ START_TEST(test_kernel_reads_peer_buffer)
         ck_assert_msg(e && strstr(cube_error_message(e), "is not one of device cpu1"), "%s",
                       e ? cube_error_message(e) : "bound");
         cube_error_free(e);
+        /* A session holds at most 4096 bound ranges (one is bound above). */
+        uint64_t address;
+        ck_ok(cube_peer_address(b, &src, &address));
+        for (int i = 1; i < 4096; i++)
+                ck_ok(cube_peer_bind(a, "cpu1", address, 64, &h));
+        e = cube_peer_bind(a, "cpu1", address, 64, &h);
+        ck_assert_msg(e && strstr(cube_error_message(e), "at most 4096 bound peer ranges"), "%s",
+                      e ? cube_error_message(e) : "bound");
+        cube_error_free(e);
+        ck_ok(cube_free(a, &bound));
+        ck_ok(cube_peer_bind(a, "cpu1", address, 64, &h));
         cube_disconnect(a);
         cube_disconnect(b);
         stop_clean(&g);
