@@ -201,6 +201,16 @@ START_TEST(test_address_of_tainted_buffer)
         /* A write repairs it. */
         ck_ok(cube_write(b, &h, data, sizeof(data)));
         ck_ok(cube_peer_address(b, &h, &address));
+        /* A launch on B that failed taints what it writes: its address is
+         * refused with the launch's failure. */
+        cube_handle out;
+        ck_ok(cube_create(b, data, sizeof(data), &out));
+        test_launch_u32(b, affine_over(999, (cube_handle[]) { h, out }), NULL, 0);
+        e = cube_peer_address(b, &out, &address);
+        ck_assert_msg(e && strstr(cube_error_message(e), "never registered"), "%s",
+                      e ? cube_error_message(e) : "an address");
+        cube_error_free(e);
+        ck_ok(cube_peer_address(b, &h, &address));      /* its input is untouched */
         cube_disconnect(a);
         cube_disconnect(b);
         stop_clean(&g);
