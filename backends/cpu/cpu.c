@@ -932,6 +932,7 @@ static int send_with_fd(int sock, const cube__msg *m, const void *payload, int f
 
         if (m->len > 8)
                 return -EINVAL;
+        memset(&u, 0, sizeof(u));
         memcpy(buf, m, sizeof(*m));
         memcpy(buf + sizeof(*m), payload, m->len);
         cm->cmsg_level = SOL_SOCKET;
