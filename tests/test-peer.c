@@ -1,15 +1,20 @@
 /*
  * test-peer.c - peer access between two CPU daemons of one host: who may
  * access whom, a kernel on one device writing and reading a buffer of the
- * other, peer_address on a tainted buffer, a peer of another user, and a
- * peer that dies under a device that binds its memory.
+ * other, peer_address on a tainted buffer, the bound-range limit, a peer of
+ * another user (a daemon, a session asking for the memory, a process posing
+ * as a peer), who may bind, and a peer that dies under a device that binds
+ * its memory.
  */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -254,6 +259,51 @@ START_TEST(test_peer_of_another_user)
 }
 END_TEST
 
+/* A session of another user asks for the device's memory itself. */
+static int ask_memory_as_nobody(const char *socket, int from_test, int to_test)
+{
+        msgpack_unpacked up;
+        char text[2048] = "";
+        int fd = raw_connect(socket), passed;
+        bool refused;
+
+        (void) from_test;
+        (void) to_test;
+        if (fd < 0 || !raw_hello(fd))
+                return 2;
+        raw_send_request_u64(fd, 2, "peer_memory", NULL, 0);
+        if (raw_recv(fd, &up, 5000) != 1)
+                return 3;
+        refused = up.data.type == MSGPACK_OBJECT_ARRAY && up.data.via.array.size == 4 &&
+                  up.data.via.array.ptr[2].type != MSGPACK_OBJECT_NIL;
+        msgpack_object_print_buffer(text, sizeof(text), up.data);
+        msgpack_unpacked_destroy(&up);
+        passed = raw_take_fd(fd);
+        close(fd);
+        if (passed >= 0) {
+                close(passed);
+                return 4;
+        }
+        return refused && strstr(text, "between daemons of one user") ? 0 : 1;
+}
+
+/* A daemon hands its memory only to a session of its own user. */
+START_TEST(test_memory_for_the_daemons_user_only)
+{
+        test_group g;
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        ck_assert_int_eq(chmod(g.dir, 0755), 0);
+        ck_assert_int_eq(chmod(g.d[0].socket, 0666), 0);
+        nobody_start(&n, g.d[0].socket, ask_memory_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        stop_clean(&g);
+}
+END_TEST
+
 static uint64_t granted_address;
 
 static int bind_as_nobody(const char *socket, int from_test, int to_test)
@@ -303,6 +353,92 @@ START_TEST(test_bind_is_for_the_daemons_user)
         ck_assert_int_eq(nobody_finish(&n), 0);
         cube_disconnect(a);
         cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+/* A socket listening at path, or -1. */
+static int socket_fd_listening(const char *path, struct sockaddr_un *sa)
+{
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+        if (fd < 0 || bind(fd, (struct sockaddr *) sa, sizeof(*sa)) < 0 || listen(fd, 4) < 0) {
+                if (fd >= 0)
+                        close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* A process of another user posing as device cpu1: it answers hello and
+ * peer_memory, handing over a memfd of its own, to whoever connects. */
+static int pose_as_peer(const char *socket, int from_test, int to_test)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int l = socket_fd_listening(socket, &sa), c, mem;
+
+        if (l < 0)
+                return 2;
+        tell(to_test, 'r');
+        c = accept(l, NULL, NULL);
+        mem = memfd_create("posing", 0);
+        if (c < 0 || mem < 0 || ftruncate(mem, 1 << 20) < 0)
+                return 3;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array(&pk, 4);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_nil(&pk);
+        msgpack_pack_map(&pk, 0);
+        msgpack_pack_array(&pk, 4);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_uint8(&pk, 2);
+        msgpack_pack_nil(&pk);
+        msgpack_pack_array(&pk, 3);
+        msgpack_pack_uint64(&pk, 1 << 20);
+        msgpack_pack_uint64(&pk, 7);
+        msgpack_pack_str_with_body(&pk, "cpu1", 4);
+        (void) raw_send_fd(c, sb.data, sb.size, mem);   /* refused: it may be closed */
+        msgpack_sbuffer_destroy(&sb);
+        hear(from_test, 20000);
+        close(c);
+        close(l);
+        return 0;
+}
+
+/* The daemon checks the peer's user itself: one of another user that would
+ * hand its memory over is not taken up. */
+START_TEST(test_peer_posing_as_another_user)
+{
+        test_group g;
+        nobody n;
+        cube_client *a;
+        char dir[] = "/tmp/cube-posing-XXXXXX", sock[96], link[160];
+        bool can = true;
+
+        if (!running_as_root())
+                return;
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_eq(chown(dir, NOBODY, NOBODY), 0);
+        snprintf(sock, sizeof(sock), "%s/cpu1.sock", dir);
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        snprintf(link, sizeof(link), "%s/cpu1.sock", g.dir);
+        ck_assert_int_eq(symlink(sock, link), 0);
+        nobody_start(&n, sock, pose_as_peer);
+        ck_assert_int_eq(hear(n.from_child, 10000), 'r');
+        a = test_connect(g.d[0].socket, "a");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(!can, "a peer of another user was taken up");
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        cube_disconnect(a);
+        unlink(link);
+        unlink(sock);
+        rmdir(dir);
         stop_clean(&g);
 }
 END_TEST
@@ -367,6 +503,8 @@ static Suite *suite(void)
         tcase_add_test(tc, test_kernel_reads_peer_buffer);
         tcase_add_test(tc, test_address_of_tainted_buffer);
         tcase_add_test(tc, test_peer_of_another_user);
+        tcase_add_test(tc, test_memory_for_the_daemons_user_only);
+        tcase_add_test(tc, test_peer_posing_as_another_user);
         tcase_add_test(tc, test_bind_is_for_the_daemons_user);
         tcase_add_test(tc, test_peer_dies);
         suite_add_tcase(s, tc);
