@@ -172,6 +172,24 @@ typedef struct cube__driver {
          * conflicting predecessor on another stream is submitted but not
          * complete. false: the core waits for that predecessor. */
         bool orders_streams;
+
+        /* Peer access (optional, all NULL where kernels here cannot bind
+         * another device's memory: can_access_peer then answers false and
+         * peer_address NoDeviceTransport{peer_access}).
+         *
+         * peer_export: a descriptor of this device's memory (the caller
+         * closes it) and its size, for a daemon of the same user on this
+         * host to map. peer_offset: where s starts in that memory, the
+         * address a peer binds. peer_attach (off the loop thread) maps a
+         * peer's memory, taking fd, and answers the slot kernels here reach
+         * it through. peer_storage names size bytes at offset of an attached
+         * peer's memory, as storage launches bind and copies reach; release
+         * frees it and leaves the peer's memory alone. */
+        int (*peer_export)(cube__device *d, int *ret_fd, uint64_t *ret_size);
+        uint64_t (*peer_offset)(cube__device *d, cube__storage *s);
+        cube_error *(*peer_attach)(cube__device *d, int fd, uint64_t size, uint32_t *ret_slot);
+        cube_error *(*peer_storage)(cube__device *d, uint32_t slot, uint64_t offset,
+                                    uint64_t size, cube__storage **ret_storage);
 } cube__driver;
 
 /* The dialect's rules that no compiler enforces (backends/dialect.c): NULL,

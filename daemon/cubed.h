@@ -254,6 +254,7 @@ typedef struct cube__alloc {
         bool freed;                     /* no name is left */
         cube__use *uses_head, *uses_tail;
         char token[33];                 /* its export token, or "" */
+        struct cube__peer *peer;        /* a peer device's memory it names (peer.c), or NULL */
 } cube__alloc;
 
 /* A session's name for an allocation. A read-only import may not be
@@ -310,6 +311,12 @@ cube_error *cube__await_handles(cube__session *s, const cube_handle *handles, si
  * failure over every byte: it is what every read of it reports, whatever
  * later work failed to write there. */
 void cube__alloc_taint(cube__alloc *a, uint64_t start, uint64_t end, uint64_t failure);
+/* Names storage, size bytes of peer device p's memory (peer.c), as memory
+ * id of s: an allocation that is the peer's, charged to no one here. Takes
+ * storage. */
+struct cube__peer;
+cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p,
+                             cube__storage *storage, uint64_t size);
 /* Export: a token another session imports the allocation with. */
 const char *cube__alloc_export(cube__name *n);
 /* Import: a new name in s for the exported allocation, or an error. */
@@ -682,6 +689,7 @@ struct cube__session {
         uint64_t errors;
         struct cube__group *groups;     /* its collective groups (comms.c) */
         uint32_t n_groups;
+        uint32_t n_peer_names;          /* names of a peer's memory it holds (peer_bind) */
         cube__session *prev, *next;
 };
 
@@ -966,6 +974,7 @@ struct cube__server {
         const struct cube__transport *transport; /* NULL: NoDeviceTransport */
         struct cube__mint *mints;       /* group ids minted here, not yet joined */
         char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
+        struct cube__peer *peers;       /* devices whose memory kernels here bind (peer.c) */
         cube__stats stats;
         cube__history history;
         cube__name_ban name_bans[CUBE__NAME_BANS];
@@ -986,6 +995,13 @@ bool cube__uid_is_admin(uid_t uid);
 /* ---- collectives (comms.c) ---------------------------------------------- */
 void cube__comms_init(cube__server *srv);
 void cube__comms_done(cube__server *srv);
+
+/* ---- peer access (peer.c) ----------------------------------------------- */
+/* A peer device of this host and user whose memory kernels here bind. */
+typedef struct cube__peer cube__peer;
+/* NULL while the peer is there, else why its memory may not be bound now. */
+cube_error *cube__peer_check(cube__server *srv, const cube__peer *p);
+void cube__peers_done(cube__server *srv);
 /* The session's connection is gone: its groups are torn down, so the other
  * members learn it now rather than at their timeout. */
 void cube__comms_session_detach(cube__session *s);

@@ -252,6 +252,8 @@ static const method methods[] = {
         { "comms", CUBE__MSG_REQUEST, cube__do_comms, true },
         { "can_access_peer", CUBE__MSG_REQUEST, cube__do_can_access_peer, false },
         { "peer_address", CUBE__MSG_REQUEST, cube__do_peer_address, false },
+        { "peer_memory", CUBE__MSG_REQUEST, cube__do_peer_memory, false },
+        { "peer_bind", CUBE__MSG_REQUEST, cube__do_peer_bind, false },
         { "peer_wrote", CUBE__MSG_NOTIFY, cube__do_peer_wrote, false },
 };
 

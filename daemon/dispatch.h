@@ -89,8 +89,12 @@ cube__dispatched cube__do_comm_mint(cube__msg *k);
 cube__dispatched cube__do_collective(cube__msg *k);
 cube__dispatched cube__do_sync_collective(cube__msg *k);
 cube__dispatched cube__do_comms(cube__msg *k);
+
+/* peer.c */
 cube__dispatched cube__do_can_access_peer(cube__msg *k);
+cube__dispatched cube__do_peer_memory(cube__msg *k);
 cube__dispatched cube__do_peer_address(cube__msg *k);
+cube__dispatched cube__do_peer_bind(cube__msg *k);
 cube__dispatched cube__do_peer_wrote(cube__msg *k);
 
 /* launches.c */

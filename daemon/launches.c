@@ -154,6 +154,9 @@ static cube_error *resolve(cube__session *s, launch_req *r)
                                                    &r->end[i]);
                 if (!e)
                         r->allocs[i] = r->names[i]->alloc;
+                /* A peer device's memory is bound only while the peer is there. */
+                if (!e && r->allocs[i]->peer)
+                        e = cube__peer_check(s->server, r->allocs[i]->peer);
                 if (e && !first)
                         first = e;
                 else

@@ -222,6 +222,35 @@ cube_error *cube__await_handles(cube__session *s, const cube_handle *handles, si
         return NULL;
 }
 
+cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p,
+                             cube__storage *storage, uint64_t size)
+{
+        cube__server *srv = s->server;
+        cube__alloc *a;
+
+        if (CUBE__MEMORY_SESSION(id) != s->id || cube__idmap_get(&s->memory, id)) {
+                srv->driver->release(srv->device, storage);
+                return cube__err_validation("memory id %" PRIu64 " is not a free id of this "
+                                            "session", id);
+        }
+        if (!(a = calloc(1, sizeof(*a)))) {
+                srv->driver->release(srv->device, storage);
+                return cube__err_generic("out of host memory binding a peer's memory");
+        }
+        a->id = id;
+        a->size = size;
+        a->server = srv;
+        a->storage = storage;
+        a->peer = p;
+        if (!name_new(s, id, a, false)) {
+                srv->driver->release(srv->device, storage);
+                free(a);
+                return cube__err_generic("out of host memory binding a peer's memory");
+        }
+        s->n_peer_names++;
+        return NULL;
+}
+
 void cube__alloc_taint(cube__alloc *a, uint64_t start, uint64_t end, uint64_t failure)
 {
         if (a->storage)
@@ -238,7 +267,9 @@ static void alloc_release(cube__alloc *a)
         cube__claims_clear(&srv->failures, &a->claims);
         if (a->token[0])
                 cube__idmap_remove(&srv->exports, token_key(a->token));
-        if (a->storage) {
+        if (a->peer) {
+                srv->driver->release(srv->device, a->storage);
+        } else if (a->storage) {
                 charge(a, NULL);
                 cube__memory_release(a);
                 srv->memory_in_use -= a->size;
@@ -253,6 +284,8 @@ void cube__name_free(cube__name *n)
         cube__server *srv = a->server;
 
         cube__idmap_remove(&n->session->memory, n->id);
+        if (a->peer)
+                n->session->n_peer_names--;
         for (cube__name **p = &a->names; *p; p = &(*p)->next_holder)
                 if (*p == n) {
                         *p = n->next_holder;

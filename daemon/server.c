@@ -559,6 +559,7 @@ void cube__server_check_stopped(cube__server *srv)
         uv_close((uv_handle_t *) &srv->completions_poll, NULL);
         cube__conn_answers_close(srv);
         cube__comms_done(srv);
+        cube__peers_done(srv);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);
         uv_close((uv_handle_t *) &srv->sigint, NULL);
         uv_close((uv_handle_t *) &srv->sighup, NULL);

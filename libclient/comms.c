@@ -261,6 +261,41 @@ cube_error *cube_peer_address(cube_client *c, const cube_handle *h, uint64_t *re
         return cube__frame_send(c, &f, &call, NULL, 0);
 }
 
+static cube_error *deliver_nil(cube__call *call, const msgpack_object *r)
+{
+        (void) call;
+        if (r->type != MSGPACK_OBJECT_NIL)
+                return cube__err_answer("peer_bind");
+        return NULL;
+}
+
+cube_error *cube_peer_bind(cube_client *c, const char *peer, uint64_t address, uint64_t size,
+                           cube_handle *ret_handle)
+{
+        cube_handle h = {
+                .service = c->nonce,
+                .memory = atomic_fetch_add(&c->next_memory, 1),
+                .stream = cube_stream_current(),
+                .size = size,
+        };
+        cube__call call = { .client = c, .deliver = deliver_nil };
+        cube_error *e;
+        cube__frame f;
+
+        cube__frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, "peer_bind", 4) < 0 ||
+            msgpack_pack_uint64(&f.pk, h.memory) < 0 || cube__pack_str(&f.pk, peer) < 0 ||
+            msgpack_pack_uint64(&f.pk, address) < 0 || msgpack_pack_uint64(&f.pk, size) < 0) {
+                cube__frame_destroy(&f);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        e = cube__frame_send(c, &f, &call, NULL, 0);
+        if (!e)
+                *ret_handle = h;
+        return e;
+}
+
 cube_error *cube_peer_wrote(cube_client *c, const cube_handle *handles, size_t n,
                             const char *reason)
 {

@@ -55,8 +55,10 @@ void test_daemon_dump_log(const test_daemon *d)
         fclose(f);
 }
 
-int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
-                              const char *const *extra_args)
+/* Starts the daemon; with owner not (uid_t) -1, its directory and notify
+ * socket are owner's, for a daemon that runs as owner. */
+static int start(test_daemon *d, const char *const *wrapper, const char *const *extra_args,
+                 uid_t owner)
 {
         const char *bin = getenv("CUBED_BIN");
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -82,6 +84,11 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         strcpy(sa.sun_path, notify);
         if (fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
                 return -1;
+        if (owner != (uid_t) -1 && (chown(d->dir, owner, owner) < 0 ||
+                                    chown(notify, owner, owner) < 0)) {
+                close(fd);
+                return -1;
+        }
 
         for (const char *const *w = wrapper; w && *w; w++)
                 argv[n++] = *w;
@@ -163,6 +170,22 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
         }
         close(fd);
         return 0;
+}
+
+int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
+                              const char *const *extra_args)
+{
+        return start(d, wrapper, extra_args, (uid_t) -1);
+}
+
+int test_daemon_start_as(test_daemon *d, uid_t uid, const char *const *extra_args)
+{
+        char reuid[32], regid[32];
+        const char *wrapper[] = { "setpriv", reuid, regid, "--clear-groups", NULL };
+
+        snprintf(reuid, sizeof(reuid), "--reuid=%u", (unsigned) uid);
+        snprintf(regid, sizeof(regid), "--regid=%u", (unsigned) uid);
+        return start(d, wrapper, extra_args, uid);
 }
 
 int test_daemon_start(test_daemon *d, const char *const *extra_args)

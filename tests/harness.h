@@ -30,6 +30,9 @@ int test_daemon_start(test_daemon *d, const char *const *extra_args);
 /* Like test_daemon_start, with a wrapper command (NULL-terminated). */
 int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
                               const char *const *extra_args);
+/* Like test_daemon_start, as user uid (through setpriv; the test runs as
+ * root), in a directory that is uid's. */
+int test_daemon_start_as(test_daemon *d, uid_t uid, const char *const *extra_args);
 /* SIGTERM, then waits up to timeout_ms. Returns the exit status (0..255), or
  * -1 when it had to be killed or died of a signal. Removes the directory. */
 int test_daemon_stop(test_daemon *d, int timeout_ms);

@@ -66,9 +66,16 @@ _Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH < CUBE__Q_SLOTS,
 
 struct cube__storage {
         uint64_t size;
-        uint64_t offset;                /* in device memory */
+        uint64_t offset;                /* in device memory, or in the peer's */
         uint64_t extent;                /* bytes reserved there */
+        uint32_t peer;                  /* 0: this device's memory; else peer slot + 1 */
 };
+
+/* A peer device's memory, mapped here and in the device process. */
+typedef struct peer_map {
+        char *map;
+        uint64_t size;
+} peer_map;
 
 struct cube__module {
         uint32_t id;
@@ -108,6 +115,8 @@ struct cube__device {
         char target[512];
         pthread_mutex_t control_lock;   /* the control socket */
         uint32_t next_module;
+        peer_map peers[CUBE__PEERS_MAX]; /* under control_lock while being attached */
+        _Atomic uint32_t n_peers;
 
         pthread_t monitor;
         bool monitor_started;
@@ -504,7 +513,8 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **r
         s->status = 0;
         s->reason[0] = '\0';
         for (uint32_t i = 0; i < l->n_buffers; i++)
-                s->data[i] = l->storages[i]->offset + l->offsets[i];
+                s->data[i] = (l->storages[i]->peer ? CUBE__PEER_SPAN * l->storages[i]->peer : 0) +
+                             l->storages[i]->offset + l->offsets[i];
         if (l->n_info)
                 memcpy(s->data + l->n_buffers, l->info, (size_t) l->n_info * 8);
         d->slot_kernel[seq % CUBE__Q_SLOTS] = l->kernel;
@@ -556,9 +566,15 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
         w->error = e;
 }
 
+/* Where a storage's bytes are in cubed: device memory, or a peer's. */
+static char *bytes_of(cube__device *d, const cube__storage *s)
+{
+        return (s->peer ? d->peers[s->peer - 1].map : d->memory) + s->offset;
+}
+
 static void copy(cube__device *d, cube__work *w)
 {
-        char *dev = d->memory + w->storage->offset + w->offset;
+        char *dev = bytes_of(d, w->storage) + w->offset;
 
         for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++) {
                 if (w->op == CUBE__WORK_COPY_TO_DEVICE)
@@ -675,6 +691,11 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
         d->config = *config;
         d->memory_limit = config->memory_limit ? config->memory_limit : CPU_DEFAULT_MEMORY;
         d->memory_limit = (d->memory_limit + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE;
+        if (d->memory_limit > CUBE__PEER_SPAN) {
+                free(d);
+                *ret_why = "the CPU device holds at most 16 TiB";
+                return -EINVAL;
+        }
         d->memory_fd = d->queue_fd = d->control_fd = d->pidfd = -1;
         pthread_mutex_init(&d->lock, NULL);
         pthread_mutex_init(&d->post_lock, NULL);
@@ -730,6 +751,8 @@ static void cpu_close(cube__device *d)
                 close(d->pidfd);
         if (d->memory)
                 munmap(d->memory, d->memory_limit);
+        for (uint32_t i = 0; i < atomic_load(&d->n_peers); i++)
+                munmap(d->peers[i].map, d->peers[i].size);
         if (d->queue)
                 munmap(d->queue, CUBE__Q_BYTES);
         if (d->memory_fd >= 0)
@@ -838,6 +861,10 @@ static void cpu_release(cube__device *d, cube__storage *s)
 
         if (!s)
                 return;
+        if (s->peer) {
+                free(s);        /* the peer's memory is the peer's */
+                return;
+        }
         d->in_use -= s->extent;
         while (*hp && (*hp)->offset < s->offset) {
                 prev = *hp;
@@ -864,7 +891,137 @@ static void cpu_release(cube__device *d, cube__storage *s)
 
 static void *cpu_host_view(cube__device *d, cube__storage *s)
 {
-        return d->memory + s->offset;
+        return bytes_of(d, s);
+}
+
+/* ---------------------------------------------------------------------------
+ * Peer access: two CPU devices of one user map each other's memory
+ * ------------------------------------------------------------------------- */
+
+static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+
+/* This device's memory, for a peer daemon to map. */
+static int cpu_peer_export(cube__device *d, int *ret_fd, uint64_t *ret_size)
+{
+        int fd = fcntl(d->memory_fd, F_DUPFD_CLOEXEC, 0);
+
+        if (fd < 0)
+                return -errno;
+        *ret_fd = fd;
+        *ret_size = d->memory_limit;
+        return 0;
+}
+
+static uint64_t cpu_peer_offset(cube__device *d, cube__storage *s)
+{
+        (void) d;
+        return s->offset;
+}
+
+/* Sends the control message m with fd passed along (SCM_RIGHTS). */
+static int send_with_fd(int sock, const cube__msg *m, const void *payload, int fd)
+{
+        char buf[sizeof(*m) + 8];
+        union { struct cmsghdr h; char room[CMSG_SPACE(sizeof(int))]; } u;
+        struct iovec iov = { buf, sizeof(*m) + m->len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.room,
+                             .msg_controllen = sizeof(u.room) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        ssize_t n;
+
+        if (m->len > 8)
+                return -EINVAL;
+        memset(&u, 0, sizeof(u));
+        memcpy(buf, m, sizeof(*m));
+        memcpy(buf + sizeof(*m), payload, m->len);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        do
+                n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        return (size_t) n == iov.iov_len ? 0 : write_all(sock, buf + n, iov.iov_len - (size_t) n);
+}
+
+/* Maps a peer's memory here and in the device process, which builds PoCL
+ * buffers over it as it does over device memory. Takes fd. */
+static cube_error *cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint32_t *ret_slot)
+{
+        cube__msg msg = { .type = CUBE__MSG_PEER, .len = 8 };
+        cube__msg_reply rep = { 0 };
+        char reason[512] = "";
+        struct stat st;
+        uint32_t slot;
+        char *map;
+        int r = 0;
+
+        if (fstat(fd, &st) < 0 || (uint64_t) st.st_size < size || size == 0 ||
+            size > CUBE__PEER_SPAN) {
+                close(fd);
+                return cube__err_validation("the peer's memory descriptor does not hold the "
+                                            "%" PRIu64 " bytes it claims", size);
+        }
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        if (map == MAP_FAILED) {
+                close(fd);
+                return defect(CUBE_IO_UNKNOWN, "cannot map the peer's memory: %s",
+                              strerror(errno));
+        }
+        pthread_mutex_lock(&d->control_lock);
+        slot = atomic_load(&d->n_peers);
+        if (slot >= CUBE__PEERS_MAX)
+                r = -ENOSPC;
+        else if (atomic_load(&d->dead))
+                r = -EPIPE;
+        msg.id = slot;
+        if (r == 0 && (r = send_with_fd(d->control_fd, &msg, &size, fd)) == 0 &&
+            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
+                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
+                r = read_all(d->control_fd, reason, keep);
+                reason[keep] = '\0';
+                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
+                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
+        }
+        if (r == 0 && rep.status == 0) {
+                d->peers[slot] = (peer_map) { map, size };
+                atomic_store(&d->n_peers, slot + 1);
+        }
+        pthread_mutex_unlock(&d->control_lock);
+        close(fd);
+        if (r == 0 && rep.status == 0) {
+                *ret_slot = slot;
+                return NULL;
+        }
+        munmap(map, size);
+        if (r == -ENOSPC)
+                return cube__err_validation("the CPU device maps at most %u peers",
+                                            CUBE__PEERS_MAX);
+        if (r < 0)
+                return defect(CUBE_IO_UNKNOWN, "the CPU device did not map the peer's memory: "
+                              "its process is gone");
+        return defect(CUBE_IO_UNKNOWN, "the CPU device could not map the peer's memory: %s",
+                      reason);
+}
+
+static cube_error *cpu_peer_storage(cube__device *d, uint32_t slot, uint64_t offset,
+                                    uint64_t size, cube__storage **ret_storage)
+{
+        cube__storage *s;
+
+        if (slot >= atomic_load(&d->n_peers) || offset > d->peers[slot].size ||
+            size > d->peers[slot].size - offset || offset / CUBE__WINDOW !=
+            (offset + (size ? size - 1 : 0)) / CUBE__WINDOW)
+                return cube__err_validation("%" PRIu64 " bytes at %" PRIu64 " do not lie in one "
+                                            "window of the peer's memory", size, offset);
+        if (!(s = calloc(1, sizeof(*s))))
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+        *s = (cube__storage) { .size = size, .offset = offset, .extent = size, .peer = slot + 1 };
+        *ret_storage = s;
+        return NULL;
 }
 
 static cube_error *cpu_stream_open(cube__device *d, cube__dstream **ret_stream)
@@ -1198,4 +1355,8 @@ const cube__driver cube__driver_cpu = {
         .compile = cpu_compile,
         .load = cpu_load,
         .unload = cpu_unload,
+        .peer_export = cpu_peer_export,
+        .peer_offset = cpu_peer_offset,
+        .peer_attach = cpu_peer_attach,
+        .peer_storage = cpu_peer_storage,
 };

@@ -318,9 +318,13 @@ static struct {
         cl_command_queue queues[2];     /* one per device of devs */
         cl_mem *windows, arena;
         uint32_t n_windows;
-        pthread_mutex_t lock;           /* modules */
+        pthread_mutex_t lock;           /* modules, peers */
         module *modules;
         uint32_t n_modules;
+        struct {                        /* peer devices' memory (queue.h) */
+                cl_mem *windows;
+                uint32_t n_windows;
+        } peers[CUBE__PEERS_MAX];
 } dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
@@ -437,21 +441,108 @@ static void load(const cube__msg *m, char *payload)
         reply(0, NULL);
 }
 
-/* The control thread: loads and unloads, until cubed hangs up. */
+/* Reads a control message's header, and the descriptor that came with it
+ * (SCM_RIGHTS), or -1. */
+static int recv_header(cube__msg *m, int *ret_fd)
+{
+        union { struct cmsghdr h; char room[CMSG_SPACE(sizeof(int))]; } u;
+        struct iovec iov = { m, sizeof(*m) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.room,
+                             .msg_controllen = sizeof(u.room) };
+        ssize_t n;
+
+        *ret_fd = -1;
+        do
+                n = recvmsg(CUBE__FD_CONTROL, &mh, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0)
+                return -1;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+                    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+                        memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
+        return (size_t) n == sizeof(*m) ? 0 : read_all(CUBE__FD_CONTROL, (char *) m + n,
+                                                       sizeof(*m) - (size_t) n);
+}
+
+/* A peer device's memory: mapped, and given to PoCL in windows as device
+ * memory is, so a launch may bind it (queue.h's peer addresses). */
+static void peer(const cube__msg *m, const char *payload, int fd)
+{
+        uint64_t size;
+        uint32_t n;
+        cl_mem *windows;
+        char *map;
+        cl_int err = CL_SUCCESS;
+
+        if (fd < 0 || m->len != 8 || m->id >= CUBE__PEERS_MAX) {
+                reply(-1, "a peer's memory comes with its descriptor, its size and a free slot");
+                return;
+        }
+        memcpy(&size, payload, 8);
+        if (size == 0 || size > CUBE__PEER_SPAN || dev.peers[m->id].windows) {
+                reply(-1, "a peer's memory of %llu bytes in slot %u does not fit",
+                      (unsigned long long) size, m->id);
+                return;
+        }
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        if (map == MAP_FAILED) {
+                reply(-1, "cannot map the peer's memory: %s", strerror(errno));
+                return;
+        }
+        n = (uint32_t) ((size + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        if (!(windows = calloc(n, sizeof(cl_mem)))) {
+                munmap(map, size);
+                reply(-1, "out of memory");
+                return;
+        }
+        for (uint32_t i = 0; i < n && err == CL_SUCCESS; i++) {
+                uint64_t len = size - i * CUBE__WINDOW;
+                windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                            len > CUBE__WINDOW ? CUBE__WINDOW : len,
+                                            map + i * CUBE__WINDOW, &err);
+        }
+        if (err != CL_SUCCESS) {
+                for (uint32_t i = 0; i < n; i++)
+                        if (windows[i])
+                                clReleaseMemObject(windows[i]);
+                free(windows);
+                munmap(map, size);
+                reply(err, "cannot give PoCL the peer's memory: %d", err);
+                return;
+        }
+        pthread_mutex_lock(&dev.lock);
+        dev.peers[m->id].n_windows = n;
+        dev.peers[m->id].windows = windows;
+        pthread_mutex_unlock(&dev.lock);
+        reply(0, NULL);
+}
+
+/* The control thread: loads, unloads and peers' memory, until cubed hangs
+ * up. */
 static void *control_thread(void *arg)
 {
         for (;;) {
                 cube__msg m;
                 char *payload;
+                int fd;
 
-                if (read_all(CUBE__FD_CONTROL, &m, sizeof(m)) < 0 || m.len > (256u << 20))
+                if (recv_header(&m, &fd) < 0 || m.len > (256u << 20))
                         syscall(SYS_exit_group, 0);
+                if (fd >= 0 && m.type != CUBE__MSG_PEER) {
+                        close(fd);
+                        fd = -1;
+                }
                 if (!(payload = malloc((size_t) m.len + 1)) ||
                     read_all(CUBE__FD_CONTROL, payload, m.len) < 0)
                         syscall(SYS_exit_group, 0);
                 payload[m.len] = '\0';
                 if (m.type == CUBE__MSG_LOAD) {
                         load(&m, payload);
+                } else if (m.type == CUBE__MSG_PEER) {
+                        peer(&m, payload, fd);
+                        if (fd >= 0)
+                                close(fd);
                 } else if (m.type == CUBE__MSG_UNLOAD) {
                         pthread_mutex_lock(&dev.lock);
                         if (m.id < dev.n_modules && dev.modules[m.id].kernel) {
@@ -503,15 +594,26 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
         err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
         for (uint32_t i = 0; i < s->n_buffers; i++) {
-                uint64_t w = s->data[i] / CUBE__WINDOW;
-                cl_ulong off = s->data[i] % CUBE__WINDOW;
-                if (w >= dev.n_windows) {
+                uint64_t at = s->data[i] % CUBE__PEER_SPAN, p = s->data[i] / CUBE__PEER_SPAN;
+                uint64_t w = at / CUBE__WINDOW;
+                cl_ulong off = at % CUBE__WINDOW;
+                cl_mem win = NULL;
+                /* Device memory, or a peer's (queue.h). */
+                if (p == 0 && w < dev.n_windows) {
+                        win = dev.windows[w];
+                } else if (p > 0 && p <= CUBE__PEERS_MAX) {
+                        pthread_mutex_lock(&dev.lock);
+                        if (dev.peers[p - 1].windows && w < dev.peers[p - 1].n_windows)
+                                win = dev.peers[p - 1].windows[w];
+                        pthread_mutex_unlock(&dev.lock);
+                }
+                if (!win) {
                         s->status = -1;
                         snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
                                  "memory", i);
                         return false;
                 }
-                err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &dev.windows[w]);
+                err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &win);
                 err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
         }
         for (int i = 0; i < 3; i++) {

@@ -79,6 +79,8 @@ static inline cube__qslot *cube__q_slot(void *base, uint64_t seq)
 enum {
         CUBE__MSG_LOAD = 1,             /* id, entry '\0' binary -> status, reason */
         CUBE__MSG_UNLOAD = 2,           /* id -> nothing */
+        CUBE__MSG_PEER = 3,             /* id (a slot), size (u64), with a peer's memory
+                                         * descriptor (SCM_RIGHTS) -> status, reason */
 };
 
 typedef struct cube__msg {
@@ -96,6 +98,13 @@ typedef struct cube__msg_reply {
 /* Device memory is given to PoCL in windows of this many bytes (PoCL takes
  * at most 2 GiB in one buffer); no allocation straddles two. */
 #define CUBE__WINDOW (2ull << 30)
+
+/* A peer device's memory, mapped by both cubed and the device process: at
+ * most CUBE__PEERS_MAX of them. A launch names a byte of peer slot s's
+ * memory as CUBE__PEER_SPAN * (s + 1) + its offset there, so device memory
+ * (of at most CUBE__PEER_SPAN bytes) and each peer's never overlap. */
+#define CUBE__PEERS_MAX 16u
+#define CUBE__PEER_SPAN (1ull << 44)
 
 /* The descriptors the device process is started with. */
 #define CUBE__FD_MEMORY 3

@@ -712,9 +712,33 @@ cube_error *cube_recv(cube_client *c, const cube_group *g, const cube_handle *ds
 /* Waits for every AT_SYNC collective this client queued. */
 cube_error *cube_sync_collective(cube_client *c);
 
-/* Peer access. */
+/* Peer access: kernels on this device bind a buffer of another.
+ *
+ * On the CPU device, two daemons of one host and one user (their sockets in
+ * one comm directory, named after the devices: cpu0.sock, cpu1.sock) map
+ * each other's device memory. The first cube_can_access_peer(peer) hands
+ * the memory over; it answers false for a peer of another user or host,
+ * one that is not there, this device itself, a daemon with no transport
+ * (--transport none) and the CUDA device.
+ *
+ * The owner's client asks cube_peer_address(h) on its daemon: the address
+ * of h's first byte, tagged with the owner's device, or the failure h
+ * carries (so no peer reads bytes a failed launch left unwritten);
+ * NoDeviceTransport{peer_access} where the device has no peer access. It
+ * keeps h alive for as long as the address is in use.
+ *
+ * The other client names size bytes at that address as a handle of its
+ * own with cube_peer_bind, and binds it in launches as any buffer (only a
+ * client of the daemon's own user, or root, may: a bound range reaches
+ * whatever the peer holds there); a launch
+ * that binds it after the peer is gone fails, on what it writes. After its
+ * kernel that writes the buffer was synced, the owner's client calls
+ * cube_peer_wrote(handles, NULL) (or with the reason it failed) so reads of
+ * the buffer on the owner see the bytes (or the failure). */
 cube_error *cube_can_access_peer(cube_client *c, const char *peer, bool *ret_can);
 cube_error *cube_peer_address(cube_client *c, const cube_handle *h, uint64_t *ret_address);
+cube_error *cube_peer_bind(cube_client *c, const char *peer, uint64_t address, uint64_t size,
+                           cube_handle *ret_handle);
 /* A kernel on another device finished enqueuing its writes to handles:
  * reason NULL when it did, else why it failed (the handles carry it). */
 cube_error *cube_peer_wrote(cube_client *c, const cube_handle *handles, size_t n,

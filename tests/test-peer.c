@@ -1,0 +1,523 @@
+/*
+ * test-peer.c - peer access between two CPU daemons of one host: who may
+ * access whom, a kernel on one device writing and reading a buffer of the
+ * other, peer_address on a tainted buffer, the bound-range limit, a peer of
+ * another user (a daemon, a session asking for the memory, a process posing
+ * as a peer), who may bind, and a peer that dies under a device that binds
+ * its memory.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define N 1024
+
+static cube_launch affine_over(uint64_t k, const cube_handle *bufs)
+{
+        return (cube_launch) {
+                .kernel = k, .cube_count = { N / 64, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = bufs, .io = test_affine_io, .n_buffers = 2,
+        };
+}
+
+/* Stops every daemon still running, each cleanly. */
+static void stop_clean(test_group *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->d[i].pid > 0) {
+                        ck_assert_msg(test_daemon_stop(&g->d[i], 10000) == 0, "cpu%d did not "
+                                      "exit cleanly", i);
+                        g->d[i].pid = 0;
+                }
+        test_group_stop(g);
+}
+
+/* The address of h on its daemon, bound as a handle on the other's. */
+static cube_handle bind_peer(cube_client *owner, const cube_handle *h, cube_client *user,
+                             const char *owner_name)
+{
+        cube_handle bound;
+        uint64_t address;
+
+        ck_ok(cube_peer_address(owner, h, &address));
+        ck_ok(cube_peer_bind(user, owner_name, address, h->size, &bound));
+        return bound;
+}
+
+START_TEST(test_who_may_access)
+{
+        test_group g;
+        cube_client *a, *b;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(can, "two CPU daemons of one user map each other's memory");
+        can = false;
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));   /* mapped already */
+        ck_assert(can);
+        can = false;
+        ck_ok(cube_can_access_peer(b, "cpu0", &can));
+        ck_assert(can);
+        ck_ok(cube_can_access_peer(a, "cpu0", &can));   /* itself */
+        ck_assert(!can);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "cpu7", &can));   /* nobody there */
+        ck_assert(!can);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "../cpu1", &can));
+        ck_assert(!can);
+        cube_disconnect(a);
+        cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+START_TEST(test_kernel_writes_peer_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], zeros[N] = {0}, got[N];
+        cube_handle src, dst, bound;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i * 3 + 1;
+        ck_ok(cube_create(a, in, sizeof(in), &src));
+        ck_ok(cube_create(b, zeros, sizeof(zeros), &dst));
+        ck_ok(cube_sync(b, &dst, 1));
+        bound = bind_peer(b, &dst, a, "cpu1");
+        /* An earlier attempt failed: the buffer carries it until a kernel's
+         * write is reported. */
+        ck_ok(cube_peer_wrote(b, &dst, 1, "an earlier attempt failed"));
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        ck_ok(cube_sync(a, &bound, 1));
+        ck_ok(cube_check(a, &bound, 1));
+        cube_error *e = cube_read(b, &dst, got, sizeof(got));
+        ck_assert_msg(e && strstr(cube_error_message(e), "an earlier attempt failed"), "%s",
+                      e ? cube_error_message(e) : "read");
+        cube_error_free(e);
+        /* The owner is told, then reads what the kernel wrote. */
+        ck_ok(cube_peer_wrote(b, &dst, 1, NULL));
+        ck_ok(cube_read(b, &dst, got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_uint_eq(got[i], test_affine(in[i]));
+        /* And through the bound handle on A, the same bytes. */
+        memset(got, 0, sizeof(got));
+        ck_ok(cube_read(a, &bound, got, sizeof(got)));
+        ck_assert_uint_eq(got[N - 1], test_affine(in[N - 1]));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+START_TEST(test_kernel_reads_peer_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], got[N];
+        cube_handle src, dst, bound;
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i ^ 0x5a5a;
+        ck_ok(cube_create(b, in, sizeof(in), &src));
+        ck_ok(cube_sync(b, &src, 1));
+        bound = bind_peer(b, &src, a, "cpu1");
+        ck_ok(cube_empty(a, sizeof(got), &dst));
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { bound, dst }), NULL, 0);
+        ck_ok(cube_read(a, &dst, got, sizeof(got)));
+        for (uint32_t i = 0; i < N; i++)
+                ck_assert_uint_eq(got[i], test_affine(in[i]));
+        /* An address of another device, or beyond the peer's memory, binds
+         * nothing. */
+        cube_handle h;
+        cube_error *e = cube_peer_bind(a, "cpu1", 12345, 64, &h);
+        ck_assert_msg(e && strstr(cube_error_message(e), "is not one of device cpu1"), "%s",
+                      e ? cube_error_message(e) : "bound");
+        cube_error_free(e);
+        /* A session holds at most 4096 bound ranges (one is bound above). */
+        uint64_t address;
+        ck_ok(cube_peer_address(b, &src, &address));
+        for (int i = 1; i < 4096; i++)
+                ck_ok(cube_peer_bind(a, "cpu1", address, 64, &h));
+        e = cube_peer_bind(a, "cpu1", address, 64, &h);
+        ck_assert_msg(e && strstr(cube_error_message(e), "at most 4096 bound peer ranges"), "%s",
+                      e ? cube_error_message(e) : "bound");
+        cube_error_free(e);
+        ck_ok(cube_free(a, &bound));
+        ck_ok(cube_peer_bind(a, "cpu1", address, 64, &h));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+START_TEST(test_address_of_tainted_buffer)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t data[N] = {0};
+        cube_handle h;
+        uint64_t address = 0;
+        bool can = false;
+        cube_error *e;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        ck_ok(cube_create(b, data, sizeof(data), &h));
+        ck_ok(cube_peer_address(b, &h, &address));
+        ck_assert_uint_ne(address >> 48, 0);    /* tagged with the device */
+        /* A kernel elsewhere failed writing it: the address is refused with
+         * the cause, so no peer binds bytes nothing wrote. */
+        ck_ok(cube_peer_wrote(b, &h, 1, "the peer's kernel faulted"));
+        e = cube_peer_address(b, &h, &address);
+        ck_assert_msg(e && strstr(cube_error_message(e), "the peer's kernel faulted"), "%s",
+                      e ? cube_error_message(e) : "an address");
+        cube_error_free(e);
+        /* A write repairs it. */
+        ck_ok(cube_write(b, &h, data, sizeof(data)));
+        ck_ok(cube_peer_address(b, &h, &address));
+        /* A launch on B that failed taints what it writes: its address is
+         * refused with the launch's failure. */
+        cube_handle out;
+        ck_ok(cube_create(b, data, sizeof(data), &out));
+        test_launch_u32(b, affine_over(999, (cube_handle[]) { h, out }), NULL, 0);
+        e = cube_peer_address(b, &out, &address);
+        ck_assert_msg(e && strstr(cube_error_message(e), "never registered"), "%s",
+                      e ? cube_error_message(e) : "an address");
+        cube_error_free(e);
+        ck_ok(cube_peer_address(b, &h, &address));      /* its input is untouched */
+        cube_disconnect(a);
+        cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+START_TEST(test_peer_of_another_user)
+{
+        test_group g;
+        test_daemon other;
+        cube_client *a;
+        char link[160];
+        bool can = true;
+
+        if (!running_as_root())
+                return;
+        if (system("command -v setpriv >/dev/null") != 0) {
+                fprintf(stderr, "no setpriv: skipped\n");
+                return;
+        }
+        /* It is device cpu1 (its socket's name), in a directory of its own
+         * that the group's comm directory links to. */
+        char dir[] = "/tmp/cube-nobody-XXXXXX", sock[96];
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_eq(chown(dir, NOBODY, NOBODY), 0);
+        snprintf(sock, sizeof(sock), "%s/cpu1.sock", dir);
+        const char *const args[] = { "--socket", sock, NULL };
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        ck_assert_int_eq(test_daemon_start_as(&other, NOBODY, args), 0);
+        snprintf(link, sizeof(link), "%s/cpu1.sock", g.dir);
+        ck_assert_int_eq(symlink(sock, link), 0);
+        a = test_connect(g.d[0].socket, "a");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(!can, "a daemon of another user never maps this one's memory");
+        cube_disconnect(a);
+        unlink(link);
+        ck_assert_int_eq(test_daemon_stop(&other, 10000), 0);
+        unlink(sock);
+        rmdir(dir);
+        stop_clean(&g);
+}
+END_TEST
+
+/* A session of another user asks for the device's memory itself. */
+static int ask_memory_as_nobody(const char *socket, int from_test, int to_test)
+{
+        msgpack_unpacked up;
+        char text[2048] = "";
+        int fd = raw_connect(socket), passed;
+        bool refused;
+
+        (void) from_test;
+        (void) to_test;
+        if (fd < 0 || !raw_hello(fd))
+                return 2;
+        raw_send_request_u64(fd, 2, "peer_memory", NULL, 0);
+        if (raw_recv(fd, &up, 5000) != 1)
+                return 3;
+        refused = up.data.type == MSGPACK_OBJECT_ARRAY && up.data.via.array.size == 4 &&
+                  up.data.via.array.ptr[2].type != MSGPACK_OBJECT_NIL;
+        msgpack_object_print_buffer(text, sizeof(text), up.data);
+        msgpack_unpacked_destroy(&up);
+        passed = raw_take_fd(fd);
+        close(fd);
+        if (passed >= 0) {
+                close(passed);
+                return 4;
+        }
+        return refused && strstr(text, "between daemons of one user") ? 0 : 1;
+}
+
+/* A daemon hands its memory only to a session of its own user. */
+START_TEST(test_memory_for_the_daemons_user_only)
+{
+        test_group g;
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        ck_assert_int_eq(chmod(g.dir, 0755), 0);
+        ck_assert_int_eq(chmod(g.d[0].socket, 0666), 0);
+        nobody_start(&n, g.d[0].socket, ask_memory_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        stop_clean(&g);
+}
+END_TEST
+
+static uint64_t granted_address;
+
+static int bind_as_nobody(const char *socket, int from_test, int to_test)
+{
+        cube_client *c;
+        cube_handle h;
+        cube_error *e;
+        int ok;
+
+        (void) from_test;
+        (void) to_test;
+        if ((e = cube_connect(socket, "nobody", &c))) {
+                cube_error_free(e);
+                return 2;
+        }
+        e = cube_peer_bind(c, "cpu1", granted_address, 64, &h);
+        ok = e && cube_error_kind_of(e) == CUBE_SERVER_VALIDATION &&
+             strstr(cube_error_message(e), "for this daemon's user");
+        cube_error_free(e);
+        cube_disconnect(c);
+        return ok ? 0 : 1;
+}
+
+/* A bound range reaches whatever the peer holds there, so only the daemon's
+ * own user (and root) may bind one. */
+START_TEST(test_bind_is_for_the_daemons_user)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t data[16] = {0};
+        cube_handle h;
+        nobody n;
+        bool can = false;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        ck_ok(cube_create(b, data, sizeof(data), &h));
+        ck_ok(cube_peer_address(b, &h, &granted_address));
+        ck_assert_int_eq(chmod(g.dir, 0755), 0);
+        ck_assert_int_eq(chmod(g.d[0].socket, 0666), 0);
+        nobody_start(&n, g.d[0].socket, bind_as_nobody);
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        cube_disconnect(a);
+        cube_disconnect(b);
+        stop_clean(&g);
+}
+END_TEST
+
+/* A socket listening at path, or -1. */
+static int socket_fd_listening(const char *path, struct sockaddr_un *sa)
+{
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+        if (fd < 0 || bind(fd, (struct sockaddr *) sa, sizeof(*sa)) < 0 || listen(fd, 4) < 0) {
+                if (fd >= 0)
+                        close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* A process of another user posing as device cpu1: it answers hello and
+ * peer_memory, handing over a memfd of its own, to whoever connects. */
+static int pose_as_peer(const char *socket, int from_test, int to_test)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int l = socket_fd_listening(socket, &sa), c, mem;
+
+        if (l < 0)
+                return 2;
+        tell(to_test, 'r');
+        c = accept(l, NULL, NULL);
+        mem = memfd_create("posing", 0);
+        if (c < 0 || mem < 0 || ftruncate(mem, 1 << 20) < 0)
+                return 3;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array(&pk, 4);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_nil(&pk);
+        msgpack_pack_map(&pk, 0);
+        msgpack_pack_array(&pk, 4);
+        msgpack_pack_uint8(&pk, 1);
+        msgpack_pack_uint8(&pk, 2);
+        msgpack_pack_nil(&pk);
+        msgpack_pack_array(&pk, 3);
+        msgpack_pack_uint64(&pk, 1 << 20);
+        msgpack_pack_uint64(&pk, 7);
+        msgpack_pack_str_with_body(&pk, "cpu1", 4);
+        (void) raw_send_fd(c, sb.data, sb.size, mem);   /* refused: it may be closed */
+        msgpack_sbuffer_destroy(&sb);
+        hear(from_test, 20000);
+        close(c);
+        close(l);
+        return 0;
+}
+
+/* The daemon checks the peer's user itself: one of another user that would
+ * hand its memory over is not taken up. */
+START_TEST(test_peer_posing_as_another_user)
+{
+        test_group g;
+        nobody n;
+        cube_client *a;
+        char dir[] = "/tmp/cube-posing-XXXXXX", sock[96], link[160];
+        bool can = true;
+
+        if (!running_as_root())
+                return;
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_eq(chown(dir, NOBODY, NOBODY), 0);
+        snprintf(sock, sizeof(sock), "%s/cpu1.sock", dir);
+        ck_assert_int_eq(test_group_start(&g, 1, NULL), 0);
+        snprintf(link, sizeof(link), "%s/cpu1.sock", g.dir);
+        ck_assert_int_eq(symlink(sock, link), 0);
+        nobody_start(&n, sock, pose_as_peer);
+        ck_assert_int_eq(hear(n.from_child, 10000), 'r');
+        a = test_connect(g.d[0].socket, "a");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert_msg(!can, "a peer of another user was taken up");
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        cube_disconnect(a);
+        unlink(link);
+        unlink(sock);
+        rmdir(dir);
+        stop_clean(&g);
+}
+END_TEST
+
+START_TEST(test_peer_dies)
+{
+        test_group g;
+        cube_client *a, *b;
+        uint32_t in[N], got[N];
+        cube_handle src, dst, bound, local;
+        bool can = false;
+        cube_error *e;
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        a = test_connect(g.d[0].socket, "a");
+        b = test_connect(g.d[1].socket, "b");
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(can);
+        for (uint32_t i = 0; i < N; i++)
+                in[i] = i;
+        ck_ok(cube_create(a, in, sizeof(in), &src));
+        ck_ok(cube_empty(b, sizeof(in), &dst));
+        bound = bind_peer(b, &dst, a, "cpu1");
+        uint64_t k = test_kernel(a, test_affine_source, "affine");
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        ck_ok(cube_sync(a, &bound, 1));
+        cube_disconnect(b);
+        kill(g.d[1].pid, SIGKILL);
+        waitpid(g.d[1].pid, NULL, 0);
+        g.d[1].pid = 0;
+        /* A launch that binds the dead peer's memory fails on what it
+         * writes. */
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
+        e = cube_sync(a, &bound, 1);
+        ck_assert_msg(e && strstr(cube_error_message(e), "is gone"), "%s",
+                      e ? cube_error_message(e) : "it ran");
+        cube_error_free(e);
+        can = true;
+        ck_ok(cube_can_access_peer(a, "cpu1", &can));
+        ck_assert(!can);
+        /* A keeps serving. */
+        ck_ok(cube_empty(a, sizeof(got), &local));
+        test_launch_u32(a, affine_over(k, (cube_handle[]) { src, local }), NULL, 0);
+        ck_ok(cube_read(a, &local, got, sizeof(got)));
+        ck_assert_uint_eq(got[7], test_affine(7));
+        ck_ok(cube_free(a, &bound));
+        cube_disconnect(a);
+        ck_assert_int_eq(test_daemon_stop(&g.d[0], 10000), 0);
+        g.d[0].pid = 0;
+        stop_clean(&g);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+        Suite *s = suite_create("peer");
+        TCase *tc = tcase_create("peer");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_who_may_access);
+        tcase_add_test(tc, test_kernel_writes_peer_buffer);
+        tcase_add_test(tc, test_kernel_reads_peer_buffer);
+        tcase_add_test(tc, test_address_of_tainted_buffer);
+        tcase_add_test(tc, test_peer_of_another_user);
+        tcase_add_test(tc, test_memory_for_the_daemons_user_only);
+        tcase_add_test(tc, test_peer_posing_as_another_user);
+        tcase_add_test(tc, test_bind_is_for_the_daemons_user);
+        tcase_add_test(tc, test_peer_dies);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
