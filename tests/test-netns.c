@@ -6,9 +6,12 @@
  * ranks all_reduce and send/recv over the veth link.
  *
  * Where the namespaces cannot be made (not root, no ip(8), EPERM) the
- * program exits 77, which meson counts as skipped.
+ * program exits 77, which meson counts as skipped. The namespaces, and any
+ * daemon still in them, are removed however the run ends; a run killed
+ * outright leaves them to the next one, which removes them first.
  */
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +22,11 @@
 #include "harness.h"
 
 static test_netns netns;
-static pid_t main_pid;
+static volatile sig_atomic_t stop_signal;
 
-/* The daemons and namespaces go even when the run is cut short. */
 static void on_signal(int sig)
 {
-        if (getpid() == main_pid)
-                test_netns_destroy(&netns);
-        signal(sig, SIG_DFL);
-        raise(sig);
+        stop_signal = sig;
 }
 
 /* Member r's element i: exact in f32, different on each rank. */
@@ -207,24 +206,43 @@ static Suite *suite(void)
         return s;
 }
 
+/* The suite runs in a child, so that this process outlives anything that
+ * ends the run (a failure, a timeout, a signal to the whole process group,
+ * which is how Check passes one on) and always removes the namespaces and
+ * the daemons in them. */
 int main(void)
 {
+        struct sigaction sa = { .sa_handler = on_signal };   /* no SA_RESTART */
         char why[256];
-        SRunner *sr;
-        int failed;
+        int st = 0;
+        pid_t runner;
 
-        main_pid = getpid();
         if (test_netns_create(&netns, why, sizeof(why)) < 0) {
                 printf("skipped: %s\n", why);
                 return 77;
         }
-        signal(SIGTERM, on_signal);
-        signal(SIGINT, on_signal);
-        signal(SIGHUP, on_signal);
-        sr = srunner_create(suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        fflush(stdout);
+        if ((runner = fork()) == 0) {
+                SRunner *sr = srunner_create(suite());
+                signal(SIGTERM, SIG_DFL);
+                signal(SIGINT, SIG_DFL);
+                signal(SIGHUP, SIG_DFL);
+                srunner_run_all(sr, CK_NORMAL);
+                int failed = srunner_ntests_failed(sr);
+                srunner_free(sr);
+                _exit(failed ? 1 : 0);
+        }
+        while (runner > 0 && waitpid(runner, &st, 0) < 0 && errno == EINTR && !stop_signal)
+                ;
         test_netns_destroy(&netns);
-        return failed ? 1 : 0;
+        if (stop_signal) {
+                kill(runner, SIGKILL);
+                waitpid(runner, NULL, 0);
+                signal(stop_signal, SIG_DFL);
+                raise(stop_signal);
+        }
+        return runner > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
