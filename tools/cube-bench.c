@@ -1130,6 +1130,14 @@ static void cube_all_reduce_times(const struct config *cfg, size_t bytes, int it
         }
 }
 
+/* Both collective rows, unmeasured, saying why. */
+static void collectives_not_measured(const char *figure, const char *why)
+{
+        printf("| %s | n/a: %s | - | - | >= 0.9x | not measured |\n", figure, why);
+        printf("| all_reduce 4 KiB f32, 2 daemons (latency) | n/a: %s | - | - | <= 1.5x | "
+               "not measured |\n", why);
+}
+
 /* The collective rows. The load of a 2-vCPU machine drifts in seconds, so
  * cube and Gloo take turns: each of the N rounds times one run of each (a
  * fresh group and a fresh pair of Gloo processes), and a row compares the
@@ -1139,18 +1147,27 @@ static void bench_collectives(const struct config *cfg)
         size_t big = cfg->bulk, small = 4096;
         int runs = cfg->runs, iters = runs > 1 ? 4 : 2;
         int samples = (cfg->rtt_samples < 1000 ? cfg->rtt_samples : 1000) / runs + 1;
-        double *c_bw = xcalloc((size_t) runs, sizeof(double)), *g_bw = xcalloc((size_t) runs, sizeof(double));
-        double *c_lat = xcalloc((size_t) runs, sizeof(double)), *g_lat = xcalloc((size_t) runs, sizeof(double));
-        double c_min = 1e9, g_min = 1e9, fastest;
-        char figure[96], cube[64], base[96];
+        double *c_bw = xcalloc((size_t) runs, sizeof(double));
+        double *g_bw = xcalloc((size_t) runs, sizeof(double));
+        double *c_lat = xcalloc((size_t) runs, sizeof(double));
+        double *g_lat = xcalloc((size_t) runs, sizeof(double));
+        double c_min = 1e9, g_min = 1e9, fastest, unused;
+        char figure[96], cube[64], base[96], id[128];
         bool gloo = true;
-        double unused;
 
         snprintf(figure, sizeof(figure), "all_reduce %.0f MiB f32, 2 daemons (bus bandwidth)",
                  big / MIB);
         if (!cfg->peer_socket) {
-                printf("| %s | n/a: needs --peer-socket | - | - | >= 0.9x | not measured |\n",
-                       figure);
+                collectives_not_measured(figure, "needs --peer-socket");
+                goto out;
+        }
+        /* A daemon built without a collective engine answers NoDeviceTransport. */
+        cube_client *probe = connect_client(cfg);
+        cube_error *e = cube_comm_mint(probe, id);
+        cube_disconnect(probe);
+        if (e) {
+                collectives_not_measured(figure, cube_error_message(e));
+                cube_error_free(e);
                 goto out;
         }
         for (int k = 0; k < runs; k++) {
@@ -1169,8 +1186,9 @@ static void bench_collectives(const struct config *cfg)
         if (!gloo) {
                 printf("| %s | %s | n/a: bench-gloo not built or failed | - | >= 0.9x | "
                        "not measured |\n", figure, cube);
-                printf("| all_reduce 4 KiB f32, 2 daemons (latency) | %.1f us | n/a: bench-gloo "
-                       "not built or failed | - | <= 1.5x | not measured |\n", c_one * 1e6);
+                printf("| all_reduce 4 KiB f32, 2 daemons (latency) | %.1f us | n/a: "
+                       "bench-gloo not built or failed | - | <= 1.5x | not measured |\n",
+                       c_one * 1e6);
                 goto out;
         }
         double g_op = median(g_bw, runs), g_one = median(g_lat, runs);
