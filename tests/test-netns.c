@@ -24,6 +24,7 @@
 static test_netns netns;
 static volatile sig_atomic_t stop_signal;
 
+/* A signal to the run: main removes the namespaces, then ends by it. */
 static void on_signal(int sig)
 {
         stop_signal = sig;
@@ -145,8 +146,11 @@ START_TEST(test_across_namespaces)
         start_member(&d[1], 1);
         ck_assert_int_eq(pipe(id_pipe), 0);
         for (int r = 0; r < 2; r++)
-                if ((pids[r] = fork()) == 0)
+                if ((pids[r] = fork()) == 0) {
+                        /* Rank 1 sees EOF, not a hang, when rank 0 fails first. */
+                        close(id_pipe[r == 0 ? 0 : 1]);
                         _exit(rank_main(&d[r], r, id_pipe[0], id_pipe[1]));
+                }
         close(id_pipe[0]);
         close(id_pipe[1]);
         for (int r = 0; r < 2; r++) {
