@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -975,4 +976,170 @@ const cube_buffer_io test_affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WR
 uint32_t test_affine(uint32_t x)
 {
         return x * 5u + 7u;
+}
+
+/* Runs ip(8) with args (NULL-terminated), its output discarded unless
+ * loud. Returns its exit status, 127 when it could not run, -1 on a signal. */
+static int ip_run(bool loud, const char *const *args)
+{
+        const char *argv[24] = { "ip" };
+        int n = 1, st;
+        pid_t pid;
+
+        for (const char *const *a = args; *a && n < 23; a++)
+                argv[n++] = *a;
+        argv[n] = NULL;
+        if ((pid = fork()) < 0)
+                return -1;
+        if (pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+                if (null >= 0) {
+                        dup2(null, 1);
+                        if (!loud)
+                                dup2(null, 2);
+                }
+                execvp("ip", (char **) argv);
+                _exit(127);
+        }
+        if (waitpid(pid, &st, 0) != pid)
+                return -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Kills every process inside namespace name: a daemon a failed test left
+ * there would otherwise keep it alive after its name is gone. */
+static void netns_kill_all(const char *name)
+{
+        char path[64];
+        struct stat ns, st;
+        DIR *d;
+        struct dirent *e;
+
+        snprintf(path, sizeof(path), "/run/netns/%s", name);
+        if (stat(path, &ns) < 0 || !(d = opendir("/proc")))
+                return;
+        while ((e = readdir(d))) {
+                char p[300];
+                if (!isdigit((unsigned char) e->d_name[0]))
+                        continue;
+                snprintf(p, sizeof(p), "/proc/%s/ns/net", e->d_name);
+                if (stat(p, &st) == 0 && st.st_ino == ns.st_ino && st.st_dev == ns.st_dev)
+                        kill((pid_t) atoi(e->d_name), SIGKILL);
+        }
+        closedir(d);
+}
+
+/* Namespaces of earlier runs whose process is gone: a run killed before
+ * its cleanup must not leave them for ever. */
+static void netns_sweep(void)
+{
+        DIR *d = opendir("/run/netns");
+        struct dirent *e;
+
+        if (!d)
+                return;
+        while ((e = readdir(d))) {
+                long pid;
+                char *end;
+                if (strncmp(e->d_name, "cubetest-", 9) != 0)
+                        continue;
+                pid = strtol(e->d_name + 9, &end, 10);
+                if (pid <= 0 || *end != '-' || (kill((pid_t) pid, 0) < 0 && errno == ESRCH)) {
+                        const char *args[] = { "netns", "delete", e->d_name, NULL };
+                        netns_kill_all(e->d_name);
+                        ip_run(false, args);
+                }
+        }
+        closedir(d);
+}
+
+int test_netns_create(test_netns *n, char *why, size_t len)
+{
+        int pid = (int) getpid(), rc;
+
+        memset(n, 0, sizeof(*n));
+        if (geteuid() != 0) {
+                snprintf(why, len, "not root: network namespaces cannot be made");
+                return -1;
+        }
+        netns_sweep();
+        for (int i = 0; i < 2; i++) {
+                snprintf(n->name[i], sizeof(n->name[i]), "cubetest-%d-%d", pid, i);
+                snprintf(n->link[i], sizeof(n->link[i]), "cv%d%c", pid, 'a' + i);
+                snprintf(n->addr[i], sizeof(n->addr[i]), "10.231.%d.%d", pid % 250, i + 1);
+        }
+        for (int i = 0; i < 2; i++) {
+                const char *add[] = { "netns", "add", n->name[i], NULL };
+                if ((rc = ip_run(true, add)) != 0) {
+                        snprintf(why, len, rc == 127 ? "ip(8) is not installed" :
+                                 "ip netns add %s failed (status %d)", n->name[i], rc);
+                        test_netns_destroy(n);
+                        return -1;
+                }
+                n->made[i] = true;
+        }
+        const char *veth[] = { "link", "add", n->link[0], "netns", n->name[0], "type", "veth",
+                               "peer", "name", n->link[1], "netns", n->name[1], NULL };
+        if ((rc = ip_run(true, veth)) != 0) {
+                snprintf(why, len, "no veth pair between the namespaces (ip status %d)", rc);
+                test_netns_destroy(n);
+                return -1;
+        }
+        for (int i = 0; i < 2; i++) {
+                char cidr[24];
+                snprintf(cidr, sizeof(cidr), "%s/30", n->addr[i]);
+                const char *addr[] = { "-n", n->name[i], "addr", "add", cidr, "dev", n->link[i],
+                                       NULL };
+                const char *up[] = { "-n", n->name[i], "link", "set", n->link[i], "up", NULL };
+                const char *lo[] = { "-n", n->name[i], "link", "set", "lo", "up", NULL };
+                if (ip_run(true, addr) != 0 || ip_run(true, up) != 0 || ip_run(true, lo) != 0) {
+                        snprintf(why, len, "cannot address %s in %s", n->link[i], n->name[i]);
+                        test_netns_destroy(n);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+void test_netns_destroy(test_netns *n)
+{
+        for (int i = 0; n && i < 2; i++)
+                if (n->made[i]) {
+                        const char *del[] = { "netns", "delete", n->name[i], NULL };
+                        netns_kill_all(n->name[i]);
+                        ip_run(true, del);
+                        n->made[i] = false;
+                }
+}
+
+int test_netns_enter(const test_netns *n, int i)
+{
+        char path[64];
+        int fd, r;
+
+        snprintf(path, sizeof(path), "/run/netns/%s", n->name[i]);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+                return -1;
+        r = setns(fd, CLONE_NEWNET);
+        close(fd);
+        return r;
+}
+
+int test_daemon_start_in_netns(test_daemon *d, const test_netns *n, int i,
+                               const char *const *extra_args)
+{
+        const char *w = getenv("CUBE_TEST_WRAPPER");
+        const char *wrapper[20] = { "ip", "netns", "exec", n->name[i] };
+        char *copy = NULL;
+        int k = 4, r;
+
+        if (w && *w) {
+                copy = strdup(w);
+                for (char *tok = strtok(copy, " "); tok && k < 19; tok = strtok(NULL, " "))
+                        wrapper[k++] = tok;
+        }
+        wrapper[k] = NULL;
+        r = test_daemon_start_wrapped(d, wrapper, extra_args);
+        free(copy);
+        return r;
 }

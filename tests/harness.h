@@ -118,6 +118,29 @@ int hear(int fd, int timeout_ms);
 /* The child's exit status, or -1 when it did not end normally in time. */
 int nobody_finish(nobody *n);
 
+/* ---- two hosts: network namespaces joined by a veth pair -------------------
+ * Namespaces cubetest-PID-0 and cubetest-PID-1, each with lo up and one end
+ * of a veth pair, addressed addr[0] and addr[1] in one /30. Making them
+ * needs root and ip(8). */
+typedef struct test_netns {
+        char name[2][32];
+        char link[2][16];
+        char addr[2][16];
+        bool made[2];
+} test_netns;
+/* Makes the pair, first removing any a dead test process left behind.
+ * Returns 0; or -1 with why filled, having removed what it made, when they
+ * cannot be made here (not root, no ip, EPERM): the caller skips. */
+int test_netns_create(test_netns *n, char *why, size_t len);
+/* Removes both namespaces (the veth pair goes with them); n may be NULL. */
+void test_netns_destroy(test_netns *n);
+/* Moves the calling process into namespace i. Returns 0 or -1. */
+int test_netns_enter(const test_netns *n, int i);
+/* test_daemon_start, with the daemon run inside namespace i
+ * (ip netns exec), after any $CUBE_TEST_WRAPPER. */
+int test_daemon_start_in_netns(test_daemon *d, const test_netns *n, int i,
+                               const char *const *extra_args);
+
 /* Fills buf with bytes from a seeded generator that never yields long runs. */
 void fill_random(void *buf, size_t n, uint64_t seed);
 

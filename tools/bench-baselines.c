@@ -4,7 +4,8 @@
  *
  * Each baseline forks a peer on a socketpair (or, for many clients, one
  * socketpair per client), lets it set itself up, waits for its "ready" byte,
- * and only then starts the clock.
+ * and only then starts the clock. Gloo's allreduce is a program of its own
+ * (bench-gloo.cc, C++), run from beside cube-bench.
  */
 #include "bench-baselines.h"
 
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -342,4 +344,56 @@ double raw_many_clients(const cpu_set_t *peer_cpus, int clients, double seconds)
         free(p);
         free(threads);
         return (double) total / t;
+}
+
+int gloo_allreduce(const cpu_set_t *cpus, size_t bytes, int iters, int runs,
+                   double *ret_per_op, double *ret_single, double *ret_fastest)
+{
+        char exe[4096], prog[4200], a_bytes[32], a_iters[16], a_runs[16], list[1024] = "";
+        char out[128] = "";
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        size_t used = 0, got = 0;
+        double per_op, single, fastest;
+        int p[2], st;
+        pid_t pid;
+
+        if (n <= 0)
+                return -1;
+        exe[n] = '\0';
+        snprintf(prog, sizeof(prog), "%s/bench-gloo", dirname(exe));
+        if (access(prog, X_OK) != 0)
+                return -1;
+        snprintf(a_bytes, sizeof(a_bytes), "%zu", bytes);
+        snprintf(a_iters, sizeof(a_iters), "%d", iters);
+        snprintf(a_runs, sizeof(a_runs), "%d", runs);
+        for (int i = 0; cpus && i < CPU_SETSIZE && used + 8 < sizeof(list); i++)
+                if (CPU_ISSET(i, cpus))
+                        used += (size_t) snprintf(list + used, sizeof(list) - used, "%s%d",
+                                                  used ? "," : "", i);
+        if (pipe(p) < 0)
+                return -1;
+        if ((pid = fork()) == 0) {
+                const char *argv[] = { prog, "--bytes", a_bytes, "--iters", a_iters, "--runs",
+                                       a_runs, used ? "--cpus" : NULL, list, NULL };
+                dup2(p[1], 1);
+                close(p[0]);
+                close(p[1]);
+                execv(prog, (char **) argv);
+                _exit(127);
+        }
+        close(p[1]);
+        while (pid > 0 && got + 1 < sizeof(out)) {
+                ssize_t r = read(p[0], out + got, sizeof(out) - 1 - got);
+                if (r <= 0)
+                        break;
+                got += (size_t) r;
+        }
+        close(p[0]);
+        if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+            sscanf(out, "%lf %lf %lf", &per_op, &single, &fastest) != 3)
+                return -1;
+        *ret_per_op = per_op;
+        *ret_single = single;
+        *ret_fastest = fastest;
+        return 0;
 }

@@ -34,4 +34,12 @@ double raw_bulk_receive(const cpu_set_t *peer_cpus, size_t size);
  * clients together. */
 double raw_many_clients(const cpu_set_t *peer_cpus, int clients, double seconds);
 
+/* Gloo's own allreduce of bytes of f32 between two processes on cpus (NULL:
+ * unpinned), run by the bench-gloo program beside this one: runs of iters
+ * operations. Returns 0 with the median over runs of seconds per operation,
+ * the median seconds of one operation and the fastest one; -1 when
+ * bench-gloo was not built or failed. */
+int gloo_allreduce(const cpu_set_t *cpus, size_t bytes, int iters, int runs,
+                   double *ret_per_op, double *ret_single, double *ret_fastest);
+
 #endif

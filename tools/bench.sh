@@ -19,6 +19,10 @@
 # When redis-server and redis-benchmark are installed, PING_INLINE with 50
 # clients on a Unix socket, under the same placement, is the baseline of the
 # many-clients figure; otherwise cube-bench uses its own.
+# The collective figures need a second daemon: each placement starts one more
+# on $dir/p, pinned like the first, and the two all_reduce through a minted
+# group id; their baseline is Gloo's own allreduce (build/tools/bench-gloo)
+# between two processes on the same CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -26,21 +30,35 @@ shift || true
 
 dir=$(mktemp -d /tmp/cube-bench-XXXXXX)
 pid=
+peer=
 cleanup() {
         [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+        [ -n "$peer" ] && kill "$peer" 2>/dev/null || true
         rm -rf "$dir"
 }
 trap cleanup EXIT
 
 # start_daemon CACHE_DIR PIN...: cubed on $dir/s; sets pid.
 start_daemon() {
-        local cache=$1
-        shift
-        rm -f "$dir/s"
-        "$@" "$build/daemon/cubed" --socket "$dir/s" --cache-dir "$cache" 2>>"$dir/log" &
-        pid=$!
+        start_cubed s "$@"
+        pid=$started
+}
+
+# start_peer CACHE_DIR PIN...: the second daemon, on $dir/p; sets peer.
+start_peer() {
+        start_cubed p "$@"
+        peer=$started
+}
+
+# start_cubed NAME CACHE_DIR PIN...: cubed on $dir/NAME; sets started.
+start_cubed() {
+        local name=$1 cache=$2
+        shift 2
+        rm -f "$dir/$name"
+        "$@" "$build/daemon/cubed" --socket "$dir/$name" --cache-dir "$cache" 2>>"$dir/log" &
+        started=$!
         for _ in $(seq 200); do
-                [ -S "$dir/s" ] && return 0
+                [ -S "$dir/$name" ] && return 0
                 sleep 0.05
         done
         echo "bench.sh: cubed did not start" >&2
@@ -52,6 +70,11 @@ stop_daemon() {
         kill -TERM "$pid"
         wait "$pid"
         pid=
+        if [ -n "$peer" ]; then
+                kill -TERM "$peer"
+                wait "$peer"
+                peer=
+        fi
 }
 
 # redis_ops PIN_SERVER PIN_CLIENT: PING_INLINE requests per second, or nothing.
@@ -74,7 +97,7 @@ redis_ops() {
 
 # placement NAME DAEMON_CPUS CLIENT_CPUS (empty: unpinned), then cube-bench options.
 placement() {
-        local name=$1 dcpus=$2 bcpus=$3 pin_d=() pin_b=() tag redis extra=()
+        local name=$1 dcpus=$2 bcpus=$3 pin_d=() pin_b=() tag redis extra=() with_peer=1
         shift 3
         [ -n "$dcpus" ] && pin_d=(taskset -c "$dcpus")
         [ -n "$bcpus" ] && pin_b=(taskset -c "$bcpus")
@@ -91,8 +114,14 @@ placement() {
         if [ -n "$redis" ]; then
                 extra=(--redis-ops "$redis")
         fi
+        # Only the collective figures use the second daemon.
+        case " $* " in *" --only "*) [[ " $* " == *" --only collectives "* ]] || with_peer= ;; esac
         tag="restart-$$-${name// /-}"
         start_daemon "$dir/cache-${name// /-}" "${pin_d[@]}"
+        if [ -n "$with_peer" ]; then
+                start_peer "$dir/cache-peer-${name// /-}" "${pin_d[@]}"
+                extra+=(--peer-socket "$dir/p")
+        fi
         "${pin_b[@]}" "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" \
                 --restart-tag "$tag" "${extra[@]}" "$@"
         # The Python binding beside C, when tools/python-setup.sh installed it.

@@ -4,6 +4,7 @@
  *
  *   cube-bench --socket PATH [--daemon-pid PID] [--runs N] [--smoke]
  *              [--restart-tag TAG] [--redis-ops OPS] [--only FIGURE]
+ *              [--peer-socket PATH]
  *   cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]
  *
  * Prints one Markdown table row per figure: cube's figure, the baseline
@@ -46,6 +47,15 @@
  *     buffers and writing a third, launch to completed sync, in bytes touched
  *     per second; against memcpy of 64 MiB counted the same way (bytes read
  *     plus bytes written per second).
+ *   all_reduce of 64 MiB and of 4 KiB f32 over two daemons (--socket and
+ *     --peer-socket, on one host): a group id minted on the first, one
+ *     thread per rank with its own client, cube_all_reduce (Sum, NOW) then
+ *     cube_sync. 64 MiB: K operations queued and one sync, bus bandwidth
+ *     2 (n - 1) / n * bytes / seconds per operation; 4 KiB: all_reduce +
+ *     sync one at a time, the median sample (the fastest beside it). Against
+ *     Gloo's own allreduce between two processes (bench-gloo, on the
+ *     daemon's CPUs), timed the same way; the two take turns for N rounds,
+ *     and each row compares the medians over rounds.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -77,6 +87,7 @@ struct config {
         const char *restart_tag;
         double redis_ops;               /* 0: redis not installed */
         const char *only;               /* one figure's name, or NULL for all */
+        const char *peer_socket;        /* a second daemon, for the collectives */
         cpu_set_t daemon_cpus;
         bool have_daemon_cpus;
 };
@@ -1013,13 +1024,198 @@ static void bench_cpu_kernels(const struct config *cfg)
         pocl_bench_free(pb);
 }
 
+/* ---- all_reduce over two daemons ---------------------------------------- */
+
+struct coll_rank {
+        const char *socket;
+        int rank;
+        const char *id;
+        pthread_barrier_t *barrier;
+        size_t bytes;
+        int iters, runs;                /* bandwidth: runs of iters queued operations */
+        int samples;                    /* latency: all_reduce + sync, one at a time */
+        double *per_op;                 /* runs entries */
+        double *single;                 /* samples entries */
+        double fastest;                 /* the fastest sample */
+        cube_client *client;            /* rank 0's, connected to mint */
+};
+
+/* One rank: joins the minted group, warms up, times its part. */
+static void *coll_rank_main(void *arg)
+{
+        struct coll_rank *r = arg;
+        cube_reduction sum = { CUBE_ELEM_F32, CUBE_REDUCE_SUM };
+        size_t n = r->bytes / sizeof(float);
+        float *buf = xcalloc(n, sizeof(float));
+        cube_client *c = r->client;
+        cube_handle src, dst;
+
+        if (!c)
+                CHECK("connect", cube_connect(r->socket, "cube-bench", &c));
+        for (size_t i = 0; i < n; i++)
+                buf[i] = (float) (i % 1000) + (float) r->rank;
+        CHECK("comm_init_id", cube_comm_init_id(c, r->id, (uint32_t) r->rank, 2));
+        cube_group g = { NULL, 0, r->id };
+        CHECK("create", cube_create(c, buf, r->bytes, &src));
+        CHECK("empty", cube_empty(c, r->bytes, &dst));
+        for (int i = 0; i < 3; i++) {
+                CHECK("all_reduce", cube_all_reduce(c, &g, &src, &dst, sum, CUBE_WAIT_NOW));
+                CHECK("sync", cube_sync(c, NULL, 0));
+        }
+        for (int k = 0; k < r->runs; k++) {
+                pthread_barrier_wait(r->barrier);
+                double t0 = bench_now();
+                for (int i = 0; i < r->iters; i++)
+                        CHECK("all_reduce", cube_all_reduce(c, &g, &src, &dst, sum,
+                                                            CUBE_WAIT_NOW));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                r->per_op[k] = (bench_now() - t0) / r->iters;
+        }
+        pthread_barrier_wait(r->barrier);
+        for (int i = 0; i < r->samples; i++) {
+                double t0 = bench_now();
+                CHECK("all_reduce", cube_all_reduce(c, &g, &src, &dst, sum, CUBE_WAIT_NOW));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                r->single[i] = bench_now() - t0;
+                if (!i || r->single[i] < r->fastest)
+                        r->fastest = r->single[i];
+        }
+        CHECK("read", cube_read(c, &dst, buf, r->bytes));
+        if (n > 1 && buf[1] != 3.0f) {          /* (1 + 0) + (1 + 1) */
+                fprintf(stderr, "cube-bench: all_reduce: rank %d: wrong sum %g\n", r->rank,
+                        buf[1]);
+                exit(1);
+        }
+        cube_free(c, &src);
+        cube_free(c, &dst);
+        cube_disconnect(c);
+        free(buf);
+        return NULL;
+}
+
+/* cube's all_reduce of bytes over the two daemons: the median over runs of
+ * seconds per queued operation, and the median and the fastest of samples
+ * one at a time. */
+static void cube_all_reduce_times(const struct config *cfg, size_t bytes, int iters, int runs,
+                                  int samples, double *ret_per_op, double *ret_single,
+                                  double *ret_fastest)
+{
+        struct coll_rank r[2];
+        pthread_barrier_t barrier;
+        pthread_t t[2];
+        char id[128];
+        cube_client *c0 = connect_client(cfg);
+
+        CHECK("comm_mint", cube_comm_mint(c0, id));
+        pthread_barrier_init(&barrier, NULL, 2);
+        for (int i = 0; i < 2; i++) {
+                r[i] = (struct coll_rank) {
+                        .socket = i ? cfg->peer_socket : cfg->socket, .rank = i, .id = id,
+                        .barrier = &barrier, .bytes = bytes, .iters = iters, .runs = runs,
+                        .samples = samples, .client = i ? NULL : c0,
+                        .per_op = xcalloc((size_t) runs, sizeof(double)),
+                        .single = xcalloc((size_t) (samples ? samples : 1), sizeof(double)),
+                };
+                pthread_create(&t[i], NULL, coll_rank_main, &r[i]);
+        }
+        for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&barrier);
+        *ret_per_op = median(r[0].per_op, runs);
+        *ret_single = samples ? median(r[0].single, samples) : 0;
+        *ret_fastest = r[0].fastest;
+        for (int i = 0; i < 2; i++) {
+                free(r[i].per_op);
+                free(r[i].single);
+        }
+}
+
+/* Both collective rows, unmeasured, saying why. */
+static void collectives_not_measured(const char *figure, const char *why)
+{
+        printf("| %s | n/a: %s | - | - | >= 0.9x | not measured |\n", figure, why);
+        printf("| all_reduce 4 KiB f32, 2 daemons (latency) | n/a: %s | - | - | <= 1.5x | "
+               "not measured |\n", why);
+}
+
+/* The collective rows. The load of a 2-vCPU machine drifts in seconds, so
+ * cube and Gloo take turns: each of the N rounds times one run of each (a
+ * fresh group and a fresh pair of Gloo processes), and a row compares the
+ * medians over rounds. */
+static void bench_collectives(const struct config *cfg)
+{
+        size_t big = cfg->bulk, small = 4096;
+        int runs = cfg->runs, iters = runs > 1 ? 4 : 2;
+        int samples = (cfg->rtt_samples < 1000 ? cfg->rtt_samples : 1000) / runs + 1;
+        double *c_bw = xcalloc((size_t) runs, sizeof(double));
+        double *g_bw = xcalloc((size_t) runs, sizeof(double));
+        double *c_lat = xcalloc((size_t) runs, sizeof(double));
+        double *g_lat = xcalloc((size_t) runs, sizeof(double));
+        double c_min = 1e9, g_min = 1e9, fastest, unused;
+        char figure[96], cube[64], base[96], id[128];
+        bool gloo = true;
+
+        snprintf(figure, sizeof(figure), "all_reduce %.0f MiB f32, 2 daemons (bus bandwidth)",
+                 big / MIB);
+        if (!cfg->peer_socket) {
+                collectives_not_measured(figure, "needs --peer-socket");
+                goto out;
+        }
+        /* A daemon built without a collective engine answers NoDeviceTransport. */
+        cube_client *probe = connect_client(cfg);
+        cube_error *e = cube_comm_mint(probe, id);
+        cube_disconnect(probe);
+        if (e) {
+                collectives_not_measured(figure, cube_error_message(e));
+                cube_error_free(e);
+                goto out;
+        }
+        for (int k = 0; k < runs; k++) {
+                cube_all_reduce_times(cfg, big, iters, 1, 0, &c_bw[k], &unused, &fastest);
+                gloo = gloo && gloo_allreduce(peer_cpus(cfg), big, iters, 1, &g_bw[k], &unused,
+                                              &fastest) == 0;
+                cube_all_reduce_times(cfg, small, 1, 1, samples, &unused, &c_lat[k], &fastest);
+                c_min = fastest < c_min ? fastest : c_min;
+                gloo = gloo && gloo_allreduce(peer_cpus(cfg), small, samples, 1, &unused,
+                                              &g_lat[k], &fastest) == 0;
+                g_min = fastest < g_min ? fastest : g_min;
+        }
+        /* n = 2: the bus bandwidth 2 (n - 1) / n * bytes / t is bytes / t. */
+        double c_op = median(c_bw, runs), c_one = median(c_lat, runs);
+        snprintf(cube, sizeof(cube), "%.2f GB/s (%.1f ms)", big / c_op / 1e9, c_op * 1e3);
+        if (!gloo) {
+                printf("| %s | %s | n/a: bench-gloo not built or failed | - | >= 0.9x | "
+                       "not measured |\n", figure, cube);
+                printf("| all_reduce 4 KiB f32, 2 daemons (latency) | %.1f us | n/a: "
+                       "bench-gloo not built or failed | - | <= 1.5x | not measured |\n",
+                       c_one * 1e6);
+                goto out;
+        }
+        double g_op = median(g_bw, runs), g_one = median(g_lat, runs);
+        snprintf(base, sizeof(base), "Gloo allreduce, 2 processes: %.2f GB/s (%.1f ms)",
+                 big / g_op / 1e9, g_op * 1e3);
+        row(figure, cube, base, g_op / c_op, "x", ">= 0.9x", g_op / c_op >= 0.9);
+        snprintf(cube, sizeof(cube), "%.1f us (fastest %.1f us)", c_one * 1e6, c_min * 1e6);
+        snprintf(base, sizeof(base), "Gloo allreduce, 2 processes: %.1f us (fastest %.1f us)",
+                 g_one * 1e6, g_min * 1e6);
+        row("all_reduce 4 KiB f32, 2 daemons (latency)", cube, base, c_one / g_one, "x",
+            "<= 1.5x", c_one / g_one <= 1.5);
+out:
+        free(c_bw);
+        free(g_bw);
+        free(c_lat);
+        free(g_lat);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f,
                 "Usage: cube-bench --socket PATH [--daemon-pid PID] [--runs N] [--smoke]\n"
                 "                  [--restart-tag TAG] [--redis-ops OPS] [--only FIGURE]\n"
+                "                  [--peer-socket PATH]\n"
                 "       cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]\n"
-                "FIGURE: memory, sync, launches, staged, inline, clients, tail, first or vadd.\n");
+                "FIGURE: memory, sync, launches, graph, staged, inline, clients, tail, first,\n"
+                "        vadd, kernels or collectives.\n");
 }
 
 static const struct figure {
@@ -1037,6 +1233,7 @@ static const struct figure {
         { "first", bench_first_launch },
         { "vadd", bench_vector_add },
         { "kernels", bench_cpu_kernels },
+        { "collectives", bench_collectives },
 };
 
 #define N_FIGURES (sizeof(figures) / sizeof(figures[0]))
@@ -1075,6 +1272,7 @@ int main(int argc, char **argv)
                 { "after-restart", required_argument, NULL, 'a' },
                 { "redis-ops", required_argument, NULL, 'R' },
                 { "only", required_argument, NULL, 'o' },
+                { "peer-socket", required_argument, NULL, 'P' },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -1086,7 +1284,7 @@ int main(int argc, char **argv)
         bool smoke = false;
         int opt;
 
-        while ((opt = getopt_long(argc, argv, "s:p:r:St:a:R:o:h", options, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "s:p:r:St:a:R:o:P:h", options, NULL)) != -1) {
                 switch (opt) {
                 case 's': cfg.socket = optarg; break;
                 case 'p': cfg.daemon_pid = (pid_t) atoi(optarg); break;
@@ -1096,6 +1294,7 @@ int main(int argc, char **argv)
                 case 'a': after_restart = optarg; break;
                 case 'R': cfg.redis_ops = atof(optarg); break;
                 case 'o': cfg.only = optarg; break;
+                case 'P': cfg.peer_socket = optarg; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
@@ -1104,7 +1303,7 @@ int main(int argc, char **argv)
                 cfg = (struct config) {
                         .socket = cfg.socket, .daemon_pid = cfg.daemon_pid,
                         .restart_tag = cfg.restart_tag, .redis_ops = cfg.redis_ops,
-                        .only = cfg.only,
+                        .only = cfg.only, .peer_socket = cfg.peer_socket,
                         .runs = 1, .bulk = 1u << 20, .rtt_samples = 20, .pipelined = 100,
                         .clients = 4, .seconds = 0.02, .sessions = 4,
                 };
