@@ -413,6 +413,13 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                 snprintf(dir, sizeof(dir), "/var/cache/cube/%s%u", o.backend, o.device_index);
                 r = set_string(&o.cache_dir, dir);
         }
+        /* A misspelt engine must not leave collectives on unnoticed. */
+        if (r == 0 && o.transport && strcmp(o.transport, "none") != 0 &&
+            strcmp(o.transport, "gloo") != 0) {
+                snprintf(why, why_len, "transport: '%s' is no transport: say gloo or none",
+                         o.transport);
+                r = -EINVAL;
+        }
         /* Names resolve now, not at every accept: a name that names no one
          * is a bad configuration like any other. */
         if (r == 0)

@@ -900,6 +900,12 @@ START_TEST(a_refused_reload_is_reported)
         run_program(o, NULL, NULL, check);
         ck_assert_out(o, o->status == 2 && strstr(o->err, "max-depth"),
                       "--check-config of a bad file exited %d", o->status);
+        /* A misspelt transport is refused, not a silent Gloo. */
+        write_file(conf, "transport = nome\n");
+        run_program(o, NULL, NULL, check);
+        ck_assert_out(o, o->status == 2 && strstr(o->err, "transport") && strstr(o->err, "nome"),
+                      "--check-config of transport = nome exited %d", o->status);
+        write_file(conf, "max-container = 100\nmax-depth = 99\n");
 
         from = n_notes(&p);
         reload(&p);
