@@ -8,7 +8,7 @@ import threading
 import weakref
 
 from ._cube import ffi, lib
-from . import errors, views
+from . import errors, views, comms, profiling, graphs
 from .errors import check, ClientClosed, ForkedClient, ClientError
 
 try:
@@ -18,6 +18,7 @@ except ImportError:     # numpy is optional: bytes and memoryviews still work
 
 NULL = ffi.NULL
 _pycube_launch = lib.pycube_launch
+_WAIT_NOW = comms.ComputeWait.NOW
 
 
 class LaunchMode(enum.IntEnum):
@@ -180,6 +181,7 @@ class Client:
         self._c = p[0]
         self._gen = _generation
         self._lock = threading.Lock()
+        self._collective_keep = []     # buffers of AT_SYNC collectives until sync_collective
         self._finalizer = weakref.finalize(self, lib.cube_disconnect, self._c)
         _live.add(self)
 
@@ -431,6 +433,78 @@ class Client:
     def compile_queued(self, *, stream=None):
         check(lib.cube_compile_queued(self._enter(stream)))
 
+    # -- collectives (comms.py) ---------------------------------------------------
+    def comm_init(self, devices):
+        """Joins the group of devices (instance names, any order) and answers
+        its Group; blocks until every member has joined."""
+        return comms.comm_init(self, devices)
+
+    def comm_mint(self):
+        """A group id (str) whose rank 0 is this client's daemon, for
+        comm_init_id on every rank."""
+        return comms.comm_mint(self)
+
+    def comm_init_id(self, id, rank, size):
+        """Joins the minted group id as rank of size; its Group."""
+        return comms.comm_init_id(self, id, rank, size)
+
+    def send(self, src, peer, *, wait=_WAIT_NOW, stream=None):
+        """src to the device peer, on the pair's own group (joined on first use)."""
+        comms.send(self, src, peer, wait, stream)
+
+    def recv(self, dst, peer, *, wait=_WAIT_NOW, stream=None):
+        """dst from the device peer, on the pair's own group."""
+        comms.recv(self, dst, peer, wait, stream)
+
+    def sync_collective(self):
+        """Waits for every AT_SYNC collective this client queued, then lets go
+        of the buffers the binding kept for them."""
+        comms.sync_collective(self)
+
+    def can_access_peer(self, peer):
+        return comms.can_access_peer(self, peer)
+
+    def peer_address(self, buf):
+        return comms.peer_address(self, buf)
+
+    def peer_wrote(self, buffers, reason=None):
+        """A kernel on another device finished enqueuing its writes to
+        buffers: reason None when it did, else why it failed (the buffers
+        then carry it)."""
+        hs, n = _handles(buffers)
+        comms.peer_wrote(self, hs, n, reason)
+
+    def comms(self):
+        """Every communicator of the daemon's sessions, as CommInfo."""
+        v, n = ffi.new("cube_comm_info **"), ffi.new("size_t *")
+        check(lib.cube_daemon_comms(self._cp(), v, n))
+        try:
+            return [views.from_struct(views.CommInfo, v[0][i], members=tuple(
+                m for m in (ffi.string(v[0][i].members[j]).decode("utf-8", "replace")
+                            for j in range(8)) if m)) for i in range(n[0])]
+        finally:
+            lib.free(v[0])
+
+    # -- profiling (profiling.py) -------------------------------------------------
+    def profile(self, at_launch=False, *, stream=None):
+        """Opens a profiling window on the stream (at its next launch with
+        at_launch=True): a ProfileWindow, a context manager."""
+        return profiling.ProfileWindow(self, stream, at_launch)
+
+    # -- graphs (graphs.py) ---------------------------------------------------------
+    def graph_prepare(self, *, stream=None):
+        """Readies the stream for a capture; run the workload once after it."""
+        check(lib.cube_graph_prepare(self._enter(stream)))
+
+    def capture(self, *, stream=None):
+        """A capture window on the stream: `with c.capture() as cap:`, then
+        cap.graph."""
+        return graphs.Capture(self, stream)
+
+    def captures(self):
+        """Every session's profiling windows, graphs and captures, as CaptureInfo."""
+        return self._array(lib.cube_daemon_captures, "cube_capture_info", views.CaptureInfo)
+
     # -- inspecting and operating the daemon -------------------------------------
     def status(self):
         st = ffi.new("cube_status *")
@@ -570,6 +644,15 @@ class Stream:
 
     def memory_report(self):
         return self.client.memory_report(self)
+
+    def profile(self, at_launch=False):
+        return self.client.profile(at_launch, stream=self)
+
+    def graph_prepare(self):
+        self.client.graph_prepare(stream=self)
+
+    def capture(self):
+        return self.client.capture(stream=self)
 
     # The blocking calls, for a coroutine: each runs in a worker thread.
     async def sync_async(self, buffers=()):

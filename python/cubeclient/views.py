@@ -135,6 +135,49 @@ class Status:
     poison: str
 
 
+@dataclass(frozen=True)
+class ProfileReport:
+    """What a profiling window measured: the device time of its work and how
+    many pieces of work the device timed."""
+    device_ns: int
+    timed: int
+
+    @property
+    def seconds(self):
+        return self.device_ns / 1e9
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """An open profiling window, a graph or a capture under way (cubectl graphs)."""
+    session: int
+    kind: str               # "window", "graph" or "capture"
+    stream: int
+    id: int                 # the window's token, the graph's id; 0 for a capture
+    state: str
+    launches: int
+    pages: int
+    page_bytes: int
+    replays: int
+    device_ns: int
+
+
+@dataclass(frozen=True)
+class CommInfo:
+    """A communicator a session of the daemon has joined (cubectl comms)."""
+    id: str
+    session: int
+    kind: str               # "devices", "transfers" or "id"
+    rank: int
+    size: int
+    members: Tuple[str, ...]    # the first 8
+    state: str              # joining, ready, failed, closed
+    why: str
+    ops: int
+    bytes: int
+    refusals: int
+
+
 _NESTED = {(Status, "properties"): DeviceProperties}
 
 

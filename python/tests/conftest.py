@@ -30,9 +30,9 @@ def timeout_mult():
 
 
 class Daemon:
-    def __init__(self, *args):
+    def __init__(self, *args, socket_path=None):
         self.dir = tempfile.mkdtemp(prefix="cube-pytest-")
-        self.socket = os.path.join(self.dir, "s")
+        self.socket = socket_path or os.path.join(self.dir, "s")
         self.log = os.path.join(self.dir, "log")
         notify = os.path.join(self.dir, "notify")
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -107,6 +107,30 @@ def fresh_daemon():
     for d in made:
         d.stop()
         d.cleanup()
+
+
+@pytest.fixture
+def daemon_group():
+    """n daemons as the instances cpu0..cpu<n-1>, their sockets cpuI.sock in
+    one temporary directory so that they find each other for collectives (as
+    tests/harness.c's test_group_start); extra arguments go to each."""
+    made, dirs = [], []
+
+    def start(n, *args):
+        d = tempfile.mkdtemp(prefix="cube-pytest-group-")
+        dirs.append(d)
+        group = []
+        for i in range(n):
+            group.append(Daemon(*args, socket_path=os.path.join(d, f"cpu{i}.sock")))
+            made.append(group[-1])
+        return group
+    yield start
+    for d in made:
+        d.stop()
+        d.cleanup()
+    for d in dirs:
+        if not os.environ.get("CUBE_TEST_LEAVE"):
+            subprocess.run(["rm", "-rf", d])
 
 
 @pytest.fixture
