@@ -100,6 +100,7 @@ struct cube__dstream {
 
 struct cube__device {
         cube__device_config config;
+        uint64_t spin_ns;               /* harvest's spin before it sleeps */
         uint64_t memory_limit;
         uint64_t in_use;                /* loop thread only, as holes */
         hole *holes;
@@ -531,7 +532,7 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **r
 static void harvest(cube__device *d, uint64_t seq, cube__work *w)
 {
         cube__qslot *s = cube__q_slot(d->queue, seq);
-        uint64_t spin_until = now_ns() + CPU_SPIN_NS;
+        uint64_t spin_until = now_ns() + d->spin_ns;
         cube_error *e = NULL;
 
         while (atomic_load(&s->state) != CUBE__SLOT_DONE && now_ns() < spin_until &&
@@ -688,6 +689,7 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
         d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
+        d->spin_ns = cube__q_spin_ns(CPU_SPIN_NS);
         d->config = *config;
         d->memory_limit = config->memory_limit ? config->memory_limit : CPU_DEFAULT_MEMORY;
         d->memory_limit = (d->memory_limit + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE;

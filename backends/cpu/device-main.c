@@ -50,6 +50,7 @@
 
 static cube__qctl *ctl;
 static void *qbase;
+static uint64_t spin_ns;                /* the serve loop's spin before it sleeps */
 
 /* ---------------------------------------------------------------------------
  * Shared bits
@@ -666,7 +667,7 @@ static void serve_loop(void)
                 cube__qslot *s = cube__q_slot(qbase, next), *batch[DEVICE_BATCH];
                 cl_event events[DEVICE_BATCH];
                 bool queued[DEVICE_BATCH];
-                uint64_t spin_until = now_ns() + SPIN_NS, t;
+                uint64_t spin_until = now_ns() + spin_ns, t;
                 unsigned n = 0;
 
                 while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
@@ -851,6 +852,8 @@ static int serve_main(int argc, char **argv)
          * built-in-free empty program would compile, so none runs here. */
         if (pthread_create(&control, NULL, control_thread, NULL) != 0)
                 return serve_fail("cannot start the control thread");
+
+        spin_ns = cube__q_spin_ns(SPIN_NS);
 
         /* The seal: from here on a client's code may run. */
         if ((r = seal_self(kcache)) < 0)

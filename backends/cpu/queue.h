@@ -16,6 +16,7 @@
 #ifndef CUBE_CPU_QUEUE_H
 #define CUBE_CPU_QUEUE_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -105,6 +106,19 @@ typedef struct cube__msg_reply {
  * (of at most CUBE__PEER_SPAN bytes) and each peer's never overlap. */
 #define CUBE__PEERS_MAX 16u
 #define CUBE__PEER_SPAN (1ull << 44)
+
+/* How long a side of the ring spins before it sleeps, given how long it
+ * would like to: spinning pays only while the awaited side runs meanwhile.
+ * Confined to one CPU, a spin holds the very CPU the other side needs, and
+ * each wait costs the whole spin. */
+static inline uint64_t cube__q_spin_ns(uint64_t wanted)
+{
+        cpu_set_t set;
+
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < 2)
+                return 0;
+        return wanted;
+}
 
 /* The descriptors the device process is started with. */
 #define CUBE__FD_MEMORY 3
