@@ -952,7 +952,7 @@ START_TEST(listings_show_only_the_callers_own)
         static const char source[] = "KERNEL void secret(uint32_t *out, INFO)\n"
                                      "{\n        out[ABSOLUTE_POS] = 7u;\n}\n";
         static const char broken[] = "KERNEL void leak(uint32_t *out, INFO)\n"
-                                     "{\n        out[ABSOLUTE_POS] = secret_word;\n}\n";
+                                     "{\n        out[ABSOLUTE_POS] = no_such_identifier_here;\n}\n";
         cube_client *root;
         cube_session_info *ss;
         cube_kernel_info *ks;
