@@ -572,8 +572,9 @@ typedef struct cube__kernel {
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;
 
-/* Finds or adds the cache entry for source and entry. Never NULL unless out
- * of memory; a source whose signature cannot be read is an entry that failed. */
+/* Finds or adds the cache entry for source and entry, with a reference the
+ * caller keeps (cube__kernel_unref). Never NULL unless out of memory; a
+ * source whose signature cannot be read is an entry that failed. */
 cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
                                   const char *entry, size_t entry_len);
 /* Makes the kernel ready: starts compiling (or loading from disk) if it is
@@ -590,9 +591,7 @@ cube_error *cube__kernel_launch_error(const cube__kernel *k);
 void cube__kernel_retry(cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
 
-/* Takes a reference on k for whoever keeps it (a session's kernel id). */
-void cube__kernel_ref(cube__kernel *k);
-/* Drops one; the entry, its source, log and program go with the last, once
+/* Drops a reference cube__kernel_intern gave; the entry, its source, log and program go with the last, once
  * no compile of it is in flight (the artifact stays on disk). */
 void cube__kernel_unref(cube__kernel *k);
 

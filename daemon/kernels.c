@@ -259,11 +259,6 @@ static void kernel_free(cube__kernel *k)
         free(k);
 }
 
-void cube__kernel_ref(cube__kernel *k)
-{
-        k->refs++;
-}
-
 void cube__kernel_unref(cube__kernel *k)
 {
         if (!k || --k->refs > 0 || k->state == CUBE__KERNEL_COMPILING)
@@ -372,7 +367,7 @@ static void prepare_work(uv_work_t *w)
                 fd = cube__artifact_seal(srv, name, &k->artifact_bytes);
                 if (fd >= 0) {
                         e = load_fd(k, fd);
-                        k->stored = !e;
+                        k->stored = true;       /* on disk, loadable or not */
                         close(fd);
                 } else {
                         e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
