@@ -1142,6 +1142,7 @@ int test_daemon_start_in_netns(test_daemon *d, const test_netns *n, int i,
         r = test_daemon_start_wrapped(d, wrapper, extra_args);
         free(copy);
         return r;
+}
 
 cube_error *test_affine_try(cube_client *c, uint64_t kernel, uint32_t n)
 {
