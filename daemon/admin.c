@@ -307,6 +307,19 @@ cube__dispatched cube__do_kernels(cube__msg *k)
         return finish(&sb, k, r);
 }
 
+/* The kernel cache on disk: its size, its limit and what it evicted (the
+ * artifacts' names only to an administrator: they are others' kernels). */
+cube__dispatched cube__do_kernel_cache(cube__msg *k)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r;
+
+        begin(&sb, &pk, k);
+        r = cube__disk_cache_pack(k->server, &pk, cube__uid_is_admin(k->session->uid));
+        return finish(&sb, k, r);
+}
+
 /* Whether the failure entry {id, session, report} is of a session the
  * caller may see (a live one: an ended session's user is not known). */
 static bool failure_visible(const cube__msg *k, const msgpack_object *entry)
@@ -549,6 +562,13 @@ cube__dispatched cube__do_metrics(cube__msg *k)
         METRIC("cube_kernels", "gauge", "Entries in the kernel cache.", "%" PRIu64, srv->n_kernels);
         METRIC("cube_compiles_total", "counter", "Kernels compiled by this run.", "%" PRIu64,
                srv->compiles);
+        METRIC("cube_kernel_cache_bytes", "gauge", "Bytes of artifacts in the kernel cache "
+               "directory.", "%" PRIu64, srv->disk_cache.bytes);
+        METRIC("cube_kernel_cache_evictions_total", "counter", "Artifacts evicted from the "
+               "kernel cache to stay under cache-max-bytes.", "%" PRIu64,
+               srv->disk_cache.evictions);
+        METRIC("cube_kernel_cache_evicted_bytes_total", "counter", "Bytes of the artifacts "
+               "evicted.", "%" PRIu64, srv->disk_cache.evicted_bytes);
         METRIC("cube_failures", "gauge", "Live failures in the failure store.", "%zu",
                cube__failures_live(&srv->failures));
         METRIC("cube_poisoned", "gauge", "Whether the device is poisoned.", "%d",

@@ -66,6 +66,9 @@ static const option_spec specs[] = {
         { "max-profile-windows", K_U32, OFF(max_profile_windows), 1, 1u << 20, true },
         { "max-graphs", K_U32, OFF(max_graphs), 1, 1u << 20, true },
         { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
+        { "max-kernels", K_U32, OFF(max_kernels), 1, 1u << 20, true },
+        { "max-kernel-source-bytes", K_SIZE, OFF(max_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "cache-max-bytes", K_SIZE, OFF(cache_max_bytes), 0, UINT64_MAX, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
         { "allow-groups", K_LIST, OFF(allow_groups), 0, 0, true },
@@ -104,6 +107,9 @@ void cube__options_default(cube__options *o)
                 .max_profile_windows = 1024,
                 .max_graphs = 256,
                 .max_graph_launches = 65536,
+                .max_kernels = 1024,
+                .max_kernel_source_bytes = 64ull << 20,
+                .cache_max_bytes = 1ull << 30,
                 .poison_grace_s = 5,
                 .collective_timeout_ms = 30000,
                 .max_groups = 64,
@@ -470,6 +476,9 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_queued_bytes = next->max_queued_bytes;
         cur->region_memory = next->region_memory;
         cur->max_regions = next->max_regions;
+        cur->max_kernels = next->max_kernels;
+        cur->max_kernel_source_bytes = next->max_kernel_source_bytes;
+        cur->cache_max_bytes = next->cache_max_bytes;
         cur->uid_queued_bytes = next->uid_queued_bytes;
         cur->max_receive_bytes = next->max_receive_bytes;
         cur->hello_timeout_s = next->hello_timeout_s;

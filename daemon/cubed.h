@@ -558,6 +558,10 @@ typedef struct cube__kernel {
                                          * compiler, no memory, no disk): a later launch
                                          * compiles it again */
         bool from_disk;
+        bool pinned;                    /* its artifact is pinned in the disk cache */
+        bool stored;                    /* the compile stored an artifact of artifact_bytes */
+        uint64_t artifact_bytes;
+        unsigned refs;                  /* sessions' kernel ids, and a compile in flight */
         double compile_ms;
         uint64_t hits;
         cube__kernel_waiter *waiters;
@@ -568,8 +572,9 @@ typedef struct cube__kernel {
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;
 
-/* Finds or adds the cache entry for source and entry. Never NULL unless out
- * of memory; a source whose signature cannot be read is an entry that failed. */
+/* Finds or adds the cache entry for source and entry, with a reference the
+ * caller keeps (cube__kernel_unref). Never NULL unless out of memory; a
+ * source whose signature cannot be read is an entry that failed. */
 cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
                                   const char *entry, size_t entry_len);
 /* Makes the kernel ready: starts compiling (or loading from disk) if it is
@@ -585,6 +590,63 @@ cube_error *cube__kernel_launch_error(const cube__kernel *k);
  * launch asking now compiles it; any other kernel is left as it is. */
 void cube__kernel_retry(cube__kernel *k);
 void cube__kernels_free(cube__server *srv);
+
+/* Drops a reference cube__kernel_intern gave; the entry, its source, log and program go with the last, once
+ * no compile of it is in flight (the artifact stays on disk). */
+void cube__kernel_unref(cube__kernel *k);
+
+/* ---- the kernel cache on disk (cache.c) --------------------------------- */
+#define CUBE__ARTIFACT_NAME 80          /* KEY.EXT, NUL included */
+#define CUBE__EVICTED_KEPT 16           /* evictions remembered for cubectl kernels */
+
+typedef struct cube__artifact {
+        char name[CUBE__ARTIFACT_NAME];
+        uint64_t bytes;                 /* the artifact and its digest */
+        uint64_t used_ns;               /* last written or loaded, wall clock */
+        unsigned pins;                  /* compile jobs that may load it now */
+} cube__artifact;
+
+typedef struct cube__evicted {
+        char name[CUBE__ARTIFACT_NAME];
+        uint64_t bytes;
+        double at_s;                    /* seconds after the daemon started */
+} cube__evicted;
+
+typedef struct cube__disk_cache {
+        cube__artifact *v;
+        size_t n, cap;
+        uint64_t bytes;
+        uint64_t evictions, evicted_bytes;
+        cube__evicted recent[CUBE__EVICTED_KEPT];
+        size_t n_recent, next_recent;
+} cube__disk_cache;
+
+/* KEY.EXT, the artifact's name in the cache directory. */
+void cube__artifact_name(const cube__server *srv, const char *hash,
+                         char name[CUBE__ARTIFACT_NAME]);
+/* Any thread: opens a cached artifact through the held directory, checked
+ * on the descriptor (owner, mode, no symlink) and against its recorded
+ * digest. Returns the descriptor to load from, or -ENOENT, -EPERM (not a
+ * file of ours), -EBADMSG (no or another digest). */
+int cube__artifact_open(const cube__server *srv, const char *name, uint64_t *ret_bytes);
+/* Any thread: opens an artifact a compile just wrote, checked the same way,
+ * and records its digest; returns the descriptor or a negative errno. */
+int cube__artifact_seal(const cube__server *srv, const char *name, uint64_t *ret_bytes);
+/* Any thread: marks an artifact used now (its mtime), for later runs. */
+void cube__artifact_touch(int fd);
+/* Loop thread: the index, from what the directory holds at start. */
+int cube__disk_cache_init(cube__server *srv);
+void cube__disk_cache_free(cube__server *srv);
+/* A compile job of hash is about to run: its artifact is not evicted until
+ * unpinned. Returns whether the cache holds it. */
+bool cube__disk_cache_pin(cube__server *srv, const char *hash);
+/* The job is done; used: it loaded the artifact. */
+void cube__disk_cache_unpin(cube__server *srv, const char *hash, bool used);
+/* A compile stored hash's artifact of bytes: evicts what no longer fits. */
+void cube__disk_cache_stored(cube__server *srv, const char *hash, uint64_t bytes);
+/* The kernel_cache admin reply (PROTOCOL.md); names: with the evicted
+ * artifacts' names (an administrator asks). */
+int cube__disk_cache_pack(const cube__server *srv, msgpack_packer *pk, bool names);
 
 /* ---- profiling windows (profile.c) -------------------------------------- */
 struct cube__msg;
@@ -663,7 +725,11 @@ struct cube__session {
         uint64_t opened_ns;
         cube__idmap memory;             /* memory id -> cube__name */
         cube__idmap streams;            /* stream id -> cube__stream */
-        cube__idmap kernels;            /* kernel id -> cube__kernel */
+        cube__idmap kernels;            /* kernel id -> cube__kernel, one reference each */
+        uint64_t kernel_source_bytes;   /* the sources of those ids (max-kernel-source-bytes) */
+        uint64_t kernels_refused;       /* registrations refused by max-kernels and
+                                         * max-kernel-source-bytes */
+        bool refused_for_bytes;         /* the last refusal was max-kernel-source-bytes' */
         cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
         size_t n_queued;
         /* A dynamic cube count fetched for the launch being dispatched. */
@@ -837,6 +903,9 @@ typedef struct cube__options {
         uint32_t max_profile_windows;   /* per session: profiling windows open at once */
         uint32_t max_graphs;            /* per session: graphs held, captures included */
         uint32_t max_graph_launches;    /* per graph: launches one capture may record */
+        uint32_t max_kernels;           /* per session: kernel ids registered */
+        uint64_t max_kernel_source_bytes; /* per session: source bytes of those registrations */
+        uint64_t cache_max_bytes;       /* the disk cache's artifacts (0: no limit) */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
         char *allow_uids;               /* comma-separated; empty: anyone the socket lets in */
@@ -960,6 +1029,7 @@ struct cube__server {
         unsigned compiling;             /* compile jobs in flight */
         bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         int cache_fd;                   /* the cache directory, held open since start */
+        cube__disk_cache disk_cache;    /* what it holds (cache.c) */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
         cube_error *inject[CUBE__FAULT_SITES]; /* the next fault of each site, when injected */
         cube__conn *conns;

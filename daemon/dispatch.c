@@ -199,6 +199,7 @@ static const method methods[] = {
         { "hello", CUBE__MSG_REQUEST, do_hello, true },
         { "status", CUBE__MSG_REQUEST, cube__do_status, true },
         { "kernels", CUBE__MSG_REQUEST, cube__do_kernels, true },
+        { "kernel_cache", CUBE__MSG_REQUEST, cube__do_kernel_cache, true },
         { "create", CUBE__MSG_NOTIFY, cube__do_create, false },
         { "write", CUBE__MSG_NOTIFY, cube__do_write, false },
         { "free", CUBE__MSG_NOTIFY, cube__do_free, false },

@@ -47,6 +47,7 @@ cube__dispatched cube__do_allocation_mode(cube__msg *k);
 /* admin.c */
 cube__dispatched cube__do_status(cube__msg *k);
 cube__dispatched cube__do_kernels(cube__msg *k);
+cube__dispatched cube__do_kernel_cache(cube__msg *k);
 cube__dispatched cube__do_config(cube__msg *k);
 cube__dispatched cube__do_bans(cube__msg *k);
 cube__dispatched cube__do_ended_sessions(cube__msg *k);

@@ -6,14 +6,21 @@
  * point and the source, and the compiled artifact is kept in the cache
  * directory under that key, so a later run of the daemon loads it instead of
  * compiling. Compiling and loading run on libuv's thread pool; the loop only
- * learns the outcome. Every entry stays loaded for the daemon's life, as a
- * module on a device does.
+ * learns the outcome.
+ *
+ * An entry lives while something references it: each kernel id a session
+ * registered holds one reference, and a compile in flight holds one. Queued
+ * launches, graphs and LaunchMode::Queue lists belong to a session, which
+ * keeps its ids until it is freed, after its work. With the last reference
+ * the source, the compile log and the device program go; the artifact stays
+ * on disk for the next registration (cache.c bounds the disk).
  *
  * An artifact is code the device runs, so it is trusted only when it is
  * cube's: it is loaded only from a cache directory owned by this user with
  * mode 0700, and only when its bytes match the SHA-256 recorded beside it
- * (KEY.EXT.sha256) when it was written. A planted or altered one is compiled
- * again, never loaded, and the event is logged.
+ * (KEY.EXT.sha256) when it was written, reading it from the descriptor that
+ * was checked (cache.c). A planted or altered one is compiled again, never
+ * loaded, and the event is logged.
  *
  * The core reads a kernel's signature itself, since the dialect is the same
  * on every backend: how many buffers it binds, which of them are const (the
@@ -169,8 +176,10 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         cube__sha256_hex(&sha, hash);
 
         for (k = cube__idmap_get(&srv->kernel_index, hash_prefix(hash)); k; k = k->next)
-                if (strcmp(k->hash, hash) == 0)
+                if (strcmp(k->hash, hash) == 0) {
+                        k->refs++;
                         return k;
+                }
 
         k = calloc(1, sizeof(*k));
         if (!k)
@@ -211,7 +220,50 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         k->all_next = srv->kernels;
         srv->kernels = k;
         srv->n_kernels++;
+        k->refs = 1;
         return k;
+}
+
+/* Takes k out of the index and the list of entries, and frees it. */
+static void kernel_free(cube__kernel *k)
+{
+        cube__server *srv = k->server;
+        uint64_t prefix = hash_prefix(k->hash);
+        cube__kernel *first = cube__idmap_get(&srv->kernel_index, prefix);
+
+        if (first == k) {
+                cube__idmap_remove(&srv->kernel_index, prefix);
+                if (k->next && cube__idmap_put(&srv->kernel_index, prefix, k->next) < 0)
+                        cube__log(CUBE__LOG_WARNING, "out of host memory: kernels sharing the "
+                                  "hash prefix of %.12s are registered again as new", k->hash);
+        } else {
+                for (cube__kernel *p = first; p; p = p->next)
+                        if (p->next == k) {
+                                p->next = k->next;
+                                break;
+                        }
+        }
+        for (cube__kernel **p = &srv->kernels; *p; p = &(*p)->all_next)
+                if (*p == k) {
+                        *p = k->all_next;
+                        break;
+                }
+        srv->n_kernels--;
+        if (k->module)
+                srv->driver->unload(srv->device, k->module);
+        cube_error_free(k->error);
+        free(k->waiters);
+        free(k->io);
+        free(k->source);
+        free(k->entry);
+        free(k);
+}
+
+void cube__kernel_unref(cube__kernel *k)
+{
+        if (!k || --k->refs > 0 || k->state == CUBE__KERNEL_COMPILING)
+                return;
+        kernel_free(k);
 }
 
 /* Whether a build failure is the source's fault (a CompilationError, which
@@ -238,44 +290,6 @@ static double ms_since(uint64_t start_ns)
         return (double) (uv_hrtime() - start_ns) / 1e6;
 }
 
-/* The SHA-256 of a file's bytes, in hex; 0 or a negative errno. */
-static int file_digest(const char *path, char hex[65])
-{
-        cube__sha256 sha;
-        char buf[65536];
-        ssize_t n;
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        struct stat st;
-
-        if (fd < 0)
-                return -errno;
-        /* Judged on what was opened, not on the name: a file of another user,
-         * or one others may write, is not one this daemon wrote. */
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-            (st.st_mode & 022)) {
-                close(fd);
-                return -EPERM;
-        }
-        cube__sha256_init(&sha);
-        while ((n = read(fd, buf, sizeof(buf))) > 0)
-                cube__sha256_update(&sha, buf, (size_t) n);
-        close(fd);
-        if (n < 0)
-                return -EIO;
-        cube__sha256_hex(&sha, hex);
-        return 0;
-}
-
-static char *digest_path(const char *artifact)
-{
-        size_t n = strlen(artifact) + 8;
-        char *p = malloc(n);
-
-        if (p)
-                snprintf(p, n, "%s.sha256", artifact);
-        return p;
-}
-
 /* Whether the cache's path still names the directory held open since start:
  * one swapped in its place, or a parent swapped above it, is someone else's. */
 static bool cache_intact(const cube__server *srv)
@@ -287,43 +301,15 @@ static bool cache_intact(const cube__server *srv)
                held.st_ino == now.st_ino;
 }
 
-/* Whether the artifact is what this daemon (or an earlier run) wrote: its
- * bytes match the digest recorded beside it when it was written. */
-static bool artifact_trusted(const char *path)
+/* Loads the artifact fd holds: the backend reads it through the descriptor
+ * that was checked, not through a name that could change in between. */
+static cube_error *load_fd(cube__kernel *k, int fd)
 {
-        char want[65] = "", got[65];
-        char *dpath = digest_path(path);
-        int fd = dpath ? open(dpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
-        bool ok = false;
+        cube__server *srv = k->server;
+        char path[64];
 
-        if (fd >= 0) {
-                ok = read(fd, want, 64) == 64 && file_digest(path, got) == 0 &&
-                     memcmp(want, got, 64) == 0;
-                close(fd);
-        }
-        free(dpath);
-        return ok;
-}
-
-/* Records the digest of a freshly written artifact (write, then rename). */
-static void record_digest(const char *path)
-{
-        char hex[65], *dpath = digest_path(path), *tmp = NULL;
-        size_t n;
-        int fd = -1;
-
-        if (!dpath || file_digest(path, hex) < 0 || !(tmp = malloc((n = strlen(dpath) + 8))))
-                goto out;
-        snprintf(tmp, n, "%s.tmp", dpath);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0 || write(fd, hex, 64) != 64 || close(fd) < 0 || rename(tmp, dpath) < 0) {
-                cube__log(CUBE__LOG_WARNING, "cannot record the digest of %s: %s; it will be "
-                          "compiled again next time", path, strerror(errno));
-                (void) unlink(tmp);
-        }
-out:
-        free(dpath);
-        free(tmp);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        return srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
 }
 
 /* On the thread pool: load the artifact a run before left, if it is what
@@ -332,40 +318,65 @@ static void prepare_work(uv_work_t *w)
 {
         cube__kernel *k = w->data;
         cube__server *srv = k->server;
-        char *path = artifact_path(k);
+        char *path = artifact_path(k), name[CUBE__ARTIFACT_NAME];
+        bool intact = cache_intact(srv);
         cube_error *e;
+        int fd;
 
         if (!path) {
                 k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
-        if (srv->cache_trusted && !cache_intact(srv)) {
+        cube__artifact_name(srv, k->hash, name);
+        if (srv->cache_trusted && !intact) {
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the kernel cache %s is no "
                           "longer the directory the daemon started with (it was moved or "
                           "replaced); nothing in it is loaded, the kernel is compiled again",
                           k->entry, k->hash, srv->opts.cache_dir);
-        } else if (access(path, F_OK) == 0 && srv->cache_trusted && !artifact_trusted(path)) {
-                cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact %s does "
-                          "not match the digest recorded when it was written (planted or "
-                          "altered); it is not loaded, the kernel is compiled again", k->entry,
-                          k->hash, path);
-        } else if (srv->cache_trusted && access(path, R_OK) == 0) {
-                e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
-                if (!e) {
-                        k->from_disk = true;
-                        free(path);
-                        return;
+        } else if (srv->cache_trusted && (fd = cube__artifact_open(srv, name, NULL)) != -ENOENT) {
+                if (fd == -EPERM)
+                        cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact "
+                                  "%s is a symlink, or not a file of this user that only it may "
+                                  "write (planted or swapped); it is not loaded, the kernel is "
+                                  "compiled again", k->entry, k->hash, path);
+                else if (fd < 0)
+                        cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact "
+                                  "%s does not match the digest recorded when it was written "
+                                  "(planted or altered); it is not loaded, the kernel is "
+                                  "compiled again", k->entry, k->hash, path);
+                if (fd >= 0) {
+                        e = load_fd(k, fd);
+                        if (!e) {
+                                cube__artifact_touch(fd);
+                                close(fd);
+                                k->from_disk = true;
+                                free(path);
+                                return;
+                        }
+                        close(fd);
+                        cube_error_free(e);     /* unreadable: build it again */
                 }
-                cube_error_free(e);     /* unreadable: build it again */
         }
 
         uint64_t start = uv_hrtime();
         e = srv->driver->compile(srv->device, &k->desc, path);
-        if (!e)
-                record_digest(path);
-        if (!e)
+        if (!e && intact) {
+                /* What was built is loaded from the descriptor its digest was
+                 * taken from. */
+                fd = cube__artifact_seal(srv, name, &k->artifact_bytes);
+                if (fd >= 0) {
+                        e = load_fd(k, fd);
+                        k->stored = true;       /* on disk, loadable or not */
+                        close(fd);
+                } else {
+                        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                CUBE_LAUNCH_UNKNOWN, "the compiled kernel %s could not be "
+                                "opened in the cache directory: %s", name, strerror(-fd)));
+                }
+        } else if (!e) {
                 e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
+        }
         k->compile_ms = ms_since(start);
         k->error = e;
         free(path);
@@ -379,6 +390,12 @@ static void prepare_done(uv_work_t *w, int status)
         size_t n = k->n_waiters;
 
         srv->compiling--;
+        if (k->pinned)
+                cube__disk_cache_unpin(srv, k->hash, k->from_disk);
+        k->pinned = false;
+        if (k->stored)
+                cube__disk_cache_stored(srv, k->hash, k->artifact_bytes);
+        k->stored = false;
         if (!k->from_disk && (k->module || k->error)) {
                 srv->compiles++;
                 cube__hist_observe(&srv->stats.compile, k->compile_ms / 1e3);
@@ -402,6 +419,7 @@ static void prepare_done(uv_work_t *w, int status)
         for (size_t i = 0; i < n; i++)
                 waiters[i].ready(waiters[i].ctx);
         free(waiters);
+        cube__kernel_unref(k);          /* the compile's reference */
         cube__server_check_stopped(srv);
 }
 
@@ -430,9 +448,15 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
         if (k->state == CUBE__KERNEL_NEW) {
                 k->state = CUBE__KERNEL_COMPILING;
                 k->work.data = k;
+                k->refs++;              /* held until prepare_done */
+                k->pinned = cube__disk_cache_pin(srv, k->hash);
                 srv->compiling++;
                 if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) < 0) {
                         srv->compiling--;
+                        k->refs--;
+                        if (k->pinned)
+                                cube__disk_cache_unpin(srv, k->hash, false);
+                        k->pinned = false;
                         k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                 CUBE_LAUNCH_UNKNOWN, "could not queue the compile"));
                         k->state = CUBE__KERNEL_FAILED;
@@ -485,5 +509,6 @@ void cube__kernels_free(cube__server *srv)
                 free(k);
         }
         srv->kernels = NULL;
+        srv->n_kernels = 0;
         cube__idmap_free(&srv->kernel_index);
 }

@@ -38,11 +38,57 @@ cube__dispatched cube__do_register(cube__msg *k)
                                           "registered in this session", id);
                 return CUBE__DISPATCH_DONE;
         }
+        /* A registration is a notification: one past the session's quotas
+         * is dropped, and a launch of its id says why (refused_kernel). */
+        size_t bytes = k->p[1].via.str.size;
+        const cube__options *o = &k->server->opts;
+        if (s->kernels.len >= o->max_kernels ||
+            bytes > o->max_kernel_source_bytes ||
+            s->kernel_source_bytes > o->max_kernel_source_bytes - bytes) {
+                s->refused_for_bytes = s->kernels.len < o->max_kernels;
+                if (s->kernels_refused++ == 0)
+                        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": refused "
+                                          "kernel %" PRIu64 ": it holds %zu kernels of %" PRIu64
+                                          " source bytes (max-kernels %u, "
+                                          "max-kernel-source-bytes %" PRIu64 ")", s->id, id,
+                                          s->kernels.len, s->kernel_source_bytes,
+                                          o->max_kernels, o->max_kernel_source_bytes);
+                return CUBE__DISPATCH_DONE;
+        }
         kernel = cube__kernel_intern(k->server, k->p[1].via.str.ptr, k->p[1].via.str.size,
                                      k->p[2].via.str.ptr, k->p[2].via.str.size);
-        if (!kernel || cube__idmap_put(&s->kernels, id, kernel) < 0)
+        if (!kernel || cube__idmap_put(&s->kernels, id, kernel) < 0) {
+                cube__kernel_unref(kernel);
                 cube__conn_protocol_error(k->conn, -1, "kernel: out of host memory");
+                return CUBE__DISPATCH_DONE;
+        }
+        s->kernel_source_bytes += bytes;
         return CUBE__DISPATCH_DONE;
+}
+
+/* The refusal of a launch of an id the session never got registered: the
+ * quota that dropped a registration, when one did. */
+static cube_error *unknown_kernel(cube__session *s, uint64_t id)
+{
+        const cube__options *o = &s->server->opts;
+
+        if (!s->kernels_refused)
+                return cube__err_validation("kernel %" PRIu64 " was never registered in this "
+                                            "session", id);
+        if (s->refused_for_bytes)
+                return cube__err_validation("kernel %" PRIu64 " is not registered: this "
+                                            "session's kernel sources reached "
+                                            "max-kernel-source-bytes (%" PRIu64 " bytes, it "
+                                            "holds %" PRIu64 "), so %" PRIu64 " registration(s) "
+                                            "were refused; register fewer or smaller sources, "
+                                            "or reuse the ids already registered", id,
+                                            o->max_kernel_source_bytes, s->kernel_source_bytes,
+                                            s->kernels_refused);
+        return cube__err_validation("kernel %" PRIu64 " is not registered: this session holds "
+                                    "%zu kernels, the most max-kernels (%u) allows, so %" PRIu64
+                                    " registration(s) were refused; reuse the ids already "
+                                    "registered (the same source needs one id)", id,
+                                    s->kernels.len, o->max_kernels, s->kernels_refused);
 }
 
 /* What one launch message asks for, decoded and resolved. */
@@ -492,8 +538,7 @@ cube__dispatched cube__do_launch(cube__msg *k)
         kernel = cube__idmap_get(&s->kernels, r.kernel_id);
         e = resolve(s, &r);
         if (!e && !kernel)
-                e = cube__err_validation("kernel %" PRIu64 " was never registered in this "
-                                         "session", r.kernel_id);
+                e = unknown_kernel(s, r.kernel_id);
         if (!e && srv->poison)
                 e = cube__poisoned(srv);
         if (!e)

@@ -69,6 +69,11 @@ static void usage(FILE *f)
 "  --max-profile-windows N  profiling windows one session may hold open (default 1024)\n"
 "  --max-graphs N         graphs one session may hold, captures included (default 256)\n"
 "  --max-graph-launches N launches one graph capture may record (default 65536)\n"
+"  --max-kernels N        kernel ids one session may register (default 1024)\n"
+"  --max-kernel-source-bytes BYTES  source bytes one session's registrations may\n"
+"                         hold (default 64M)\n"
+"  --cache-max-bytes BYTES  the kernel cache's artifacts on disk; the least\n"
+"                         recently used go past it (default 1G, 0: no limit)\n"
 "Access:\n"
 "  --socket-group GROUP   the socket's group, when cubed binds it itself\n"
 "  --allow-uids LIST      uids that may connect (comma-separated; default: any)\n"
@@ -130,6 +135,9 @@ int main(int argc, char **argv)
                 { "max-profile-windows", required_argument, NULL, 'o' },
                 { "max-graphs", required_argument, NULL, 'o' },
                 { "max-graph-launches", required_argument, NULL, 'o' },
+                { "max-kernels", required_argument, NULL, 'o' },
+                { "max-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "cache-max-bytes", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
                 { "allow-groups", required_argument, NULL, 'o' },

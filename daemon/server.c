@@ -381,6 +381,8 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         }
         if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
+        if ((r = cube__disk_cache_init(srv)) < 0)
+                return r;
         if ((r = prepare_descriptors(srv)) < 0)
                 return r;
 
@@ -640,6 +642,7 @@ void cube__server_done(cube__server *srv)
         int r;
 
         cube__kernels_free(srv);
+        cube__disk_cache_free(srv);
         if (srv->device)
                 srv->driver->close(srv->device);
         srv->device = NULL;

@@ -110,6 +110,11 @@ static void free_name(uint64_t key, void *value, void *ctx)
         cube__name_free(value);
 }
 
+static void unref_kernel(uint64_t key, void *value, void *ctx)
+{
+        cube__kernel_unref(value);
+}
+
 static void free_region(uint64_t key, void *value, void *ctx)
 {
         cube__region_free(value);
@@ -146,7 +151,10 @@ void cube__session_maybe_free(cube__session *s)
         cube__graphs_session_free(s);
         cube__idmap_foreach(&s->streams, close_stream, s);
         cube__idmap_free(&s->streams);
-        cube__idmap_free(&s->kernels);  /* the cache keeps the entries */
+        /* After the graphs and the work: nothing of the session runs its
+         * kernels any more. An entry no other session holds goes now. */
+        cube__idmap_foreach(&s->kernels, unref_kernel, NULL);
+        cube__idmap_free(&s->kernels);
         memory = s->regions;
         s->regions = (cube__idmap) {0};
         cube__idmap_foreach(&memory, free_region, NULL);

@@ -143,3 +143,39 @@ cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, 
         return cube__request_list(c, "kernels", sizeof(**ret_kernels), decode_kernel, NULL,
                                   (void **) ret_kernels, ret_n);
 }
+
+static cube_error *deliver_cache(cube__call *call, const msgpack_object *r)
+{
+        cube_kernel_cache *kc = call->ctx;
+        const msgpack_object *v, *ev;
+
+        if (!map_str(r, "dir", kc->dir, sizeof(kc->dir)) ||
+            !(v = cube__map_get(r, "bytes")) || !cube__obj_u64(v, &kc->bytes) ||
+            !(v = cube__map_get(r, "max_bytes")) || !cube__obj_u64(v, &kc->max_bytes) ||
+            !(v = cube__map_get(r, "artifacts")) || !cube__obj_u64(v, &kc->artifacts) ||
+            !(v = cube__map_get(r, "evictions")) || !cube__obj_u64(v, &kc->evictions) ||
+            !(v = cube__map_get(r, "evicted_bytes")) || !cube__obj_u64(v, &kc->evicted_bytes) ||
+            !(ev = cube__map_get(r, "evicted")) || ev->type != MSGPACK_OBJECT_ARRAY)
+                return cube__err_answer("kernel_cache");
+        for (uint32_t i = 0; i < ev->via.array.size && kc->n_evicted < CUBE_EVICTED_SHOWN; i++) {
+                const msgpack_object *m = &ev->via.array.ptr[i];
+                size_t j = kc->n_evicted;
+                if (!map_str(m, "artifact", kc->evicted[j].artifact,
+                             sizeof(kc->evicted[j].artifact)) ||
+                    !(v = cube__map_get(m, "bytes")) || !cube__obj_u64(v, &kc->evicted[j].bytes) ||
+                    !(v = cube__map_get(m, "at_s")) || !cube__obj_double(v, &kc->evicted[j].at_s))
+                        return cube__err_answer("kernel_cache");
+                kc->n_evicted++;
+        }
+        return NULL;
+}
+
+cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cache)
+{
+        cube_kernel_cache kc = { 0 };
+        cube_error *e = cube__request(c, "kernel_cache", NULL, 0, deliver_cache, &kc);
+
+        if (!e)
+                *ret_cache = kc;
+        return e;
+}

@@ -1143,3 +1143,27 @@ int test_daemon_start_in_netns(test_daemon *d, const test_netns *n, int i,
         free(copy);
         return r;
 }
+
+cube_error *test_affine_try(cube_client *c, uint64_t kernel, uint32_t n)
+{
+        uint32_t *in = calloc(n, sizeof(*in)), *out = calloc(n, sizeof(*out));
+        cube_handle bufs[2];
+        cube_error *e;
+
+        ck_assert(in && out);
+        fill_random(in, n * sizeof(*in), n);
+        ck_ok(cube_create(c, in, n * sizeof(*in), &bufs[0]));
+        ck_ok(cube_empty(c, n * sizeof(*out), &bufs[1]));
+        test_launch_u32(c, (cube_launch) { .kernel = kernel, .cube_count = { (n + 63) / 64, 1, 1 },
+                                           .cube_dim = { 64, 1, 1 }, .buffers = bufs,
+                                           .io = test_affine_io, .n_buffers = 2 }, NULL, 0);
+        e = cube_read(c, &bufs[1], out, n * sizeof(*out));
+        for (uint32_t i = 0; !e && i < n; i++)
+                ck_assert_msg(out[i] == test_affine(in[i]), "affine: out[%u] = %#x, expected %#x",
+                              i, out[i], test_affine(in[i]));
+        ck_ok(cube_free(c, &bufs[0]));
+        ck_ok(cube_free(c, &bufs[1]));
+        free(in);
+        free(out);
+        return e;
+}

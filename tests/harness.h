@@ -164,6 +164,10 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
 extern const char test_affine_source[];
 extern const cube_buffer_io test_affine_io[2];
 uint32_t test_affine(uint32_t x);
+/* Runs the affine kernel registered as kernel over n fresh words and checks
+ * what it wrote; returns the read's error instead when it failed (the
+ * caller frees it). */
+cube_error *test_affine_try(cube_client *c, uint64_t kernel, uint32_t n);
 
 /* Asserts e is NULL, printing the message otherwise. */
 #define ck_ok(expr) do { \

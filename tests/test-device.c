@@ -597,6 +597,46 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
 }
 END_TEST
 
+/* A symlink planted under an artifact's name, pointing at a copy of the
+ * very bytes its digest records, is refused: artifacts are opened through
+ * the held directory with O_NOFOLLOW and judged on what was opened. */
+START_TEST(a_symlink_planted_in_the_cache_is_refused)
+{
+        char cache[] = "/tmp/cube-cache-XXXXXX", triple[160], aside[200], cmd[96];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N] = { 0 };
+
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "first", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+                 CUBE_LAUNCH_COMPILE);
+        ck_ok(cube_sync(c, NULL, 0));
+        snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
+        snprintf(aside, sizeof(aside), "%s.aside", cache);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        ck_assert_int_eq(rename(triple, aside), 0);
+        ck_assert_int_eq(symlink(aside, triple), 0);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "symlinked", &c));
+        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded through a symlink");
+        ck_assert_msg(log_has(&d, "is a symlink"), "the refusal was not logged");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        unlink(aside);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* The cache's path: a directory above it that another user owns, or that
  * others may write without the sticky bit, is refused at start; an artifact
  * another user owns is never loaded; and a cache directory swapped for
@@ -677,6 +717,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
+        tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
         suite_add_tcase(s, tc);
         return s;

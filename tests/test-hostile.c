@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -1199,6 +1200,217 @@ START_TEST(one_hostile_client)
 }
 END_TEST
 
+/* The affine kernel with a comment that makes it a distinct source of
+ * about bytes bytes (a malloc'd string). */
+static char *affine_variant(unsigned seed, size_t bytes)
+{
+        size_t base = strlen(test_affine_source), n = bytes > base + 64 ? bytes : base + 64;
+        char *src = malloc(n + 1);
+        int head;
+
+        ck_assert_ptr_nonnull(src);
+        head = snprintf(src, n + 1, "%s/* variant %u ", test_affine_source, seed);
+        memset(src + head, 'x', n - (size_t) head - 3);
+        memcpy(src + n - 3, "*/\n", 4);
+        return src;
+}
+
+/* The root error of a read that failed, checked for kind and words. */
+static void expect_refused(cube_error *e, cube_error_kind kind, const char *words)
+{
+        const cube_error *root;
+
+        ck_assert_msg(e != NULL, "the launch ran");
+        root = cube_error_root(e);
+        ck_assert_msg(cube_error_kind_of(root) == kind && strstr(cube_error_message(root), words),
+                      "got %s: %s", cube_error_variant(root), cube_error_message(root));
+        cube_error_free(e);
+}
+
+/* Item 8: a session may register max-kernels ids and
+ * max-kernel-source-bytes of source; past either, the launch of the id
+ * that was dropped says which, and the session keeps working. */
+START_TEST(kernel_registrations_are_bounded_per_session)
+{
+        static const char *const args[] = { "--max-kernels", "3", "--max-kernel-source-bytes",
+                                            "8K", NULL };
+        uint64_t ids[3], over;
+        char *src;
+        cube_client *c;
+
+        start_with(args);
+        c = test_connect(D.socket, "many kernels");
+        for (unsigned i = 0; i < 3; i++) {
+                src = affine_variant(i, 0);
+                ids[i] = test_kernel(c, src, "affine");
+                free(src);
+        }
+        src = affine_variant(3, 0);
+        over = test_kernel(c, src, "affine");
+        free(src);
+        expect_refused(test_affine_try(c, over, 256), CUBE_SERVER_VALIDATION, "max-kernels");
+        ck_ok(test_affine_try(c, ids[2], 256));
+        cube_disconnect(c);
+
+        c = test_connect(D.socket, "large sources");
+        src = affine_variant(10, 6000);
+        ids[0] = test_kernel(c, src, "affine");
+        free(src);
+        src = affine_variant(11, 3000);
+        over = test_kernel(c, src, "affine");
+        free(src);
+        expect_refused(test_affine_try(c, over, 256), CUBE_SERVER_VALIDATION,
+                       "max-kernel-source-bytes");
+        ck_ok(test_affine_try(c, ids[0], 256));
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Item 8: 192 distinct 1 MiB sources, registered by sessions that then
+ * close, leave nothing behind: the entries go with their last session. */
+#define ABANDONED 192
+START_TEST(abandoned_kernel_sources_are_freed)
+{
+        static const char *const args[] = { "--max-str", "2M", "--max-message", "4M", NULL };
+        long rss0, grown;
+        cube_status st;
+        cube_client *c;
+        char *src;
+
+        start_with(args);
+        c = test_connect(D.socket, "warm-up");
+        src = affine_variant(0, 1 << 20);
+        test_kernel(c, src, "affine");
+        free(src);
+        ck_ok(cube_daemon_status(c, &st));
+        cube_disconnect(c);
+        status_of(D.socket);
+        rss0 = test_rss_kib(D.pid);
+        for (unsigned i = 1; i <= ABANDONED; i++) {
+                c = test_connect(D.socket, "abandons");
+                src = affine_variant(i, 1 << 20);
+                test_kernel(c, src, "affine");
+                free(src);
+                ck_ok(cube_daemon_status(c, &st));      /* it was registered */
+                ck_assert_uint_ge(st.kernels, 1);
+                cube_disconnect(c);
+        }
+        st = status_of(D.socket);
+        grown = test_under_asan(D.pid) ? 0 : test_rss_kib(D.pid) - rss0;
+        ck_assert_msg(st.kernels == 0, "%" PRIu64 " cache entries outlived their sessions",
+                      st.kernels);
+        ck_assert_msg(grown < 24 * 1024, "%d abandoned 1 MiB sources grew cubed by %ld KiB",
+                      ABANDONED, grown);                        /* before: 192 MiB */
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* Compiles kernel (affine) and returns the disk cache's view afterwards. */
+static cube_kernel_cache compiled(cube_client *c, uint64_t kernel)
+{
+        cube_kernel_cache kc;
+
+        ck_ok(test_affine_try(c, kernel, 64));
+        ck_ok(cube_daemon_kernel_cache(c, &kc));
+        return kc;
+}
+
+static void kernel_hash(cube_client *c, const char *entry, char hash[65])
+{
+        cube_kernel_info *v;
+        size_t n;
+
+        hash[0] = '\0';
+        ck_ok(cube_daemon_kernels(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].entry, entry) == 0)
+                        memcpy(hash, v[i].hash, 65);
+        free(v);
+        ck_assert_msg(hash[0], "no cache entry for %s", entry);
+}
+
+/* What `cubectl kernels` prints about the daemon at socket. */
+static char *cubectl_kernels(const char *socket)
+{
+        const char *bin = getenv("CUBECTL_BIN");
+        char cmd[512], *out = calloc(1, 65536);
+        size_t n = 0, got;
+        FILE *p;
+
+        ck_assert_msg(bin && out, "CUBECTL_BIN is not set");
+        snprintf(cmd, sizeof(cmd), "%s --socket %s kernels", bin, socket);
+        ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+        while (n < 65535 && (got = fread(out + n, 1, 65535 - n, p)) > 0)
+                n += got;
+        ck_assert_int_eq(pclose(p), 0);
+        return out;
+}
+
+/* Item 8: the disk cache keeps cache-max-bytes; storing past it evicts the
+ * least recently used artifact, cubectl kernels says so, and the evicted
+ * kernel compiles again when it is next used. */
+START_TEST(the_disk_cache_evicts_the_least_recently_used)
+{
+        char limit[32], hash_a[65], hash_b[65], *src_a = affine_variant(1, 0),
+             *src_b = affine_variant(2, 0), *out;
+        const char *args[] = { "--cache-max-bytes", limit, NULL };
+        cube_kernel_cache kc;
+        uint64_t size_a, size_b;
+        cube_status st;
+        cube_client *c;
+
+        /* How large each artifact is, in a cache without a limit. */
+        snprintf(limit, sizeof(limit), "0");
+        start_with(args);
+        c = test_connect(D.socket, "sizes");
+        size_a = compiled(c, test_kernel(c, src_a, "affine")).bytes;
+        size_b = compiled(c, test_kernel(c, src_b, "affine")).bytes - size_a;
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        ck_assert(size_a > 0 && size_b > 0);
+
+        /* Room for one of them, not two (a fresh cache directory). */
+        snprintf(limit, sizeof(limit), "%" PRIu64, (size_a > size_b ? size_a : size_b) + 16);
+        start_with(args);
+        c = test_connect(D.socket, "evicts");
+        kc = compiled(c, test_kernel(c, src_a, "affine"));
+        ck_assert_uint_eq(kc.evictions, 0);
+        kernel_hash(c, "affine", hash_a);
+        cube_disconnect(c);
+        c = test_connect(D.socket, "evicts");
+        kc = compiled(c, test_kernel(c, src_b, "affine"));
+        kernel_hash(c, "affine", hash_b);
+        ck_assert_uint_eq(kc.evictions, 1);
+        ck_assert_uint_eq(kc.artifacts, 1);
+        ck_assert_uint_le(kc.bytes, kc.max_bytes);
+        ck_assert_uint_eq(kc.n_evicted, 1);
+        ck_assert_msg(strncmp(kc.evicted[0].artifact, hash_a, 64) == 0, "evicted %s, not %s",
+                      kc.evicted[0].artifact, hash_a);
+        cube_disconnect(c);
+        out = cubectl_kernels(D.socket);
+        char prefix[13];
+        memcpy(prefix, hash_a, 12);
+        prefix[12] = '\0';
+        ck_assert_msg(strstr(out, "1 evicted") && strstr(out, prefix), "cubectl kernels does not "
+                      "show the eviction of %s:\n%s", prefix, out);
+        free(out);
+
+        /* The evicted kernel compiles again, and runs. */
+        c = test_connect(D.socket, "again");
+        kc = compiled(c, test_kernel(c, src_a, "affine"));
+        ck_ok(cube_daemon_status(c, &st));
+        ck_assert_uint_eq(st.compiles, 3);
+        ck_assert_uint_eq(kc.evictions, 2);
+        ck_assert_msg(strncmp(kc.evicted[0].artifact, hash_b, 64) == 0, "evicted %s, not %s",
+                      kc.evicted[0].artifact, hash_b);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        free(src_a);
+        free(src_b);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("hostile");
@@ -1238,6 +1450,9 @@ int main(void)
         tcase_add_test(tc, idle_connections_time_out);
         tcase_add_test(tc, listings_show_only_the_callers_own);
         tcase_add_test(tc, one_hostile_client);
+        tcase_add_test(tc, kernel_registrations_are_bounded_per_session);
+        tcase_add_test(tc, abandoned_kernel_sources_are_freed);
+        tcase_add_test(tc, the_disk_cache_evicts_the_least_recently_used);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);

@@ -782,9 +782,23 @@ static cube_kernel_info triple_entry(const char *socket)
         return ki;
 }
 
+/* A session holding triple registered: the entry lives while it does. */
+static cube_client *triple_keeper(const char *socket)
+{
+        cube_client *c;
+
+        cube_status st;
+
+        ck_ok(cube_connect(socket, "keeper", &c));
+        register_kernel(c, triple_source, "triple");
+        ck_ok(cube_daemon_status(c, &st));       /* the registration has arrived */
+        return c;
+}
+
 START_TEST(a_second_session_hits_the_first_sessions_compile)
 {
         cube_kernel_info before, after;
+        cube_client *keeper = triple_keeper(D.socket);
         cube_status st;
 
         st = triple_session(D.socket, 40);
@@ -798,6 +812,7 @@ START_TEST(a_second_session_hits_the_first_sessions_compile)
         after = triple_entry(D.socket);
         ck_assert_str_eq(after.hash, before.hash);
         ck_assert_uint_eq(after.hits, before.hits + 1);
+        cube_disconnect(keeper);
 }
 END_TEST
 
@@ -805,6 +820,7 @@ START_TEST(a_restarted_daemon_loads_the_kernel_from_its_cache_dir)
 {
         const char *args[] = { "--cache-dir", shared_cache, NULL };
         cube_kernel_info first, ki;
+        cube_client *keeper;
         cube_status st;
 
         strcpy(shared_cache, "/tmp/cube-kernel-cache-XXXXXX");
@@ -812,19 +828,23 @@ START_TEST(a_restarted_daemon_loads_the_kernel_from_its_cache_dir)
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
+        keeper = triple_keeper(D.socket);
         st = triple_session(D.socket, 50);
         ck_assert_uint_eq(st.compiles, 1);
         first = triple_entry(D.socket);
         ck_assert(!first.from_disk);
+        cube_disconnect(keeper);
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
+        keeper = triple_keeper(D.socket);
         st = triple_session(D.socket, 51);
         ck_assert_uint_eq(st.compiles, 0);
         ki = triple_entry(D.socket);
         ck_assert_str_eq(ki.hash, first.hash);
         ck_assert_str_eq(ki.state, "compiled");
         ck_assert(ki.from_disk);
+        cube_disconnect(keeper);
 }
 END_TEST
 

@@ -21,7 +21,8 @@ static void usage(FILE *f)
 "\n"
 "Commands:\n"
 "  status    the service, backend, device, uptime, sessions and memory in use\n"
-"  kernels   the kernel cache: hash, entry point, backend, state, compile time, hits\n"
+"  kernels   the kernel cache: hash, entry point, backend, state, compile time, hits;\n"
+"            the disk cache's size, limit and evictions\n"
 "  failures  each live failure: id, root error, buffers claimed, session, skip chain\n"
 "  sessions  each session: id, pid, uid, name, streams, memory in use and peak,\n"
 "            launches, bytes in and out, errors\n"
@@ -256,13 +257,18 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
 static int cmd_kernels(cube_client *c, bool json, const char *arg)
 {
         cube_kernel_info *v;
+        cube_kernel_cache kc;
         size_t n;
         cube_error *e = cube_daemon_kernels(c, &v, &n);
 
         if (e)
                 return report("kernels", e);
+        if ((e = cube_daemon_kernel_cache(c, &kc))) {
+                free(v);
+                return report("kernels", e);
+        }
         if (json) {
-                putchar('[');
+                printf("{\"kernels\":[");
                 for (size_t i = 0; i < n; i++) {
                         printf("%s{\"hash\":", i ? "," : "");
                         print_json_string(v[i].hash);
@@ -275,7 +281,18 @@ static int cmd_kernels(cube_client *c, bool json, const char *arg)
                         printf(",\"from_disk\":%s,\"compile_ms\":%.3f,\"hits\":%" PRIu64 "}",
                                v[i].from_disk ? "true" : "false", v[i].compile_ms, v[i].hits);
                 }
-                printf("]\n");
+                printf("],\"cache\":{\"dir\":");
+                print_json_string(kc.dir);
+                printf(",\"bytes\":%" PRIu64 ",\"max_bytes\":%" PRIu64 ",\"artifacts\":%" PRIu64
+                       ",\"evictions\":%" PRIu64 ",\"evicted_bytes\":%" PRIu64 ",\"evicted\":[",
+                       kc.bytes, kc.max_bytes, kc.artifacts, kc.evictions, kc.evicted_bytes);
+                for (size_t i = 0; i < kc.n_evicted; i++) {
+                        printf("%s{\"artifact\":", i ? "," : "");
+                        print_json_string(kc.evicted[i].artifact);
+                        printf(",\"bytes\":%" PRIu64 ",\"at_s\":%.3f}", kc.evicted[i].bytes,
+                               kc.evicted[i].at_s);
+                }
+                printf("]}}\n");
         } else {
                 printf("%-12s  %-20s  %-7s  %-9s  %-8s  %10s  %8s\n", "HASH", "ENTRY", "BACKEND",
                        "STATE", "ORIGIN", "COMPILE", "HITS");
@@ -289,6 +306,17 @@ static int cmd_kernels(cube_client *c, bool json, const char *arg)
                                v[i].hash, v[i].entry, v[i].backend, v[i].state,
                                v[i].from_disk ? "disk" : "compiled", ms, v[i].hits);
                 }
+                printf("\ncache %s: %" PRIu64 " artifacts, %" PRIu64 " bytes", kc.dir,
+                       kc.artifacts, kc.bytes);
+                if (kc.max_bytes)
+                        printf(" of %" PRIu64 " (cache-max-bytes)", kc.max_bytes);
+                else
+                        printf(" (no limit)");
+                printf("; %" PRIu64 " evicted, %" PRIu64 " bytes\n", kc.evictions,
+                       kc.evicted_bytes);
+                for (size_t i = 0; i < kc.n_evicted; i++)
+                        printf("  evicted %-12.12s  %10" PRIu64 " bytes  at %.1f s\n",
+                               kc.evicted[i].artifact, kc.evicted[i].bytes, kc.evicted[i].at_s);
         }
         free(v);
         return EXIT_OK;

@@ -536,6 +536,25 @@ typedef struct cube_kernel_info {
 /* The daemon's kernel cache. *ret_kernels is an array the caller frees. */
 cube_error *cube_daemon_kernels(cube_client *c, cube_kernel_info **ret_kernels, size_t *ret_n);
 
+/* The kernel cache on disk: its size against cache-max-bytes, and the
+ * artifacts evicted to stay under it (newest first; named to an
+ * administrator only). */
+#define CUBE_EVICTED_SHOWN 16
+typedef struct cube_kernel_cache {
+        char dir[256];
+        uint64_t bytes, max_bytes;      /* max_bytes 0: no limit */
+        uint64_t artifacts;
+        uint64_t evictions, evicted_bytes;
+        size_t n_evicted;
+        struct {
+                char artifact[80];      /* KEY.EXT */
+                uint64_t bytes;
+                double at_s;            /* seconds after the daemon started */
+        } evicted[CUBE_EVICTED_SHOWN];
+} cube_kernel_cache;
+
+cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cache);
+
 /* ---------------------------------------------------------------------------
  * Inspecting and operating a daemon (what cubectl does)
  * ------------------------------------------------------------------------- */

@@ -1,0 +1,344 @@
+/*
+ * cache.c - the kernel cache on disk: what it holds, how large it is, and
+ * which artifacts go when it grows past cache-max-bytes.
+ *
+ * Every artifact is reached through the cache directory held open since the
+ * start (openat with O_NOFOLLOW), never by its path, and it is checked on the
+ * descriptor that was opened: a regular file this user owns that no one else
+ * may write, whose bytes match the digest recorded beside it. What is loaded
+ * is read from that same descriptor.
+ *
+ * The index is the loop thread's: an entry per artifact (KEY.EXT and its
+ * KEY.EXT.sha256), its size and when it was last used (written or loaded;
+ * the file's mtime carries that across restarts). Storing an artifact that
+ * takes the cache past its limit evicts the least recently used ones, never
+ * one a compile job is loading (pinned), until it fits again; what went is
+ * remembered for cubectl kernels.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cubed.h"
+#include "sha256.h"
+
+static uint64_t wall_ns(void)
+{
+        struct timespec t;
+
+        clock_gettime(CLOCK_REALTIME, &t);
+        return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
+}
+
+void cube__artifact_name(const cube__server *srv, const char *hash, char name[CUBE__ARTIFACT_NAME])
+{
+        snprintf(name, CUBE__ARTIFACT_NAME, "%.64s.%s", hash, srv->driver->artifact_ext);
+}
+
+/* The SHA-256 of what fd holds, from its start, in hex; 0 or -EIO. */
+static int fd_digest(int fd, char hex[65])
+{
+        cube__sha256 sha;
+        char buf[65536];
+        ssize_t n;
+        off_t off = 0;
+
+        cube__sha256_init(&sha);
+        while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
+                cube__sha256_update(&sha, buf, (size_t) n);
+                off += n;
+        }
+        if (n < 0)
+                return -EIO;
+        cube__sha256_hex(&sha, hex);
+        return 0;
+}
+
+/* Opens name in the held directory, refusing a symlink, and checks what was
+ * opened: a regular file of this user that no one else may write. */
+static int open_checked(const cube__server *srv, const char *name, struct stat *ret_st)
+{
+        struct stat st;
+        int fd = openat(srv->cache_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+
+        if (fd < 0)
+                return errno == ELOOP ? -EPERM : -errno;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+            (st.st_mode & 022)) {
+                close(fd);
+                return -EPERM;
+        }
+        if (ret_st)
+                *ret_st = st;
+        return fd;
+}
+
+int cube__artifact_open(const cube__server *srv, const char *name, uint64_t *ret_bytes)
+{
+        char dname[CUBE__ARTIFACT_NAME + 8], want[65] = "", got[65];
+        struct stat st;
+        int fd, dfd;
+        bool ok;
+
+        fd = open_checked(srv, name, &st);
+        if (fd < 0)
+                return fd;
+        snprintf(dname, sizeof(dname), "%s.sha256", name);
+        dfd = open_checked(srv, dname, NULL);
+        ok = dfd >= 0 && pread(dfd, want, 64, 0) == 64 && fd_digest(fd, got) == 0 &&
+             memcmp(want, got, 64) == 0;
+        if (dfd >= 0)
+                close(dfd);
+        if (!ok) {
+                close(fd);
+                return -EBADMSG;
+        }
+        if (ret_bytes)
+                *ret_bytes = (uint64_t) st.st_size + 64;
+        return fd;
+}
+
+int cube__artifact_seal(const cube__server *srv, const char *name, uint64_t *ret_bytes)
+{
+        char dname[CUBE__ARTIFACT_NAME + 8], tmp[CUBE__ARTIFACT_NAME + 16], hex[65];
+        struct stat st;
+        int fd = open_checked(srv, name, &st), tfd = -1;
+
+        if (fd < 0)
+                return fd;
+        snprintf(dname, sizeof(dname), "%s.sha256", name);
+        snprintf(tmp, sizeof(tmp), "%s.tmp", dname);
+        if (fd_digest(fd, hex) < 0)
+                goto fail;
+        tfd = openat(srv->cache_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                     0600);
+        if (tfd < 0 || write(tfd, hex, 64) != 64)
+                goto fail;
+        if (close(tfd) < 0) {
+                tfd = -1;
+                goto fail;
+        }
+        tfd = -1;
+        if (renameat(srv->cache_fd, tmp, srv->cache_fd, dname) < 0)
+                goto fail;
+        if (ret_bytes)
+                *ret_bytes = (uint64_t) st.st_size + 64;
+        return fd;
+fail:
+        cube__log(CUBE__LOG_WARNING, "cannot record the digest of %s/%s: %s; it will be compiled "
+                  "again next time", srv->opts.cache_dir, name, strerror(errno));
+        if (tfd >= 0)
+                close(tfd);
+        (void) unlinkat(srv->cache_fd, tmp, 0);
+        close(fd);
+        return -EIO;
+}
+
+void cube__artifact_touch(int fd)
+{
+        (void) futimens(fd, NULL);
+}
+
+static cube__artifact *find(cube__disk_cache *dc, const char *name)
+{
+        for (size_t i = 0; i < dc->n; i++)
+                if (strcmp(dc->v[i].name, name) == 0)
+                        return &dc->v[i];
+        return NULL;
+}
+
+static cube__artifact *add(cube__disk_cache *dc, const char *name)
+{
+        cube__artifact *a = find(dc, name);
+
+        if (a)
+                return a;
+        if (dc->n == dc->cap) {
+                size_t cap = dc->cap ? dc->cap * 2 : 64;
+                cube__artifact *grown = realloc(dc->v, cap * sizeof(*grown));
+                if (!grown)
+                        return NULL;
+                dc->v = grown;
+                dc->cap = cap;
+        }
+        a = &dc->v[dc->n++];
+        *a = (cube__artifact) {0};
+        snprintf(a->name, sizeof(a->name), "%s", name);
+        return a;
+}
+
+/* Removes one artifact and its digest from the disk and the index. */
+static void evict(cube__server *srv, cube__artifact *a)
+{
+        cube__disk_cache *dc = &srv->disk_cache;
+        char dname[CUBE__ARTIFACT_NAME + 8];
+        cube__evicted *ev = &dc->recent[dc->next_recent];
+
+        snprintf(dname, sizeof(dname), "%s.sha256", a->name);
+        (void) unlinkat(srv->cache_fd, a->name, 0);
+        (void) unlinkat(srv->cache_fd, dname, 0);
+        cube__log(CUBE__LOG_INFO, "the kernel cache evicted %s (%" PRIu64 " bytes, the least "
+                  "recently used) to stay under cache-max-bytes (%" PRIu64 ")", a->name, a->bytes,
+                  srv->opts.cache_max_bytes);
+        snprintf(ev->name, sizeof(ev->name), "%s", a->name);
+        ev->bytes = a->bytes;
+        ev->at_s = (double) (uv_hrtime() - srv->started_ns) / 1e9;
+        dc->next_recent = (dc->next_recent + 1) % CUBE__EVICTED_KEPT;
+        if (dc->n_recent < CUBE__EVICTED_KEPT)
+                dc->n_recent++;
+        dc->evictions++;
+        dc->evicted_bytes += a->bytes;
+        dc->bytes -= a->bytes;
+        *a = dc->v[--dc->n];
+}
+
+/* Evicts the least recently used artifacts no compile is loading until the
+ * cache fits its limit. */
+static void trim(cube__server *srv)
+{
+        cube__disk_cache *dc = &srv->disk_cache;
+        uint64_t limit = srv->opts.cache_max_bytes;
+
+        while (limit && dc->bytes > limit) {
+                cube__artifact *oldest = NULL;
+                for (size_t i = 0; i < dc->n; i++)
+                        if (!dc->v[i].pins && (!oldest || dc->v[i].used_ns < oldest->used_ns))
+                                oldest = &dc->v[i];
+                if (!oldest)
+                        break;
+                evict(srv, oldest);
+        }
+}
+
+/* Whether name is KEY.EXT: 64 hex digits, a dot and the backend's extension. */
+static bool artifact_named(const cube__server *srv, const char *name)
+{
+        const char *ext = srv->driver->artifact_ext;
+
+        if (strlen(name) != 65 + strlen(ext) || name[64] != '.' || strcmp(name + 65, ext) != 0)
+                return false;
+        for (int i = 0; i < 64; i++)
+                if (!strchr("0123456789abcdef", name[i]))
+                        return false;
+        return true;
+}
+
+int cube__disk_cache_init(cube__server *srv)
+{
+        cube__disk_cache *dc = &srv->disk_cache;
+        int fd = openat(srv->cache_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                cube__log(CUBE__LOG_WARNING, "cannot list the kernel cache %s: %s; its size is "
+                          "counted from the artifacts this run stores", srv->opts.cache_dir,
+                          strerror(errno));
+                return 0;
+        }
+        for (struct dirent *e; (e = readdir(d));) {
+                char dname[CUBE__ARTIFACT_NAME + 8];
+                struct stat st, dst;
+                cube__artifact *a;
+
+                if (!artifact_named(srv, e->d_name) ||
+                    fstatat(srv->cache_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISREG(st.st_mode) || !(a = add(dc, e->d_name)))
+                        continue;
+                snprintf(dname, sizeof(dname), "%s.sha256", e->d_name);
+                a->bytes = (uint64_t) st.st_size +
+                           (fstatat(srv->cache_fd, dname, &dst, AT_SYMLINK_NOFOLLOW) == 0 ?
+                            (uint64_t) dst.st_size : 0);
+                a->used_ns = (uint64_t) st.st_mtim.tv_sec * 1000000000ull +
+                             (uint64_t) st.st_mtim.tv_nsec;
+                dc->bytes += a->bytes;
+        }
+        closedir(d);
+        trim(srv);
+        return 0;
+}
+
+void cube__disk_cache_free(cube__server *srv)
+{
+        free(srv->disk_cache.v);
+        srv->disk_cache.v = NULL;
+        srv->disk_cache.n = srv->disk_cache.cap = 0;
+}
+
+bool cube__disk_cache_pin(cube__server *srv, const char *hash)
+{
+        char name[CUBE__ARTIFACT_NAME];
+        cube__artifact *a;
+
+        cube__artifact_name(srv, hash, name);
+        if (!(a = find(&srv->disk_cache, name)))
+                return false;
+        a->pins++;
+        return true;
+}
+
+void cube__disk_cache_unpin(cube__server *srv, const char *hash, bool used)
+{
+        char name[CUBE__ARTIFACT_NAME];
+        cube__artifact *a;
+
+        cube__artifact_name(srv, hash, name);
+        if (!(a = find(&srv->disk_cache, name)))
+                return;
+        if (a->pins)
+                a->pins--;
+        if (used)
+                a->used_ns = wall_ns();
+}
+
+void cube__disk_cache_stored(cube__server *srv, const char *hash, uint64_t bytes)
+{
+        cube__disk_cache *dc = &srv->disk_cache;
+        char name[CUBE__ARTIFACT_NAME];
+        cube__artifact *a;
+
+        cube__artifact_name(srv, hash, name);
+        if ((a = add(dc, name))) {
+                dc->bytes -= a->bytes;
+                a->bytes = bytes;
+                a->used_ns = wall_ns();
+                dc->bytes += bytes;
+        }
+        trim(srv);
+}
+
+int cube__disk_cache_pack(const cube__server *srv, msgpack_packer *pk, bool names)
+{
+        const cube__disk_cache *dc = &srv->disk_cache;
+        size_t n = names ? dc->n_recent : 0;
+        int r = 0;
+
+        r |= msgpack_pack_map(pk, 7);
+        r |= cube__pack_kv_str(pk, "dir", srv->opts.cache_dir);
+        r |= cube__pack_kv_u64(pk, "bytes", dc->bytes);
+        r |= cube__pack_kv_u64(pk, "max_bytes", srv->opts.cache_max_bytes);
+        r |= cube__pack_kv_u64(pk, "artifacts", dc->n);
+        r |= cube__pack_kv_u64(pk, "evictions", dc->evictions);
+        r |= cube__pack_kv_u64(pk, "evicted_bytes", dc->evicted_bytes);
+        r |= cube__pack_str(pk, "evicted");
+        r |= msgpack_pack_array(pk, (uint32_t) n);
+        /* Newest first. */
+        for (size_t i = 0; i < n; i++) {
+                const cube__evicted *ev = &dc->recent[(dc->next_recent + CUBE__EVICTED_KEPT - 1 - i) %
+                                                      CUBE__EVICTED_KEPT];
+                r |= msgpack_pack_map(pk, 3);
+                r |= cube__pack_kv_str(pk, "artifact", ev->name);
+                r |= cube__pack_kv_u64(pk, "bytes", ev->bytes);
+                r |= cube__pack_str(pk, "at_s");
+                r |= msgpack_pack_double(pk, ev->at_s);
+        }
+        return r;
+}
