@@ -528,6 +528,12 @@ class Client:
     def kernels(self):
         return self._array(lib.cube_daemon_kernels, "cube_kernel_info", views.KernelInfo)
 
+    def kernel_cache(self):
+        """The disk cache: its size and limit, and what was evicted."""
+        st = ffi.new("cube_kernel_cache *")
+        check(lib.cube_daemon_kernel_cache(self._cp(), st))
+        return views.kernel_cache(st)
+
     def failures(self):
         v, n = ffi.new("cube_failure_info **"), ffi.new("size_t *")
         check(lib.cube_daemon_failures(self._cp(), v, n))

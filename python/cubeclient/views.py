@@ -112,6 +112,29 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class EvictedArtifact:
+    artifact: str
+    bytes: int
+    at_s: float                     # seconds after the daemon started
+
+
+@dataclass(frozen=True)
+class KernelCache:
+    dir: str
+    bytes: int
+    max_bytes: int                  # 0: no limit
+    artifacts: int
+    evictions: int
+    evicted_bytes: int
+    evicted: Tuple[EvictedArtifact, ...]   # the most recent, newest last
+
+
+def kernel_cache(s):
+    evicted = tuple(from_struct(EvictedArtifact, s.evicted[i]) for i in range(s.n_evicted))
+    return from_struct(KernelCache, s, evicted=evicted)
+
+
+@dataclass(frozen=True)
 class FailureInfo:
     id: int
     session: int

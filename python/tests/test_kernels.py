@@ -129,3 +129,29 @@ def test_launch_modes_and_kernel_cache(client):
     assert x.to_numpy()[0] == 0            # queued launches run nothing
     k.launch(1, 1, [x])
     assert x.to_numpy()[0] == 7
+
+
+def test_kernel_cache_reports_size_and_evictions(fresh_daemon):
+    def run(c, value):
+        k = c.kernel("KERNEL void w(float *x, INFO) { x[0] = %d; }" % value, "w")
+        x = c.create(np.zeros(1, np.float32))
+        k.launch(1, 1, [x])
+        assert x.to_numpy()[0] == value
+
+    d = fresh_daemon()
+    with cube.Client(d.socket, name="sizes") as c:
+        run(c, 1)
+        kc = c.kernel_cache()
+        assert isinstance(kc, cube.KernelCache)
+        assert kc.artifacts >= 1 and kc.bytes > 0 and kc.max_bytes == 1 << 30
+        assert kc.evictions == 0 and kc.evicted == ()
+        one = kc.bytes
+    # Room for one artifact: storing the second evicts the first.
+    d = fresh_daemon("--cache-max-bytes", str(one + 16))
+    with cube.Client(d.socket, name="evict") as c:
+        run(c, 2)
+        run(c, 3)
+        kc = c.kernel_cache()
+        assert kc.max_bytes == one + 16 and kc.bytes <= kc.max_bytes
+        assert kc.evictions == 1 and len(kc.evicted) == 1
+        assert kc.evicted[0].artifact and kc.evicted[0].bytes > 0
