@@ -359,8 +359,25 @@ static void prepare_work(uv_work_t *w)
                 }
         }
 
+        /* A cache that is no longer ours gets nothing: the build goes to a
+         * private directory of its own, loaded from there and removed. */
+        char scratch[] = "/tmp/cube-kernel-XXXXXX", *built = path;
+        if (!intact) {
+                built = NULL;
+                if (mkdtemp(scratch) && asprintf(&built, "%s/%s", scratch, name) < 0)
+                        built = NULL;
+                if (!built) {
+                        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                CUBE_LAUNCH_UNKNOWN, "no private directory to build kernel %s "
+                                "in, the kernel cache being no longer the daemon's: %s",
+                                k->entry, strerror(errno)));
+                        (void) rmdir(scratch);
+                        free(path);
+                        return;
+                }
+        }
         uint64_t start = uv_hrtime();
-        e = srv->driver->compile(srv->device, &k->desc, path);
+        e = srv->driver->compile(srv->device, &k->desc, built);
         if (!e && intact) {
                 /* What was built is loaded from the descriptor its digest was
                  * taken from. */
@@ -375,7 +392,12 @@ static void prepare_work(uv_work_t *w)
                                 "opened in the cache directory: %s", name, strerror(-fd)));
                 }
         } else if (!e) {
-                e = srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
+                e = srv->driver->load(srv->device, &k->desc, built, &k->module, &k->shared_bytes);
+        }
+        if (built != path) {
+                (void) unlink(built);
+                (void) rmdir(scratch);
+                free(built);
         }
         k->compile_ms = ms_since(start);
         k->error = e;

@@ -643,7 +643,7 @@ END_TEST
  * another after the start is not loaded from. */
 START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
 {
-        char top[] = "/tmp/cube-above-XXXXXX", cache[96], moved[112], triple[200], cmd[256];
+        char top[] = "/tmp/cube-above-XXXXXX", cache[96], moved[112], triple[200], cmd[512];
         const char *args[] = { "--cache-dir", cache, NULL };
         test_daemon d;
         cube_client *c;
@@ -689,11 +689,13 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "swapped", &c));
         ck_assert_int_eq(rename(cache, moved), 0);
-        snprintf(cmd, sizeof(cmd), "cp -a %s %s", moved, cache);
+        snprintf(cmd, sizeof(cmd), "cp -a %s %s && rm %s", moved, cache, triple);
         ck_assert_int_eq(system(cmd), 0);
         expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded from a swapped cache");
         ck_assert(log_has(&d, "no longer the directory"));
+        /* Nor is anything built into the directory swapped in. */
+        ck_assert_msg(access(triple, F_OK) < 0, "the kernel was built into the swapped cache");
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
         snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
