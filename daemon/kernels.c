@@ -224,6 +224,19 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         return k;
 }
 
+/* Frees k and what it holds; it is in no index or list any more. */
+static void kernel_destroy(cube__kernel *k)
+{
+        if (k->module)
+                k->server->driver->unload(k->server->device, k->module);
+        cube_error_free(k->error);
+        free(k->waiters);
+        free(k->io);
+        free(k->source);
+        free(k->entry);
+        free(k);
+}
+
 /* Takes k out of the index and the list of entries, and frees it. */
 static void kernel_free(cube__kernel *k)
 {
@@ -249,14 +262,7 @@ static void kernel_free(cube__kernel *k)
                         break;
                 }
         srv->n_kernels--;
-        if (k->module)
-                srv->driver->unload(srv->device, k->module);
-        cube_error_free(k->error);
-        free(k->waiters);
-        free(k->io);
-        free(k->source);
-        free(k->entry);
-        free(k);
+        kernel_destroy(k);
 }
 
 void cube__kernel_unref(cube__kernel *k)
@@ -521,14 +527,7 @@ void cube__kernels_free(cube__server *srv)
 {
         for (cube__kernel *k = srv->kernels, *next; k; k = next) {
                 next = k->all_next;
-                if (k->module)
-                        srv->driver->unload(srv->device, k->module);
-                cube_error_free(k->error);
-                free(k->waiters);
-                free(k->io);
-                free(k->source);
-                free(k->entry);
-                free(k);
+                kernel_destroy(k);
         }
         srv->kernels = NULL;
         srv->n_kernels = 0;
