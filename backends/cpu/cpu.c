@@ -61,6 +61,7 @@
 #define COMPILE_AS_MB 4096
 #define COMPILE_FSIZE_MB 256
 
+_Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS, "each worker waits in a wanted entry of its own");
 _Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH < CUBE__Q_SLOTS,
                "the ring must hold every launch the workers may have in flight");
 
@@ -135,6 +136,7 @@ struct cube__device {
 
         pthread_t *workers;
         unsigned n_workers;
+        _Atomic unsigned worker_ids;    /* each worker's index in the ring's wanted */
         pthread_mutex_t lock;
         pthread_cond_t wake;
         cube__dstream *ready_head, *ready_tail; /* under lock */
@@ -527,28 +529,38 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **r
         return seq;
 }
 
-/* Waits for launch seq and takes its result into w: its error, and when the
- * device ran it (driver.h's device timing). */
-static void harvest(cube__device *d, uint64_t seq, cube__work *w)
+/* Waits, as waiter me (a worker's index), until launch seq has ended or
+ * the device is dead. The device runs launches in order, so every launch
+ * before seq has ended too. */
+static void await_launch(cube__device *d, unsigned me, uint64_t seq)
 {
         cube__qslot *s = cube__q_slot(d->queue, seq);
         uint64_t spin_until = now_ns() + d->spin_ns;
-        cube_error *e = NULL;
 
         while (atomic_load(&s->state) != CUBE__SLOT_DONE && now_ns() < spin_until &&
                !atomic_load(&d->dead))
                 __builtin_ia32_pause();
-        if (atomic_load(&s->state) != CUBE__SLOT_DONE) {
-                atomic_fetch_add(&d->ctl->waiters, 1);
-                for (;;) {
-                        uint32_t v = atomic_load(&d->ctl->completions);
-                        if (atomic_load(&s->state) == CUBE__SLOT_DONE || atomic_load(&d->dead))
-                                break;
-                        struct timespec t = { 0, 100 * 1000 * 1000 };
-                        futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
-                }
-                atomic_fetch_sub(&d->ctl->waiters, 1);
+        if (atomic_load(&s->state) == CUBE__SLOT_DONE)
+                return;
+        atomic_store(&d->ctl->wanted[me], seq);
+        for (;;) {
+                uint32_t v = atomic_load(&d->ctl->completions);
+                if (atomic_load(&s->state) == CUBE__SLOT_DONE || atomic_load(&d->dead))
+                        break;
+                /* A bound on the sleep: the device is not trusted to wake us. */
+                struct timespec t = { 0, 100 * 1000 * 1000 };
+                futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
         }
+        atomic_store(&d->ctl->wanted[me], 0);
+}
+
+/* Takes the result of launch seq, which has ended (await_launch), into w:
+ * its error, and when the device ran it (driver.h's device timing). */
+static void harvest(cube__device *d, uint64_t seq, cube__work *w)
+{
+        cube__qslot *s = cube__q_slot(d->queue, seq);
+        cube_error *e = NULL;
+
         if (atomic_load(&s->state) == CUBE__SLOT_DONE && s->seq == seq) {
                 w->start_ns = s->start_ns;
                 w->end_ns = s->end_ns;
@@ -565,6 +577,17 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
         }
         atomic_store(&s->state, CUBE__SLOT_FREE);
         w->error = e;
+}
+
+/* Waits for the n launches posted (seqs, in order) and takes their results. */
+static void harvest_all(cube__device *d, unsigned me, cube__work **pending,
+                        const uint64_t *seqs, unsigned n)
+{
+        if (n == 0)
+                return;
+        await_launch(d, me, seqs[n - 1]);
+        for (unsigned i = 0; i < n; i++)
+                harvest(d, seqs[i], pending[i]);
 }
 
 /* Where a storage's bytes are in cubed: device memory, or a peer's. */
@@ -588,7 +611,7 @@ static void copy(cube__device *d, cube__work *w)
 /* Runs a batch of one stream's work in order. Launches in a row go into the
  * ring together and are waited for together; a copy or a fence waits for the
  * launches before it, so the stream's order holds. */
-static void perform(cube__device *d, cube__work *batch)
+static void perform(cube__device *d, unsigned me, cube__work *batch)
 {
         cube__work *pending[CPU_WORKER_BATCH];
         uint64_t seqs[CPU_WORKER_BATCH];
@@ -603,14 +626,12 @@ static void perform(cube__device *d, cube__work *batch)
                         }
                         continue;
                 }
-                for (unsigned i = 0; i < n; i++)
-                        harvest(d, seqs[i], pending[i]);
+                harvest_all(d, me, pending, seqs, n);
                 n = 0;
                 if (w->op != CUBE__WORK_FENCE)
                         copy(d, w);
         }
-        for (unsigned i = 0; i < n; i++)
-                harvest(d, seqs[i], pending[i]);
+        harvest_all(d, me, pending, seqs, n);
 }
 
 static void make_ready(cube__device *d, cube__dstream *s)
@@ -633,6 +654,7 @@ static void make_ready(cube__device *d, cube__dstream *s)
 static void *cpu_worker(void *arg)
 {
         cube__device *d = arg;
+        unsigned me = atomic_fetch_add(&d->worker_ids, 1);     /* < CPU_MAX_WORKERS */
 
         pthread_mutex_lock(&d->lock);
         for (;;) {
@@ -655,7 +677,7 @@ static void *cpu_worker(void *arg)
                 last->next = NULL;
                 pthread_mutex_unlock(&d->lock);
 
-                perform(d, batch);
+                perform(d, me, batch);
                 d->config.complete(d->config.complete_ctx, batch);
 
                 pthread_mutex_lock(&d->lock);

@@ -650,6 +650,20 @@ static void finish(cube__qslot *s, cl_event ev)
         clReleaseEvent(ev);
 }
 
+/* Whether a thread of cubed sleeps until launch seq (or one before it)
+ * has ended. Read after the launch's state and the completions count are
+ * stored: a waiter stores what it wants before it reads them, so one of the
+ * two always sees the other. */
+static bool someone_waits_for(uint64_t seq)
+{
+        for (unsigned i = 0; i < CUBE__Q_WAITERS; i++) {
+                uint64_t w = atomic_load(&ctl->wanted[i]);
+                if (w && w <= seq)
+                        return true;
+        }
+        return false;
+}
+
 /* The device's main loop: the launches in the ring, in order, forever. The
  * launches posted together go to PoCL together and are waited for one by
  * one, each handed back as it ends: one wake-up of PoCL's workers for a
@@ -705,7 +719,7 @@ static void serve_loop(void)
                         atomic_store(&ctl->running_seq, 0);
                         atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
                         atomic_fetch_add(&ctl->completions, 1);
-                        if (atomic_load(&ctl->waiters))
+                        if (someone_waits_for(next + i))
                                 futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
                 }
                 next += n;

@@ -24,6 +24,7 @@
 #define CUBE__Q_SLOTS 256u
 #define CUBE__Q_SLOT_WORDS 8192u        /* offsets + info words one launch may carry */
 #define CUBE__Q_REASON 256u
+#define CUBE__Q_WAITERS 8u              /* cubed threads that wait on the ring */
 
 /* A slot's state: who owns it now. */
 enum {
@@ -58,7 +59,12 @@ typedef struct cube__qctl {
         _Atomic uint32_t doorbell;      /* futex: cubed bumps it after posting */
         _Atomic uint32_t device_sleeping;
         _Atomic uint32_t completions;   /* futex: the device bumps it after each launch */
-        _Atomic uint32_t waiters;       /* cubed threads asleep on completions */
+        _Atomic uint32_t pad0;
+        /* Per cubed thread that may sleep on completions: the launch it
+         * waits for, 0 when it does not. The device wakes the sleepers only
+         * when it ends a launch one of them waits for, so a batch of
+         * launches costs cubed one wake-up, not one per launch. */
+        _Atomic uint64_t wanted[CUBE__Q_WAITERS];
         _Atomic uint64_t running_seq;   /* the launch the device runs now, 0 when idle */
         _Atomic uint64_t running_since; /* CLOCK_MONOTONIC ns */
         _Atomic uint32_t fault_signal;  /* set by the device's fault handler */
