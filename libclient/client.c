@@ -238,19 +238,27 @@ cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, u
         if (size != cube_handle_len(h))
                 return cube__err_validation("a write of %" PRIu64 " bytes for a handle of %" PRIu64
                                             " bytes", size, cube_handle_len(h));
+        if (!data && size)
+                return cube__err_validation("a write of %" PRIu64 " bytes from NULL", size);
         return cube__write(c, h, data, size);
 }
 
 cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_handle *ret_handle)
 {
         cube_handle h;
-        cube_error *e = cube_empty(c, size, &h);
+        cube_error *e;
 
-        if (!e)
-                e = cube_write(c, &h, data, size);
-        if (!e)
-                *ret_handle = h;
-        return e;
+        if (!data && size)
+                return cube__err_validation("cube_create of %" PRIu64 " bytes from NULL; "
+                                            "cube_empty makes a buffer without contents", size);
+        if ((e = cube_empty(c, size, &h)))
+                return e;
+        if ((e = cube_write(c, &h, data, size))) {
+                cube_error_free(cube_free(c, &h));
+                return e;
+        }
+        *ret_handle = h;
+        return NULL;
 }
 
 cube_error *cube_free(cube_client *c, const cube_handle *h)
@@ -296,6 +304,8 @@ cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t 
         if (size != cube_handle_len(h))
                 return cube__err_validation("a read into %" PRIu64 " bytes for a handle of %" PRIu64
                                             " bytes", size, cube_handle_len(h));
+        if (!dst && size)
+                return cube__err_validation("a read of %" PRIu64 " bytes into NULL", size);
         return cube__read(c, h, dst, size);
 }
 

@@ -992,6 +992,25 @@ START_TEST(unsupported_strides_claim_only_the_handles_range)
 }
 END_TEST
 
+/* Host memory that is NULL is the caller's mistake, said before anything is
+ * sent: no buffer is left behind and the session goes on. */
+START_TEST(null_host_memory_is_validation_and_allocates_nothing)
+{
+        cube_client *c = connect_as("null-host");
+        cube_handle h = buffer(c, 256), made = { 0 };
+        uint64_t before = status(c).memory_in_use;
+
+        expect_validation(cube_create(c, NULL, 4096, &made), "from NULL");
+        ck_assert_uint_eq(made.size, 0);
+        expect_validation(cube_write(c, &h, NULL, 256), "from NULL");
+        expect_validation(cube_read(c, &h, NULL, 256), "into NULL");
+        ck_assert_uint_eq(status(c).memory_in_use, before);
+        write_pattern(c, &h, 7);
+        expect_read_pattern(c, &h, 7);
+        cube_disconnect(c);
+}
+END_TEST
+
 START_TEST(other_layouts_are_unsupported_strides_and_overruns_are_validation)
 {
         cube_client *c = connect_as("layouts");
@@ -1580,6 +1599,7 @@ static Suite *memory_suite(void)
 
         tcase_add_test(sizes, sixty_five_live_page_sizes_are_page_sizes_exhausted);
         tcase_add_test(sizes, strided_round_trips_land_rows_on_their_pitch);
+        tcase_add_test(sizes, null_host_memory_is_validation_and_allocates_nothing);
         tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
         tcase_add_test(sizes, unsupported_strides_claim_only_the_handles_range);
 

@@ -255,7 +255,8 @@ cube_handle cube_handle_slice(const cube_handle *h, uint64_t offset_start, uint6
 
 /* Allocates size bytes, uninitialised. */
 cube_error *cube_empty(cube_client *c, uint64_t size, cube_handle *ret_handle);
-/* Allocates size bytes and writes data into them. */
+/* Allocates size bytes and writes data into them. NULL data is Validation,
+ * and nothing stays allocated when the write fails. */
 cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_handle *ret_handle);
 /* Writes exactly cube_handle_len(h) bytes from data into the handle's range. */
 cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
