@@ -25,6 +25,7 @@ typedef struct cube__storage cube__storage;
 typedef struct cube__dstream cube__dstream;
 typedef struct cube__work cube__work;
 typedef struct cube__module cube__module;
+typedef struct cube__dgraph cube__dgraph;
 
 /* What a submitted piece of work asks of the device. */
 typedef enum cube__work_op {
@@ -32,6 +33,7 @@ typedef enum cube__work_op {
         CUBE__WORK_COPY_TO_HOST,        /* storage + offset -> host, len bytes */
         CUBE__WORK_FENCE,               /* completes once everything before it on the stream has */
         CUBE__WORK_LAUNCH,              /* runs launch */
+        CUBE__WORK_GRAPH,               /* runs graph's launches in order (graph_create) */
 } cube__work_op;
 
 /* What the core learned from a kernel's source (the dialect is the same on
@@ -82,6 +84,7 @@ struct cube__work {
         uint64_t rows;                  /* copies: rows of len bytes, pitch apart on the device */
         uint64_t pitch;                 /* (0 or 1 row: one linear copy); packed on the host */
         cube__launch_work *launch;      /* CUBE__WORK_LAUNCH */
+        cube__dgraph *graph;            /* CUBE__WORK_GRAPH */
         cube_error *error;              /* set by the backend; the core takes it */
         uint64_t start_ns, end_ns;      /* set by the backend: device timing (above) */
 };
@@ -129,9 +132,8 @@ typedef struct cube__driver {
          * A replayed graph arrives here too, as its recorded launches in
          * order (each its own cube__work, with a cube__launch_work the core
          * resolved once at capture and reuses on every replay): a software
-         * graph needs nothing more of a backend. A backend with hardware
-         * graphs (CUDA) may later add an optional, NULL-able entry point for
-         * them; the core falls back to this path where it is NULL. */
+         * graph needs nothing more of a backend. A backend that keeps graphs
+         * of its own gets one CUBE__WORK_GRAPH instead (graph_create). */
         void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
 
         /* Kernels. artifact_ext names the compiled form's files ("so").
@@ -154,6 +156,18 @@ typedef struct cube__driver {
          * a record cannot hold) answers true, and begin_capture, end_capture
          * and replay then answer the reference's graph_capture_unsupported(). */
         bool (*cannot_capture)(cube__device *d);
+        /* A graph the device keeps (optional, NULL: replays go through
+         * submit as their launches). graph_create takes a captured graph's
+         * launches, which stay valid (and what they name, allocated) until
+         * graph_destroy; label names it in reports ("graph 3"). A replay is
+         * then one CUBE__WORK_GRAPH, which runs them in order, times them as
+         * one piece of work and fails with the first launch that fails,
+         * leaving the rest unrun. An error from graph_create is no refusal:
+         * the core replays that graph through submit instead. graph_destroy
+         * is called once no submitted work uses the graph. */
+        cube_error *(*graph_create)(cube__device *d, cube__launch_work *const *launches,
+                                    size_t n, const char *label, cube__dgraph **ret_graph);
+        void (*graph_destroy)(cube__device *d, cube__dgraph *g);
         /* Optional hooks (NULL where a backend has no use for them). */
 
         /* The most units per cube a loaded kernel can run with (a GPU's

@@ -110,7 +110,7 @@ void cube__op_enqueue(cube__op *o)
         }
         o->next = NULL;
         o->seq = st->seq++;
-        if (st->windows && o->work.op == CUBE__WORK_LAUNCH)
+        if (st->windows && (o->work.op == CUBE__WORK_LAUNCH || o->work.op == CUBE__WORK_GRAPH))
                 cube__profile_launch_queued(st, o->seq);
         if (st->tail)
                 st->tail->next = o;

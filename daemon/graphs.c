@@ -10,7 +10,9 @@
  * module, storages, offsets, info words) goes into the graph as it stands.
  * A replay hands those records to the device again, one cube__work each in
  * one chain, without the parse, resolve and validate path a launch pays,
- * so a replay of N launches costs one request and N device runs.
+ * so a replay of N launches costs one request and N device runs. A device
+ * that keeps graphs itself (driver.h's graph_create) is given them once, at
+ * end_capture, and a replay is then one piece of device work.
  *
  * The window's rules (the reference's StreamCapture):
  *  - read, sync, start_profile, end_profile and memory_cleanup on the
@@ -53,6 +55,8 @@ typedef struct graph_range {
 typedef struct cube__graph {
         uint64_t id;
         cube__session *session;
+        cube__server *server;
+        cube__dgraph *device;           /* the device's own copy (graph_create), or NULL */
         uint64_t stream;                /* the stream it was captured on */
         unsigned refs;                  /* the session's, and each replay in flight */
         cube__launch_work **launches;
@@ -134,6 +138,8 @@ static void graph_free(cube__graph *g)
 {
         if (!g)
                 return;
+        if (g->device)
+                g->server->driver->graph_destroy(g->server->device, g->device);
         for (size_t i = 0; i < g->n_launches; i++)
                 free(g->launches[i]);
         free(g->launches);
@@ -465,9 +471,19 @@ cube__dispatched cube__do_end_capture(cube__msg *k)
         }
         c->graph = NULL;
         capture_free(st);
+        g->server = srv;
+        if (srv->driver->graph_create && g->n_launches > 0 &&
+            (e = srv->driver->graph_create(srv->device, g->launches, g->n_launches, g->label,
+                                           &g->device))) {
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": %s replays "
+                                  "through its launches: %s", s->id, g->label,
+                                  cube_error_message(e));
+                cube_error_free(e);
+                g->device = NULL;
+        }
         cube__log_session(CUBE__LOG_DEBUG, s, 0, "session %" PRIu64 ": %s captured on stream %"
-                          PRIu64 ": %zu launches, %" PRIu64 " pages held", s->id, g->label,
-                          stream, g->n_launches, g->pages);
+                          PRIu64 ": %zu launches, %" PRIu64 " pages held%s", s->id, g->label,
+                          stream, g->n_launches, g->pages, g->device ? ", kept by the device" : "");
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_ok(&pk, k->env->msgid) == 0 &&
@@ -530,7 +546,7 @@ static cube_error *enqueue(cube__session *s, cube__stream *st, cube__graph *g)
         cube__awaits awaits = {0};
         uint64_t failure, needed;
         bool pending;
-        size_t n = g->n_launches, parts = n - 1, w = 0;
+        size_t n = g->n_launches, parts = g->device ? 0 : n - 1, w = 0;
         size_t extra = parts * sizeof(cube__op) + g->n_allocs * sizeof(cube__alloc *);
         void *block;
         cube__op *o, *part;
@@ -565,7 +581,12 @@ static cube_error *enqueue(cube__session *s, cube__stream *st, cube__graph *g)
         o->written = (cube__alloc **) (part + parts);
         o->awaits = awaits;
         o->launch = &g->as_launch;
-        o->work.launch = g->launches[n - 1];
+        if (g->device) {
+                o->work.op = CUBE__WORK_GRAPH;  /* one piece of work runs them all */
+                o->work.graph = g->device;
+        } else {
+                o->work.launch = g->launches[n - 1];
+        }
         o->graph = g;
         g->refs++;
         g->replays++;
@@ -712,7 +733,7 @@ static void pack_graph(uint64_t key, void *value, void *ctx)
         pack_ctx *c = ctx;
 
         c->r |= cube__pack_capture_entry(c->pk, g->session->id, "graph", g->stream, g->id,
-                                         "ready", g->n_launches, g->pages, g->page_bytes,
+                                         g->device ? "kept" : "ready", g->n_launches, g->pages, g->page_bytes,
                                          g->replays, 0);
 }
 

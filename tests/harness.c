@@ -971,6 +971,15 @@ const char test_affine_source[] =
         "                out[i] = in[i] * 5u + 7u;\n"
         "}\n";
 
+const char test_forever_source[] =
+        "KERNEL void forever(uint32_t *out, INFO)\n"
+        "{\n"
+        "        volatile uint32_t spin = 1;\n"
+        "\n"
+        "        while (spin)\n"
+        "                out[ABSOLUTE_POS] = spin;\n"
+        "}\n";
+
 const cube_buffer_io test_affine_io[2] = { CUBE_BUFFER_READ_ONLY, CUBE_BUFFER_WRITE_ONLY };
 
 uint32_t test_affine(uint32_t x)

@@ -162,6 +162,9 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
 /* affine(in -> out): out[i] = in[i] * 5 + 7, one const input and one
  * declared output; the kernel the failure-store suites pass failures along. */
 extern const char test_affine_source[];
+/* A kernel that never ends (each unit spins on a volatile), for the kernel
+ * timeout. */
+extern const char test_forever_source[];
 extern const cube_buffer_io test_affine_io[2];
 uint32_t test_affine(uint32_t x);
 /* Runs the affine kernel registered as kernel over n fresh words and checks

@@ -365,15 +365,6 @@ START_TEST(a_unit_overflowing_its_stack_poisons_the_device)
 }
 END_TEST
 
-static const char forever_source[] =
-        "KERNEL void forever(uint32_t *out, INFO)\n"
-        "{\n"
-        "        volatile uint32_t spin = 1;\n"
-        "\n"
-        "        while (spin)\n"
-        "                out[ABSOLUTE_POS] = spin;\n"
-        "}\n";
-
 START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
 {
         static const char *const args[] = { "--kernel-timeout", "1", NULL };
@@ -382,7 +373,7 @@ START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "forever", &c));
-        launch_and_expect_poison(c, register_kernel(c, forever_source, "forever"), "forever",
+        launch_and_expect_poison(c, register_kernel(c, test_forever_source, "forever"), "forever",
                                  "kernel timeout", 1000 + 1000);
         ck_assert(status_of(d.socket).poisoned);
         cube_disconnect(c);

@@ -417,6 +417,134 @@ START_TEST(a_replayed_sequence_matches_running_it)
 }
 END_TEST
 
+/* The state captures gives graph id. */
+static void expect_graph_state(cube_client *c, uint64_t id, const char *state)
+{
+        cube_capture_info *ci;
+        size_t n;
+        bool seen = false;
+
+        ck_ok(cube_daemon_captures(c, &ci, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(ci[i].kind, "graph") == 0 && ci[i].id == id) {
+                        ck_assert_str_eq(ci[i].state, state);
+                        seen = true;
+                }
+        free(ci);
+        ck_assert_msg(seen, "graph %" PRIu64 " is not listed", id);
+}
+
+/* The device keeps a graph of up to 4096 launches; a larger one replays
+ * through its launches, with the same results. */
+START_TEST(a_graph_larger_than_the_device_keeps_replays_through_its_launches)
+{
+        static const cube_buffer_io rw = CUBE_BUFFER_READ_WRITE;
+        enum { BIG = 4097 };
+        cube_client *c = test_connect(D.socket, "large");
+        uint64_t k = test_kernel(c, step_source, "step"), kept, big;
+        uint32_t zero[N] = {0}, got[N];
+        cube_handle acc;
+
+        ck_ok(cube_create(c, zero, BYTES, &acc));
+        kept = capture_steps(c, k, &acc);
+        expect_graph_state(c, kept, "kept");
+        ck_ok(cube_graph_prepare(c));
+        ck_ok(cube_begin_capture(c));
+        for (uint32_t j = 0; j < BIG; j++) {
+                uint32_t scalar = j * 7u + 1u;
+                test_launch_u32(c, over(k, &acc, &rw, 1), &scalar, 1);
+        }
+        ck_ok(cube_end_capture(c, &big));
+        expect_graph_state(c, big, "ready");
+        ck_ok(cube_write(c, &acc, zero, BYTES));
+        ck_ok(cube_replay_times(c, big, 2));
+        ck_ok(cube_replay(c, kept));
+        ck_ok(cube_read(c, &acc, got, BYTES));
+        for (uint32_t i = 0; i < N; i++) {
+                uint32_t x = 0;
+                for (int r = 0; r < 2; r++)
+                        for (uint32_t j = 0; j < BIG; j++)
+                                x = step_model(x, j * 7u + 1u, i);
+                for (uint32_t j = 0; j < STEPS; j++)
+                        x = step_model(x, j * 7u + 1u, i);
+                ck_assert_uint_eq(got[i], x);
+        }
+        cube_graph_destroy(c, big);
+        cube_graph_destroy(c, kept);
+        cube_disconnect(c);
+}
+END_TEST
+
+static double seconds_since(long t0_ms)
+{
+        return (double) (test_now_ms() - t0_ms) / 1000.0;
+}
+
+/* The kernel timeout watches each launch of a replay from the launch's own
+ * start: a replay longer than the timeout runs to its end, and a launch in
+ * one that never ends is stopped, the poison naming its kernel, its place
+ * and its graph. */
+START_TEST(the_kernel_timeout_watches_each_launch_of_a_replay)
+{
+        static const char *const args[] = { "--kernel-timeout", "3", NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_handle out;
+        uint64_t k, forever, g, g2;
+        cube_error *e;
+        long t0;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "watched");
+        k = test_kernel(c, spin_source, "spin");
+        forever = test_kernel(c, test_forever_source, "forever");
+        ck_ok(cube_empty(c, 64, &out));
+        /* Launches of about 0.8 s each, five of them: 4 s in all. */
+        spin(c, k, &out, 10);
+        ck_ok(cube_sync(c, NULL, 0));
+        t0 = test_now_ms();
+        spin(c, k, &out, 40 * SPIN_1X);
+        ck_ok(cube_sync(c, NULL, 0));
+        double per = seconds_since(t0) / (40.0 * SPIN_1X);
+        double want = 0.8 / per;
+        uint32_t iters = want > 4e9 ? 4000000000u : (uint32_t) want;
+        ck_ok(cube_graph_prepare(c));
+        ck_ok(cube_begin_capture(c));
+        for (int i = 0; i < 5; i++)
+                spin(c, k, &out, iters);
+        ck_ok(cube_end_capture(c, &g));
+        expect_graph_state(c, g, "kept");
+        t0 = test_now_ms();
+        ck_ok(cube_replay(c, g));
+        ck_ok(cube_sync(c, NULL, 0));
+        ck_assert_msg(seconds_since(t0) > 3.2, "the replay took %.2f s, not past the timeout",
+                      seconds_since(t0));
+        ck_assert(!status_of(d.socket).poisoned);
+
+        cube_launch l = { .kernel = forever, .cube_count = { 1, 1, 1 },
+                          .cube_dim = { 1, 1, 1 }, .buffers = &out, .n_buffers = 1 };
+        ck_ok(cube_graph_prepare(c));
+        ck_ok(cube_begin_capture(c));
+        spin(c, k, &out, 10);
+        test_launch_u32(c, l, NULL, 0);
+        ck_ok(cube_end_capture(c, &g2));
+        t0 = test_now_ms();
+        ck_ok(cube_replay(c, g2));
+        e = cube_sync(c, NULL, 0);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "not poisoned: %s",
+                      e ? cube_error_message(e) : "(succeeded)");
+        const char *why = cube_error_reason(cube_error_source(e));
+        ck_assert_msg(why && strstr(why, "kernel 'forever' (launch 2 of graph 2)") &&
+                      strstr(why, "kernel timeout"), "the poison does not name the launch: %s",
+                      why ? why : cube_error_message(e));
+        ck_assert_msg(seconds_since(t0) <= 3.0 + 1.0 + 1.0, "poisoned after %.2f s",
+                      seconds_since(t0));
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* Inside the window: read, sync, profile and memory_cleanup on the stream
  * are refused with graph_state, and the capture goes on. */
 START_TEST(calls_that_wait_are_refused_inside_a_capture)
@@ -663,7 +791,7 @@ START_TEST(destroy_during_a_replay_is_safe)
         FILE *p = popen(cmd, "r");
         ck_assert_ptr_nonnull(p);
         while (fgets(line, sizeof(line), p))
-                seen |= strstr(line, "graph ") && strstr(line, "ready") && strstr(line, " 4 ");
+                seen |= strstr(line, "graph ") && strstr(line, "kept") && strstr(line, " 4 ");
         ck_assert_int_eq(pclose(p), 0);
         ck_assert_msg(seen, "cubectl graphs did not list the graph");
         ck_ok(cube_replay(c, g));
@@ -734,12 +862,14 @@ static Suite *graphs_suite(void)
         TCase *profile = tcase_create("profile");
         TCase *graphs = tcase_create("graphs");
         TCase *limits = tcase_create("limits");
+        TCase *own = tcase_create("own-daemon");        /* each test starts its own */
 
         tcase_add_checked_fixture(profile, start_plain, stop_clean);
         tcase_add_checked_fixture(graphs, start_plain, stop_clean);
         tcase_add_checked_fixture(limits, start_limited, stop_clean);
         tcase_set_timeout(profile, 120);
         tcase_set_timeout(graphs, 240);
+        tcase_set_timeout(own, 120);
         tcase_add_test(profile, windows_nest_and_overlap_and_measure_only_their_work);
         tcase_add_test(profile, an_empty_or_host_only_window_is_not_measured);
         tcase_add_test(profile, a_failure_inside_a_window_invalidates_it);
@@ -755,12 +885,15 @@ static Suite *graphs_suite(void)
         tcase_add_test(graphs, lifecycle_errors_say_what_was_wrong);
         tcase_add_test(graphs, destroy_during_a_replay_is_safe);
         tcase_add_test(graphs, a_session_dying_with_graphs_frees_their_pages);
+        tcase_add_test(graphs, a_graph_larger_than_the_device_keeps_replays_through_its_launches);
+        tcase_add_test(own, the_kernel_timeout_watches_each_launch_of_a_replay);
         tcase_add_test(limits, doomed_and_abandoned_is_several);
         tcase_add_test(limits, windows_are_limited_per_session);
         tcase_add_test(limits, graphs_are_limited_per_session);
         suite_add_tcase(s, profile);
         suite_add_tcase(s, graphs);
         suite_add_tcase(s, limits);
+        suite_add_tcase(s, own);
         return s;
 }
 

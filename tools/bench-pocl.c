@@ -6,6 +6,7 @@
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "bench-pocl.h"
@@ -101,4 +102,73 @@ double pocl_bench_run(pocl_bench *b, int kernel, void *const *bufs, int n_bufs,
         clEnqueueNDRangeKernel(b->queue, k, 3, NULL, global, local, 0, NULL, NULL);
         clFinish(b->queue);
         return now() - t0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *) a, y = *(const double *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+double pocl_bench_enqueue_floor(int batch, int runs)
+{
+        static const char *src = "__kernel void nop(__global uint *u, ulong at, uint m, uint d)\n"
+                                 "{\n}\n";
+        const size_t one[3] = { 1, 1, 1 };
+        cl_device_id devices[8], basic = NULL;
+        cl_platform_id platform;
+        cl_uint n = 0, m = 0, zero = 0;
+        cl_ulong at = 0;
+        cl_int err;
+        double result = -1;
+
+        if (clGetPlatformIDs(1, &platform, &n) != CL_SUCCESS || n == 0 ||
+            clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 8, devices, &m) != CL_SUCCESS)
+                return -1;
+        for (cl_uint i = 0; i < m && !basic; i++) {
+                char name[128] = "";
+                clGetDeviceInfo(devices[i], CL_DEVICE_NAME, sizeof(name), name, NULL);
+                if (strncmp(name, "basic", 5) == 0)
+                        basic = devices[i];
+        }
+        if (!basic)
+                return -1;
+        cl_context ctx = clCreateContext(NULL, 1, &basic, NULL, NULL, &err);
+        cl_command_queue q = ctx ? clCreateCommandQueueWithProperties(ctx, basic, NULL, &err) : NULL;
+        cl_program p = q ? clCreateProgramWithSource(ctx, 1, &src, NULL, &err) : NULL;
+        cl_kernel k = p && clBuildProgram(p, 1, &basic, "", NULL, NULL) == CL_SUCCESS ?
+                      clCreateKernel(p, "nop", &err) : NULL;
+        cl_mem buf = k ? clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err) : NULL;
+        double *t = calloc((size_t) runs, sizeof(double));
+
+        for (int r = 0; buf && t && r <= runs; r++) {   /* run 0 warms up */
+                double t0 = now();
+                for (int i = 0; i < batch; i++) {
+                        clSetKernelArg(k, 0, sizeof(buf), &buf);
+                        clSetKernelArg(k, 1, sizeof(at), &at);
+                        clSetKernelArg(k, 2, sizeof(zero), &zero);
+                        clSetKernelArg(k, 3, sizeof(zero), &zero);
+                        clEnqueueNDRangeKernel(q, k, 3, NULL, one, one, 0, NULL, NULL);
+                }
+                clFinish(q);
+                if (r > 0)
+                        t[r - 1] = (now() - t0) / batch;
+        }
+        if (buf && t) {
+                qsort(t, (size_t) runs, sizeof(double), cmp_double);
+                result = t[runs / 2];
+        }
+        free(t);
+        if (buf)
+                clReleaseMemObject(buf);
+        if (k)
+                clReleaseKernel(k);
+        if (p)
+                clReleaseProgram(p);
+        if (q)
+                clReleaseCommandQueue(q);
+        if (ctx)
+                clReleaseContext(ctx);
+        return result;
 }

@@ -23,4 +23,12 @@ double pocl_bench_run(pocl_bench *b, int kernel, void *const *bufs, int n_bufs,
                       const uint32_t *args, int n_args, const size_t global[3],
                       const size_t local[3]);
 
+/* Seconds per kernel of batches of `batch` empty one-unit kernels, each with
+ * its arguments set as the CPU device sets a launch's, enqueued back to
+ * back on PoCL's basic device and then finished once: the least one kernel
+ * run through PoCL costs, which no launch or replay on the CPU device can
+ * beat. The median of runs; a negative value when there is no basic device
+ * (cube-bench asks for one at start, POCL_DEVICES). */
+double pocl_bench_enqueue_floor(int batch, int runs);
+
 #endif

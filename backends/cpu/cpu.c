@@ -83,6 +83,14 @@ struct cube__module {
         uint32_t n_buffers;
 };
 
+/* A graph the device process keeps (queue.h's CUBE__MSG_GRAPH). */
+struct cube__dgraph {
+        uint32_t id;
+        uint32_t n;
+        char label[40];
+        char (*kernels)[48];            /* per launch: its kernel, for reports */
+};
+
 /* A free range of device memory; the list is sorted by offset. */
 typedef struct hole {
         uint64_t offset, len;
@@ -128,9 +136,13 @@ struct cube__device {
         char dead_reason[768];
         char timeout_reason[512];       /* set just before the monitor kills */
 
+        uint32_t next_graph;            /* loop thread only */
+        uint32_t graph_launches;        /* in every kept graph; loop thread only */
+
         pthread_mutex_t post_lock;
         uint64_t next_seq;
         const char *slot_kernel[CUBE__Q_SLOTS];
+        const cube__dgraph *slot_graph[CUBE__Q_SLOTS]; /* a replay's graph, or NULL */
 
         sem_t compiles;                 /* builders that may run at once */
 
@@ -237,20 +249,34 @@ static const char *signal_name(int sig)
         return name ? name : "?";
 }
 
+/* What the device runs as launch seq, for a report: "kernel 'k'", or in a
+ * replay "kernel 'k' (launch 3 of graph 2)". Called under post_lock. */
+static void running_what(cube__device *d, uint64_t seq, char *buf, size_t cap)
+{
+        const cube__dgraph *g = d->slot_graph[seq % CUBE__Q_SLOTS];
+        uint32_t part = atomic_load(&d->ctl->running_part);
+
+        if (g && part >= 1 && part <= g->n)
+                snprintf(buf, cap, "kernel '%s' (launch %u of %s)", g->kernels[part - 1], part,
+                         g->label);
+        else if (g)
+                snprintf(buf, cap, "%s", g->label);
+        else
+                snprintf(buf, cap, "kernel '%s'", d->slot_kernel[seq % CUBE__Q_SLOTS] ?
+                         d->slot_kernel[seq % CUBE__Q_SLOTS] : "?");
+}
+
 /* Why the device process ended, for the poison every launch reports. */
 static void compose_death(cube__device *d, int status, char *buf, size_t cap)
 {
         cube__qctl *c = d->ctl;
         uint64_t seq = atomic_load(&c->running_seq);
         uint32_t sig = atomic_load(&c->fault_signal);
-        const char *kernel = NULL;
         char where[320];
 
         pthread_mutex_lock(&d->post_lock);
         if (seq && seq < d->next_seq + 1)
-                kernel = d->slot_kernel[seq % CUBE__Q_SLOTS];
-        if (kernel)
-                snprintf(where, sizeof(where), "kernel '%s'", kernel);
+                running_what(d, seq, where, sizeof(where));
         else
                 snprintf(where, sizeof(where), "the device (no kernel was running)");
         pthread_mutex_unlock(&d->post_lock);
@@ -300,14 +326,13 @@ static void *monitor_thread(void *arg)
                 if (timeout_ns && seq && !d->timeout_reason[0]) {
                         uint64_t now = now_ns();
                         if (now >= since + timeout_ns && atomic_load(&d->ctl->running_seq) == seq) {
-                                const char *kernel;
+                                char what[320];
                                 pthread_mutex_lock(&d->post_lock);
-                                kernel = d->slot_kernel[seq % CUBE__Q_SLOTS];
+                                running_what(d, seq, what, sizeof(what));
                                 snprintf(d->timeout_reason, sizeof(d->timeout_reason),
-                                         "kernel '%s' ran longer than the kernel timeout "
+                                         "%s ran longer than the kernel timeout "
                                          "(%.3g s); the CPU device process was stopped",
-                                         kernel ? kernel : "?",
-                                         (double) d->config.kernel_timeout_ms / 1000.0);
+                                         what, (double) d->config.kernel_timeout_ms / 1000.0);
                                 pthread_mutex_unlock(&d->post_lock);
                                 kill(d->pid, SIGKILL);
                         } else if (now < since + timeout_ns) {
@@ -480,9 +505,20 @@ static cube_error *dead_error(cube__device *d)
         return e;
 }
 
-/* Puts a launch in the ring and rings the doorbell if the device sleeps.
- * Returns its sequence number, or 0 with *ret_error set. */
-static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **ret_error)
+/* Where buffer i of launch l lies for the device: device memory, or a
+ * peer's (queue.h). */
+static uint64_t device_address(const cube__launch_work *l, uint32_t i)
+{
+        const cube__storage *st = l->storages[i];
+
+        return (st->peer ? CUBE__PEER_SPAN * st->peer : 0) + st->offset + l->offsets[i];
+}
+
+/* Puts a launch, or a replay of graph g when l is NULL, in the ring and
+ * rings the doorbell if the device sleeps. Returns its sequence number, or
+ * 0 with *ret_error set. */
+static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dgraph *g,
+                     cube_error **ret_error)
 {
         uint64_t seq;
         cube__qslot *s;
@@ -491,7 +527,7 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **r
                 *ret_error = dead_error(d);
                 return 0;
         }
-        if ((uint64_t) l->n_buffers + l->n_info > CUBE__Q_SLOT_WORDS) {
+        if (l && (uint64_t) l->n_buffers + l->n_info > CUBE__Q_SLOT_WORDS) {
                 *ret_error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_UNKNOWN, "a launch of '%s' carries %u buffers and %u info "
                         "words; the CPU device takes %u in all", l->kernel, l->n_buffers,
@@ -505,22 +541,32 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, cube_error **r
          * slots (the assertion above), so this slot's last launch is done. */
         while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead))
                 sched_yield();
-        s->module = l->module->id;
         s->seq = seq;
+        s->status = 0;
+        s->reason[0] = '\0';
+        if (!l) {
+                s->graph = g->id;
+                s->module = 0;
+                s->n_buffers = s->n_info = 0;
+                d->slot_kernel[seq % CUBE__Q_SLOTS] = g->label;
+                d->slot_graph[seq % CUBE__Q_SLOTS] = g;
+                goto posted;
+        }
+        s->graph = 0;
+        s->module = l->module->id;
         memcpy(s->count, l->count, sizeof(s->count));
         memcpy(s->dim, l->dim, sizeof(s->dim));
         s->n_buffers = l->n_buffers;
         s->n_info = l->n_info;
         s->metadata_offset = l->metadata_offset;
         s->dynamic_offset = l->dynamic_offset;
-        s->status = 0;
-        s->reason[0] = '\0';
         for (uint32_t i = 0; i < l->n_buffers; i++)
-                s->data[i] = (l->storages[i]->peer ? CUBE__PEER_SPAN * l->storages[i]->peer : 0) +
-                             l->storages[i]->offset + l->offsets[i];
+                s->data[i] = device_address(l, i);
         if (l->n_info)
                 memcpy(s->data + l->n_buffers, l->info, (size_t) l->n_info * 8);
         d->slot_kernel[seq % CUBE__Q_SLOTS] = l->kernel;
+        d->slot_graph[seq % CUBE__Q_SLOTS] = NULL;
+posted:
         atomic_store(&s->state, CUBE__SLOT_POSTED);
         pthread_mutex_unlock(&d->post_lock);
         atomic_fetch_add(&d->ctl->doorbell, 1);
@@ -568,9 +614,19 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
                         char reason[CUBE__Q_REASON];
                         memcpy(reason, s->reason, sizeof(reason));
                         reason[sizeof(reason) - 1] = '\0';
-                        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "kernel '%s' did not run on the CPU device: "
-                                "%s", d->slot_kernel[seq % CUBE__Q_SLOTS], reason));
+                        if (w->op == CUBE__WORK_GRAPH && s->n_info < w->graph->n)
+                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                        CUBE_LAUNCH_UNKNOWN, "%s stopped at its launch %u, of "
+                                        "kernel '%s', on the CPU device: %s", w->graph->label,
+                                        s->n_info + 1, w->graph->kernels[s->n_info], reason));
+                        else if (w->op == CUBE__WORK_GRAPH)
+                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                        CUBE_LAUNCH_UNKNOWN, "%s did not run on the CPU device: "
+                                        "%s", w->graph->label, reason));
+                        else
+                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                        CUBE_LAUNCH_UNKNOWN, "kernel '%s' did not run on the CPU "
+                                        "device: %s", d->slot_kernel[seq % CUBE__Q_SLOTS], reason));
                 }
         } else {
                 e = dead_error(d);
@@ -618,8 +674,9 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
         unsigned n = 0;
 
         for (cube__work *w = batch; w; w = w->next) {
-                if (w->op == CUBE__WORK_LAUNCH) {
-                        uint64_t seq = post(d, w->launch, &w->error);
+                if (w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH) {
+                        uint64_t seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL,
+                                            w->graph, &w->error);
                         if (seq) {
                                 pending[n] = w;
                                 seqs[n++] = seq;
@@ -1363,6 +1420,102 @@ static void cpu_unload(cube__device *d, cube__module *m)
         free(m);
 }
 
+/* Hands the device process a captured graph to keep: a replay is then one
+ * slot of the ring instead of one per launch. Graphs beyond what the device
+ * keeps (queue.h) replay through their launches. */
+static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *launches,
+                                    size_t n, const char *label, cube__dgraph **ret_graph)
+{
+        cube__msg msg = { .type = CUBE__MSG_GRAPH };
+        size_t bytes = 0, at = 0;
+        cube__dgraph *g;
+        char *payload;
+        int r = 0;
+
+        if (n > CUBE__QG_LAUNCHES || d->graph_launches + n > CUBE__QG_TOTAL)
+                return cube__err_generic("the CPU device keeps graphs of at most %u launches, "
+                                         "%u in all (%u kept now)", CUBE__QG_LAUNCHES,
+                                         CUBE__QG_TOTAL, d->graph_launches);
+        for (size_t i = 0; i < n; i++) {
+                if ((uint64_t) launches[i]->n_buffers + launches[i]->n_info > CUBE__Q_SLOT_WORDS)
+                        return cube__err_generic("launch %zu carries too many words", i);
+                bytes += sizeof(cube__qgraph_launch) +
+                         ((size_t) launches[i]->n_buffers + launches[i]->n_info) * 8;
+        }
+        if (bytes > CUBE__QG_BYTES)
+                return cube__err_generic("the CPU device keeps graphs of at most %u bytes of "
+                                         "launch records; this one has %zu", CUBE__QG_BYTES,
+                                         bytes);
+        g = calloc(1, sizeof(*g));
+        payload = malloc(bytes ? bytes : 1);
+        if (g)
+                g->kernels = calloc(n, sizeof(*g->kernels));
+        if (!g || !payload || !g->kernels) {
+                if (g)
+                        free(g->kernels);
+                free(g);
+                free(payload);
+                return cube__err_generic("out of host memory");
+        }
+        for (size_t i = 0; i < n; i++) {
+                const cube__launch_work *l = launches[i];
+                cube__qgraph_launch rec = {
+                        .module = l->module->id, .n_buffers = l->n_buffers, .n_info = l->n_info,
+                        .metadata_offset = l->metadata_offset,
+                        .dynamic_offset = l->dynamic_offset,
+                };
+                memcpy(rec.count, l->count, sizeof(rec.count));
+                memcpy(rec.dim, l->dim, sizeof(rec.dim));
+                memcpy(payload + at, &rec, sizeof(rec));
+                at += sizeof(rec);
+                for (uint32_t b = 0; b < l->n_buffers; b++, at += 8) {
+                        uint64_t address = device_address(l, b);
+                        memcpy(payload + at, &address, 8);
+                }
+                memcpy(payload + at, l->info, (size_t) l->n_info * 8);
+                at += (size_t) l->n_info * 8;
+                snprintf(g->kernels[i], sizeof(g->kernels[i]), "%s", l->kernel);
+        }
+        g->n = (uint32_t) n;
+        snprintf(g->label, sizeof(g->label), "%s", label);
+        msg.id = g->id = ++d->next_graph;
+        msg.n_buffers = g->n;
+        msg.len = (uint32_t) bytes;
+        pthread_mutex_lock(&d->control_lock);
+        if (atomic_load(&d->dead))
+                r = -EPIPE;
+        if (r == 0 && (r = write_all(d->control_fd, &msg, sizeof(msg))) == 0)
+                r = write_all(d->control_fd, payload, bytes);
+        pthread_mutex_unlock(&d->control_lock);
+        free(payload);
+        /* A device that is gone fails the replays, as it fails launches. */
+        (void) r;
+        d->graph_launches += g->n;
+        *ret_graph = g;
+        return NULL;
+}
+
+static void cpu_graph_destroy(cube__device *d, cube__dgraph *g)
+{
+        cube__msg msg = { .type = CUBE__MSG_GRAPH_FREE };
+
+        if (!g)
+                return;
+        msg.id = g->id;
+        pthread_mutex_lock(&d->control_lock);
+        if (!atomic_load(&d->dead))
+                (void) write_all(d->control_fd, &msg, sizeof(msg));
+        pthread_mutex_unlock(&d->control_lock);
+        pthread_mutex_lock(&d->post_lock);
+        for (unsigned i = 0; i < CUBE__Q_SLOTS; i++)
+                if (d->slot_graph[i] == g)
+                        d->slot_graph[i] = NULL;
+        pthread_mutex_unlock(&d->post_lock);
+        d->graph_launches -= g->n;
+        free(g->kernels);
+        free(g);
+}
+
 const cube__driver cube__driver_cpu = {
         .name = "cpu",
         .open = cpu_open,
@@ -1379,6 +1532,8 @@ const cube__driver cube__driver_cpu = {
         .compile = cpu_compile,
         .load = cpu_load,
         .unload = cpu_unload,
+        .graph_create = cpu_graph_create,
+        .graph_destroy = cpu_graph_destroy,
         .peer_export = cpu_peer_export,
         .peer_offset = cpu_peer_offset,
         .peer_attach = cpu_peer_attach,

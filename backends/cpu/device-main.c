@@ -519,8 +519,10 @@ static void peer(const cube__msg *m, const char *payload, int fd)
         reply(0, NULL);
 }
 
-/* The control thread: loads, unloads and peers' memory, until cubed hangs
- * up. */
+static void graph_message(const cube__msg *m, const char *payload);
+
+/* The control thread: loads, unloads, peers' memory and graphs, until cubed
+ * hangs up. */
 static void *control_thread(void *arg)
 {
         for (;;) {
@@ -544,6 +546,8 @@ static void *control_thread(void *arg)
                         peer(&m, payload, fd);
                         if (fd >= 0)
                                 close(fd);
+                } else if (m.type == CUBE__MSG_GRAPH || m.type == CUBE__MSG_GRAPH_FREE) {
+                        graph_message(&m, payload);
                 } else if (m.type == CUBE__MSG_UNLOAD) {
                         pthread_mutex_lock(&dev.lock);
                         if (m.id < dev.n_modules && dev.modules[m.id].kernel) {
@@ -563,6 +567,26 @@ static void *control_thread(void *arg)
 static bool runs_inline(const cube__qslot *s)
 {
         return dev.devs.n == 2 && (uint64_t) s->count[0] * s->count[1] * s->count[2] == 1;
+}
+
+/* The PoCL buffer a launch's address lies in (device memory, or a peer's:
+ * queue.h), and the offset there; NULL when it lies in neither. */
+static cl_mem window_of(uint64_t address, cl_ulong *ret_offset)
+{
+        uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
+        uint64_t w = at / CUBE__WINDOW;
+        cl_mem win = NULL;
+
+        if (p == 0 && w < dev.n_windows) {
+                win = dev.windows[w];
+        } else if (p > 0 && p <= CUBE__PEERS_MAX) {
+                pthread_mutex_lock(&dev.lock);
+                if (dev.peers[p - 1].windows && w < dev.peers[p - 1].n_windows)
+                        win = dev.peers[p - 1].windows[w];
+                pthread_mutex_unlock(&dev.lock);
+        }
+        *ret_offset = at % CUBE__WINDOW;
+        return win;
 }
 
 /* Sets a launch's arguments and queues it on queue, with an event for its
@@ -595,19 +619,8 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
         err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
         for (uint32_t i = 0; i < s->n_buffers; i++) {
-                uint64_t at = s->data[i] % CUBE__PEER_SPAN, p = s->data[i] / CUBE__PEER_SPAN;
-                uint64_t w = at / CUBE__WINDOW;
-                cl_ulong off = at % CUBE__WINDOW;
-                cl_mem win = NULL;
-                /* Device memory, or a peer's (queue.h). */
-                if (p == 0 && w < dev.n_windows) {
-                        win = dev.windows[w];
-                } else if (p > 0 && p <= CUBE__PEERS_MAX) {
-                        pthread_mutex_lock(&dev.lock);
-                        if (dev.peers[p - 1].windows && w < dev.peers[p - 1].n_windows)
-                                win = dev.peers[p - 1].windows[w];
-                        pthread_mutex_unlock(&dev.lock);
-                }
+                cl_ulong off;
+                cl_mem win = window_of(s->data[i], &off);
                 if (!win) {
                         s->status = -1;
                         snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
@@ -648,6 +661,269 @@ static void finish(cube__qslot *s, cl_event ev)
                          "(%d)", status);
         }
         clReleaseEvent(ev);
+}
+
+/* ---------------------------------------------------------------------------
+ * Graphs the device keeps
+ * ------------------------------------------------------------------------- */
+
+/* One launch of a kept graph: a kernel object of its own, its arguments set
+ * once, when the graph is built; a replay only queues it. */
+typedef struct glaunch {
+        cl_kernel kernel;
+        size_t global[3], local[3];
+        bool in_line;
+} glaunch;
+
+typedef struct dgraph {
+        uint32_t id;
+        uint32_t n;
+        glaunch *launches;
+        cl_mem info;                    /* every launch's info words */
+        char why[CUBE__Q_REASON];       /* not empty: it could not be built */
+        struct dgraph *next;
+} dgraph;
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t built;           /* a graph was added */
+        dgraph *head;
+} graphs = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL };
+
+static void dgraph_free(dgraph *g)
+{
+        if (!g)
+                return;
+        for (uint32_t i = 0; g->launches && i < g->n; i++)
+                if (g->launches[i].kernel)
+                        clReleaseKernel(g->launches[i].kernel);
+        if (g->info)
+                clReleaseMemObject(g->info);
+        free(g->launches);
+        free(g);
+}
+
+/* Builds the launches of a CUBE__MSG_GRAPH into g; false, with g->why set,
+ * when it cannot. The records were written by cubed, but are read as if
+ * they were not: every count is checked against what arrived. */
+static bool dgraph_build(dgraph *g, const char *payload, size_t len)
+{
+        const char *p = payload, *end = payload + len;
+        uint64_t *words = NULL;
+        size_t n_words = 0;
+        cl_int err = CL_SUCCESS;
+
+        if (!(g->launches = calloc(g->n ? g->n : 1, sizeof(*g->launches)))) {
+                snprintf(g->why, sizeof(g->why), "out of memory");
+                return false;
+        }
+        /* The info words first: one buffer for the whole graph. */
+        for (const char *q = p; q < end;) {
+                cube__qgraph_launch r;
+                if ((size_t) (end - q) < sizeof(r))
+                        break;
+                memcpy(&r, q, sizeof(r));
+                q += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
+                n_words += r.n_info;
+        }
+        if (!(words = calloc(n_words ? n_words : 1, 8))) {
+                snprintf(g->why, sizeof(g->why), "out of memory");
+                return false;
+        }
+        size_t at_word = 0;
+        for (uint32_t i = 0; i < g->n; i++) {
+                cube__qgraph_launch r;
+                cl_kernel k = NULL;
+                if ((size_t) (end - p) < sizeof(r) ||
+                    (memcpy(&r, p, sizeof(r)), r.n_buffers + (uint64_t) r.n_info >
+                     CUBE__Q_SLOT_WORDS) ||
+                    (size_t) (end - p) - sizeof(r) < ((size_t) r.n_buffers + r.n_info) * 8) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph is cut short", i);
+                        break;
+                }
+                const uint64_t *data = (const uint64_t *) (const void *) (p + sizeof(r));
+                pthread_mutex_lock(&dev.lock);
+                if (r.module < dev.n_modules && dev.modules[r.module].program &&
+                    dev.modules[r.module].n_buffers == r.n_buffers)
+                        k = clCreateKernel(dev.modules[r.module].program, "cube__entry", &err);
+                pthread_mutex_unlock(&dev.lock);
+                if (!k) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph names no loaded "
+                                 "kernel", i);
+                        break;
+                }
+                glaunch *l = &g->launches[i];
+                l->kernel = k;
+                l->in_line = dev.devs.n == 2 && (uint64_t) r.count[0] * r.count[1] * r.count[2] == 1;
+                for (int d = 0; d < 3; d++) {
+                        l->local[d] = r.dim[d];
+                        l->global[d] = (size_t) r.count[d] * r.dim[d];
+                }
+                memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
+                cl_ulong info_off = at_word;
+                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset;
+                err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
+                err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
+                err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+                for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
+                        cl_ulong off;
+                        cl_mem win = window_of(data[b], &off);
+                        if (!win) {
+                                snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
+                                         "%u lies outside device memory", i, b);
+                                break;
+                        }
+                        err |= clSetKernelArg(k, 4 + 2 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(off), &off);
+                }
+                if (*g->why)
+                        break;
+                if (err != CL_SUCCESS) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
+                                 "runtime refused its arguments (%d)", i, err);
+                        break;
+                }
+                at_word += r.n_info;
+                p += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
+        }
+        if (!*g->why) {
+                g->info = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                         (n_words ? n_words : 1) * 8, words, &err);
+                if (!g->info)
+                        snprintf(g->why, sizeof(g->why), "cannot give PoCL the graph's info "
+                                 "words (%d)", err);
+        }
+        for (uint32_t i = 0; !*g->why && i < g->n; i++)
+                if ((err = clSetKernelArg(g->launches[i].kernel, 0, sizeof(cl_mem), &g->info)))
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
+                                 "runtime refused its info words (%d)", i, err);
+        free(words);
+        return !*g->why;
+}
+
+/* CUBE__MSG_GRAPH builds a graph (kept even when it could not be built, so
+ * that its replays fail saying why); CUBE__MSG_GRAPH_FREE drops one, which
+ * cubed sends only once no replay of it is in the ring. */
+static void graph_message(const cube__msg *m, const char *payload)
+{
+        dgraph *g;
+
+        if (m->type == CUBE__MSG_GRAPH_FREE) {
+                pthread_mutex_lock(&graphs.lock);
+                for (dgraph **at = &graphs.head; *at; at = &(*at)->next)
+                        if ((*at)->id == m->id) {
+                                g = *at;
+                                *at = g->next;
+                                pthread_mutex_unlock(&graphs.lock);
+                                dgraph_free(g);
+                                return;
+                        }
+                pthread_mutex_unlock(&graphs.lock);
+                return;
+        }
+        if (!(g = calloc(1, sizeof(*g))))
+                syscall(SYS_exit_group, 0);     /* its replays could not be told */
+        g->id = m->id;
+        g->n = m->n_buffers <= CUBE__QG_LAUNCHES ? m->n_buffers : 0;
+        if (g->n == 0)
+                snprintf(g->why, sizeof(g->why), "a graph of %u launches", m->n_buffers);
+        else if (!dgraph_build(g, payload, m->len)) {
+                for (uint32_t i = 0; i < g->n; i++)
+                        if (g->launches && g->launches[i].kernel)
+                                clReleaseKernel(g->launches[i].kernel);
+                free(g->launches);
+                g->launches = NULL;
+                if (g->info)
+                        clReleaseMemObject(g->info);
+                g->info = NULL;
+        }
+        pthread_mutex_lock(&graphs.lock);
+        g->next = graphs.head;
+        graphs.head = g;
+        pthread_cond_broadcast(&graphs.built);
+        pthread_mutex_unlock(&graphs.lock);
+}
+
+/* The graph a replay names, once the control thread has built it (cubed
+ * sends it before any replay of it). */
+static dgraph *graph_get(uint32_t id)
+{
+        dgraph *g;
+
+        pthread_mutex_lock(&graphs.lock);
+        for (;;) {
+                for (g = graphs.head; g && g->id != id; g = g->next)
+                        ;
+                if (g)
+                        break;
+                pthread_cond_wait(&graphs.built, &graphs.lock);
+        }
+        pthread_mutex_unlock(&graphs.lock);
+        return g;
+}
+
+/* Runs a replay of a kept graph: its launches in order, as the serve loop
+ * runs the ring's (a run of spread launches goes to PoCL together, an
+ * inline one alone), each watched by the kernel timeout from its own
+ * start. The first that fails ends the replay; its index goes back in
+ * n_info, for cubed to name its kernel. */
+static void run_graph(cube__qslot *s)
+{
+        dgraph *g = graph_get(s->graph);
+        cl_event events[DEVICE_BATCH];
+        uint64_t t = now_ns();
+
+        s->status = 0;
+        s->start_ns = t;
+        if (*g->why) {
+                s->status = -1;
+                s->n_info = UINT32_MAX;
+                snprintf(s->reason, sizeof(s->reason), "the device could not keep the graph: %.200s",
+                         g->why);
+        }
+        for (uint32_t i = 0; s->status == 0 && i < g->n;) {
+                bool in_line = g->launches[i].in_line;
+                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
+                uint32_t m = 0;
+                cl_int err = CL_SUCCESS;
+
+                /* The inline device runs a launch when it is flushed. */
+                atomic_store(&ctl->running_part, i + 1);
+                atomic_store(&ctl->running_since, t);
+                for (; i + m < g->n && m < (in_line ? 1u : DEVICE_BATCH) &&
+                       g->launches[i + m].in_line == in_line; m++) {
+                        glaunch *l = &g->launches[i + m];
+                        err = clEnqueueNDRangeKernel(queue, l->kernel, 3, NULL, l->global,
+                                                     l->local, 0, NULL, &events[m]);
+                        if (err != CL_SUCCESS)
+                                break;
+                }
+                clFlush(queue);
+                for (uint32_t j = 0; j < m; j++) {
+                        if (j > 0) {
+                                atomic_store(&ctl->running_part, i + j + 1);
+                                atomic_store(&ctl->running_since, t);
+                        }
+                        if (s->status == 0) {
+                                finish(s, events[j]);
+                                if (s->status != 0)
+                                        s->n_info = i + j;
+                        } else {
+                                clWaitForEvents(1, &events[j]);
+                                clReleaseEvent(events[j]);
+                        }
+                        t = now_ns();
+                }
+                if (err != CL_SUCCESS && s->status == 0) {
+                        s->status = err;
+                        s->n_info = i + m;
+                        snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the "
+                                 "launch (%d)", err);
+                }
+                i += m;
+        }
+        atomic_store(&ctl->running_part, 0);
+        s->end_ns = now_ns();
 }
 
 /* Whether a thread of cubed sleeps until launch seq (or one before it)
@@ -698,12 +974,22 @@ static void serve_loop(void)
                 t = now_ns();
                 atomic_store(&ctl->running_since, t);
                 atomic_store(&ctl->running_seq, next);
+                if (s->graph) {
+                        run_graph(s);
+                        atomic_store(&ctl->running_seq, 0);
+                        atomic_store(&s->state, CUBE__SLOT_DONE);
+                        atomic_fetch_add(&ctl->completions, 1);
+                        if (someone_waits_for(next))
+                                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                        next++;
+                        continue;
+                }
                 bool in_line = runs_inline(s);
                 cl_command_queue queue = dev.queues[in_line ? 1 : 0];
                 for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
                         if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
-                            runs_inline(q) != in_line)
+                            q->graph || runs_inline(q) != in_line)
                                 break;
                         batch[n] = q;
                         queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);

@@ -46,7 +46,7 @@ typedef struct cube__qslot {
         uint32_t metadata_offset;
         uint32_t dynamic_offset;
         int32_t status;                 /* 0, or the OpenCL error the launch got */
-        uint32_t pad;
+        uint32_t graph;                 /* not 0: a replay of this graph (CUBE__MSG_GRAPH) */
         uint64_t start_ns, end_ns;      /* CLOCK_MONOTONIC, where the device ran it */
         char reason[CUBE__Q_REASON];    /* why status is not 0 */
         uint64_t data[CUBE__Q_SLOT_WORDS];
@@ -67,6 +67,8 @@ typedef struct cube__qctl {
         _Atomic uint64_t wanted[CUBE__Q_WAITERS];
         _Atomic uint64_t running_seq;   /* the launch the device runs now, 0 when idle */
         _Atomic uint64_t running_since; /* CLOCK_MONOTONIC ns */
+        _Atomic uint32_t running_part;  /* in a graph: the launch it runs now, from 1 */
+        _Atomic uint32_t pad1;
         _Atomic uint32_t fault_signal;  /* set by the device's fault handler */
         _Atomic uint32_t fault_syscall;
         _Atomic uint64_t fault_address;
@@ -88,7 +90,33 @@ enum {
         CUBE__MSG_UNLOAD = 2,           /* id -> nothing */
         CUBE__MSG_PEER = 3,             /* id (a slot), size (u64), with a peer's memory
                                          * descriptor (SCM_RIGHTS) -> status, reason */
+        CUBE__MSG_GRAPH = 4,            /* id, n_buffers = launches, then that many
+                                         * records (cube__qgraph_launch, then its data
+                                         * words) -> nothing: a replay that finds the
+                                         * graph unbuilt fails with why */
+        CUBE__MSG_GRAPH_FREE = 5,       /* id -> nothing */
 };
+
+/* One launch of a graph the device keeps, as CUBE__MSG_GRAPH carries it:
+ * a slot's launch fields; n_buffers offsets and n_info info words follow. */
+typedef struct cube__qgraph_launch {
+        uint32_t module;
+        uint32_t count[3];
+        uint32_t dim[3];
+        uint32_t n_buffers;
+        uint32_t n_info;
+        uint32_t metadata_offset;
+        uint32_t dynamic_offset;
+        uint32_t pad;
+} cube__qgraph_launch;
+
+/* A graph the device keeps holds at most this many launches (larger ones
+ * replay through the ring), and the device keeps at most CUBE__QG_TOTAL
+ * launches in all its graphs: each is a kernel object of the device's. A
+ * graph's records travel in one message of at most CUBE__QG_BYTES. */
+#define CUBE__QG_LAUNCHES 4096u
+#define CUBE__QG_TOTAL 65536u
+#define CUBE__QG_BYTES (4u << 20)       /* of one CUBE__MSG_GRAPH */
 
 typedef struct cube__msg {
         uint32_t type;

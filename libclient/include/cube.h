@@ -512,8 +512,9 @@ typedef struct cube_capture_info {
         char kind[16];                  /* "window", "graph" or "capture" */
         uint64_t stream;
         uint64_t id;                    /* the window's token, the graph's id; 0 for a capture */
-        char state[16];                 /* window: open, at-launch, ending; graph: ready;
-                                         * capture: prepared, recording, doomed */
+        char state[16];                 /* window: open, at-launch, ending; graph: kept (by
+                                         * the device) or ready; capture: prepared,
+                                         * recording, doomed */
         uint64_t launches;              /* graph, capture: launches recorded; window: timed */
         uint64_t pages, page_bytes;     /* graph: pages it keeps */
         uint64_t replays;               /* graph */
