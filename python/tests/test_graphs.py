@@ -83,6 +83,7 @@ def test_captured_graph_replayed_n_times(client):
     np.testing.assert_array_equal(s.to_numpy(bufs[1]), acc0 + 11 * step)
     info = [i for i in client.captures() if i.kind == "graph" and i.id == g.id]
     assert info and info[0].launches == 1 and info[0].replays == 10, client.captures()
+    assert info[0].state == "kept", info          # the CPU device keeps it
     with g:
         g.replay(5)
     np.testing.assert_array_equal(s.to_numpy(bufs[1]), acc0 + 16 * step)
