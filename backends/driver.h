@@ -161,10 +161,10 @@ typedef struct cube__driver {
          * launches, which stay valid (and what they name, allocated) until
          * graph_destroy; label names it in reports ("graph 3"). A replay is
          * then one CUBE__WORK_GRAPH, which runs them in order, times them as
-         * one piece of work and fails with the first launch that fails,
-         * leaving the rest unrun. An error from graph_create is no refusal:
-         * the core replays that graph through submit instead. graph_destroy
-         * is called once no submitted work uses the graph. */
+         * one piece of work and fails with the first launch that fails;
+         * none is started once that is known. An error from graph_create is
+         * no refusal: the core replays that graph through submit instead.
+         * graph_destroy is called once no submitted work uses the graph. */
         cube_error *(*graph_create)(cube__device *d, cube__launch_work *const *launches,
                                     size_t n, const char *label, cube__dgraph **ret_graph);
         void (*graph_destroy)(cube__device *d, cube__dgraph *g);
