@@ -61,7 +61,8 @@
 #define COMPILE_AS_MB 4096
 #define COMPILE_FSIZE_MB 256
 
-_Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS, "each worker waits in a wanted entry of its own");
+_Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS,
+               "each worker waits in a wanted entry of its own");
 _Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH < CUBE__Q_SLOTS,
                "the ring must hold every launch the workers may have in flight");
 
@@ -543,23 +544,23 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
                 sched_yield();
         s->seq = seq;
         s->status = 0;
+        s->failed_part = 0;
         s->reason[0] = '\0';
         if (!l) {
                 s->graph = g->id;
-                s->module = 0;
-                s->n_buffers = s->n_info = 0;
+                s->launch = (cube__qlaunch) { 0 };
                 d->slot_kernel[seq % CUBE__Q_SLOTS] = g->label;
                 d->slot_graph[seq % CUBE__Q_SLOTS] = g;
                 goto posted;
         }
         s->graph = 0;
-        s->module = l->module->id;
-        memcpy(s->count, l->count, sizeof(s->count));
-        memcpy(s->dim, l->dim, sizeof(s->dim));
-        s->n_buffers = l->n_buffers;
-        s->n_info = l->n_info;
-        s->metadata_offset = l->metadata_offset;
-        s->dynamic_offset = l->dynamic_offset;
+        s->launch.module = l->module->id;
+        memcpy(s->launch.count, l->count, sizeof(s->launch.count));
+        memcpy(s->launch.dim, l->dim, sizeof(s->launch.dim));
+        s->launch.n_buffers = l->n_buffers;
+        s->launch.n_info = l->n_info;
+        s->launch.metadata_offset = l->metadata_offset;
+        s->launch.dynamic_offset = l->dynamic_offset;
         for (uint32_t i = 0; i < l->n_buffers; i++)
                 s->data[i] = device_address(l, i);
         if (l->n_info)
@@ -614,11 +615,12 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
                         char reason[CUBE__Q_REASON];
                         memcpy(reason, s->reason, sizeof(reason));
                         reason[sizeof(reason) - 1] = '\0';
-                        if (w->op == CUBE__WORK_GRAPH && s->n_info < w->graph->n)
+                        uint32_t part = s->failed_part;
+                        if (w->op == CUBE__WORK_GRAPH && part >= 1 && part <= w->graph->n)
                                 e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                         CUBE_LAUNCH_UNKNOWN, "%s stopped at its launch %u, of "
                                         "kernel '%s', on the CPU device: %s", w->graph->label,
-                                        s->n_info + 1, w->graph->kernels[s->n_info], reason));
+                                        part, w->graph->kernels[part - 1], reason));
                         else if (w->op == CUBE__WORK_GRAPH)
                                 e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                         CUBE_LAUNCH_UNKNOWN, "%s did not run on the CPU device: "
@@ -1406,17 +1408,25 @@ static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, cons
         return NULL;
 }
 
+/* Sends a control message that has no answer (m->len bytes of payload
+ * follow it); a device that is gone is not written to. */
+static int send_notice(cube__device *d, const cube__msg *m, const void *payload)
+{
+        int r = -EPIPE;
+
+        pthread_mutex_lock(&d->control_lock);
+        if (!atomic_load(&d->dead) && (r = write_all(d->control_fd, m, sizeof(*m))) == 0 &&
+            m->len)
+                r = write_all(d->control_fd, payload, m->len);
+        pthread_mutex_unlock(&d->control_lock);
+        return r;
+}
+
 static void cpu_unload(cube__device *d, cube__module *m)
 {
-        cube__msg msg = { .type = CUBE__MSG_UNLOAD };
-
         if (!m)
                 return;
-        msg.id = m->id;
-        pthread_mutex_lock(&d->control_lock);
-        if (!atomic_load(&d->dead))
-                (void) write_all(d->control_fd, &msg, sizeof(msg));
-        pthread_mutex_unlock(&d->control_lock);
+        (void) send_notice(d, &(cube__msg) { .type = CUBE__MSG_UNLOAD, .id = m->id }, NULL);
         free(m);
 }
 
@@ -1430,7 +1440,6 @@ static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *l
         size_t bytes = 0, at = 0;
         cube__dgraph *g;
         char *payload;
-        int r = 0;
 
         if (n > CUBE__QG_LAUNCHES || d->graph_launches + n > CUBE__QG_TOTAL)
                 return cube__err_generic("the CPU device keeps graphs of at most %u launches, "
@@ -1439,7 +1448,7 @@ static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *l
         for (size_t i = 0; i < n; i++) {
                 if ((uint64_t) launches[i]->n_buffers + launches[i]->n_info > CUBE__Q_SLOT_WORDS)
                         return cube__err_generic("launch %zu carries too many words", i);
-                bytes += sizeof(cube__qgraph_launch) +
+                bytes += sizeof(cube__qlaunch) +
                          ((size_t) launches[i]->n_buffers + launches[i]->n_info) * 8;
         }
         if (bytes > CUBE__QG_BYTES)
@@ -1459,7 +1468,7 @@ static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *l
         }
         for (size_t i = 0; i < n; i++) {
                 const cube__launch_work *l = launches[i];
-                cube__qgraph_launch rec = {
+                cube__qlaunch rec = {
                         .module = l->module->id, .n_buffers = l->n_buffers, .n_info = l->n_info,
                         .metadata_offset = l->metadata_offset,
                         .dynamic_offset = l->dynamic_offset,
@@ -1481,15 +1490,9 @@ static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *l
         msg.id = g->id = ++d->next_graph;
         msg.n_buffers = g->n;
         msg.len = (uint32_t) bytes;
-        pthread_mutex_lock(&d->control_lock);
-        if (atomic_load(&d->dead))
-                r = -EPIPE;
-        if (r == 0 && (r = write_all(d->control_fd, &msg, sizeof(msg))) == 0)
-                r = write_all(d->control_fd, payload, bytes);
-        pthread_mutex_unlock(&d->control_lock);
-        free(payload);
         /* A device that is gone fails the replays, as it fails launches. */
-        (void) r;
+        (void) send_notice(d, &msg, payload);
+        free(payload);
         d->graph_launches += g->n;
         *ret_graph = g;
         return NULL;
@@ -1497,15 +1500,9 @@ static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *l
 
 static void cpu_graph_destroy(cube__device *d, cube__dgraph *g)
 {
-        cube__msg msg = { .type = CUBE__MSG_GRAPH_FREE };
-
         if (!g)
                 return;
-        msg.id = g->id;
-        pthread_mutex_lock(&d->control_lock);
-        if (!atomic_load(&d->dead))
-                (void) write_all(d->control_fd, &msg, sizeof(msg));
-        pthread_mutex_unlock(&d->control_lock);
+        (void) send_notice(d, &(cube__msg) { .type = CUBE__MSG_GRAPH_FREE, .id = g->id }, NULL);
         pthread_mutex_lock(&d->post_lock);
         for (unsigned i = 0; i < CUBE__Q_SLOTS; i++)
                 if (d->slot_graph[i] == g)

@@ -564,9 +564,9 @@ static void *control_thread(void *arg)
 
 /* Whether a launch runs on the inline device: it is one cube, which the
  * spread device could not spread anyway (find_devices). */
-static bool runs_inline(const cube__qslot *s)
+static bool runs_inline(const cube__qlaunch *l)
 {
-        return dev.devs.n == 2 && (uint64_t) s->count[0] * s->count[1] * s->count[2] == 1;
+        return dev.devs.n == 2 && (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1;
 }
 
 /* The PoCL buffer a launch's address lies in (device memory, or a peer's:
@@ -601,24 +601,25 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         cl_int err;
 
         pthread_mutex_lock(&dev.lock);
-        if (s->module < dev.n_modules) {
-                k = dev.modules[s->module].kernel;
-                n_buffers = dev.modules[s->module].n_buffers;
+        if (s->launch.module < dev.n_modules) {
+                k = dev.modules[s->launch.module].kernel;
+                n_buffers = dev.modules[s->launch.module].n_buffers;
         }
         pthread_mutex_unlock(&dev.lock);
         s->status = 0;
-        if (!k || n_buffers != s->n_buffers || s->n_buffers + s->n_info > CUBE__Q_SLOT_WORDS) {
+        if (!k || n_buffers != s->launch.n_buffers ||
+            s->launch.n_buffers + s->launch.n_info > CUBE__Q_SLOT_WORDS) {
                 s->status = -1;
                 snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
                 return false;
         }
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
-                            s->n_buffers;
-        cl_uint meta = s->metadata_offset, dyn = s->dynamic_offset;
+                            s->launch.n_buffers;
+        cl_uint meta = s->launch.metadata_offset, dyn = s->launch.dynamic_offset;
         err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
         err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
         err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
-        for (uint32_t i = 0; i < s->n_buffers; i++) {
+        for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
                 cl_ulong off;
                 cl_mem win = window_of(s->data[i], &off);
                 if (!win) {
@@ -631,8 +632,8 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                 err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
         }
         for (int i = 0; i < 3; i++) {
-                local[i] = s->dim[i];
-                global[i] = (size_t) s->count[i] * s->dim[i];
+                local[i] = s->launch.dim[i];
+                global[i] = (size_t) s->launch.count[i] * s->launch.dim[i];
         }
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */
@@ -719,7 +720,7 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
         }
         /* The info words first: one buffer for the whole graph. */
         for (const char *q = p; q < end;) {
-                cube__qgraph_launch r;
+                cube__qlaunch r;
                 if ((size_t) (end - q) < sizeof(r))
                         break;
                 memcpy(&r, q, sizeof(r));
@@ -732,7 +733,7 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
         }
         size_t at_word = 0;
         for (uint32_t i = 0; i < g->n; i++) {
-                cube__qgraph_launch r;
+                cube__qlaunch r;
                 cl_kernel k = NULL;
                 if ((size_t) (end - p) < sizeof(r) ||
                     (memcpy(&r, p, sizeof(r)), r.n_buffers + (uint64_t) r.n_info >
@@ -754,7 +755,7 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
                 }
                 glaunch *l = &g->launches[i];
                 l->kernel = k;
-                l->in_line = dev.devs.n == 2 && (uint64_t) r.count[0] * r.count[1] * r.count[2] == 1;
+                l->in_line = runs_inline(&r);
                 for (int d = 0; d < 3; d++) {
                         l->local[d] = r.dim[d];
                         l->global[d] = (size_t) r.count[d] * r.dim[d];
@@ -865,8 +866,8 @@ static dgraph *graph_get(uint32_t id)
 /* Runs a replay of a kept graph: its launches in order, as the serve loop
  * runs the ring's (a run of spread launches goes to PoCL together, an
  * inline one alone), each watched by the kernel timeout from its own
- * start. The first that fails ends the replay; its index goes back in
- * n_info, for cubed to name its kernel. */
+ * start. The first that fails ends the replay; its place goes back in
+ * failed_part, for cubed to name its kernel. */
 static void run_graph(cube__qslot *s)
 {
         dgraph *g = graph_get(s->graph);
@@ -877,9 +878,8 @@ static void run_graph(cube__qslot *s)
         s->start_ns = t;
         if (*g->why) {
                 s->status = -1;
-                s->n_info = UINT32_MAX;
-                snprintf(s->reason, sizeof(s->reason), "the device could not keep the graph: %.200s",
-                         g->why);
+                snprintf(s->reason, sizeof(s->reason), "the device could not keep the graph: "
+                         "%.200s", g->why);
         }
         for (uint32_t i = 0; s->status == 0 && i < g->n;) {
                 bool in_line = g->launches[i].in_line;
@@ -907,7 +907,7 @@ static void run_graph(cube__qslot *s)
                         if (s->status == 0) {
                                 finish(s, events[j]);
                                 if (s->status != 0)
-                                        s->n_info = i + j;
+                                        s->failed_part = i + j + 1;
                         } else {
                                 clWaitForEvents(1, &events[j]);
                                 clReleaseEvent(events[j]);
@@ -916,7 +916,7 @@ static void run_graph(cube__qslot *s)
                 }
                 if (err != CL_SUCCESS && s->status == 0) {
                         s->status = err;
-                        s->n_info = i + m;
+                        s->failed_part = i + m + 1;
                         snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the "
                                  "launch (%d)", err);
                 }
@@ -984,12 +984,12 @@ static void serve_loop(void)
                         next++;
                         continue;
                 }
-                bool in_line = runs_inline(s);
+                bool in_line = runs_inline(&s->launch);
                 cl_command_queue queue = dev.queues[in_line ? 1 : 0];
                 for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
                         if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
-                            q->graph || runs_inline(q) != in_line)
+                            q->graph || runs_inline(&q->launch) != in_line)
                                 break;
                         batch[n] = q;
                         queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);

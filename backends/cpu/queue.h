@@ -33,20 +33,30 @@ enum {
         CUBE__SLOT_DONE = 2,            /* the device ran it; cubed reads the result */
 };
 
-/* One launch. data holds n_buffers byte offsets into device memory, then the
- * n_info info words; the kernel reads its info words straight from here. */
-typedef struct cube__qslot {
-        _Atomic uint32_t state;
+/* A launch as the device takes it: in a slot of the ring, or as one launch
+ * of a graph the device keeps (CUBE__MSG_GRAPH). n_buffers byte offsets into
+ * device memory and n_info info words come with it. */
+typedef struct cube__qlaunch {
         uint32_t module;
-        uint64_t seq;
         uint32_t count[3];
         uint32_t dim[3];
         uint32_t n_buffers;
         uint32_t n_info;
         uint32_t metadata_offset;
         uint32_t dynamic_offset;
-        int32_t status;                 /* 0, or the OpenCL error the launch got */
+        uint32_t pad;
+} cube__qlaunch;
+
+/* One launch, or a replay of a kept graph. data holds the launch's buffer
+ * offsets, then its info words; the kernel reads its info words straight
+ * from here. */
+typedef struct cube__qslot {
+        _Atomic uint32_t state;
         uint32_t graph;                 /* not 0: a replay of this graph (CUBE__MSG_GRAPH) */
+        uint64_t seq;
+        cube__qlaunch launch;           /* when graph is 0 */
+        int32_t status;                 /* 0, or the OpenCL error the launch got */
+        uint32_t failed_part;           /* a replay that failed: at which launch, from 1 */
         uint64_t start_ns, end_ns;      /* CLOCK_MONOTONIC, where the device ran it */
         char reason[CUBE__Q_REASON];    /* why status is not 0 */
         uint64_t data[CUBE__Q_SLOT_WORDS];
@@ -91,24 +101,11 @@ enum {
         CUBE__MSG_PEER = 3,             /* id (a slot), size (u64), with a peer's memory
                                          * descriptor (SCM_RIGHTS) -> status, reason */
         CUBE__MSG_GRAPH = 4,            /* id, n_buffers = launches, then that many
-                                         * records (cube__qgraph_launch, then its data
+                                         * records (cube__qlaunch, then its data
                                          * words) -> nothing: a replay that finds the
                                          * graph unbuilt fails with why */
         CUBE__MSG_GRAPH_FREE = 5,       /* id -> nothing */
 };
-
-/* One launch of a graph the device keeps, as CUBE__MSG_GRAPH carries it:
- * a slot's launch fields; n_buffers offsets and n_info info words follow. */
-typedef struct cube__qgraph_launch {
-        uint32_t module;
-        uint32_t count[3];
-        uint32_t dim[3];
-        uint32_t n_buffers;
-        uint32_t n_info;
-        uint32_t metadata_offset;
-        uint32_t dynamic_offset;
-        uint32_t pad;
-} cube__qgraph_launch;
 
 /* A graph the device keeps holds at most this many launches (larger ones
  * replay through the ring), and the device keeps at most CUBE__QG_TOTAL
