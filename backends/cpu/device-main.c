@@ -704,10 +704,10 @@ static void dgraph_free(dgraph *g)
         free(g);
 }
 
-/* Builds the launches of a CUBE__MSG_GRAPH into g; false, with g->why set,
- * when it cannot. The records were written by cubed, but are read as if
+/* Builds the launches of a CUBE__MSG_GRAPH into g, or says in g->why why it
+ * cannot (what it built stays, for dgraph_free). The records were written by cubed, but are read as if
  * they were not: every count is checked against what arrived. */
-static bool dgraph_build(dgraph *g, const char *payload, size_t len)
+static void dgraph_build(dgraph *g, const char *payload, size_t len)
 {
         const char *p = payload, *end = payload + len;
         uint64_t *words = NULL;
@@ -716,7 +716,7 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
 
         if (!(g->launches = calloc(g->n ? g->n : 1, sizeof(*g->launches)))) {
                 snprintf(g->why, sizeof(g->why), "out of memory");
-                return false;
+                return;
         }
         /* The info words first: one buffer for the whole graph. */
         for (const char *q = p; q < end;) {
@@ -729,7 +729,7 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
         }
         if (!(words = calloc(n_words ? n_words : 1, 8))) {
                 snprintf(g->why, sizeof(g->why), "out of memory");
-                return false;
+                return;
         }
         size_t at_word = 0;
         for (uint32_t i = 0; i < g->n; i++) {
@@ -799,7 +799,6 @@ static bool dgraph_build(dgraph *g, const char *payload, size_t len)
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
                                  "runtime refused its info words (%d)", i, err);
         free(words);
-        return !*g->why;
 }
 
 /* CUBE__MSG_GRAPH builds a graph (kept even when it could not be built, so
@@ -828,16 +827,8 @@ static void graph_message(const cube__msg *m, const char *payload)
         g->n = m->n_buffers <= CUBE__QG_LAUNCHES ? m->n_buffers : 0;
         if (g->n == 0)
                 snprintf(g->why, sizeof(g->why), "a graph of %u launches", m->n_buffers);
-        else if (!dgraph_build(g, payload, m->len)) {
-                for (uint32_t i = 0; i < g->n; i++)
-                        if (g->launches && g->launches[i].kernel)
-                                clReleaseKernel(g->launches[i].kernel);
-                free(g->launches);
-                g->launches = NULL;
-                if (g->info)
-                        clReleaseMemObject(g->info);
-                g->info = NULL;
-        }
+        else
+                dgraph_build(g, payload, m->len);
         pthread_mutex_lock(&graphs.lock);
         g->next = graphs.head;
         graphs.head = g;
