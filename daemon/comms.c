@@ -20,7 +20,8 @@
  * operation, and no member writes its destination; each one's destination
  * carries the failure (the refusing member's own, the others' naming it).
  * A transport error or the collective timeout fails the operation on every
- * member, its destination carries an error naming the lost member, and the
+ * member, its destination carries an error naming the lost member (its
+ * daemon gone, or, in a same-host group, what progress.c tells), and the
  * group refuses later work until a new comm_init.
  */
 #include <errno.h>
@@ -89,6 +90,8 @@ struct cube__group {
         uint64_t nonce;
         /* The thread's. */
         cube__comm *comm;
+        cube__progress *progress;       /* same-host groups, when it could be had */
+        uint64_t runs;                  /* operations it has started */
         uv_thread_t thread;
         uv_mutex_t lock;
         uv_cond_t cond;
@@ -176,10 +179,11 @@ static bool can_connect(const char *host, uint16_t port)
 }
 
 /* Rank 0 publishes its store; the others wait for a file that names a live
- * one. A file left by a rank 0 that died names a store nobody serves. */
+ * one. A file left by a rank 0 that died names a store nobody serves. The
+ * round's progress file (progress.c) exists before the file that names it. */
 static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
 {
-        char path[256], tmp[280];
+        char path[256], tmp[280], progress[320];
 
         rendezvous_path(g, path, sizeof(path));
         if (g->rank == 0) {
@@ -191,6 +195,9 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                         snprintf(why, len, "cannot listen on %s: %s", g->host, strerror(errno));
                         return -1;
                 }
+                cube__progress_path(g->server->opts.comm_dir, g->id, g->nonce, progress,
+                                    sizeof(progress));
+                g->progress = cube__progress_open(progress, true, g->nonce, 0, g->size);
                 snprintf(tmp, sizeof(tmp), "%s.%d", path, (int) getpid());
                 if (!(f = fopen(tmp, "w"))) {
                         snprintf(why, len, "cannot write %s: %s", tmp, strerror(errno));
@@ -211,8 +218,13 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                         int n = fscanf(f, "%63s %u %" SCNu64, g->host, &port, &g->nonce);
                         fclose(f);
                         g->port = (uint16_t) port;
-                        if (n == 3 && can_connect(g->host, g->port))
+                        if (n == 3 && can_connect(g->host, g->port)) {
+                                cube__progress_path(g->server->opts.comm_dir, g->id, g->nonce,
+                                                    progress, sizeof(progress));
+                                g->progress = cube__progress_open(progress, false, g->nonce,
+                                                                  g->rank, g->size);
                                 return 0;
+                        }
                 }
                 usleep(10000);
         }
@@ -225,7 +237,7 @@ static void do_join(cube__group *g, job *j)
 {
         cube__server *srv = g->server;
         uint32_t timeout = srv->opts.collective_timeout_ms;
-        char path[256];
+        char path[320];
         cube__comm_setup setup = {
                 .rank = g->rank, .size = g->size, .address = srv->opts.comm_address,
                 .name = srv->instance, .timeout_ms = timeout,
@@ -244,6 +256,10 @@ static void do_join(cube__group *g, job *j)
         if (g->rank == 0) {
                 if (!g->by_id) {
                         rendezvous_path(g, path, sizeof(path));
+                        unlink(path);
+                        /* Every member that got this far has it mapped. */
+                        cube__progress_path(srv->opts.comm_dir, g->id, g->nonce, path,
+                                            sizeof(path));
                         unlink(path);
                 }
                 if (g->store_fd >= 0)
@@ -272,7 +288,8 @@ static bool daemon_alive(const cube__group *g, uint32_t r)
 }
 
 /* Names the member a transport error lost: one whose daemon is gone, else
- * the only other member, else what the engine said. */
+ * one that never started the operation or whose daemon is stopped
+ * (progress.c), else the only other member, else what the engine said. */
 static void name_lost(cube__group *g, job *j)
 {
         char engine[512];
@@ -285,6 +302,9 @@ static void name_lost(cube__group *g, job *j)
                         used += (size_t) snprintf(j->why + used, sizeof(j->why) - used,
                                                   "%smember %s (rank %u) is lost: its daemon is "
                                                   "gone", used ? "; " : "", g->names[r], r);
+        if (!used)
+                used = cube__progress_name_silent(g->progress, g->names, j->why,
+                                                  sizeof(j->why));
         if (!used && g->size == 2)
                 used = (size_t) snprintf(j->why, sizeof(j->why), "member %s (rank %u) is lost",
                                          g->names[1 - g->rank], 1 - g->rank);
@@ -302,6 +322,7 @@ static void do_run(cube__group *g, job *j)
                 return;
         }
         j->coll.status = j->status;
+        cube__progress_started(g->progress, ++g->runs);
         j->rc = g->server->transport->run(g->comm, &j->coll, j->why, sizeof(j->why));
         if (j->rc < 0)
                 name_lost(g, j);
@@ -378,6 +399,7 @@ static void group_free(cube__group *g)
         }
         if (g->store_fd >= 0)
                 close(g->store_fd);
+        cube__progress_free(g->progress);
         uv_mutex_destroy(&g->lock);
         uv_cond_destroy(&g->cond);
         free(g);

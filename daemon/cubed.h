@@ -1066,6 +1066,22 @@ bool cube__uid_is_admin(uid_t uid);
 void cube__comms_init(cube__server *srv);
 void cube__comms_done(cube__server *srv);
 
+/* ---- how far the members of a same-host group have got (progress.c) ---- */
+typedef struct cube__progress cube__progress;
+void cube__progress_path(const char *comm_dir, uint64_t group, uint64_t nonce, char *buf,
+                         size_t len);
+/* The file rank 0 creates (create) and the others open; NULL where it
+ * cannot be had, which only makes failures less precise. */
+cube__progress *cube__progress_open(const char *path, bool create, uint64_t nonce,
+                                    uint32_t rank, uint32_t size);
+void cube__progress_free(cube__progress *pr);
+/* This member has started the group's op-th operation (counting from 1). */
+void cube__progress_started(cube__progress *pr, uint64_t op);
+/* Names, in buf, the members that never started the operation this one is
+ * in, or whose daemon is stopped; answers the length written (0: none). */
+size_t cube__progress_name_silent(const cube__progress *pr, char (*names)[CUBED_NAME_MAX],
+                                  char *buf, size_t len);
+
 /* ---- peer access (peer.c) ----------------------------------------------- */
 /* A peer device of this host and user whose memory kernels here bind. */
 typedef struct cube__peer cube__peer;

@@ -488,6 +488,112 @@ START_TEST(test_member_client_killed)
 }
 END_TEST
 
+/* In a group of four, a member whose client never asks for the operation:
+ * the others time out, and each names the silent member, not the member it
+ * happened to wait for. */
+START_TEST(test_silent_member_named)
+{
+        static const char *const args[] = { "--collective-timeout", "2000", NULL };
+        test_group g;
+        cube_client *c[4];
+        cube_group grp = { names, 4, NULL };
+        cube_handle src[4], dst[4];
+        float buf[1024] = {0};
+        cube_status st;
+
+        ck_assert_int_eq(test_group_start(&g, 4, args), 0);
+        connect_all(&g, c);
+        ck_ok(cube_comm_init_all(c, names, 4));
+        for (int r = 0; r < 4; r++) {
+                ck_ok(cube_create(c[r], buf, sizeof(buf), &src[r]));
+                ck_ok(cube_empty(c[r], sizeof(buf), &dst[r]));
+        }
+        /* One operation every member takes part in, then one cpu2 skips. */
+        for (int round = 0; round < 2; round++)
+                for (int r = 0; r < 4; r++)
+                        if (round == 0 || r != 2)
+                                ck_ok(cube_all_reduce(c[r], &grp, &src[r], &dst[r],
+                                                      (cube_reduction) { CUBE_ELEM_F32,
+                                                                         CUBE_REDUCE_SUM },
+                                                      CUBE_WAIT_NOW));
+        long t0 = now_ms();
+        for (int r = 0; r < 4; r++) {
+                cube_error *e;
+                if (r == 2)
+                        continue;
+                e = cube_sync(c[r], &dst[r], 1);
+                ck_assert_msg(e, "member %d: the operation cpu2 skipped succeeded", r);
+                ck_assert_msg(strstr(cube_error_message(e),
+                                     "member cpu2 (rank 2) never started it: it has started 1 "
+                                     "of the group's operations, this is operation 2"),
+                              "member %d: %s", r, cube_error_message(e));
+                ck_assert_msg(!strstr(cube_error_message(e), "a member is lost"), "%s",
+                              cube_error_message(e));
+                for (int q = 0; q < 4; q++) {
+                        char other[32];
+                        snprintf(other, sizeof(other), "member cpu%d", q);
+                        ck_assert_msg(q == 2 || !strstr(cube_error_message(e), other),
+                                      "member %d names cpu%d too: %s", r, q,
+                                      cube_error_message(e));
+                }
+                cube_error_free(e);
+        }
+        ck_assert_int_lt(now_ms() - t0, 2000 + 5000);
+        ck_ok(cube_daemon_status(c[2], &st));
+        disconnect_all(&g, c);
+        test_group_stop(&g);
+}
+END_TEST
+
+/* In a group of four, a member daemon stopped (SIGSTOP) in the middle of a
+ * 64 MiB all_reduce: the others fail within the timeout naming it. */
+START_TEST(test_stopped_member_named)
+{
+        static const char *const args[] = { "--collective-timeout", "3000", NULL };
+        test_group g;
+        cube_client *c[4];
+        cube_group grp = { names, 4, NULL };
+        cube_handle src[4], dst[4];
+        size_t bytes = 64u << 20;
+        char *buf = calloc(1, bytes);
+        int failed = 0;
+
+        ck_assert_int_eq(test_group_start(&g, 4, args), 0);
+        connect_all(&g, c);
+        ck_ok(cube_comm_init_all(c, names, 4));
+        for (int r = 0; r < 4; r++) {
+                ck_ok(cube_create(c[r], buf, bytes, &src[r]));
+                ck_ok(cube_empty(c[r], bytes, &dst[r]));
+        }
+        for (int r = 0; r < 4; r++)
+                ck_ok(cube_all_reduce(c[r], &grp, &src[r], &dst[r],
+                                      (cube_reduction) { CUBE_ELEM_F32, CUBE_REDUCE_SUM },
+                                      CUBE_WAIT_NOW));
+        usleep(20000);
+        kill(g.d[3].pid, SIGSTOP);
+        long t0 = now_ms();
+        for (int r = 0; r < 3; r++) {
+                cube_error *e = cube_sync(c[r], &dst[r], 1);
+                if (!e)
+                        continue;       /* it finished before the stop */
+                failed++;
+                ck_assert_msg(strstr(cube_error_message(e), "member cpu3 (rank 3) is stuck in "
+                                     "it: its daemon (pid ") ||
+                              strstr(cube_error_message(e), "member cpu3 (rank 3) never "
+                                     "started it"), "member %d: %s", r, cube_error_message(e));
+                cube_error_free(e);
+        }
+        ck_assert_int_lt(now_ms() - t0, 3000 + 5000);
+        kill(g.d[3].pid, SIGCONT);
+        if (!failed)
+                fprintf(stderr, "test_stopped_member_named: the all_reduce finished before "
+                        "the stop; nothing was named\n");
+        disconnect_all(&g, c);
+        free(buf);
+        test_group_stop(&g);
+}
+END_TEST
+
 START_TEST(test_sizes)
 {
         test_group g;
@@ -585,6 +691,8 @@ static Suite *suite(void)
         tcase_add_test(tc, test_tainted_source);
         tcase_add_test(tc, test_member_killed);
         tcase_add_test(tc, test_member_client_killed);
+        tcase_add_test(tc, test_silent_member_named);
+        tcase_add_test(tc, test_stopped_member_named);
         tcase_add_test(tc, test_sizes);
         tcase_add_test(tc, test_no_transport);
         suite_add_tcase(s, tc);
