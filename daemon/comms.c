@@ -499,6 +499,10 @@ static void job_done(cube__op *o)
                         cube__failures_skipped(fs, j->refused, op, j->src_memory, &dst, 1);
                 }
                 cube__failures_prune(fs, j->refused);
+        } else if (j->rc > 0) {
+                g->refusals++;
+                o->work.error = cube__err_generic("%s over group %016" PRIx64 " wrote nothing: "
+                                                  "%s", op, g->id, j->why);
         } else {
                 char who[256] = "";
                 size_t used = 0;

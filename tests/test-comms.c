@@ -95,13 +95,14 @@ static bool is_int(cube_elem_type t)
         return t >= CUBE_ELEM_I32;
 }
 
-/* all_reduce of every dtype and both reductions, both ComputeWaits. */
+/* all_reduce of every dtype and both reductions, both ComputeWaits; small
+ * (the payloads ride in the status exchange) and large (Gloo's ring). */
 static void all_reduce_every_dtype(test_group *g, cube_client **c)
 {
         int n = g->n;
-        size_t elems = 1000;
         cube_group grp = { names, (size_t) n, NULL };
 
+        for (size_t elems = 1000; elems <= 40000; elems += 39000)
         for (int t = CUBE_ELEM_F16; t <= CUBE_ELEM_U64; t++)
                 for (int op = 0; op < 2; op++)
                         for (int w = 0; w < 2; w++) {
@@ -131,9 +132,9 @@ static void all_reduce_every_dtype(test_group *g, cube_client **c)
                                                 double got = get(buf, t, i);
                                                 double tol = t <= CUBE_ELEM_BF16 ? 0.02 * want : 1e-6;
                                                 ck_assert_msg(fabs(got - want) <= tol,
-                                                              "dtype %d op %d wait %d rank %d [%zu]:"
-                                                              " %g, want %g", t, op, w, r, i, got,
-                                                              want);
+                                                              "%zu of dtype %d op %d wait %d rank %d"
+                                                              " [%zu]: %g, want %g", elems, t, op,
+                                                              w, r, i, got, want);
                                         }
                                         cube_free(c[r], &src[r]);
                                         cube_free(c[r], &dst[r]);
@@ -629,7 +630,100 @@ START_TEST(test_sizes)
                 ck_assert_msg(e && strstr(cube_error_message(e), "bytes where this member"),
                               "%s", e ? cube_error_message(e) : "none");
                 cube_error_free(e);
+                cube_free(c[r], &src[r]);
+                cube_free(c[r], &dst[r]);
         }
+        /* Sizes that would take different ways through the engine, small
+         * (4 KiB, 8 KiB) and small against large (4 KiB, 1 MiB): the data of
+         * members that disagree never meets, so neither daemon goes down,
+         * and the group goes on. */
+        static const size_t pairs[][2] = { { 4096, 8192 }, { 4096, sizeof(buf) } };
+        for (size_t k = 0; k < 2; k++) {
+                for (int r = 0; r < 2; r++) {
+                        ck_ok(cube_create(c[r], buf, pairs[k][r], &src[r]));
+                        ck_ok(cube_empty(c[r], pairs[k][r], &dst[r]));
+                }
+                for (int r = 0; r < 2; r++)
+                        ck_ok(cube_all_reduce(c[r], &grp, &src[r], &dst[r],
+                                              (cube_reduction) { CUBE_ELEM_F32, CUBE_REDUCE_SUM },
+                                              CUBE_WAIT_NOW));
+                for (int r = 0; r < 2; r++) {
+                        char want[160];
+                        snprintf(want, sizeof(want), "member cpu%d (rank %d) contributes %zu "
+                                 "bytes where this member contributes %zu", 1 - r, 1 - r,
+                                 pairs[k][1 - r], pairs[k][r]);
+                        e = cube_read(c[r], &dst[r], buf, pairs[k][r]);
+                        ck_assert_msg(e && strstr(cube_error_message(e), want), "%zu/%zu: %s",
+                                      pairs[k][0], pairs[k][1],
+                                      e ? cube_error_message(e) : "none");
+                        cube_error_free(e);
+                        cube_free(c[r], &src[r]);
+                        cube_free(c[r], &dst[r]);
+                }
+        }
+        all_reduce_every_dtype(&g, c);
+        disconnect_all(&g, c);
+        test_group_stop(&g);
+}
+END_TEST
+
+/* Members that run different operations at the same place in the order:
+ * every destination says how they differ, nothing is written, and the
+ * group goes on. */
+START_TEST(test_disagreeing_ops)
+{
+        test_group g;
+        cube_client *c[2];
+        cube_group grp = { names, 2, NULL };
+        cube_handle src[2], dst[2];
+        float buf[1024] = {0};
+        cube_reduction sum = { CUBE_ELEM_F32, CUBE_REDUCE_SUM };
+        cube_reduction mean = { CUBE_ELEM_F32, CUBE_REDUCE_MEAN };
+        static const char *const want[3][2] = {
+                { "member cpu1 (rank 1) runs broadcast where this member runs all_reduce",
+                  "member cpu0 (rank 0) runs all_reduce where this member runs broadcast" },
+                { "member cpu1 (rank 1) names rank 1 as the root where this member names rank 0",
+                  "member cpu0 (rank 0) names rank 0 as the root where this member names rank 1" },
+                { "member cpu1 (rank 1) reduces another way (dtype 2, mean) than this member "
+                  "(dtype 2, sum)",
+                  "member cpu0 (rank 0) reduces another way (dtype 2, sum) than this member "
+                  "(dtype 2, mean)" },
+        };
+
+        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
+        connect_all(&g, c);
+        ck_ok(cube_comm_init_all(c, names, 2));
+        for (int r = 0; r < 2; r++) {
+                ck_ok(cube_create(c[r], buf, sizeof(buf), &src[r]));
+                ck_ok(cube_empty(c[r], sizeof(buf), &dst[r]));
+        }
+        for (int k = 0; k < 3; k++) {
+                if (k == 0) {
+                        ck_ok(cube_all_reduce(c[0], &grp, &src[0], &dst[0], sum, CUBE_WAIT_NOW));
+                        ck_ok(cube_broadcast(c[1], &grp, &src[1], &dst[1], "cpu1",
+                                             CUBE_WAIT_NOW));
+                } else if (k == 1) {
+                        for (int r = 0; r < 2; r++)
+                                ck_ok(cube_broadcast(c[r], &grp, &src[r], &dst[r], names[r],
+                                                     CUBE_WAIT_NOW));
+                } else {
+                        ck_ok(cube_all_reduce(c[0], &grp, &src[0], &dst[0], sum, CUBE_WAIT_NOW));
+                        ck_ok(cube_all_reduce(c[1], &grp, &src[1], &dst[1], mean, CUBE_WAIT_NOW));
+                }
+                for (int r = 0; r < 2; r++) {
+                        cube_error *e = cube_read(c[r], &dst[r], buf, sizeof(buf));
+                        ck_assert_msg(e && strstr(cube_error_message(e), want[k][r]) &&
+                                      strstr(cube_error_message(e), "wrote nothing"),
+                                      "case %d member %d: %s", k, r,
+                                      e ? cube_error_message(e) : "none");
+                        cube_error_free(e);
+                }
+        }
+        /* The group goes on. */
+        for (int r = 0; r < 2; r++)
+                ck_ok(cube_all_reduce(c[r], &grp, &src[r], &dst[r], sum, CUBE_WAIT_NOW));
+        for (int r = 0; r < 2; r++)
+                ck_ok(cube_read(c[r], &dst[r], buf, sizeof(buf)));
         disconnect_all(&g, c);
         test_group_stop(&g);
 }
@@ -694,6 +788,7 @@ static Suite *suite(void)
         tcase_add_test(tc, test_silent_member_named);
         tcase_add_test(tc, test_stopped_member_named);
         tcase_add_test(tc, test_sizes);
+        tcase_add_test(tc, test_disagreeing_ops);
         tcase_add_test(tc, test_no_transport);
         suite_add_tcase(s, tc);
         return s;

@@ -72,6 +72,10 @@ typedef struct cube__transport {
         int (*join)(const cube__comm_setup *setup, cube__comm **ret_comm, char *why, size_t len);
         /* Members' names, as they gave them at join. */
         const char *(*member)(cube__comm *c, uint32_t rank);
+        /* 0 once done, with status filled in; 1 when the members do not run
+         * the same operation (its kind, dtype, reduction or root differ):
+         * nothing was written, why says how, and the group goes on; -1 when
+         * a member is lost or the group was torn down. */
         int (*run)(cube__comm *c, cube__coll *op, char *why, size_t len);
         /* Any thread: makes a run in progress, and every later one, fail. */
         void (*abort)(cube__comm *c);

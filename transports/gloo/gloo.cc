@@ -8,11 +8,16 @@
  * for the members to learn each other's names. The store lives for one join
  * only; a barrier after the mesh is up says everyone is done with it.
  *
- * Every operation begins with the status exchange (transport.h): for a small
- * all_reduce it rides in the same buffer as the data (one element per
- * member after the payload), elsewhere it is a tiny all_reduce of one byte
- * per member just before the data moves, so a refusal is known to every
- * member before any byte is written.
+ * Every collective begins with the status exchange (transport.h): each
+ * member sends every other a head saying what it runs (the operation, its
+ * dtype, reduction and root) and its status, all at once, so a refusal, or
+ * members whose sizes or operations differ, are known to every member
+ * before any byte is written, and the data of members that disagree never
+ * meets (Gloo aborts the process on a message of the wrong size). A small
+ * all_reduce's payload rides in its head, and the heads are the whole
+ * operation: one step where Gloo's ring all_reduce takes 2 (n - 1), which
+ * is what a small all_reduce's latency is. send and recv, in a group of two
+ * of their own, send the status ahead of the data, in its direction.
  */
 #include <arpa/inet.h>
 #include <atomic>
@@ -47,8 +52,11 @@ namespace {
 
 using ms = std::chrono::milliseconds;
 
-/* All-reduces at most this big carry the status in the data buffer. */
-constexpr uint64_t kFuseMax = 256 * 1024;
+/* A small all_reduce: the payloads of every other member add up to at most
+ * this, and ride in the heads (head_room). */
+constexpr uint64_t kGatherMax = 64 * 1024;
+/* The heads' slots, apart from those of Gloo's own collectives (gloo/types.h). */
+constexpr uint8_t kHeadSlotPrefix = 0x20;
 
 bool read_all(int fd, void *buf, size_t n)
 {
@@ -370,22 +378,6 @@ gloo::AllreduceOptions::Func sum_of(int dt)
         }
 }
 
-/* 1 in dtype's encoding, for the fused status elements. */
-void put_one(void *p, int dt, bool one)
-{
-        memset(p, 0, elem_size(dt));
-        if (!one)
-                return;
-        switch (dt) {
-        case CUBE__DT_F16: { uint16_t v = 0x3c00; memcpy(p, &v, 2); break; }
-        case CUBE__DT_BF16: { uint16_t v = 0x3f80; memcpy(p, &v, 2); break; }
-        case CUBE__DT_F32: { float v = 1; memcpy(p, &v, 4); break; }
-        case CUBE__DT_F64: { double v = 1; memcpy(p, &v, 8); break; }
-        case CUBE__DT_I32: case CUBE__DT_U32: { uint32_t v = 1; memcpy(p, &v, 4); break; }
-        default: { uint64_t v = 1; memcpy(p, &v, 8); break; }
-        }
-}
-
 template <typename T> void divide(void *p, size_t n, uint32_t by)
 {
         T *v = static_cast<T *>(p);
@@ -463,19 +455,6 @@ void all_reduce_raw(cube__comm *c, const void *in, void *out, size_t n, int dt)
         gloo::allreduce(o);
 }
 
-/* The status exchange on its own: one byte per member, summed. */
-void exchange_status(cube__comm *c, uint64_t *status)
-{
-        gloo::AllreduceOptions o(c->ctx);
-        std::vector<uint64_t> in(c->size, 0);
-        in[c->rank] = status[c->rank];
-        common(o, c);
-        o.setInput(in.data(), c->size);
-        o.setOutput(status, c->size);
-        o.setReduceFunction(sum<uint64_t>);
-        gloo::allreduce(o);
-}
-
 /* Whether the data must not move: a member refused, or sizes differ. */
 bool anyone(const uint64_t *status, uint32_t n)
 {
@@ -485,34 +464,97 @@ bool anyone(const uint64_t *status, uint32_t n)
         return false;
 }
 
-void run_op(cube__comm *c, cube__coll *op)
+/* What every member says of an operation before any data moves. */
+struct Head {
+        uint64_t status;                /* transport.h: (bytes << 1) | refused */
+        uint8_t op, dtype, mean, pad;
+        uint32_t root;
+};
+static_assert(sizeof(Head) == 16, "a head is 16 bytes on the wire");
+
+const char *const op_names[] = {
+        "?", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv",
+};
+
+/* How much payload a head may carry: what a small all_reduce needs. It
+ * depends on the group's size alone, so every member posts receives of the
+ * same size whatever operation it runs: a message longer than the receive
+ * posted for it makes Gloo abort the process, not fail the operation. */
+size_t head_room(uint32_t n)
+{
+        return kGatherMax / (n > 1 ? n - 1 : 1);
+}
+
+/* Every member sends its head, with payload bytes after it, to every
+ * other, all at once: one step, where a ring takes n - 1. Slot r of the
+ * returned buffer (slot_len bytes each) holds member r's. */
+char *exchange_heads(cube__comm *c, const Head &mine, const void *payload, size_t payload_len,
+                     size_t *ret_slot_len)
+{
+        uint32_t n = c->size;
+        size_t slot_len = sizeof(Head) + head_room(n);
+        auto slot = gloo::Slot::build(kHeadSlotPrefix, c->tag++);
+
+        c->scratch.resize(n * slot_len);
+        char *all = c->scratch.data(), *me = all + c->rank * slot_len;
+        memcpy(me, &mine, sizeof(mine));
+        if (payload_len)
+                memcpy(me + sizeof(mine), payload, payload_len);
+        auto buf = c->ctx->createUnboundBuffer(all, n * slot_len);
+        for (uint32_t r = 0; r < n; r++)
+                if (r != c->rank)
+                        buf->recv((int) r, slot, r * slot_len, slot_len);
+        for (uint32_t r = 0; r < n; r++)
+                if (r != c->rank)
+                        buf->send((int) r, slot, c->rank * slot_len, sizeof(mine) + payload_len);
+        for (uint32_t i = 1; i < n; i++)
+                if (!buf->waitRecv(nullptr, c->timeout))
+                        throw gloo::IoException("the group was torn down");
+        for (uint32_t i = 1; i < n; i++)
+                if (!buf->waitSend(nullptr, c->timeout))
+                        throw gloo::IoException("the group was torn down");
+        *ret_slot_len = slot_len;
+        return all;
+}
+
+/* The heads' statuses into op->status; 1 with why when the members do not
+ * run the same operation, 0 when they do. */
+int read_heads(cube__comm *c, cube__coll *op, const char *all, size_t slot_len, char *why,
+               size_t len)
+{
+        const Head *mine = reinterpret_cast<const Head *>(all + c->rank * slot_len);
+
+        for (uint32_t r = 0; r < c->size; r++) {
+                Head h;
+                memcpy(&h, all + r * slot_len, sizeof(h));
+                op->status[r] = h.status;
+                if (h.op == mine->op && h.dtype == mine->dtype && h.mean == mine->mean &&
+                    h.root == mine->root)
+                        continue;
+                const char *theirs = h.op < sizeof(op_names) / sizeof(*op_names) ?
+                                     op_names[h.op] : "?";
+                if (h.op != mine->op)
+                        snprintf(why, len, "member %s (rank %u) runs %s where this member runs %s",
+                                 c->names[r].c_str(), r, theirs, op_names[mine->op]);
+                else if (h.root != mine->root)
+                        snprintf(why, len, "member %s (rank %u) names rank %u as the root where "
+                                 "this member names rank %u", c->names[r].c_str(), r, h.root,
+                                 mine->root);
+                else
+                        snprintf(why, len, "member %s (rank %u) reduces another way (dtype %u, "
+                                 "%s) than this member (dtype %u, %s)", c->names[r].c_str(), r,
+                                 h.dtype, h.mean ? "mean" : "sum", mine->dtype,
+                                 mine->mean ? "mean" : "sum");
+                return 1;
+        }
+        return 0;
+}
+
+int run_op(cube__comm *c, cube__coll *op, char *why, size_t len)
 {
         uint32_t n = c->size;
         size_t es = elem_size(op->dtype);
 
-        if (op->op == CUBE__OP_ALL_REDUCE && op->src_bytes <= kFuseMax) {
-                /* Fused: the payload, then one status element per member. */
-                size_t elems = op->src_bytes / es, total = (elems + n) * es;
-                std::vector<char> in(total), out(total);
-                bool refused = op->status[c->rank] & 1;
-                if (!refused)
-                        memcpy(in.data(), op->src, op->src_bytes);
-                for (uint32_t r = 0; r < n; r++)
-                        put_one(&in[(elems + r) * es], op->dtype, r == c->rank && refused);
-                all_reduce_raw(c, in.data(), out.data(), elems + n, op->dtype);
-                for (uint32_t r = 0; r < n; r++) {
-                        bool set = false;
-                        for (size_t b = 0; b < es; b++)
-                                set |= out[(elems + r) * es + b] != 0;
-                        op->status[r] = (op->src_bytes << 1) | set;
-                }
-                if (anyone(op->status, n))
-                        return;
-                if (op->mean)
-                        mean(out.data(), op->dtype, elems, n);
-                memcpy(op->dst, out.data(), op->src_bytes);
-                return;
-        }
         if (op->op == CUBE__OP_SEND || op->op == CUBE__OP_RECV) {
                 /* The status travels first, in the same direction as the data. */
                 uint32_t peer = op->root;
@@ -524,7 +566,7 @@ void run_op(cube__comm *c, cube__coll *op)
                         if (!hb->waitSend(c->timeout))
                                 throw gloo::IoException("timed out sending to the peer");
                         if (head & 1)
-                                return;
+                                return 0;
                         auto db = c->ctx->createUnboundBuffer(const_cast<void *>(op->src),
                                                               op->src_bytes);
                         db->send((int) peer, 2);
@@ -536,17 +578,39 @@ void run_op(cube__comm *c, cube__coll *op)
                                 throw gloo::IoException("timed out receiving from the peer");
                         op->status[peer] = head;
                         if ((head & 1) || (head >> 1) != (want >> 1))
-                                return;
+                                return 0;
                         auto db = c->ctx->createUnboundBuffer(op->dst, op->dst_bytes);
                         db->recv((int) peer, 2);
                         if (!db->waitRecv(c->timeout))
                                 throw gloo::IoException("timed out receiving from the peer");
                 }
-                return;
+                return 0;
         }
-        exchange_status(c, op->status);
+        /* A small all_reduce's payload rides in its head: the heads are then
+         * the whole operation, reduced here in rank order, so every member
+         * gets the same bits. */
+        bool refused = op->status[c->rank] & 1;
+        bool small = op->op == CUBE__OP_ALL_REDUCE && op->src_bytes <= head_room(n);
+        Head mine = { op->status[c->rank], (uint8_t) op->op, (uint8_t) op->dtype,
+                      (uint8_t) op->mean, 0, op->root };
+        size_t slot_len;
+        const char *all = exchange_heads(c, mine, op->src, small && !refused ? op->src_bytes : 0,
+                                         &slot_len);
+        if (read_heads(c, op, all, slot_len, why, len))
+                return 1;
         if (anyone(op->status, n))
-                return;
+                return 0;
+        if (small) {
+                size_t elems = op->src_bytes / es;
+                std::vector<char> out(all + sizeof(Head), all + sizeof(Head) + op->src_bytes);
+                auto add = sum_of(op->dtype);
+                for (uint32_t r = 1; r < n; r++)
+                        add(out.data(), out.data(), all + r * slot_len + sizeof(Head), elems);
+                if (op->mean)
+                        mean(out.data(), op->dtype, elems, n);
+                memcpy(op->dst, out.data(), op->src_bytes);
+                return 0;
+        }
         switch (op->op) {
         case CUBE__OP_ALL_REDUCE:
                 all_reduce_raw(c, op->src, op->dst, op->src_bytes / es, op->dtype);
@@ -589,6 +653,7 @@ void run_op(cube__comm *c, cube__coll *op)
                 break;
         }
         }
+        return 0;
 }
 
 bool gloo_reduces(int dt)
@@ -645,13 +710,14 @@ int gloo_run(cube__comm *c, cube__coll *op, char *why, size_t len)
 {
         if (!ok(c, why, len))
                 return -1;
+        int rc;
         try {
-                run_op(c, op);
+                rc = run_op(c, op, why, len);
         } catch (const std::exception &e) {
                 say(why, len, c->aborted ? "the group was torn down" : e.what());
                 return -1;
         }
-        return ok(c, why, len) ? 0 : -1;
+        return ok(c, why, len) ? rc : -1;
 }
 
 void gloo_abort(cube__comm *c)
