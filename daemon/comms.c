@@ -42,7 +42,7 @@
 #include "dispatch.h"
 #include "transport.h"
 
-#define GROUP_MAX 64                    /* members of one group */
+#define GROUP_MAX CUBE__GROUP_MAX
 #define COMM_STREAM UINT64_MAX          /* the session's collective stream (AtSync) */
 
 enum { JOINING, READY, FAILED, CLOSED };
@@ -90,8 +90,8 @@ struct cube__group {
         uint64_t nonce;
         /* The thread's. */
         cube__comm *comm;
-        cube__progress *progress;       /* same-host groups, when it could be had */
-        uint64_t runs;                  /* operations it has started */
+        cube__progress progress;        /* what progress.c tells the other members */
+        char cards[GROUP_MAX][64];      /* where each member's daemon tells its own */
         uv_thread_t thread;
         uv_mutex_t lock;
         uv_cond_t cond;
@@ -179,11 +179,10 @@ static bool can_connect(const char *host, uint16_t port)
 }
 
 /* Rank 0 publishes its store; the others wait for a file that names a live
- * one. A file left by a rank 0 that died names a store nobody serves. The
- * round's progress file (progress.c) exists before the file that names it. */
+ * one. A file left by a rank 0 that died names a store nobody serves. */
 static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
 {
-        char path[256], tmp[280], progress[320];
+        char path[256], tmp[280];
 
         rendezvous_path(g, path, sizeof(path));
         if (g->rank == 0) {
@@ -195,9 +194,6 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                         snprintf(why, len, "cannot listen on %s: %s", g->host, strerror(errno));
                         return -1;
                 }
-                cube__progress_path(g->server->opts.comm_dir, g->id, g->nonce, progress,
-                                    sizeof(progress));
-                g->progress = cube__progress_open(progress, true, g->nonce, 0, g->size);
                 snprintf(tmp, sizeof(tmp), "%s.%d", path, (int) getpid());
                 if (!(f = fopen(tmp, "w"))) {
                         snprintf(why, len, "cannot write %s: %s", tmp, strerror(errno));
@@ -218,13 +214,8 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                         int n = fscanf(f, "%63s %u %" SCNu64, g->host, &port, &g->nonce);
                         fclose(f);
                         g->port = (uint16_t) port;
-                        if (n == 3 && can_connect(g->host, g->port)) {
-                                cube__progress_path(g->server->opts.comm_dir, g->id, g->nonce,
-                                                    progress, sizeof(progress));
-                                g->progress = cube__progress_open(progress, false, g->nonce,
-                                                                  g->rank, g->size);
+                        if (n == 3 && can_connect(g->host, g->port))
                                 return 0;
-                        }
                 }
                 usleep(10000);
         }
@@ -237,7 +228,7 @@ static void do_join(cube__group *g, job *j)
 {
         cube__server *srv = g->server;
         uint32_t timeout = srv->opts.collective_timeout_ms;
-        char path[320];
+        char path[256];
         cube__comm_setup setup = {
                 .rank = g->rank, .size = g->size, .address = srv->opts.comm_address,
                 .name = srv->instance, .timeout_ms = timeout,
@@ -252,24 +243,29 @@ static void do_join(cube__group *g, job *j)
         setup.store_host = g->host;
         setup.store_port = g->port;
         setup.nonce = g->nonce;
+        setup.card = cube__progress_card(srv->progress);
         j->rc = srv->transport->join(&setup, &g->comm, j->why, sizeof(j->why));
         if (g->rank == 0) {
                 if (!g->by_id) {
                         rendezvous_path(g, path, sizeof(path));
-                        unlink(path);
-                        /* Every member that got this far has it mapped. */
-                        cube__progress_path(srv->opts.comm_dir, g->id, g->nonce, path,
-                                            sizeof(path));
                         unlink(path);
                 }
                 if (g->store_fd >= 0)
                         close(g->store_fd);
                 g->store_fd = -1;
         }
-        if (j->rc == 0)
-                for (uint32_t r = 0; r < g->size; r++)
-                        snprintf(g->names[r], sizeof(g->names[r]), "%s",
-                                 srv->transport->member(g->comm, r));
+        if (j->rc != 0)
+                return;
+        for (uint32_t r = 0; r < g->size; r++) {
+                snprintf(g->names[r], sizeof(g->names[r]), "%s",
+                         srv->transport->member(g->comm, r));
+                snprintf(g->cards[r], sizeof(g->cards[r]), "%s",
+                         srv->transport->member_card(g->comm, r));
+        }
+        g->progress.group = g->id;
+        g->progress.nonce = g->nonce;
+        g->progress.rank = g->rank;
+        cube__progress_add(srv->progress, &g->progress);
 }
 
 /* Whether member's daemon still answers on its socket (same-host groups). */
@@ -288,8 +284,17 @@ static bool daemon_alive(const cube__group *g, uint32_t r)
 }
 
 /* Names the member a transport error lost: one whose daemon is gone, else
- * one that never started the operation or whose daemon is stopped
+ * those that never started the operation, do not answer or left the group
  * (progress.c), else the only other member, else what the engine said. */
+static size_t name_silent(cube__group *g, char *buf, size_t len)
+{
+        const char *cards[GROUP_MAX];
+
+        for (uint32_t r = 0; r < g->size; r++)
+                cards[r] = g->cards[r][0] ? g->cards[r] : NULL;
+        return cube__progress_name_silent(&g->progress, g->size, cards, g->names, buf, len);
+}
+
 static void name_lost(cube__group *g, job *j)
 {
         char engine[512];
@@ -303,8 +308,7 @@ static void name_lost(cube__group *g, job *j)
                                                   "%smember %s (rank %u) is lost: its daemon is "
                                                   "gone", used ? "; " : "", g->names[r], r);
         if (!used)
-                used = cube__progress_name_silent(g->progress, g->names, j->why,
-                                                  sizeof(j->why));
+                used = name_silent(g, j->why, sizeof(j->why));
         if (!used && g->size == 2)
                 used = (size_t) snprintf(j->why, sizeof(j->why), "member %s (rank %u) is lost",
                                          g->names[1 - g->rank], 1 - g->rank);
@@ -322,7 +326,7 @@ static void do_run(cube__group *g, job *j)
                 return;
         }
         j->coll.status = j->status;
-        cube__progress_started(g->progress, ++g->runs);
+        atomic_fetch_add(&g->progress.started, 1);
         j->rc = g->server->transport->run(g->comm, &j->coll, j->why, sizeof(j->why));
         if (j->rc < 0)
                 name_lost(g, j);
@@ -354,6 +358,8 @@ static void group_thread(void *arg)
                                 g->server->transport->close(g->comm);
                                 g->comm = NULL;
                         }
+                        if (j->kind == JOB_CLOSE)
+                                cube__progress_remove(g->server->progress, &g->progress);
                 }
                 if (j->kind == JOB_JOIN) {
                         /* Its op may not have reached its place yet. */
@@ -399,7 +405,7 @@ static void group_free(cube__group *g)
         }
         if (g->store_fd >= 0)
                 close(g->store_fd);
-        cube__progress_free(g->progress);
+        cube__progress_remove(g->server->progress, &g->progress);
         uv_mutex_destroy(&g->lock);
         uv_cond_destroy(&g->cond);
         free(g);
@@ -1210,6 +1216,14 @@ void cube__comms_init(cube__server *srv)
                 srv->opts.comm_dir = slash ? strndup(sock, (size_t) (slash - sock)) : strdup(".");
         if (!srv->opts.comm_address)
                 srv->opts.comm_address = strdup("127.0.0.1");
+        if (srv->transport && !srv->progress) {
+                char why[256];
+                if (!(srv->progress = cube__progress_start(srv->opts.comm_address, why,
+                                                           sizeof(why))))
+                        cube__log(CUBE__LOG_WARNING, "collectives: members will not be told how "
+                                  "far this one has got, so a failed operation may not name "
+                                  "the member it waited for: %s", why);
+        }
         cube__log(CUBE__LOG_INFO, "collectives: %s as %s, meeting in %s, listening on %s",
                   srv->transport ? srv->transport->name : "none (NoDeviceTransport)",
                   srv->instance, srv->opts.comm_dir, srv->opts.comm_address);
@@ -1217,6 +1231,8 @@ void cube__comms_init(cube__server *srv)
 
 void cube__comms_done(cube__server *srv)
 {
+        cube__progress_stop(srv->progress);
+        srv->progress = NULL;
         while (srv->mints) {
                 cube__mint *m = srv->mints;
                 srv->mints = m->next;

@@ -11,6 +11,7 @@
 #ifndef CUBED_H
 #define CUBED_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -1043,6 +1044,8 @@ struct cube__server {
         uint32_t rx_blocked;            /* connections not read for the receive caps */
         const struct cube__transport *transport; /* NULL: NoDeviceTransport */
         struct cube__mint *mints;       /* group ids minted here, not yet joined */
+        struct cube__progress_service *progress; /* NULL without a transport, or when it
+                                                  * could not start (progress.c) */
         char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
         struct cube__peer *peers;       /* devices whose memory kernels here bind (peer.c) */
         cube__stats stats;
@@ -1066,20 +1069,29 @@ bool cube__uid_is_admin(uid_t uid);
 void cube__comms_init(cube__server *srv);
 void cube__comms_done(cube__server *srv);
 
-/* ---- how far the members of a same-host group have got (progress.c) ---- */
-typedef struct cube__progress cube__progress;
-void cube__progress_path(const char *comm_dir, uint64_t group, uint64_t nonce, char *buf,
-                         size_t len);
-/* The file rank 0 creates (create) and the others open; NULL where it
- * cannot be had, which only makes failures less precise. */
-cube__progress *cube__progress_open(const char *path, bool create, uint64_t nonce,
-                                    uint32_t rank, uint32_t size);
-void cube__progress_free(cube__progress *pr);
-/* This member has started the group's op-th operation (counting from 1). */
-void cube__progress_started(cube__progress *pr, uint64_t op);
-/* Names, in buf, the members that never started the operation this one is
- * in, or whose daemon is stopped; answers the length written (0: none). */
-size_t cube__progress_name_silent(const cube__progress *pr, char (*names)[CUBED_NAME_MAX],
+/* ---- how far members have got, asked when an operation fails (progress.c) */
+#define CUBE__GROUP_MAX 64              /* members of one group */
+/* This daemon's member of a group, as the service tells it. */
+typedef struct cube__progress {
+        uint64_t group, nonce;          /* the group and its round */
+        uint32_t rank;
+        _Atomic uint64_t started;       /* operations it has started */
+        struct cube__progress *next;    /* the service's */
+} cube__progress;
+typedef struct cube__progress_service cube__progress_service;
+/* Answers on a TCP socket of address; NULL with why when it cannot. */
+cube__progress_service *cube__progress_start(const char *address, char *why, size_t len);
+void cube__progress_stop(cube__progress_service *ps);
+/* "ip:port", which members exchange when they join; "" without a service. */
+const char *cube__progress_card(const cube__progress_service *ps);
+void cube__progress_add(cube__progress_service *ps, cube__progress *m);
+void cube__progress_remove(cube__progress_service *ps, cube__progress *m);
+/* Asks every other member (cards by rank, NULL where unknown) how far it
+ * has got, waiting at most half a second in all, and names in buf those
+ * that never started the operation me is in, do not answer, or left the
+ * group; answers the length written (0: none). */
+size_t cube__progress_name_silent(const cube__progress *me, uint32_t size,
+                                  const char *const *cards, char (*names)[CUBED_NAME_MAX],
                                   char *buf, size_t len);
 
 /* ---- peer access (peer.c) ----------------------------------------------- */

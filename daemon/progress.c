@@ -1,172 +1,302 @@
 /*
- * progress.c - how far each member of a same-host group has got, so that
- * when an operation fails the others can name the member they waited for.
+ * progress.c - how far this daemon's members of groups have got, told to
+ * the other members on request, so that when an operation fails they can
+ * name the member they waited for.
  *
  * A collective that times out only tells a member that a message did not
  * come; in a group of more than two, the member it waited for may itself be
- * waiting for another. So every member of a same-host group maps one small
- * file in the comm directory, which rank 0 creates before it publishes the
- * group: a slot per rank holding the member's daemon pid and how many of
- * the group's operations it has started. When an operation fails, a member
- * reads the slots: a member that has not started the operation this one is
- * in is the one everyone waits for (its client has not asked for it, or its
- * daemon is too far behind), and one that started it but whose daemon is
- * stopped is stuck in it.
+ * waiting for another. So each daemon with a transport answers, on a TCP
+ * socket of its comm address (its card, which members exchange when they
+ * join), how many operations its member of a group has started. A member
+ * whose operation failed asks every other at once, and names those that
+ * never started the operation (their client has not asked for it), those
+ * whose daemon does not answer within PROGRESS_WAIT_MS (stopped, or cut
+ * off) and those that left the group.
  *
- * The slots are written only by their own member's group thread, with plain
- * atomic stores; reading a slot another member is writing is harmless, for
- * the figures only name a member in a message. A file that cannot be made
- * or mapped leaves the naming to what the engine and the sockets tell.
+ * A thread of its own answers, not the loop nor the groups' threads: the
+ * question is asked when something is stuck. Each question is one small
+ * message and its answer; a peer that sends nothing is dropped after
+ * PROGRESS_WAIT_MS, so one cannot keep the others from being answered for
+ * longer. An answer tells only a count, to whoever knows the group's id and
+ * round.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdatomic.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cubed.h"
 
 #define PROGRESS_MAGIC 0x63756265706f6773ull    /* "cubepogs" */
+#define PROGRESS_WAIT_MS 500
+#define UNKNOWN_GROUP UINT64_MAX
 
-typedef struct slot {
-        _Atomic uint64_t started;       /* operations this member has started */
-        _Atomic int32_t pid;            /* its daemon, 0 until it joined */
-        uint32_t pad;
-} slot;
+typedef struct question {
+        uint64_t magic, group, nonce;
+} question;
 
-typedef struct page {
-        uint64_t magic;
-        uint64_t nonce;                 /* the group's round */
-        uint32_t size;
-        uint32_t pad;
-        slot slots[];
-} page;
+typedef struct answer {
+        uint64_t magic, started;        /* UNKNOWN_GROUP: no such group here */
+} answer;
 
-struct cube__progress {
-        page *p;
-        size_t len;
-        uint32_t rank, size;
+struct cube__progress_service {
+        int fd, stop_pipe[2];
+        pthread_t thread;
+        pthread_mutex_t lock;
+        cube__progress *members;        /* under lock */
+        char card[64];
 };
 
-void cube__progress_path(const char *comm_dir, uint64_t group, uint64_t nonce, char *buf,
-                         size_t len)
+static uint64_t now_ms(void)
 {
-        snprintf(buf, len, "%s/.cube-comm-%016" PRIx64 "-%016" PRIx64 ".progress", comm_dir,
-                 group, nonce);
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
 }
 
-/* Rank 0 creates the file (create) before the others learn the round; they
- * open it once they have (!create). */
-cube__progress *cube__progress_open(const char *path, bool create, uint64_t nonce,
-                                    uint32_t rank, uint32_t size)
+static bool read_within(int fd, void *buf, size_t len, uint64_t deadline)
 {
-        size_t len = sizeof(page) + (size_t) size * sizeof(slot);
-        cube__progress *pr;
-        struct stat st;
-        page *p;
-        int fd;
+        char *p = buf;
 
-        if (create)
-                fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        else
-                fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
-                return NULL;
-        if ((create && ftruncate(fd, (off_t) len) < 0) || fstat(fd, &st) < 0 ||
-            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (size_t) st.st_size != len) {
-                close(fd);
-                if (create)
-                        unlink(path);
-                return NULL;
+        while (len) {
+                uint64_t now = now_ms();
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                ssize_t n;
+                if (now >= deadline || poll(&pfd, 1, (int) (deadline - now)) <= 0)
+                        return false;
+                n = recv(fd, p, len, MSG_DONTWAIT);
+                if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+                        return false;
+                if (n > 0) {
+                        p += n;
+                        len -= (size_t) n;
+                }
         }
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-        if (p == MAP_FAILED) {
-                if (create)
-                        unlink(path);
-                return NULL;
-        }
-        if (create) {
-                p->nonce = nonce;
-                p->size = size;
-                p->magic = PROGRESS_MAGIC;
-        } else if (p->magic != PROGRESS_MAGIC || p->nonce != nonce || p->size != size) {
-                munmap(p, len);
-                return NULL;
-        }
-        if (!(pr = malloc(sizeof(*pr)))) {
-                munmap(p, len);
-                return NULL;
-        }
-        *pr = (cube__progress) { p, len, rank, size };
-        atomic_store(&p->slots[rank].pid, (int32_t) getpid());
-        return pr;
+        return true;
 }
 
-void cube__progress_free(cube__progress *pr)
+static void answer_one(cube__progress_service *ps, int fd)
 {
-        if (!pr)
+        question q;
+        answer a = { PROGRESS_MAGIC, UNKNOWN_GROUP };
+
+        if (!read_within(fd, &q, sizeof(q), now_ms() + PROGRESS_WAIT_MS) ||
+            q.magic != PROGRESS_MAGIC)
                 return;
-        munmap(pr->p, pr->len);
-        free(pr);
+        pthread_mutex_lock(&ps->lock);
+        for (cube__progress *m = ps->members; m; m = m->next)
+                if (m->group == q.group && m->nonce == q.nonce) {
+                        a.started = atomic_load(&m->started);
+                        break;
+                }
+        pthread_mutex_unlock(&ps->lock);
+        (void) !send(fd, &a, sizeof(a), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-void cube__progress_started(cube__progress *pr, uint64_t op)
+static void *serve(void *arg)
 {
-        if (pr)
-                atomic_store(&pr->p->slots[pr->rank].started, op);
+        cube__progress_service *ps = arg;
+
+        for (;;) {
+                struct pollfd pfd[2] = { { .fd = ps->fd, .events = POLLIN },
+                                         { .fd = ps->stop_pipe[0], .events = POLLIN } };
+                int fd;
+                if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+                        break;
+                if (pfd[1].revents)
+                        break;
+                if (!(pfd[0].revents & POLLIN))
+                        continue;
+                if ((fd = accept4(ps->fd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+                        continue;
+                answer_one(ps, fd);
+                close(fd);
+        }
+        return NULL;
 }
 
-/* Whether process pid is stopped (SIGSTOP, or a debugger's). */
-static bool stopped(int32_t pid)
+cube__progress_service *cube__progress_start(const char *address, char *why, size_t len)
 {
-        char path[64], buf[256], *paren;
-        ssize_t n;
+        cube__progress_service *ps = calloc(1, sizeof(*ps));
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        socklen_t sl = sizeof(sa);
+
+        if (!ps) {
+                snprintf(why, len, "out of host memory");
+                return NULL;
+        }
+        ps->stop_pipe[0] = ps->stop_pipe[1] = -1;
+        ps->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (ps->fd < 0 || inet_pton(AF_INET, address, &sa.sin_addr) != 1 ||
+            bind(ps->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(ps->fd, 64) < 0 ||
+            getsockname(ps->fd, (struct sockaddr *) &sa, &sl) < 0 ||
+            pipe2(ps->stop_pipe, O_CLOEXEC) < 0) {
+                snprintf(why, len, "cannot listen on %s: %s", address, strerror(errno));
+                goto fail;
+        }
+        snprintf(ps->card, sizeof(ps->card), "%s:%u", address, ntohs(sa.sin_port));
+        pthread_mutex_init(&ps->lock, NULL);
+        if (pthread_create(&ps->thread, NULL, serve, ps) != 0) {
+                snprintf(why, len, "cannot start a thread");
+                pthread_mutex_destroy(&ps->lock);
+                goto fail;
+        }
+        return ps;
+fail:
+        if (ps->fd >= 0)
+                close(ps->fd);
+        if (ps->stop_pipe[0] >= 0) {
+                close(ps->stop_pipe[0]);
+                close(ps->stop_pipe[1]);
+        }
+        free(ps);
+        return NULL;
+}
+
+void cube__progress_stop(cube__progress_service *ps)
+{
+        if (!ps)
+                return;
+        (void) !write(ps->stop_pipe[1], "x", 1);
+        pthread_join(ps->thread, NULL);
+        close(ps->fd);
+        close(ps->stop_pipe[0]);
+        close(ps->stop_pipe[1]);
+        pthread_mutex_destroy(&ps->lock);
+        free(ps);
+}
+
+const char *cube__progress_card(const cube__progress_service *ps)
+{
+        return ps ? ps->card : "";
+}
+
+void cube__progress_add(cube__progress_service *ps, cube__progress *m)
+{
+        if (!ps)
+                return;
+        pthread_mutex_lock(&ps->lock);
+        m->next = ps->members;
+        ps->members = m;
+        pthread_mutex_unlock(&ps->lock);
+}
+
+void cube__progress_remove(cube__progress_service *ps, cube__progress *m)
+{
+        if (!ps)
+                return;
+        pthread_mutex_lock(&ps->lock);
+        for (cube__progress **p = &ps->members; *p; p = &(*p)->next)
+                if (*p == m) {
+                        *p = m->next;
+                        break;
+                }
+        pthread_mutex_unlock(&ps->lock);
+}
+
+/* A non-blocking connection to card "ip:port", or -1. */
+static int dial(const char *card)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        char host[64];
+        unsigned port;
         int fd;
 
-        snprintf(path, sizeof(path), "/proc/%" PRId32 "/stat", pid);
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-                return false;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return false;
-        buf[n] = '\0';
-        /* "pid (comm) S ...": comm may hold spaces and parentheses. */
-        if (!(paren = strrchr(buf, ')')) || paren[1] != ' ')
-                return false;
-        return paren[2] == 'T' || paren[2] == 't';
+        if (sscanf(card, "%63[^:]:%u", host, &port) != 2 || port == 0 || port > 65535 ||
+            inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+                return -1;
+        sa.sin_port = htons((uint16_t) port);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 &&
+            errno != EINPROGRESS) {
+                close(fd);
+                return -1;
+        }
+        return fd;
 }
 
-size_t cube__progress_name_silent(const cube__progress *pr, char (*names)[CUBED_NAME_MAX],
+size_t cube__progress_name_silent(const cube__progress *me, uint32_t size,
+                                  const char *const *cards, char (*names)[CUBED_NAME_MAX],
                                   char *buf, size_t len)
 {
+        enum { ASKING, SENT, ANSWERED, SILENT };
+        struct pollfd pfd[CUBE__GROUP_MAX];
+        int state[CUBE__GROUP_MAX];
+        uint64_t started[CUBE__GROUP_MAX], mine = atomic_load(&me->started);
+        uint64_t deadline = now_ms() + PROGRESS_WAIT_MS;
+        question q = { PROGRESS_MAGIC, me->group, me->nonce };
         size_t used = 0;
-        uint64_t mine;
+        int open = 0;
 
-        if (!pr || !len)
+        if (!len || size > CUBE__GROUP_MAX)
                 return 0;
-        mine = atomic_load(&pr->p->slots[pr->rank].started);
-        for (uint32_t r = 0; r < pr->size && used < len; r++) {
-                uint64_t theirs = atomic_load(&pr->p->slots[r].started);
-                int32_t pid = atomic_load(&pr->p->slots[r].pid);
-                if (r == pr->rank)
+        for (uint32_t r = 0; r < size; r++) {
+                pfd[r] = (struct pollfd) { .fd = -1, .events = POLLOUT };
+                state[r] = r == me->rank ? ANSWERED : SILENT;
+                started[r] = mine;
+                if (r != me->rank && cards[r] && (pfd[r].fd = dial(cards[r])) >= 0) {
+                        state[r] = ASKING;
+                        open++;
+                }
+        }
+        /* Every member is asked at once: the wait is one PROGRESS_WAIT_MS. */
+        while (open) {
+                uint64_t now = now_ms();
+                if (now >= deadline || poll(pfd, size, (int) (deadline - now)) <= 0)
+                        break;
+                for (uint32_t r = 0; r < size; r++) {
+                        answer a;
+                        if (pfd[r].fd < 0 || !pfd[r].revents)
+                                continue;
+                        if (state[r] == ASKING && (pfd[r].revents & POLLOUT) &&
+                            send(pfd[r].fd, &q, sizeof(q), MSG_NOSIGNAL) == sizeof(q)) {
+                                state[r] = SENT;
+                                pfd[r].events = POLLIN;
+                                continue;
+                        }
+                        if (state[r] == SENT && (pfd[r].revents & POLLIN) &&
+                            recv(pfd[r].fd, &a, sizeof(a), MSG_WAITALL) == sizeof(a) &&
+                            a.magic == PROGRESS_MAGIC) {
+                                state[r] = ANSWERED;
+                                started[r] = a.started;
+                        }
+                        close(pfd[r].fd);       /* answered, refused or broken */
+                        pfd[r].fd = -1;
+                        if (state[r] != ANSWERED)
+                                state[r] = SILENT;
+                        open--;
+                }
+        }
+        for (uint32_t r = 0; r < size; r++) {
+                if (pfd[r].fd >= 0) {
+                        close(pfd[r].fd);
+                        state[r] = SILENT;
+                }
+                if (r == me->rank || used >= len)
                         continue;
-                if (theirs < mine)
+                if (state[r] == SILENT)
+                        used += (size_t) snprintf(buf + used, len - used,
+                                "%smember %s (rank %u) does not answer: its daemon is stopped, "
+                                "gone or cut off from this one", used ? "; " : "", names[r], r);
+                else if (started[r] == UNKNOWN_GROUP)
+                        used += (size_t) snprintf(buf + used, len - used,
+                                "%smember %s (rank %u) has left the group (its session ended)",
+                                used ? "; " : "", names[r], r);
+                else if (started[r] < mine)
                         used += (size_t) snprintf(buf + used, len - used,
                                 "%smember %s (rank %u) never started it: it has started %" PRIu64
                                 " of the group's operations, this is operation %" PRIu64
                                 " (has its client asked for it?)", used ? "; " : "", names[r],
-                                r, theirs, mine);
-                else if (pid > 0 && stopped(pid))
-                        used += (size_t) snprintf(buf + used, len - used,
-                                "%smember %s (rank %u) is stuck in it: its daemon (pid %" PRId32
-                                ") is stopped", used ? "; " : "", names[r], r, pid);
+                                r, started[r], mine);
         }
         return used < len ? used : len - 1;
 }

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -489,14 +490,30 @@ START_TEST(test_member_client_killed)
 }
 END_TEST
 
+typedef struct id_join {
+        cube_client *client;
+        const char *id;
+        uint32_t rank;
+        cube_error *e;
+} id_join;
+
+static void *join_by_id(void *arg)
+{
+        id_join *j = arg;
+        j->e = cube_comm_init_id(j->client, j->id, j->rank, 4);
+        return NULL;
+}
+
 /* In a group of four, a member whose client never asks for the operation:
  * the others time out, and each names the silent member, not the member it
- * happened to wait for. */
-START_TEST(test_silent_member_named)
+ * happened to wait for; in a group of devices and in one joined by a
+ * minted id (the way across hosts). */
+static void silent_member_named(bool by_id)
 {
         static const char *const args[] = { "--collective-timeout", "2000", NULL };
         test_group g;
         cube_client *c[4];
+        char id[128];
         cube_group grp = { names, 4, NULL };
         cube_handle src[4], dst[4];
         float buf[1024] = {0};
@@ -504,7 +521,22 @@ START_TEST(test_silent_member_named)
 
         ck_assert_int_eq(test_group_start(&g, 4, args), 0);
         connect_all(&g, c);
-        ck_ok(cube_comm_init_all(c, names, 4));
+        if (by_id) {
+                id_join j[4];
+                pthread_t t[4];
+                ck_ok(cube_comm_mint(c[0], id));
+                for (uint32_t r = 0; r < 4; r++) {
+                        j[r] = (id_join) { c[r], id, r, NULL };
+                        ck_assert_int_eq(pthread_create(&t[r], NULL, join_by_id, &j[r]), 0);
+                }
+                for (int r = 0; r < 4; r++) {
+                        pthread_join(t[r], NULL);
+                        ck_ok(j[r].e);
+                }
+                grp = (cube_group) { NULL, 0, id };
+        } else {
+                ck_ok(cube_comm_init_all(c, names, 4));
+        }
         for (int r = 0; r < 4; r++) {
                 ck_ok(cube_create(c[r], buf, sizeof(buf), &src[r]));
                 ck_ok(cube_empty(c[r], sizeof(buf), &dst[r]));
@@ -544,6 +576,17 @@ START_TEST(test_silent_member_named)
         disconnect_all(&g, c);
         test_group_stop(&g);
 }
+
+START_TEST(test_silent_member_named)
+{
+        silent_member_named(false);
+}
+END_TEST
+
+START_TEST(test_silent_member_named_by_id)
+{
+        silent_member_named(true);
+}
 END_TEST
 
 /* In a group of four, a member daemon stopped (SIGSTOP) in the middle of a
@@ -578,8 +621,8 @@ START_TEST(test_stopped_member_named)
                 if (!e)
                         continue;       /* it finished before the stop */
                 failed++;
-                ck_assert_msg(strstr(cube_error_message(e), "member cpu3 (rank 3) is stuck in "
-                                     "it: its daemon (pid ") ||
+                ck_assert_msg(strstr(cube_error_message(e), "member cpu3 (rank 3) does not "
+                                     "answer: its daemon is stopped") ||
                               strstr(cube_error_message(e), "member cpu3 (rank 3) never "
                                      "started it"), "member %d: %s", r, cube_error_message(e));
                 cube_error_free(e);
@@ -786,6 +829,7 @@ static Suite *suite(void)
         tcase_add_test(tc, test_member_killed);
         tcase_add_test(tc, test_member_client_killed);
         tcase_add_test(tc, test_silent_member_named);
+        tcase_add_test(tc, test_silent_member_named_by_id);
         tcase_add_test(tc, test_stopped_member_named);
         tcase_add_test(tc, test_sizes);
         tcase_add_test(tc, test_disagreeing_ops);

@@ -45,6 +45,8 @@ typedef struct cube__comm_setup {
         uint64_t nonce;                 /* the round: a store answers only its own */
         const char *address;            /* where this member's engine listens (an IP) */
         const char *name;               /* this member's name, for the others' reports */
+        const char *card;               /* where this member's daemon says how far it got
+                                         * (daemon/progress.c), for the others */
         uint32_t timeout_ms;            /* for joining, and for every operation */
 } cube__comm_setup;
 
@@ -70,8 +72,9 @@ typedef struct cube__transport {
         bool (*reduces)(int dtype);
         /* Forms the communicator; every member calls it with the same nonce. */
         int (*join)(const cube__comm_setup *setup, cube__comm **ret_comm, char *why, size_t len);
-        /* Members' names, as they gave them at join. */
+        /* Members' names and cards, as they gave them at join. */
         const char *(*member)(cube__comm *c, uint32_t rank);
+        const char *(*member_card)(cube__comm *c, uint32_t rank);
         /* 0 once done, with status filled in; 1 when the members do not run
          * the same operation (its kind, dtype, reduction or root differ):
          * nothing was written, why says how, and the group goes on; -1 when

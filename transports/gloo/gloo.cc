@@ -405,7 +405,7 @@ void mean(void *p, int dt, size_t n, uint32_t by)
 struct cube__comm {
         std::shared_ptr<gloo::transport::Device> dev;
         std::shared_ptr<gloo::rendezvous::Context> ctx;
-        std::vector<std::string> names;
+        std::vector<std::string> names, cards;
         uint32_t rank = 0, size = 0;
         ms timeout{0};
         uint32_t tag = 0;
@@ -683,10 +683,15 @@ int gloo_join(const cube__comm_setup *s, cube__comm **ret, char *why, size_t len
                 c->ctx->setTimeout(timeout);
                 std::string me(s->name);
                 store->set("name/" + std::to_string(s->rank), std::vector<char>(me.begin(), me.end()));
+                std::string card(s->card ? s->card : "");
+                store->set("card/" + std::to_string(s->rank),
+                           std::vector<char>(card.begin(), card.end()));
                 c->ctx->connectFullMesh(*store, c->dev);
                 for (uint32_t r = 0; r < s->size; r++) {
                         auto v = store->get("name/" + std::to_string(r));
                         c->names.emplace_back(v.begin(), v.end());
+                        auto k = store->get("card/" + std::to_string(r));
+                        c->cards.emplace_back(k.begin(), k.end());
                 }
                 /* Everyone is past the store once this returns. */
                 gloo::BarrierOptions b(c->ctx);
@@ -704,6 +709,11 @@ int gloo_join(const cube__comm_setup *s, cube__comm **ret, char *why, size_t len
 const char *gloo_member(cube__comm *c, uint32_t rank)
 {
         return rank < c->names.size() ? c->names[rank].c_str() : "?";
+}
+
+const char *gloo_member_card(cube__comm *c, uint32_t rank)
+{
+        return rank < c->cards.size() ? c->cards[rank].c_str() : "";
 }
 
 int gloo_run(cube__comm *c, cube__coll *op, char *why, size_t len)
@@ -736,7 +746,8 @@ void gloo_close(cube__comm *c)
 }
 
 const cube__transport gloo_transport = {
-        "gloo", gloo_reduces, gloo_join, gloo_member, gloo_run, gloo_abort, gloo_close,
+        "gloo", gloo_reduces, gloo_join, gloo_member, gloo_member_card, gloo_run, gloo_abort,
+        gloo_close,
 };
 
 } // namespace
