@@ -21,8 +21,8 @@
  * carries the failure (the refusing member's own, the others' naming it).
  * A transport error or the collective timeout fails the operation on every
  * member, its destination carries an error naming the lost member (its
- * daemon gone, or, in a same-host group, what progress.c tells), and the
- * group refuses later work until a new comm_init.
+ * daemon gone, or what the other members tell of how far they got:
+ * progress.c), and the group refuses later work until a new comm_init.
  */
 #include <errno.h>
 #include <fcntl.h>
