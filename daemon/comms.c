@@ -146,7 +146,7 @@ static void rendezvous_path(const cube__group *g, char *buf, size_t len)
         snprintf(buf, len, "%s/.cube-comm-%016" PRIx64, g->server->opts.comm_dir, g->id);
 }
 
-static int listen_tcp(const char *address, uint16_t *ret_port)
+int cube__listen_tcp(const char *address, uint16_t *ret_port)
 {
         struct sockaddr_in sa = { .sin_family = AF_INET };
         socklen_t len = sizeof(sa);
@@ -190,7 +190,7 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                 snprintf(g->host, sizeof(g->host), "%s", g->server->opts.comm_address);
                 if (getrandom(&g->nonce, sizeof(g->nonce), 0) != sizeof(g->nonce))
                         g->nonce = now_ms() ^ (uint64_t) getpid() << 32;
-                if ((g->store_fd = listen_tcp(g->host, &g->port)) < 0) {
+                if ((g->store_fd = cube__listen_tcp(g->host, &g->port)) < 0) {
                         snprintf(why, len, "cannot listen on %s: %s", g->host, strerror(errno));
                         return -1;
                 }
@@ -353,13 +353,15 @@ static void group_thread(void *arg)
                         do_run(g, j);
                 if (j->kind == JOB_CLOSE || (j->rc < 0 && j->kind == JOB_RUN)) {
                         /* Tearing the communicator down is what tells the
-                         * other members now rather than at their timeout. */
+                         * other members now rather than at their timeout;
+                         * a member that closes says it has left first, so
+                         * the others that ask then hear it. */
+                        if (j->kind == JOB_CLOSE)
+                                cube__progress_remove(g->server->progress, &g->progress);
                         if (g->comm) {
                                 g->server->transport->close(g->comm);
                                 g->comm = NULL;
                         }
-                        if (j->kind == JOB_CLOSE)
-                                cube__progress_remove(g->server->progress, &g->progress);
                 }
                 if (j->kind == JOB_JOIN) {
                         /* Its op may not have reached its place yet. */
@@ -830,7 +832,7 @@ cube__dispatched cube__do_comm_mint(cube__msg *k)
 
         if (!e && !(m = calloc(1, sizeof(*m))))
                 e = cube__err_generic("out of host memory");
-        if (!e && (m->fd = listen_tcp(srv->opts.comm_address, &port)) < 0) {
+        if (!e && (m->fd = cube__listen_tcp(srv->opts.comm_address, &port)) < 0) {
                 e = cube__err_generic("cannot listen on %s: %s", srv->opts.comm_address,
                                       strerror(errno));
                 free(m);

@@ -1068,6 +1068,9 @@ bool cube__uid_is_admin(uid_t uid);
 /* ---- collectives (comms.c) ---------------------------------------------- */
 void cube__comms_init(cube__server *srv);
 void cube__comms_done(cube__server *srv);
+/* A socket listening on address (an IPv4 address) at a port of the kernel's
+ * choosing, told in *ret_port; -1 with errno set. */
+int cube__listen_tcp(const char *address, uint16_t *ret_port);
 
 /* ---- how far members have got, asked when an operation fails (progress.c) */
 #define CUBE__GROUP_MAX 64              /* members of one group */

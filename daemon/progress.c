@@ -127,23 +127,19 @@ static void *serve(void *arg)
 cube__progress_service *cube__progress_start(const char *address, char *why, size_t len)
 {
         cube__progress_service *ps = calloc(1, sizeof(*ps));
-        struct sockaddr_in sa = { .sin_family = AF_INET };
-        socklen_t sl = sizeof(sa);
+        uint16_t port;
 
         if (!ps) {
                 snprintf(why, len, "out of host memory");
                 return NULL;
         }
         ps->stop_pipe[0] = ps->stop_pipe[1] = -1;
-        ps->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (ps->fd < 0 || inet_pton(AF_INET, address, &sa.sin_addr) != 1 ||
-            bind(ps->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(ps->fd, 64) < 0 ||
-            getsockname(ps->fd, (struct sockaddr *) &sa, &sl) < 0 ||
+        if ((ps->fd = cube__listen_tcp(address, &port)) < 0 ||
             pipe2(ps->stop_pipe, O_CLOEXEC) < 0) {
                 snprintf(why, len, "cannot listen on %s: %s", address, strerror(errno));
                 goto fail;
         }
-        snprintf(ps->card, sizeof(ps->card), "%s:%u", address, ntohs(sa.sin_port));
+        snprintf(ps->card, sizeof(ps->card), "%s:%u", address, port);
         pthread_mutex_init(&ps->lock, NULL);
         if (pthread_create(&ps->thread, NULL, serve, ps) != 0) {
                 snprintf(why, len, "cannot start a thread");
