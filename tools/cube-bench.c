@@ -375,19 +375,31 @@ static void bench_graph_replay(const struct config *cfg)
         free(one_by_one);
 }
 
+/* Moves the calling thread onto cpus (the daemon's) when given, keeping
+ * where it was in *ret_was; true when it moved (move_back then returns it). */
+static bool move_to(const cpu_set_t *cpus, cpu_set_t *ret_was)
+{
+        return cpus && pthread_getaffinity_np(pthread_self(), sizeof(*ret_was), ret_was) == 0 &&
+               pthread_setaffinity_np(pthread_self(), sizeof(*cpus), cpus) == 0;
+}
+
+static void move_back(bool moved, const cpu_set_t *was)
+{
+        if (moved)
+                pthread_setaffinity_np(pthread_self(), sizeof(*was), was);
+}
+
 /* Seconds to memcpy size bytes between two touched buffers, on cpus (the
  * daemon's, where its copies run) when given. */
 static double memcpy_time(const cpu_set_t *cpus, char *dst, const char *src, size_t size)
 {
-        cpu_set_t mine;
-        bool moved = cpus && pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine) == 0 &&
-                     pthread_setaffinity_np(pthread_self(), sizeof(*cpus), cpus) == 0;
+        cpu_set_t was;
+        bool moved = move_to(cpus, &was);
 
         double t0 = bench_now();
         memcpy(dst, src, size);
         double t = bench_now() - t0;
-        if (moved)
-                pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+        move_back(moved, &was);
         return t;
 }
 
@@ -923,14 +935,18 @@ struct kernel_case {
         uint32_t n_args;
         uint32_t count[3], dim[3];
         double target;
+        bool latency;                   /* timed as a latency: rtt_samples, not runs */
 };
 
 static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const struct kernel_case *kc)
 {
         cube_client *c = connect_client(cfg);
         cube_info *info = cube_info_new();
-        double *tc = xcalloc((size_t) cfg->runs, sizeof(double));
-        double *tp = xcalloc((size_t) cfg->runs, sizeof(double));
+        int runs = kc->latency ? cfg->rtt_samples : cfg->runs;
+        double *tc = xcalloc((size_t) runs, sizeof(double));
+        double *tp = xcalloc((size_t) runs, sizeof(double));
+        cpu_set_t was;
+        bool moved;
         cube_handle h[3];
         void *pbufs[3];
         uint64_t kernel;
@@ -960,19 +976,31 @@ static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const s
                 local[i] = kc->dim[i];
                 global[i] = (size_t) kc->count[i] * kc->dim[i];
         }
-        /* Warm both up (compiles), then interleave them run by run. */
+        /* Warm both up (compiles), then interleave them run by run; a
+         * latency's samples, in turns of 100, so that moving between CPUs
+         * is not in them. PoCL runs where the daemon's device runs, as the
+         * copies' memcpy does. */
         CHECK("launch", cube_launch_kernel(c, &l));
         CHECK("sync", cube_sync(c, NULL, 0));
+        moved = move_to(peer_cpus(cfg), &was);
         pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args, (int) kc->n_args, global, local);
-        for (int r = 0; r < cfg->runs; r++) {
-                double t0 = bench_now();
-                CHECK("launch", cube_launch_kernel(c, &l));
-                CHECK("sync", cube_sync(c, NULL, 0));
-                tc[r] = bench_now() - t0;
-                tp[r] = pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args,
-                                       (int) kc->n_args, global, local);
+        move_back(moved, &was);
+        int turn = kc->latency ? 100 : 1;
+        for (int r0 = 0; r0 < runs; r0 += turn) {
+                int r1 = r0 + turn < runs ? r0 + turn : runs;
+                for (int r = r0; r < r1; r++) {
+                        double t0 = bench_now();
+                        CHECK("launch", cube_launch_kernel(c, &l));
+                        CHECK("sync", cube_sync(c, NULL, 0));
+                        tc[r] = bench_now() - t0;
+                }
+                moved = move_to(peer_cpus(cfg), &was);
+                for (int r = r0; r < r1; r++)
+                        tp[r] = pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args,
+                                               (int) kc->n_args, global, local);
+                move_back(moved, &was);
         }
-        double mc = median(tc, cfg->runs), mp = median(tp, cfg->runs);
+        double mc = median(tc, runs), mp = median(tp, runs);
         snprintf(a, sizeof(a), "%.3f ms", mc * 1e3);
         snprintf(b, sizeof(b), "PoCL enqueue + finish, same kernel in OpenCL C: %.3f ms", mp * 1e3);
         char target[32];
@@ -994,7 +1022,11 @@ static void bench_cpu_kernels(const struct config *cfg)
         uint32_t vn = small ? 1u << 16 : 16000000u;
         uint32_t rs = small ? 4096 : 100000, rl = small ? 1u << 16 : 16000000u;
         uint32_t ms = small ? 32 : 256, ml = small ? 64 : 1024;
+        /* PoCL's worker threads start on the daemon's CPUs, as the device's do. */
+        cpu_set_t was;
+        bool moved = move_to(peer_cpus(cfg), &was);
         pocl_bench *pb = pocl_bench_new();
+        move_back(moved, &was);
 
         if (!pb)
                 return;
@@ -1012,20 +1044,22 @@ static void bench_cpu_kernels(const struct config *cfg)
         snprintf(f[2], 64, "CPU kernel: reduce, %u floats", rl);
         snprintf(f[3], 64, "CPU kernel: matmul %u x %u", ms, ms);
         snprintf(f[4], 64, "CPU kernel: matmul %u x %u", ml, ml);
-        snprintf(f[5], 64, "CPU kernel: empty launch + sync");
+        snprintf(f[5], 64, "CPU kernel: empty launch + sync (median of %d)", cfg->rtt_samples);
         const struct kernel_case cases[] = {
                 { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { vn }, 1,
-                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1 },
+                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false },
                 { f[1], "reduce", bench_reduce_source, 2, { rs * 4ul, (rs + 255) / 256 * 4ul },
-                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5 },
+                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5, false },
                 { f[2], "reduce", bench_reduce_source, 2, { rl * 4ul, (rl + 255) / 256 * 4ul },
-                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.25 },
+                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.25, false },
                 { f[3], "matmul", bench_matmul_source, 3, { ms * ms * 4ul, ms * ms * 4ul,
-                  ms * ms * 4ul }, { ms, ms, ms }, 3, { ms / 16, ms / 16, 1 }, { 16, 16, 1 }, 1.5 },
+                  ms * ms * 4ul }, { ms, ms, ms }, 3, { ms / 16, ms / 16, 1 }, { 16, 16, 1 }, 1.5,
+                  false },
                 { f[4], "matmul", bench_matmul_source, 3, { ml * ml * 4ul, ml * ml * 4ul,
-                  ml * ml * 4ul }, { ml, ml, ml }, 3, { ml / 16, ml / 16, 1 }, { 16, 16, 1 }, 1.25 },
+                  ml * ml * 4ul }, { ml, ml, ml }, 3, { ml / 16, ml / 16, 1 }, { 16, 16, 1 }, 1.25,
+                  false },
                 { f[5], "nop", "KERNEL void nop(uint32_t *unused, INFO)\n{\n}\n", 1, { 64 },
-                  { 0 }, 0, { 1, 1, 1 }, { 1, 1, 1 }, 1.0 },
+                  { 0 }, 0, { 1, 1, 1 }, { 1, 1, 1 }, 1.0, true },
         };
         const int pks[] = { kv, kr, kr, km, km, kn };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
