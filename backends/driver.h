@@ -100,6 +100,11 @@ typedef struct cube__device_config {
         uint32_t compile_cpu_s;         /* CPU time one kernel build may take; 0: the default */
         cube__complete_fn complete;     /* callable from any thread */
         void *complete_ctx;
+        /* An eventfd of the core's, or -1. Any thread or process the backend
+         * gives it to may write it; the core then calls loop_ready on its
+         * loop thread. A backend that completes work there saves the
+         * wake-ups of a thread of its own in between. */
+        int loop_fd;
 } cube__device_config;
 
 typedef struct cube__driver {
@@ -135,6 +140,9 @@ typedef struct cube__driver {
          * graph needs nothing more of a backend. A backend that keeps graphs
          * of its own gets one CUBE__WORK_GRAPH instead (graph_create). */
         void (*submit)(cube__device *d, cube__dstream *s, cube__work *w);
+        /* The loop_fd was written (optional, NULL: the backend never writes
+         * it). Called on the loop thread, as submit is. */
+        void (*loop_ready)(cube__device *d);
 
         /* Kernels. artifact_ext names the compiled form's files ("so").
          * target() says what compiled code depends on, for cache keys: the

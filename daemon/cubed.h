@@ -994,6 +994,8 @@ struct cube__server {
         uv_check_t answers_check;          /* sends them after each round of I/O... */
         uv_prepare_t answers_prepare;      /* ...and before the loop waits */
         int completions_fd;
+        uv_poll_t device_poll;          /* an eventfd the device itself writes (loop_fd) */
+        int device_fd;
         msgpack_zone *zone;             /* decodes requests, one at a time */
         bool zone_busy;
 

@@ -51,6 +51,23 @@ static void on_completions(uv_poll_t *p, int status, int events)
         cube__server_drain_completions(srv);
 }
 
+/* The device asks for the loop thread (driver.h's loop_fd): it completes
+ * work there, and what it completed is retired at once. */
+static void on_device(uv_poll_t *p, int status, int events)
+{
+        cube__server *srv = p->data;
+        uint64_t n;
+
+        (void) status;
+        (void) events;
+        if (read(srv->device_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+                cube__log(CUBE__LOG_WARNING, "reading the device's eventfd: %s", strerror(errno));
+        if (srv->device && srv->driver->loop_ready) {
+                srv->driver->loop_ready(srv->device);
+                cube__server_drain_completions(srv);
+        }
+}
+
 static void reload(cube__server *srv);
 
 static void on_signal(uv_signal_t *sig, int signum)
@@ -272,6 +289,7 @@ static int open_device(cube__server *srv)
                 .compile_cpu_s = srv->opts.compile_limit_s,
                 .complete = cube__server_complete,
                 .complete_ctx = srv,
+                .loop_fd = srv->device_fd,
         };
         const char *why = NULL;
         int r;
@@ -338,7 +356,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         int r;
 
         memset(srv, 0, sizeof(*srv));
-        srv->completions_fd = -1;
+        srv->completions_fd = srv->device_fd = -1;
         srv->cache_fd = -1;
         srv->opts = *opts;
         srv->overrides = overrides;
@@ -370,6 +388,14 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_init(srv->loop, &srv->completions_poll, srv->completions_fd);
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
+        if (srv->driver->loop_ready) {
+                srv->device_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+                if (srv->device_fd < 0)
+                        return -errno;
+                uv_poll_init(srv->loop, &srv->device_poll, srv->device_fd);
+                srv->device_poll.data = srv;
+                uv_poll_start(&srv->device_poll, UV_READABLE, on_device);
+        }
         cube__conn_answers_init(srv);
         cube__closer_init();
         cube__comms_init(srv);
@@ -559,6 +585,8 @@ void cube__server_check_stopped(cube__server *srv)
         if (uv_is_closing((uv_handle_t *) &srv->completions_poll))
                 return;
         uv_close((uv_handle_t *) &srv->completions_poll, NULL);
+        if (srv->device_fd >= 0)
+                uv_close((uv_handle_t *) &srv->device_poll, NULL);
         cube__conn_answers_close(srv);
         cube__comms_done(srv);
         cube__peers_done(srv);
@@ -666,6 +694,8 @@ void cube__server_done(cube__server *srv)
         uv_mutex_destroy(&srv->completions_lock);
         if (srv->completions_fd >= 0)
                 close(srv->completions_fd);
+        if (srv->device_fd >= 0)
+                close(srv->device_fd);
         if (srv->cache_fd >= 0)
                 close(srv->cache_fd);
         if (srv->zone)

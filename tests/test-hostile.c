@@ -1183,8 +1183,11 @@ START_TEST(one_hostile_client)
         pthread_join(t, NULL);
         ck_assert_msg(!b.error[0], "bystander: %s", b.error);
         ck_assert_int_gt(b.rounds, 10);
+        /* Under ASan the stalled 64 MiB messages (6) alone hold the
+         * bystander up for 180 to 230 ms (measured with the device's work
+         * completed by a worker and by the loop alike). */
         bool asan = test_under_asan(D.pid);
-        ck_assert_msg(b.worst_ms < test_scaled_ms(asan ? 200 : 100), "the bystander's worst "
+        ck_assert_msg(b.worst_ms < test_scaled_ms(asan ? 300 : 100), "the bystander's worst "
                       "round trip took %ld ms over %ld rounds", b.worst_ms, b.rounds);
         ck_assert_msg(asan || peak - rss0 < 160 * 1024, "cubed grew by %ld KiB", peak - rss0);
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000), "memory is still held");

@@ -15,6 +15,12 @@
  * the fault. The core's poison policy then closes the device and opens a
  * fresh one, or exits.
  *
+ * A stream with nothing queued for a worker posts its launches (and the
+ * fences among them) to the ring straight from cubed's loop thread, and the
+ * device wakes that loop when they have ended (driver.h's loop_fd): a
+ * launch + sync then costs two wake-ups, not four. Copies, which take time
+ * on cubed's side, and work queued behind them go through the workers.
+ *
  * Compiling is a short-lived cube-device --build, under limits of its own
  * (see compile below).
  */
@@ -56,6 +62,7 @@
 #define CPU_PAGE_MIN (64 * 1024)        /* allocations this large are page-aligned */
 #define CPU_WORKER_BATCH 16
 #define CPU_MAX_WORKERS 8               /* x CPU_WORKER_BATCH < CUBE__Q_SLOTS */
+#define CPU_DIRECT_MAX 96               /* launches posted from the loop thread, unharvested */
 #define CPU_SPIN_NS 20000
 #define CPU_START_TIMEOUT_MS 60000
 #define COMPILE_AS_MB 4096
@@ -63,8 +70,8 @@
 
 _Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS,
                "each worker waits in a wanted entry of its own");
-_Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH < CUBE__Q_SLOTS,
-               "the ring must hold every launch the workers may have in flight");
+_Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH + CPU_DIRECT_MAX < CUBE__Q_SLOTS,
+               "the ring must hold every launch the workers and the loop may have in flight");
 
 struct cube__storage {
         uint64_t size;
@@ -102,6 +109,7 @@ typedef struct hole {
  * work and no worker runs it, so one stream's work never overlaps itself. */
 struct cube__dstream {
         cube__work *head, *tail;
+        unsigned direct_n;              /* of its work among the device's direct */
         bool busy;
         bool ready;
         bool closed;    /* by the daemon, while a worker still held it */
@@ -146,6 +154,16 @@ struct cube__device {
         const cube__dgraph *slot_graph[CUBE__Q_SLOTS]; /* a replay's graph, or NULL */
 
         sem_t compiles;                 /* builders that may run at once */
+
+        /* Work posted from the loop thread, in the order posted (so in the
+         * ring's order): a launch's seq, or 0 for a fence or a launch that
+         * failed to post, which end when everything before them has. */
+        struct {
+                cube__work *w;
+                uint64_t seq;
+                cube__dstream *s;
+        } direct[CPU_DIRECT_MAX];
+        unsigned direct_first, direct_n; /* under lock */
 
         pthread_t *workers;
         unsigned n_workers;
@@ -300,6 +318,15 @@ static void compose_death(cube__device *d, int status, char *buf, size_t cap)
                          "%s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, where);
 }
 
+/* Has the core call loop_ready on its loop thread. */
+static void notify_loop(cube__device *d)
+{
+        uint64_t one = 1;
+
+        if (d->config.loop_fd >= 0)
+                (void) !write(d->config.loop_fd, &one, sizeof(one));
+}
+
 static void mark_dead(cube__device *d, const char *reason)
 {
         pthread_mutex_lock(&d->dead_lock);
@@ -309,6 +336,7 @@ static void mark_dead(cube__device *d, const char *reason)
         pthread_mutex_unlock(&d->dead_lock);
         atomic_fetch_add(&d->ctl->completions, 1);
         futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+        notify_loop(d);
 }
 
 /* Watches the device process: reaps it when it dies, and kills it when one
@@ -342,6 +370,10 @@ static void *monitor_thread(void *arg)
                                         wait_ms = (int) left;
                         }
                 }
+                /* The device is not trusted to wake the loop either. */
+                uint64_t lw = atomic_load(&d->ctl->loop_wanted);
+                if (lw && atomic_load(&cube__q_slot(d->queue, lw)->state) == CUBE__SLOT_DONE)
+                        notify_loop(d);
                 int status = 0;
                 bool gone;
                 if (d->pidfd >= 0) {
@@ -381,7 +413,7 @@ static int start_device(cube__device *d, const char **ret_why)
 {
         static char why[PATH_MAX + 600];
         extern char **environ;
-        int sv[2], hi[3], r;
+        int sv[2], hi[4], r;
         char mem_arg[32];
         posix_spawn_file_actions_t fa;
         const char *tmp = getenv("TMPDIR");
@@ -426,6 +458,7 @@ static int start_device(cube__device *d, const char **ret_why)
         hi[0] = fcntl(d->memory_fd, F_DUPFD_CLOEXEC, 100);
         hi[1] = fcntl(d->queue_fd, F_DUPFD_CLOEXEC, 100);
         hi[2] = fcntl(sv[1], F_DUPFD_CLOEXEC, 100);
+        hi[3] = d->config.loop_fd >= 0 ? fcntl(d->config.loop_fd, F_DUPFD_CLOEXEC, 100) : -1;
         close(sv[1]);
         snprintf(mem_arg, sizeof(mem_arg), "%" PRIu64, d->memory_limit);
 
@@ -449,11 +482,13 @@ static int start_device(cube__device *d, const char **ret_why)
         posix_spawn_file_actions_adddup2(&fa, hi[0], CUBE__FD_MEMORY);
         posix_spawn_file_actions_adddup2(&fa, hi[1], CUBE__FD_QUEUE);
         posix_spawn_file_actions_adddup2(&fa, hi[2], CUBE__FD_CONTROL);
+        if (hi[3] >= 0)
+                posix_spawn_file_actions_adddup2(&fa, hi[3], CUBE__FD_NOTIFY);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         r = env ? posix_spawn(&d->pid, d->helper, &fa, NULL, argv, env) : ENOMEM;
         posix_spawn_file_actions_destroy(&fa);
         free(env);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
                 if (hi[i] >= 0)
                         close(hi[i]);
         if (r != 0) {
@@ -695,7 +730,7 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
 
 static void make_ready(cube__device *d, cube__dstream *s)
 {
-        if (s->ready || s->busy || !s->head)
+        if (s->ready || s->busy || s->direct_n || !s->head)
                 return;
         s->ready = true;
         s->next_ready = NULL;
@@ -755,6 +790,7 @@ static void *cpu_worker(void *arg)
  * ------------------------------------------------------------------------- */
 
 static void cpu_close(cube__device *d);
+static void harvest_direct(cube__device *d);
 
 static int cpu_open(const cube__device_config *config, cube__device **ret_device, const char **ret_why)
 {
@@ -814,6 +850,17 @@ static void cpu_close(cube__device *d)
 {
         if (!d)
                 return;
+        /* What the loop thread posted ends first, while the workers still
+         * run what it leaves behind. */
+        for (;;) {
+                pthread_mutex_lock(&d->lock);
+                harvest_direct(d);
+                unsigned left = d->direct_n;
+                pthread_mutex_unlock(&d->lock);
+                if (!left)
+                        break;
+                usleep(1000);
+        }
         pthread_mutex_lock(&d->lock);
         d->stopping = true;
         pthread_cond_broadcast(&d->wake);
@@ -1129,6 +1176,107 @@ static void cpu_stream_close(cube__device *d, cube__dstream *s)
                 free(s);
 }
 
+/* Asks the device to write loop_fd when the last launch posted from the
+ * loop thread has ended, or writes it now when nothing it waits for is on
+ * the ring (under lock). */
+static void arm_loop(cube__device *d)
+{
+        uint64_t last = 0;
+
+        for (unsigned k = d->direct_n; k > 0 && !last; k--)
+                last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
+        /* Stored before the slot is read, as the device stores DONE before
+         * it reads this: one of the two sees the other. */
+        if (last) {
+                atomic_store(&d->ctl->loop_wanted, last);
+                if (atomic_load(&cube__q_slot(d->queue, last)->state) == CUBE__SLOT_DONE)
+                        notify_loop(d);
+        } else if (d->direct_n) {
+                notify_loop(d);         /* only fences and failures: they end now */
+        }
+}
+
+/* What the loop thread may post: work that takes cubed no time. */
+static bool postable(const cube__work *w)
+{
+        return w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH ||
+               w->op == CUBE__WORK_FENCE;
+}
+
+/* Whether all of w's chain is postable. */
+static bool all_postable(const cube__work *w)
+{
+        for (; w; w = w->next)
+                if (!postable(w))
+                        return false;
+        return true;
+}
+
+/* Posts the launches and fences at the head of stream s to the ring, from
+ * the loop thread, while the loop may hold more (under lock). */
+static void post_direct(cube__device *d, cube__dstream *s)
+{
+        while (s->head && d->direct_n < CPU_DIRECT_MAX && postable(s->head)) {
+                cube__work *w = s->head;
+                uint64_t seq = 0;
+
+                s->head = w->next;
+                if (!s->head)
+                        s->tail = NULL;
+                w->next = NULL;
+                if (w->op != CUBE__WORK_FENCE)
+                        seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL, w->graph,
+                                   &w->error);
+                unsigned i = (d->direct_first + d->direct_n++) % CPU_DIRECT_MAX;
+                d->direct[i].w = w;
+                d->direct[i].seq = seq;
+                d->direct[i].s = s;
+                s->direct_n++;
+        }
+}
+
+/* Takes back what was posted from the loop thread and has ended, in order
+ * (all of it once the device is dead), and hands it back (under lock). A
+ * stream left with none of its work on the ring goes on: more of it is
+ * posted, or it goes to the workers, which take it only after this hands
+ * back what came before it. */
+static void harvest_direct(cube__device *d)
+{
+        cube__work *done = NULL, **tail = &done;
+        bool dead = atomic_load(&d->dead);
+
+        while (d->direct_n) {
+                unsigned i = d->direct_first;
+                uint64_t seq = d->direct[i].seq;
+                cube__dstream *s = d->direct[i].s;
+                cube__work *w = d->direct[i].w;
+
+                if (seq && !dead &&
+                    atomic_load(&cube__q_slot(d->queue, seq)->state) != CUBE__SLOT_DONE)
+                        break;
+                if (seq)
+                        harvest(d, seq, w);
+                d->direct_first = (i + 1) % CPU_DIRECT_MAX;
+                d->direct_n--;
+                *tail = w;
+                tail = &w->next;
+                if (--s->direct_n == 0 && s->head) {
+                        post_direct(d, s);
+                        make_ready(d, s);
+                }
+        }
+        if (done)
+                d->config.complete(d->config.complete_ctx, done);
+}
+
+static void cpu_loop_ready(cube__device *d)
+{
+        pthread_mutex_lock(&d->lock);
+        harvest_direct(d);
+        arm_loop(d);
+        pthread_mutex_unlock(&d->lock);
+}
+
 static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
 {
         cube__work *last = w;
@@ -1141,6 +1289,14 @@ static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
         else
                 s->head = w;
         s->tail = last;
+        /* A stream a worker holds, or will, keeps its order there; so does
+         * a chain with a copy in it, which a worker then takes whole rather
+         * than after a trip through the loop. */
+        if (d->config.loop_fd >= 0 && !s->busy && !s->ready &&
+            (s->direct_n || (s->head == w && all_postable(w)))) {
+                post_direct(d, s);
+                arm_loop(d);
+        }
         make_ready(d, s);
         pthread_mutex_unlock(&d->lock);
 }
@@ -1524,6 +1680,7 @@ const cube__driver cube__driver_cpu = {
         .stream_open = cpu_stream_open,
         .stream_close = cpu_stream_close,
         .submit = cpu_submit,
+        .loop_ready = cpu_loop_ready,
         .artifact_ext = "ocl",
         .target = cpu_target,
         .compile = cpu_compile,

@@ -931,6 +931,21 @@ static bool someone_waits_for(uint64_t seq)
         return false;
 }
 
+/* Launch seq has ended (its slot says DONE): tells whoever waits for it,
+ * a worker of cubed or its loop thread. */
+static void ended(uint64_t seq)
+{
+        static const uint64_t one = 1;
+        uint64_t w;
+
+        atomic_fetch_add(&ctl->completions, 1);
+        if (someone_waits_for(seq))
+                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+        w = atomic_load(&ctl->loop_wanted);
+        if (w && w <= seq && atomic_compare_exchange_strong(&ctl->loop_wanted, &w, 0))
+                (void) !write(CUBE__FD_NOTIFY, &one, sizeof(one));
+}
+
 /* The device's main loop: the launches in the ring, in order, forever. The
  * launches posted together go to PoCL together and are waited for one by
  * one, each handed back as it ends: one wake-up of PoCL's workers for a
@@ -969,9 +984,7 @@ static void serve_loop(void)
                         run_graph(s);
                         atomic_store(&ctl->running_seq, 0);
                         atomic_store(&s->state, CUBE__SLOT_DONE);
-                        atomic_fetch_add(&ctl->completions, 1);
-                        if (someone_waits_for(next))
-                                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                        ended(next);
                         next++;
                         continue;
                 }
@@ -995,22 +1008,20 @@ static void serve_loop(void)
                         batch[i]->end_ns = t = now_ns();
                         atomic_store(&ctl->running_seq, 0);
                         atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
-                        atomic_fetch_add(&ctl->completions, 1);
-                        if (someone_waits_for(next + i))
-                                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                        ended(next + i);
                 }
                 next += n;
         }
 }
 
 /* Everything the device does to itself before a client's code can run:
- * every descriptor but its three closed, no capability, no new privilege,
+ * every descriptor but its four closed, no capability, no new privilege,
  * the file system fenced to kcache, the system calls to seal.c's list. */
 static int seal_self(const char *kcache)
 {
         int r;
 
-        if (close_range(CUBE__FD_CONTROL + 1, ~0u, 0) < 0)
+        if (close_range(CUBE__FD_NOTIFY + 1, ~0u, 0) < 0)
                 return -errno;
         if ((r = cube__seal_privileges()) < 0)
                 return r;

@@ -83,7 +83,11 @@ typedef struct cube__qctl {
         _Atomic uint32_t fault_syscall;
         _Atomic uint64_t fault_address;
         char init_error[CUBE__Q_REASON];
-        uint64_t pad[8];
+        /* The launch cubed's loop thread waits for, 0 when it waits for
+         * none: when it (or one after it) ends, the device takes it back to
+         * 0 and writes CUBE__FD_NOTIFY, once. */
+        _Atomic uint64_t loop_wanted;
+        uint64_t pad[7];
 } cube__qctl;
 
 #define CUBE__Q_CTL_BYTES 4096u
@@ -155,6 +159,7 @@ static inline uint64_t cube__q_spin_ns(uint64_t wanted)
 #define CUBE__FD_MEMORY 3
 #define CUBE__FD_QUEUE 4
 #define CUBE__FD_CONTROL 5
+#define CUBE__FD_NOTIFY 6               /* an eventfd of cubed's loop (driver.h's loop_fd) */
 
 /* The artifact a build writes: this header, then binary_bytes of program
  * binaries: a uint64_t count N (1 or 2), N uint64_t sizes, then the N
