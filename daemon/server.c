@@ -39,30 +39,36 @@
 
 #include "cubed.h"
 
+/* Takes what an eventfd counted, so that the loop stops being woken for it. */
+static void clear_eventfd(int fd, const char *what)
+{
+        uint64_t n;
+
+        if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+                cube__log(CUBE__LOG_WARNING, "reading the %s eventfd: %s", what, strerror(errno));
+}
+
 static void on_completions(uv_poll_t *p, int status, int events)
 {
         cube__server *srv = p->data;
-        uint64_t n;
 
         (void) status;
         (void) events;
-        if (read(srv->completions_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-                cube__log(CUBE__LOG_WARNING, "reading the completion eventfd: %s", strerror(errno));
+        clear_eventfd(srv->completions_fd, "completion");
         cube__server_drain_completions(srv);
 }
 
 /* The device asks for the loop thread (driver.h's loop_fd): it completes
- * work there, and what it completed is retired at once. */
+ * work there, and what it completed is retired at once. The eventfd exists
+ * only for a driver with loop_ready. */
 static void on_device(uv_poll_t *p, int status, int events)
 {
         cube__server *srv = p->data;
-        uint64_t n;
 
         (void) status;
         (void) events;
-        if (read(srv->device_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-                cube__log(CUBE__LOG_WARNING, "reading the device's eventfd: %s", strerror(errno));
-        if (srv->device && srv->driver->loop_ready) {
+        clear_eventfd(srv->device_fd, "device's");
+        if (srv->device) {
                 srv->driver->loop_ready(srv->device);
                 cube__server_drain_completions(srv);
         }
