@@ -405,7 +405,7 @@ END_TEST
 START_TEST(every_fault_site_and_kind_is_in_section_5_15)
 {
         char *src = source_file("daemon/inject.c");
-        char *header = source_file("libclient/include/cube.h");
+        char *header = source_file("include/cube.h");
         char *inject = span("### 5.15 debug_inject", "\n### ");
         const char *p = strstr(src, "sites[CUBE__FAULT_SITES]");
         int sites = 0, enumerated = 0;

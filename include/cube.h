@@ -1,5 +1,7 @@
 /*
- * cube.h - the public interface of libcubeclient.
+ * cube.h - the public interface of libcubeclient, and the vocabulary every
+ * part of cube stands on: the error taxonomy, handles, bindings and device
+ * properties mean the same in proto/, the daemon, the backends and here.
  *
  * A process links libcubeclient to use a device that a cubed daemon owns. The
  * library marshals every call onto the daemon's Unix socket and hands every
