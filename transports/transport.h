@@ -36,6 +36,29 @@ enum { CUBE__DT_F16, CUBE__DT_BF16, CUBE__DT_F32, CUBE__DT_F64, CUBE__DT_I32, CU
 enum { CUBE__OP_ALL_REDUCE = 1, CUBE__OP_ALL_GATHER, CUBE__OP_REDUCE_SCATTER,
        CUBE__OP_BROADCAST, CUBE__OP_ALL_TO_ALL, CUBE__OP_SEND, CUBE__OP_RECV };
 
+/* An engine in C++ sees only the numbers above; the C side, which passes
+ * cube.h's values straight through, fails to build if the two disagree. */
+#ifndef __cplusplus
+#include "cube.h"
+#define CUBE__SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(CUBE__SAME(CUBE__DT_F16, CUBE_ELEM_F16) &&
+               CUBE__SAME(CUBE__DT_BF16, CUBE_ELEM_BF16) &&
+               CUBE__SAME(CUBE__DT_F32, CUBE_ELEM_F32) && CUBE__SAME(CUBE__DT_F64, CUBE_ELEM_F64) &&
+               CUBE__SAME(CUBE__DT_I32, CUBE_ELEM_I32) && CUBE__SAME(CUBE__DT_I64, CUBE_ELEM_I64) &&
+               CUBE__SAME(CUBE__DT_U32, CUBE_ELEM_U32) && CUBE__SAME(CUBE__DT_U64, CUBE_ELEM_U64) &&
+               CUBE__SAME(CUBE__DT_MAX, CUBE_ELEM_U64 + 1),
+               "transport.h's element types are cube.h's cube_elem_type");
+_Static_assert(CUBE__SAME(CUBE__OP_ALL_REDUCE, CUBE_COLLECTIVE_ALL_REDUCE) &&
+               CUBE__SAME(CUBE__OP_ALL_GATHER, CUBE_COLLECTIVE_ALL_GATHER) &&
+               CUBE__SAME(CUBE__OP_REDUCE_SCATTER, CUBE_COLLECTIVE_REDUCE_SCATTER) &&
+               CUBE__SAME(CUBE__OP_BROADCAST, CUBE_COLLECTIVE_BROADCAST) &&
+               CUBE__SAME(CUBE__OP_ALL_TO_ALL, CUBE_COLLECTIVE_ALL_TO_ALL) &&
+               CUBE__SAME(CUBE__OP_SEND, CUBE_COLLECTIVE_SEND) &&
+               CUBE__SAME(CUBE__OP_RECV, CUBE_COLLECTIVE_RECV),
+               "transport.h's operations are cube.h's cube_collective");
+#undef CUBE__SAME
+#endif
+
 /* How members meet: a rendezvous store served by rank 0 on a TCP socket. */
 typedef struct cube__comm_setup {
         uint32_t rank, size;
