@@ -120,6 +120,7 @@ struct cube__device {
         cube__device_config config;
         uint64_t spin_ns;               /* harvest's spin before it sleeps */
         uint64_t memory_limit;
+        uint64_t window;                /* bytes of each of PoCL's windows (queue.h) */
         uint64_t in_use;                /* loop thread only, as holes */
         hole *holes;
 
@@ -517,6 +518,13 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -EIO;
         }
+        d->window = d->ctl->window;
+        if (d->window == 0 || d->window > CUBE__WINDOW_MAX || (d->window & (d->window - 1))) {
+                snprintf(why, sizeof(why), "the CPU device process gave no usable window (%" PRIu64
+                         " bytes)", d->window);
+                *ret_why = why;
+                return -EIO;
+        }
         snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; generic work-group functions",
                  text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
@@ -911,7 +919,7 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
         *ret = (cube_device_properties) {
                 .name = "cpu",
                 .memory_bytes = d->memory_limit,
-                .max_page_size = d->memory_limit < CUBE__WINDOW ? d->memory_limit : CUBE__WINDOW,
+                .max_page_size = d->memory_limit < d->window ? d->memory_limit : d->window,
                 .alignment = CPU_ALIGNMENT,
                 .plane_size_min = 1,
                 .plane_size_max = 1,
@@ -943,15 +951,15 @@ static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret
         uint64_t extent = (size + align - 1) / align * align;
         cube__storage *s;
 
-        if (size > d->memory_limit || size > CUBE__WINDOW)
+        if (size > d->memory_limit || size > d->window)
                 return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
         if (extent == 0)
                 extent = CPU_ALIGNMENT;
         for (hole **hp = &d->holes; *hp; hp = &(*hp)->next) {
                 hole *h = *hp;
                 uint64_t start = (h->offset + align - 1) / align * align;
-                if (start / CUBE__WINDOW != (start + extent - 1) / CUBE__WINDOW)
-                        start = (start / CUBE__WINDOW + 1) * CUBE__WINDOW;
+                if (start / d->window != (start + extent - 1) / d->window)
+                        start = (start / d->window + 1) * d->window;
                 if (start + extent > h->offset + h->len)
                         continue;
                 if (!(s = malloc(sizeof(*s))))
@@ -1143,8 +1151,8 @@ static cube_error *cpu_peer_storage(cube__device *d, uint32_t slot, uint64_t off
         cube__storage *s;
 
         if (slot >= atomic_load(&d->n_peers) || offset > d->peers[slot].size ||
-            size > d->peers[slot].size - offset || offset / CUBE__WINDOW !=
-            (offset + (size ? size - 1 : 0)) / CUBE__WINDOW)
+            size > d->peers[slot].size - offset || offset / d->window !=
+            (offset + (size ? size - 1 : 0)) / d->window)
                 return cube__err_validation("%" PRIu64 " bytes at %" PRIu64 " do not lie in one "
                                             "window of the peer's memory", size, offset);
         if (!(s = calloc(1, sizeof(*s))))

@@ -111,6 +111,22 @@ static int find_devices(cpu_devices *ret)
         return -1;
 }
 
+/* The window (queue.h): the largest power of two every one of devs takes in
+ * one buffer, at most CUBE__WINDOW_MAX. */
+static uint64_t window_bytes(const cpu_devices *devs)
+{
+        uint64_t w = CUBE__WINDOW_MAX;
+
+        for (cl_uint i = 0; i < devs->n; i++) {
+                cl_ulong most = 0;
+                if (clGetDeviceInfo(devs->ids[i], CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(most), &most,
+                                    NULL) == CL_SUCCESS && most > 0)
+                        while (w > most && w > 4096)
+                                w >>= 1;
+        }
+        return w;
+}
+
 static int write_all(int fd, const void *p, size_t n)
 {
         const char *c = p;
@@ -318,6 +334,7 @@ static struct {
         cpu_devices devs;
         cl_command_queue queues[2];     /* one per device of devs */
         cl_mem *windows, arena;
+        uint64_t window;                /* bytes of each window (queue.h) */
         uint32_t n_windows;
         pthread_mutex_t lock;           /* modules, peers */
         module *modules;
@@ -491,17 +508,17 @@ static void peer(const cube__msg *m, const char *payload, int fd)
                 reply(-1, "cannot map the peer's memory: %s", strerror(errno));
                 return;
         }
-        n = (uint32_t) ((size + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        n = (uint32_t) ((size + dev.window - 1) / dev.window);
         if (!(windows = calloc(n, sizeof(cl_mem)))) {
                 munmap(map, size);
                 reply(-1, "out of memory");
                 return;
         }
         for (uint32_t i = 0; i < n && err == CL_SUCCESS; i++) {
-                uint64_t len = size - i * CUBE__WINDOW;
+                uint64_t len = size - i * dev.window;
                 windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                            len > CUBE__WINDOW ? CUBE__WINDOW : len,
-                                            map + i * CUBE__WINDOW, &err);
+                                            len > dev.window ? dev.window : len,
+                                            map + i * dev.window, &err);
         }
         if (err != CL_SUCCESS) {
                 for (uint32_t i = 0; i < n; i++)
@@ -574,7 +591,7 @@ static bool runs_inline(const cube__qlaunch *l)
 static cl_mem window_of(uint64_t address, cl_ulong *ret_offset)
 {
         uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
-        uint64_t w = at / CUBE__WINDOW;
+        uint64_t w = at / dev.window;
         cl_mem win = NULL;
 
         if (p == 0 && w < dev.n_windows) {
@@ -585,7 +602,7 @@ static cl_mem window_of(uint64_t address, cl_ulong *ret_offset)
                         win = dev.peers[p - 1].windows[w];
                 pthread_mutex_unlock(&dev.lock);
         }
-        *ret_offset = at % CUBE__WINDOW;
+        *ret_offset = at % dev.window;
         return win;
 }
 
@@ -1126,15 +1143,17 @@ static int serve_main(int argc, char **argv)
                 if (!dev.queues[i])
                         return serve_fail("clCreateCommandQueue: %d", err);
         }
-        dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        dev.window = window_bytes(&dev.devs);
+        ctl->window = dev.window;
+        dev.n_windows = (uint32_t) ((memory_bytes + dev.window - 1) / dev.window);
         if (!(dev.windows = calloc(dev.n_windows ? dev.n_windows : 1, sizeof(cl_mem))))
                 return serve_fail("out of memory");
         for (uint32_t i = 0; i < dev.n_windows; i++) {
-                uint64_t len = memory_bytes - i * CUBE__WINDOW;
-                if (len > CUBE__WINDOW)
-                        len = CUBE__WINDOW;
+                uint64_t len = memory_bytes - i * dev.window;
+                if (len > dev.window)
+                        len = dev.window;
                 dev.windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                                len, (char *) memory + i * CUBE__WINDOW, &err);
+                                                len, (char *) memory + i * dev.window, &err);
                 if (!dev.windows[i])
                         return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
                                           (unsigned long long) len, err);

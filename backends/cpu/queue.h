@@ -87,7 +87,8 @@ typedef struct cube__qctl {
          * none: when it (or one after it) ends, the device takes it back to
          * 0 and writes CUBE__FD_NOTIFY, once. */
         _Atomic uint64_t loop_wanted;
-        uint64_t pad[7];
+        uint64_t window;                /* set by the device before it answers: its window */
+        uint64_t pad[6];
 } cube__qctl;
 
 #define CUBE__Q_CTL_BYTES 4096u
@@ -131,9 +132,13 @@ typedef struct cube__msg_reply {
         uint32_t len;                   /* of the reason that follows */
 } cube__msg_reply;
 
-/* Device memory is given to PoCL in windows of this many bytes (PoCL takes
- * at most 2 GiB in one buffer); no allocation straddles two. */
-#define CUBE__WINDOW (2ull << 30)
+/* Device memory is given to PoCL in windows, no allocation straddling two.
+ * A window is the largest power of two that PoCL takes in one buffer, at
+ * most this: PoCL's own limit follows the host's memory as its topology
+ * reports it (a quarter of a NUMA node's), so on some hosts it is 1 GiB or
+ * less, and a fixed window would keep the device from starting there. The
+ * device process picks it and says it in the control block. */
+#define CUBE__WINDOW_MAX (2ull << 30)
 
 /* A peer device's memory, mapped by both cubed and the device process: at
  * most CUBE__PEERS_MAX of them. A launch names a byte of peer slot s's
