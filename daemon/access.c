@@ -1,5 +1,6 @@
 /*
- * access.c - who may connect, and how many sessions they may hold.
+ * access.c - who may connect, how many sessions they may hold, and what
+ * each user holds across its sessions.
  *
  * The socket's mode and group are the first gate. allow-uids and
  * allow-groups narrow it further: a peer connects only if its uid is listed
@@ -7,83 +8,18 @@
  * one). Root and the daemon's own user are always let in, so an operator can
  * always inspect the daemon; they are also exempt from the session quotas.
  *
- * Names in the lists are resolved once, when the configuration loads; at
- * accept the peer's uid and groups come from the kernel (SO_PEERCRED and
+ * Names in the lists are resolved once, when the configuration loads
+ * (config.c); at accept the peer's uid and groups come from the kernel (SO_PEERCRED and
  * SO_PEERGROUPS), so nothing on the loop reads /etc/passwd or /proc.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cubed.h"
-
-/* The numeric id a list entry names: a number, or a user or group name.
- * Called when the configuration loads, never on the loop's accept path. */
-static bool entry_id(const char *entry, bool group, unsigned long *ret)
-{
-        char *end;
-
-        errno = 0;
-        *ret = strtoul(entry, &end, 10);
-        if (!errno && end != entry && *end == '\0')
-                return true;
-        if (group) {
-                struct group *g = getgrnam(entry);
-                if (g)
-                        *ret = g->gr_gid;
-                return g != NULL;
-        }
-        struct passwd *p = getpwnam(entry);
-        if (p)
-                *ret = p->pw_uid;
-        return p != NULL;
-}
-
-int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len)
-{
-        cube__id_list l = {0};
-        char *copy, *save = NULL;
-
-        *ret = l;
-        if (!list || !*list)
-                return 0;
-        if (!(copy = strdup(list)))
-                return -ENOMEM;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                unsigned long v;
-                while (isspace((unsigned char) *tok))
-                        tok++;
-                for (char *e = tok + strlen(tok); e > tok && isspace((unsigned char) e[-1]); e--)
-                        e[-1] = '\0';
-                if (!*tok)
-                        continue;
-                if (!entry_id(tok, group, &v) || v > UINT32_MAX) {
-                        snprintf(why, len, "%s: '%s' names no %s", group ? "allow-groups" :
-                                 "allow-uids", tok, group ? "group" : "user");
-                        free(copy);
-                        free(l.ids);
-                        return -ENOENT;
-                }
-                uint32_t *grown = realloc(l.ids, (l.n + 1) * sizeof(*l.ids));
-                if (!grown) {
-                        free(copy);
-                        free(l.ids);
-                        return -ENOMEM;
-                }
-                l.ids = grown;
-                l.ids[l.n++] = (uint32_t) v;
-        }
-        free(copy);
-        l.set = true;
-        *ret = l;
-        return 0;
-}
+#include "services.h"
 
 static bool id_listed(const cube__id_list *l, uint32_t id)
 {
@@ -124,10 +60,10 @@ bool cube__uid_is_admin(uid_t uid)
         return uid == 0 || uid == geteuid();
 }
 
-bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid_t *groups,
-                          size_t n_groups, char *why, size_t len)
+bool cube__access_refused(const cube__options *o, const struct ucred *cred,
+                          const gid_t *groups, size_t n_groups, char *why, size_t len)
 {
-        const cube__id_list *uids = &srv->opts.allow_uid_ids, *gids = &srv->opts.allow_gid_ids;
+        const cube__id_list *uids = &o->allow_uid_ids, *gids = &o->allow_gid_ids;
 
         if (!uids->set && !gids->set)
                 return false;
@@ -143,30 +79,44 @@ bool cube__access_refused(cube__server *srv, const struct ucred *cred, const gid
         return true;
 }
 
-void cube__poison_blame(cube__server *srv, const cube__session *s)
+cube__uid *cube__uid_get(cube__users *users, uid_t uid)
 {
-        uint32_t after = srv->opts.poison_ban_after;
-        uint64_t until = uv_hrtime() + (uint64_t) srv->opts.poison_ban_s * 1000000000ull;
+        cube__uid *u = cube__idmap_get(&users->uids, uid);
+
+        if (u)
+                return u;
+        u = calloc(1, sizeof(*u));
+        if (u && cube__idmap_put(&users->uids, uid, u) < 0) {
+                free(u);
+                u = NULL;
+        }
+        return u;
+}
+
+void cube__poison_blame(const cube__options *o, cube__users *users, const cube__log_who *s)
+{
+        uint32_t after = o->poison_ban_after;
+        uint64_t until = uv_hrtime() + (uint64_t) o->poison_ban_s * 1000000000ull;
         cube__uid *u;
 
-        if (!after)
+        if (!after || !s)
                 return;
         /* Root and the daemon's user are never refused by uid (an operator
          * can always look), but their names are. */
-        if (s->uid != 0 && s->uid != geteuid() && (u = cube__uid_get(srv, s->uid)) &&
+        if (s->uid != 0 && s->uid != geteuid() && (u = cube__uid_get(users, s->uid)) &&
             ++u->poisons >= after) {
                 u->banned_until_ns = until;
                 u->poisons = 0;
-                cube__log_session(CUBE__LOG_WARNING, s, 0, "uid %u has poisoned the device %u "
-                                  "time(s): its sessions are refused for %u s (poison-ban-after)",
-                                  (unsigned) s->uid, after, srv->opts.poison_ban_s);
+                cube__log_at(CUBE__HERE(NULL), CUBE__LOG_WARNING, s, 0, "uid %u has poisoned the "
+                             "device %u time(s): its sessions are refused for %u s "
+                             "(poison-ban-after)", (unsigned) s->uid, after, o->poison_ban_s);
         }
-        if (!*s->name)
+        if (!s->name || !*s->name)
                 return;
         /* Its entry, else an empty one, else the one whose ban ends first. */
         cube__name_ban *slot = NULL, *oldest = NULL;
         for (size_t i = 0; i < CUBE__NAME_BANS && !slot; i++) {
-                cube__name_ban *b = &srv->name_bans[i];
+                cube__name_ban *b = &users->name_bans[i];
                 if (strcmp(b->name, s->name) == 0)
                         slot = b;
                 else if (!oldest || (*oldest->name && (!*b->name ||
@@ -181,22 +131,23 @@ void cube__poison_blame(cube__server *srv, const cube__session *s)
         if (++slot->poisons >= after) {
                 slot->banned_until_ns = until;
                 slot->poisons = 0;
-                cube__log_session(CUBE__LOG_WARNING, s, 0, "sessions named '%s' have poisoned the "
-                                  "device %u time(s): the name is refused for %u s "
-                                  "(poison-ban-after)", s->name, after, srv->opts.poison_ban_s);
+                cube__log_at(CUBE__HERE(NULL), CUBE__LOG_WARNING, s, 0, "sessions named '%s' have "
+                             "poisoned the device %u time(s): the name is refused for %u s "
+                             "(poison-ban-after)", s->name, after, o->poison_ban_s);
         }
 }
 
-bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t len)
+bool cube__name_banned(const cube__options *o, const cube__users *users, const char *name,
+                       char *why, size_t len)
 {
         uint64_t now = uv_hrtime();
 
         for (size_t i = 0; *name && i < CUBE__NAME_BANS; i++) {
-                const cube__name_ban *b = &srv->name_bans[i];
+                const cube__name_ban *b = &users->name_bans[i];
                 if (strcmp(b->name, name) == 0 && b->banned_until_ns > now) {
                         snprintf(why, len, "sessions named '%s' poisoned the device %u time(s): "
                                  "the name is refused for another %llu s", name,
-                                 srv->opts.poison_ban_after,
+                                 o->poison_ban_after,
                                  (unsigned long long) ((b->banned_until_ns - now) / 1000000000ull + 1));
                         return true;
                 }
@@ -204,9 +155,10 @@ bool cube__name_banned(cube__server *srv, const char *name, char *why, size_t le
         return false;
 }
 
-bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t len)
+bool cube__session_quota_full(const cube__options *o, const cube__users *users,
+                              uint32_t n_sessions, uid_t uid, char *why, size_t len)
 {
-        cube__uid *u = cube__idmap_get(&srv->uids, uid);
+        cube__uid *u = cube__idmap_get(&users->uids, uid);
         uint64_t now = uv_hrtime();
 
         if (uid == 0 || uid == geteuid())
@@ -214,16 +166,16 @@ bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t le
         if (u && u->banned_until_ns > now) {
                 snprintf(why, len, "uid %u poisoned the device %u time(s): it is refused for "
                          "another %llu s (poison-ban-after)", (unsigned) uid,
-                         srv->opts.poison_ban_after,
+                         o->poison_ban_after,
                          (unsigned long long) ((u->banned_until_ns - now) / 1000000000ull + 1));
                 return true;
         }
-        if (srv->opts.max_sessions && srv->n_sessions >= srv->opts.max_sessions) {
+        if (o->max_sessions && n_sessions >= o->max_sessions) {
                 snprintf(why, len, "the daemon serves its most sessions already (max-sessions, "
-                         "%u); try again once one has ended", srv->opts.max_sessions);
+                         "%u); try again once one has ended", o->max_sessions);
                 return true;
         }
-        if (srv->opts.max_sessions_per_uid && u && u->sessions >= srv->opts.max_sessions_per_uid) {
+        if (o->max_sessions_per_uid && u && u->sessions >= o->max_sessions_per_uid) {
                 snprintf(why, len, "uid %u has %u sessions, the most max-sessions-per-uid allows",
                          (unsigned) uid, u->sessions);
                 return true;
@@ -233,15 +185,20 @@ bool cube__session_quota_full(cube__server *srv, uid_t uid, char *why, size_t le
 
 int cube__socket_set_group(const char *path, const char *group)
 {
-        unsigned long gid;
+        cube__id_list l;
+        char why[128];
+        gid_t gid;
 
-        if (!entry_id(group, true, &gid)) {
+        if (cube__id_list_parse(group, true, &l, why, sizeof(why)) < 0 || l.n != 1) {
+                free(l.ids);
                 cube__log(CUBE__LOG_ERR, "socket-group %s names no group", group);
                 return -ENOENT;
         }
+        gid = (gid_t) l.ids[0];
+        free(l.ids);
         /* Never through a symlink: one planted in its place would give a
          * file of the attacker's choosing the group. */
-        if (fchownat(AT_FDCWD, path, (uid_t) -1, (gid_t) gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (fchownat(AT_FDCWD, path, (uid_t) -1, gid, AT_SYMLINK_NOFOLLOW) < 0) {
                 cube__log(CUBE__LOG_ERR, "cannot give %s the group %s: %s", path, group,
                           strerror(errno));
                 return -errno;

@@ -76,7 +76,7 @@ cube__dispatched cube__do_status(cube__msg *k)
         r |= cube__pack_kv_u64(&pk, "sessions", srv->n_sessions);
         r |= cube__pack_kv_u64(&pk, "memory_in_use", srv->memory_in_use);
         r |= cube__pack_kv_u64(&pk, "memory_peak", srv->memory_peak);
-        r |= cube__pack_kv_u64(&pk, "memory_reserved", srv->memory_reserved);
+        r |= cube__pack_kv_u64(&pk, "memory_reserved", srv->pools.reserved);
         r |= cube__pack_kv_u64(&pk, "allocations", srv->allocations);
         r |= cube__pack_kv_u64(&pk, "failures", cube__failures_live(&srv->failures));
         r |= cube__pack_kv_u64(&pk, "compiles", srv->compiles);
@@ -252,15 +252,15 @@ cube__dispatched cube__do_bans(cube__msg *k)
         msgpack_packer pk;
         ban_ctx b = { &pk, uv_hrtime(), 0, 0, false };
 
-        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        cube__idmap_foreach(&srv->users.uids, pack_uid_ban, &b);
         for (size_t i = 0; i < CUBE__NAME_BANS; i++)
-                b.n += srv->name_bans[i].banned_until_ns > b.now;
+                b.n += srv->users.name_bans[i].banned_until_ns > b.now;
         begin(&sb, &pk, k);
         b.r |= msgpack_pack_array(&pk, b.n);
         b.pack = true;
-        cube__idmap_foreach(&srv->uids, pack_uid_ban, &b);
+        cube__idmap_foreach(&srv->users.uids, pack_uid_ban, &b);
         for (size_t i = 0; i < CUBE__NAME_BANS; i++) {
-                const cube__name_ban *nb = &srv->name_bans[i];
+                const cube__name_ban *nb = &srv->users.name_bans[i];
                 if (nb->banned_until_ns <= b.now)
                         continue;
                 b.r |= msgpack_pack_map(&pk, 3);
@@ -316,7 +316,7 @@ cube__dispatched cube__do_kernel_cache(cube__msg *k)
         int r;
 
         begin(&sb, &pk, k);
-        r = cube__disk_cache_pack(k->server, &pk, cube__uid_is_admin(k->session->uid));
+        r = cube__disk_cache_pack(&k->server->disk_cache, &pk, cube__uid_is_admin(k->session->uid));
         return finish(&sb, k, r);
 }
 
@@ -456,36 +456,20 @@ static void pack_report(uint64_t key, void *value, void *ctx)
 {
         stream_ctx *c = ctx;
         cube__stream *st = value;
-        cube__memory *m = st->memory ? st->memory : cube__memory_new(st->session->server);
+        cube__pools *m = st->memory ? st->memory : cube__pools_new(&st->session->server->pools);
 
         c->r |= msgpack_pack_map(c->pk, 2);
         c->r |= cube__pack_kv_u64(c->pk, "session", c->session);
         c->r |= cube__pack_str(c->pk, "report");
-        c->r |= m ? cube__memory_pack(m, st->id, c->pk) : -1;
+        c->r |= m ? cube__pools_pack(m, st->id, c->pk) : -1;
         if (m != st->memory)
-                cube__memory_close(m);
+                cube__pools_close(m);
 }
 
 /* Every session's streams' memory reports: the device-wide view. */
 cube__dispatched cube__do_memory(cube__msg *k)
 {
         return answer_every_stream(k, pack_report);
-}
-
-const double cube__hist_bounds[CUBE__HIST_BUCKETS] = {
-        0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60,
-};
-
-void cube__hist_observe(cube__hist *h, double seconds)
-{
-        size_t i = 0;
-
-        while (i < CUBE__HIST_BUCKETS && seconds > cube__hist_bounds[i])
-                i++;
-        if (i < CUBE__HIST_BUCKETS)
-                h->buckets[i]++;
-        h->count++;
-        h->sum += seconds;
 }
 
 static void put_hist(FILE *f, const char *name, const char *help, const char *instance,
@@ -556,7 +540,7 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                "%" PRIu64, srv->memory_peak);
         METRIC("cube_allocations", "gauge", "Live allocations.", "%" PRIu64, srv->allocations);
         METRIC("cube_memory_reserved_bytes", "gauge", "Device memory held in pages.", "%" PRIu64,
-               srv->memory_reserved);
+               srv->pools.reserved);
         METRIC("cube_work_in_flight", "gauge", "Device work submitted and not yet complete.",
                "%u", srv->inflight);
         METRIC("cube_kernels", "gauge", "Entries in the kernel cache.", "%" PRIu64, srv->n_kernels);

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "services.h"
 #include "sha256.h"
 
 static uint64_t wall_ns(void)
@@ -37,9 +37,9 @@ static uint64_t wall_ns(void)
         return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
 }
 
-void cube__artifact_name(const cube__server *srv, const char *hash, char name[CUBE__ARTIFACT_NAME])
+void cube__artifact_name(const cube__disk_cache *dc, const char *hash, char name[CUBE__ARTIFACT_NAME])
 {
-        snprintf(name, CUBE__ARTIFACT_NAME, "%.64s.%s", hash, srv->driver->artifact_ext);
+        snprintf(name, CUBE__ARTIFACT_NAME, "%.64s.%s", hash, dc->ext);
 }
 
 /* The SHA-256 of what fd holds, from its start, in hex; 0 or -EIO. */
@@ -63,10 +63,10 @@ static int fd_digest(int fd, char hex[65])
 
 /* Opens name in the held directory, refusing a symlink, and checks what was
  * opened: a regular file of this user that no one else may write. */
-static int open_checked(const cube__server *srv, const char *name, struct stat *ret_st)
+static int open_checked(const cube__disk_cache *dc, const char *name, struct stat *ret_st)
 {
         struct stat st;
-        int fd = openat(srv->cache_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        int fd = openat(dc->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
 
         if (fd < 0)
                 return errno == ELOOP ? -EPERM : -errno;
@@ -80,18 +80,18 @@ static int open_checked(const cube__server *srv, const char *name, struct stat *
         return fd;
 }
 
-int cube__artifact_open(const cube__server *srv, const char *name, uint64_t *ret_bytes)
+int cube__artifact_open(const cube__disk_cache *dc, const char *name, uint64_t *ret_bytes)
 {
         char dname[CUBE__ARTIFACT_NAME + 8], want[65] = "", got[65];
         struct stat st;
         int fd, dfd;
         bool ok;
 
-        fd = open_checked(srv, name, &st);
+        fd = open_checked(dc, name, &st);
         if (fd < 0)
                 return fd;
         snprintf(dname, sizeof(dname), "%s.sha256", name);
-        dfd = open_checked(srv, dname, NULL);
+        dfd = open_checked(dc, dname, NULL);
         ok = dfd >= 0 && pread(dfd, want, 64, 0) == 64 && fd_digest(fd, got) == 0 &&
              memcmp(want, got, 64) == 0;
         if (dfd >= 0)
@@ -105,11 +105,11 @@ int cube__artifact_open(const cube__server *srv, const char *name, uint64_t *ret
         return fd;
 }
 
-int cube__artifact_seal(const cube__server *srv, const char *name, uint64_t *ret_bytes)
+int cube__artifact_seal(const cube__disk_cache *dc, const char *name, uint64_t *ret_bytes)
 {
         char dname[CUBE__ARTIFACT_NAME + 8], tmp[CUBE__ARTIFACT_NAME + 16], hex[65];
         struct stat st;
-        int fd = open_checked(srv, name, &st), tfd = -1;
+        int fd = open_checked(dc, name, &st), tfd = -1;
 
         if (fd < 0)
                 return fd;
@@ -117,7 +117,7 @@ int cube__artifact_seal(const cube__server *srv, const char *name, uint64_t *ret
         snprintf(tmp, sizeof(tmp), "%s.tmp", dname);
         if (fd_digest(fd, hex) < 0)
                 goto fail;
-        tfd = openat(srv->cache_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+        tfd = openat(dc->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
                      0600);
         if (tfd < 0 || write(tfd, hex, 64) != 64)
                 goto fail;
@@ -126,17 +126,17 @@ int cube__artifact_seal(const cube__server *srv, const char *name, uint64_t *ret
                 goto fail;
         }
         tfd = -1;
-        if (renameat(srv->cache_fd, tmp, srv->cache_fd, dname) < 0)
+        if (renameat(dc->fd, tmp, dc->fd, dname) < 0)
                 goto fail;
         if (ret_bytes)
                 *ret_bytes = (uint64_t) st.st_size + 64;
         return fd;
 fail:
         cube__log(CUBE__LOG_WARNING, "cannot record the digest of %s/%s: %s; it will be compiled "
-                  "again next time", srv->opts.cache_dir, name, strerror(errno));
+                  "again next time", dc->opts->cache_dir, name, strerror(errno));
         if (tfd >= 0)
                 close(tfd);
-        (void) unlinkat(srv->cache_fd, tmp, 0);
+        (void) unlinkat(dc->fd, tmp, 0);
         close(fd);
         return -EIO;
 }
@@ -175,21 +175,20 @@ static cube__artifact *add(cube__disk_cache *dc, const char *name)
 }
 
 /* Removes one artifact and its digest from the disk and the index. */
-static void evict(cube__server *srv, cube__artifact *a)
+static void evict(cube__disk_cache *dc, cube__artifact *a)
 {
-        cube__disk_cache *dc = &srv->disk_cache;
         char dname[CUBE__ARTIFACT_NAME + 8];
         cube__evicted *ev = &dc->recent[dc->next_recent];
 
         snprintf(dname, sizeof(dname), "%s.sha256", a->name);
-        (void) unlinkat(srv->cache_fd, a->name, 0);
-        (void) unlinkat(srv->cache_fd, dname, 0);
+        (void) unlinkat(dc->fd, a->name, 0);
+        (void) unlinkat(dc->fd, dname, 0);
         cube__log(CUBE__LOG_INFO, "the kernel cache evicted %s (%" PRIu64 " bytes, the least "
                   "recently used) to stay under cache-max-bytes (%" PRIu64 ")", a->name, a->bytes,
-                  srv->opts.cache_max_bytes);
+                  dc->opts->cache_max_bytes);
         snprintf(ev->name, sizeof(ev->name), "%s", a->name);
         ev->bytes = a->bytes;
-        ev->at_s = (double) (uv_hrtime() - srv->started_ns) / 1e9;
+        ev->at_s = (double) (uv_hrtime() - dc->started_ns) / 1e9;
         dc->next_recent = (dc->next_recent + 1) % CUBE__EVICTED_KEPT;
         if (dc->n_recent < CUBE__EVICTED_KEPT)
                 dc->n_recent++;
@@ -201,10 +200,9 @@ static void evict(cube__server *srv, cube__artifact *a)
 
 /* Evicts the least recently used artifacts no compile is loading until the
  * cache fits its limit. */
-static void trim(cube__server *srv)
+static void trim(cube__disk_cache *dc)
 {
-        cube__disk_cache *dc = &srv->disk_cache;
-        uint64_t limit = srv->opts.cache_max_bytes;
+        uint64_t limit = dc->opts->cache_max_bytes;
 
         while (limit && dc->bytes > limit) {
                 cube__artifact *oldest = NULL;
@@ -213,14 +211,14 @@ static void trim(cube__server *srv)
                                 oldest = &dc->v[i];
                 if (!oldest)
                         break;
-                evict(srv, oldest);
+                evict(dc, oldest);
         }
 }
 
 /* Whether name is KEY.EXT: 64 hex digits, a dot and the backend's extension. */
-static bool artifact_named(const cube__server *srv, const char *name)
+static bool artifact_named(const cube__disk_cache *dc, const char *name)
 {
-        const char *ext = srv->driver->artifact_ext;
+        const char *ext = dc->ext;
 
         if (strlen(name) != 65 + strlen(ext) || name[64] != '.' || strcmp(name + 65, ext) != 0)
                 return false;
@@ -230,17 +228,23 @@ static bool artifact_named(const cube__server *srv, const char *name)
         return true;
 }
 
-int cube__disk_cache_init(cube__server *srv)
+int cube__disk_cache_init(cube__disk_cache *dc, int dir_fd, const cube__options *opts,
+                          const char *ext, uint64_t started_ns)
 {
-        cube__disk_cache *dc = &srv->disk_cache;
-        int fd = openat(srv->cache_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        int fd;
+        DIR *d;
 
+        dc->fd = dir_fd;
+        dc->opts = opts;
+        dc->ext = ext;
+        dc->started_ns = started_ns;
+        fd = openat(dc->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
                 if (fd >= 0)
                         close(fd);
                 cube__log(CUBE__LOG_WARNING, "cannot list the kernel cache %s: %s; its size is "
-                          "counted from the artifacts this run stores", srv->opts.cache_dir,
+                          "counted from the artifacts this run stores", dc->opts->cache_dir,
                           strerror(errno));
                 return 0;
         }
@@ -249,49 +253,49 @@ int cube__disk_cache_init(cube__server *srv)
                 struct stat st, dst;
                 cube__artifact *a;
 
-                if (!artifact_named(srv, e->d_name) ||
-                    fstatat(srv->cache_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                if (!artifact_named(dc, e->d_name) ||
+                    fstatat(dc->fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                     !S_ISREG(st.st_mode) || !(a = add(dc, e->d_name)))
                         continue;
                 snprintf(dname, sizeof(dname), "%s.sha256", e->d_name);
                 a->bytes = (uint64_t) st.st_size +
-                           (fstatat(srv->cache_fd, dname, &dst, AT_SYMLINK_NOFOLLOW) == 0 ?
+                           (fstatat(dc->fd, dname, &dst, AT_SYMLINK_NOFOLLOW) == 0 ?
                             (uint64_t) dst.st_size : 0);
                 a->used_ns = (uint64_t) st.st_mtim.tv_sec * 1000000000ull +
                              (uint64_t) st.st_mtim.tv_nsec;
                 dc->bytes += a->bytes;
         }
         closedir(d);
-        trim(srv);
+        trim(dc);
         return 0;
 }
 
-void cube__disk_cache_free(cube__server *srv)
+void cube__disk_cache_free(cube__disk_cache *dc)
 {
-        free(srv->disk_cache.v);
-        srv->disk_cache.v = NULL;
-        srv->disk_cache.n = srv->disk_cache.cap = 0;
+        free(dc->v);
+        dc->v = NULL;
+        dc->n = dc->cap = 0;
 }
 
-bool cube__disk_cache_pin(cube__server *srv, const char *hash)
+bool cube__disk_cache_pin(cube__disk_cache *dc, const char *hash)
 {
         char name[CUBE__ARTIFACT_NAME];
         cube__artifact *a;
 
-        cube__artifact_name(srv, hash, name);
-        if (!(a = find(&srv->disk_cache, name)))
+        cube__artifact_name(dc, hash, name);
+        if (!(a = find(dc, name)))
                 return false;
         a->pins++;
         return true;
 }
 
-void cube__disk_cache_unpin(cube__server *srv, const char *hash, bool used)
+void cube__disk_cache_unpin(cube__disk_cache *dc, const char *hash, bool used)
 {
         char name[CUBE__ARTIFACT_NAME];
         cube__artifact *a;
 
-        cube__artifact_name(srv, hash, name);
-        if (!(a = find(&srv->disk_cache, name)))
+        cube__artifact_name(dc, hash, name);
+        if (!(a = find(dc, name)))
                 return;
         if (a->pins)
                 a->pins--;
@@ -299,32 +303,30 @@ void cube__disk_cache_unpin(cube__server *srv, const char *hash, bool used)
                 a->used_ns = wall_ns();
 }
 
-void cube__disk_cache_stored(cube__server *srv, const char *hash, uint64_t bytes)
+void cube__disk_cache_stored(cube__disk_cache *dc, const char *hash, uint64_t bytes)
 {
-        cube__disk_cache *dc = &srv->disk_cache;
         char name[CUBE__ARTIFACT_NAME];
         cube__artifact *a;
 
-        cube__artifact_name(srv, hash, name);
+        cube__artifact_name(dc, hash, name);
         if ((a = add(dc, name))) {
                 dc->bytes -= a->bytes;
                 a->bytes = bytes;
                 a->used_ns = wall_ns();
                 dc->bytes += bytes;
         }
-        trim(srv);
+        trim(dc);
 }
 
-int cube__disk_cache_pack(const cube__server *srv, msgpack_packer *pk, bool names)
+int cube__disk_cache_pack(const cube__disk_cache *dc, msgpack_packer *pk, bool names)
 {
-        const cube__disk_cache *dc = &srv->disk_cache;
         size_t n = names ? dc->n_recent : 0;
         int r = 0;
 
         r |= msgpack_pack_map(pk, 7);
-        r |= cube__pack_kv_str(pk, "dir", srv->opts.cache_dir);
+        r |= cube__pack_kv_str(pk, "dir", dc->opts->cache_dir);
         r |= cube__pack_kv_u64(pk, "bytes", dc->bytes);
-        r |= cube__pack_kv_u64(pk, "max_bytes", srv->opts.cache_max_bytes);
+        r |= cube__pack_kv_u64(pk, "max_bytes", dc->opts->cache_max_bytes);
         r |= cube__pack_kv_u64(pk, "artifacts", dc->n);
         r |= cube__pack_kv_u64(pk, "evictions", dc->evictions);
         r |= cube__pack_kv_u64(pk, "evicted_bytes", dc->evicted_bytes);

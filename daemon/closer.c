@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "services.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int queue[2] = { -1, -1 };       /* the loop writes descriptors, the closer reads them */

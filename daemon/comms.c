@@ -146,24 +146,6 @@ static void rendezvous_path(const cube__group *g, char *buf, size_t len)
         snprintf(buf, len, "%s/.cube-comm-%016" PRIx64, g->server->opts.comm_dir, g->id);
 }
 
-int cube__listen_tcp(const char *address, uint16_t *ret_port)
-{
-        struct sockaddr_in sa = { .sin_family = AF_INET };
-        socklen_t len = sizeof(sa);
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-        if (fd < 0)
-                return -1;
-        if (inet_pton(AF_INET, address, &sa.sin_addr) != 1 ||
-            bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
-            getsockname(fd, (struct sockaddr *) &sa, &len) < 0) {
-                close(fd);
-                return -1;
-        }
-        *ret_port = ntohs(sa.sin_port);
-        return fd;
-}
-
 static bool can_connect(const char *host, uint16_t port)
 {
         struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };

@@ -11,13 +11,15 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "services.h"
 
 enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE, K_LIST };
 
@@ -154,6 +156,69 @@ const char *cube__option_key(size_t i, bool *ret_reloadable)
         if (ret_reloadable)
                 *ret_reloadable = specs[i].reloadable;
         return specs[i].key;
+}
+
+
+/* The numeric id a list entry names: a number, or a user or group name.
+ * Called when the configuration loads, never on the loop's accept path. */
+static bool entry_id(const char *entry, bool group, unsigned long *ret)
+{
+        char *end;
+
+        errno = 0;
+        *ret = strtoul(entry, &end, 10);
+        if (!errno && end != entry && *end == '\0')
+                return true;
+        if (group) {
+                struct group *g = getgrnam(entry);
+                if (g)
+                        *ret = g->gr_gid;
+                return g != NULL;
+        }
+        struct passwd *p = getpwnam(entry);
+        if (p)
+                *ret = p->pw_uid;
+        return p != NULL;
+}
+
+int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len)
+{
+        cube__id_list l = {0};
+        char *copy, *save = NULL;
+
+        *ret = l;
+        if (!list || !*list)
+                return 0;
+        if (!(copy = strdup(list)))
+                return -ENOMEM;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                unsigned long v;
+                while (isspace((unsigned char) *tok))
+                        tok++;
+                for (char *e = tok + strlen(tok); e > tok && isspace((unsigned char) e[-1]); e--)
+                        e[-1] = '\0';
+                if (!*tok)
+                        continue;
+                if (!entry_id(tok, group, &v) || v > UINT32_MAX) {
+                        snprintf(why, len, "%s: '%s' names no %s", group ? "allow-groups" :
+                                 "allow-uids", tok, group ? "group" : "user");
+                        free(copy);
+                        free(l.ids);
+                        return -ENOENT;
+                }
+                uint32_t *grown = realloc(l.ids, (l.n + 1) * sizeof(*l.ids));
+                if (!grown) {
+                        free(copy);
+                        free(l.ids);
+                        return -ENOMEM;
+                }
+                l.ids = grown;
+                l.ids[l.n++] = (uint32_t) v;
+        }
+        free(copy);
+        l.set = true;
+        *ret = l;
+        return 0;
 }
 
 /* One option's value, spelt as the configuration file takes it. */

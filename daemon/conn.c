@@ -440,7 +440,7 @@ static void rx_account(cube__conn *c)
 {
         cube__server *srv = c->server;
         uint64_t now = c->rb.cap;
-        cube__uid *u = c->session ? cube__idmap_get(&srv->uids, c->session->uid) : NULL;
+        cube__uid *u = c->session ? cube__idmap_get(&srv->users.uids, c->session->uid) : NULL;
 
         if (now == c->rx_held)
                 return;
@@ -457,7 +457,7 @@ static bool rx_over(const cube__conn *c)
         const cube__server *srv = c->server;
         const cube__options *o = &srv->opts;
         const cube__session *s = c->session;
-        const cube__uid *u = cube__idmap_get(&srv->uids, s->uid);
+        const cube__uid *u = cube__idmap_get(&srv->users.uids, s->uid);
 
         return s->queued_bytes + c->out_bytes + c->rx_held >= o->max_queued_bytes ||
                (o->uid_queued_bytes && u && u->rx_bytes >= o->uid_queued_bytes) ||
@@ -835,8 +835,8 @@ static void conn_start(cube__conn *c)
         bool refused;
 
         c->held = false;
-        refused = cube__access_refused(srv, &c->cred, c->groups, c->n_groups, why, sizeof(why)) ||
-                  cube__session_quota_full(srv, c->cred.uid, why, sizeof(why));
+        refused = cube__access_refused(&srv->opts, &c->cred, c->groups, c->n_groups, why, sizeof(why)) ||
+                  cube__session_quota_full(&srv->opts, &srv->users, srv->n_sessions, c->cred.uid, why, sizeof(why));
         /* The last descriptors are root's and the daemon's user's. */
         if (!refused && !cube__uid_is_admin(c->cred.uid) &&
             (uint64_t) srv->n_conns + srv->fd_base + CUBE__ADMIN_FDS + CUBE__SPARE_FDS / 2 >= srv->fd_limit) {

@@ -143,7 +143,7 @@ static cube__dispatched do_hello(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         char banned[256];
-        if (cube__name_banned(srv, name, banned, sizeof(banned))) {
+        if (cube__name_banned(&srv->opts, &srv->users, name, banned, sizeof(banned))) {
                 srv->stats.sessions_refused++;
                 cube__log_session(CUBE__LOG_NOTICE, s, 0, "session %" PRIu64 " refused: %s", s->id,
                                   banned);

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cubed.h"
+#include "services.h"
 
 #define SKIPS_KEPT 16
 #define DROPPED_KEPT 64         /* memories produced by dropped hops, remembered */
@@ -60,7 +60,7 @@ static void record_free(failure_record *r)
         free(r);
 }
 
-uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t session)
+uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t session, uid_t uid)
 {
         failure_record *r = calloc(1, sizeof(*r));
 
@@ -77,13 +77,8 @@ uint64_t cube__failures_insert(cube__failures *fs, cube_error *root, uint64_t se
                 free(r);
                 return 0;
         }
-        if (fs->history) {
-                uid_t uid = (uid_t) -1;
-                for (const cube__session *s = fs->server ? fs->server->sessions : NULL; s; s = s->next)
-                        if (s->id == session)
-                                uid = s->uid;
+        if (fs->history)
                 cube__history_failure(fs->history, r->id, session, uid, root);
-        }
         return r->id;
 }
 

@@ -327,7 +327,7 @@ cube__dispatched cube__do_graph_prepare(cube__msg *k)
                         "(max-graphs); destroy one first", srv->opts.max_graphs));
                 return CUBE__DISPATCH_DONE;
         }
-        if ((!st->memory && !(st->memory = cube__memory_new(srv))) ||
+        if ((!st->memory && !(st->memory = cube__pools_new(&srv->pools))) ||
             !(st->capture = calloc(1, sizeof(*st->capture)))) {
                 cube__reply_owned_error(k, NULL);
                 return CUBE__DISPATCH_DONE;
@@ -451,7 +451,7 @@ cube__dispatched cube__do_end_capture(cube__msg *k)
                 /* What the capture was to write was never written by it. */
                 if (e) {
                         uint64_t failure = cube__failures_insert(&srv->failures,
-                                                                 cube_error_clone(e), s->id);
+                                                                 cube_error_clone(e), s->id, s->uid);
                         s->errors++;
                         taint_written(srv, g, failure);
                         cube__failures_prune(&srv->failures, failure);
@@ -500,7 +500,7 @@ static cube_error *refuse(cube__session *s, cube__stream *st, cube__graph *g, cu
         uint64_t failure;
 
         cube__stream_failed(s, st->id, e);
-        failure = cube__failures_insert(fs, cube_error_clone(e), s->id);
+        failure = cube__failures_insert(fs, cube_error_clone(e), s->id, s->uid);
         s->errors++;
         taint_written(s->server, g, failure);
         cube__failures_prune(fs, failure);

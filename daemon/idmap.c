@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "cubed.h"
+#include "services.h"
 
 enum { SLOT_EMPTY, SLOT_FULL, SLOT_TOMB };
 

@@ -302,7 +302,7 @@ static bool cache_intact(const cube__server *srv)
 {
         struct stat held, now;
 
-        return srv->cache_fd >= 0 && fstat(srv->cache_fd, &held) == 0 &&
+        return srv->disk_cache.fd >= 0 && fstat(srv->disk_cache.fd, &held) == 0 &&
                stat(srv->opts.cache_dir, &now) == 0 && held.st_dev == now.st_dev &&
                held.st_ino == now.st_ino;
 }
@@ -334,13 +334,13 @@ static void prepare_work(uv_work_t *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
-        cube__artifact_name(srv, k->hash, name);
+        cube__artifact_name(&srv->disk_cache, k->hash, name);
         if (srv->cache_trusted && !intact) {
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the kernel cache %s is no "
                           "longer the directory the daemon started with (it was moved or "
                           "replaced); nothing in it is loaded, the kernel is compiled again",
                           k->entry, k->hash, srv->opts.cache_dir);
-        } else if (srv->cache_trusted && (fd = cube__artifact_open(srv, name, NULL)) != -ENOENT) {
+        } else if (srv->cache_trusted && (fd = cube__artifact_open(&srv->disk_cache, name, NULL)) != -ENOENT) {
                 if (fd == -EPERM)
                         cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact "
                                   "%s is a symlink, or not a file of this user that only it may "
@@ -387,7 +387,7 @@ static void prepare_work(uv_work_t *w)
         if (!e && intact) {
                 /* What was built is loaded from the descriptor its digest was
                  * taken from. */
-                fd = cube__artifact_seal(srv, name, &k->artifact_bytes);
+                fd = cube__artifact_seal(&srv->disk_cache, name, &k->artifact_bytes);
                 if (fd >= 0) {
                         e = load_fd(k, fd);
                         k->stored = true;       /* on disk, loadable or not */
@@ -419,10 +419,10 @@ static void prepare_done(uv_work_t *w, int status)
 
         srv->compiling--;
         if (k->pinned)
-                cube__disk_cache_unpin(srv, k->hash, k->from_disk);
+                cube__disk_cache_unpin(&srv->disk_cache, k->hash, k->from_disk);
         k->pinned = false;
         if (k->stored)
-                cube__disk_cache_stored(srv, k->hash, k->artifact_bytes);
+                cube__disk_cache_stored(&srv->disk_cache, k->hash, k->artifact_bytes);
         k->stored = false;
         if (!k->from_disk && (k->module || k->error)) {
                 srv->compiles++;
@@ -477,13 +477,13 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
                 k->state = CUBE__KERNEL_COMPILING;
                 k->work.data = k;
                 k->refs++;              /* held until prepare_done */
-                k->pinned = cube__disk_cache_pin(srv, k->hash);
+                k->pinned = cube__disk_cache_pin(&srv->disk_cache, k->hash);
                 srv->compiling++;
                 if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) < 0) {
                         srv->compiling--;
                         k->refs--;
                         if (k->pinned)
-                                cube__disk_cache_unpin(srv, k->hash, false);
+                                cube__disk_cache_unpin(&srv->disk_cache, k->hash, false);
                         k->pinned = false;
                         k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                 CUBE_LAUNCH_UNKNOWN, "could not queue the compile"));

@@ -251,7 +251,7 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
         }
         cube__stream_failed(s, r->stream, e);
         s->errors++;
-        failure = cube__failures_insert(&srv->failures, e, s->id);
+        failure = cube__failures_insert(&srv->failures, e, s->id, s->uid);
         cube__log_session(CUBE__LOG_INFO, s, failure, "session %" PRIu64 ": a launch of %s "
                           "failed (failure #%" PRIu64 "): %s", s->id,
                           kernel ? kernel->entry : "an unknown kernel", failure,

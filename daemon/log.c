@@ -16,7 +16,7 @@
 #include <sys/uio.h>
 #include <systemd/sd-journal.h>
 
-#include "cubed.h"
+#include "services.h"
 
 static int max_level = CUBE__LOG_NOTICE;
 static bool journal;
@@ -40,7 +40,7 @@ void cube__log_init(int level)
 
 /* Writes one entry. On stderr every line of a multi-line message carries
  * the prefix, so a continuation line cannot pass for an entry of its own. */
-void cube__log_at(const cube__log_site *at, int level, const cube__session *s, uint64_t failure,
+void cube__log_at(const cube__log_site *at, int level, const cube__log_who *who, uint64_t failure,
                   const char *fmt, ...)
 {
         static const char *const names[] = {
@@ -77,12 +77,12 @@ void cube__log_at(const cube__log_site *at, int level, const cube__session *s, u
         FIELD("PRIORITY=%d", level);
         if (at->message_id)
                 FIELD("MESSAGE_ID=%s", at->message_id);
-        if (s) {
-                FIELD("CUBE_SESSION=%llu", (unsigned long long) s->id);
-                FIELD("CUBE_PEER_PID=%d", (int) s->pid);
-                FIELD("CUBE_PEER_UID=%u", (unsigned) s->uid);
-                if (*s->name)
-                        FIELD("CUBE_SESSION_NAME=%s", s->name);
+        if (who) {
+                FIELD("CUBE_SESSION=%llu", (unsigned long long) who->session);
+                FIELD("CUBE_PEER_PID=%d", (int) who->pid);
+                FIELD("CUBE_PEER_UID=%u", (unsigned) who->uid);
+                if (who->name && *who->name)
+                        FIELD("CUBE_SESSION_NAME=%s", who->name);
         }
         if (failure)
                 FIELD("CUBE_FAILURE=%llu", (unsigned long long) failure);

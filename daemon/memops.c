@@ -54,7 +54,7 @@ void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t 
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": a write to memory %" PRIu64
                           " failed: %s", s->id, n->id, e ? cube_error_message(e) : "out of memory");
         s->errors++;
-        failure = cube__failures_insert(&srv->failures, e, s->id);
+        failure = cube__failures_insert(&srv->failures, e, s->id, s->uid);
         if (failure)
                 cube__log_session(CUBE__LOG_INFO, s, failure, "failure #%" PRIu64 " claims bytes "
                                   "[%" PRIu64 ", %" PRIu64 ") of memory %" PRIu64, failure, start,
@@ -602,7 +602,7 @@ cube__dispatched cube__do_memory_cleanup(cube__msg *k)
         }
         st = cube__idmap_get(&k->session->streams, stream);
         if (st && st->memory)
-                cube__memory_cleanup(st->memory);
+                cube__pools_cleanup(st->memory);
         cube__reply_ok_nil(k);
         return CUBE__DISPATCH_DONE;
 }
@@ -625,12 +625,12 @@ cube__dispatched cube__do_memory_report(cube__msg *k)
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         r |= cube__pack_response_ok(&pk, k->env->msgid);
         if (st && st->memory)
-                r |= cube__memory_pack(st->memory, stream, &pk);
+                r |= cube__pools_pack(st->memory, stream, &pk);
         else if (st) {
                 /* Created, and nothing allocated on it yet: empty pools. */
-                cube__memory *m = cube__memory_new(k->server);
-                r |= m ? cube__memory_pack(m, stream, &pk) : -1;
-                cube__memory_close(m);
+                cube__pools *m = cube__pools_new(&k->server->pools);
+                r |= m ? cube__pools_pack(m, stream, &pk) : -1;
+                cube__pools_close(m);
         } else
                 r |= msgpack_pack_nil(&pk);
         if (r == 0)
@@ -679,9 +679,9 @@ cube__dispatched cube__do_allocation_mode(cube__msg *k)
         }
         st = cube__stream_get(k->session, stream, &e);
         if (st && !st->memory)
-                st->memory = cube__memory_new(k->server);
+                st->memory = cube__pools_new(&k->server->pools);
         if (st && st->memory)
-                cube__memory_mode(st->memory, (int) mode);
+                cube__pools_mode(st->memory, (int) mode);
         else
                 cube__log_session(CUBE__LOG_INFO, k->session, 0, "allocation_mode dropped: %s",
                                   e ? cube_error_message(e) : "out of host memory");

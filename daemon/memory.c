@@ -57,18 +57,38 @@ cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_e
         return st;
 }
 
-cube__uid *cube__uid_get(cube__server *srv, uid_t uid)
+/* Carves a's bytes from pools m. */
+static cube_error *reserve(cube__pools *m, uint64_t size, cube__alloc *a)
 {
-        cube__uid *u = cube__idmap_get(&srv->uids, uid);
+        cube__carve c;
+        cube_error *e = cube__pools_reserve(m, size, &c);
 
-        if (u)
-                return u;
-        u = calloc(1, sizeof(*u));
-        if (u && cube__idmap_put(&srv->uids, uid, u) < 0) {
-                free(u);
-                u = NULL;
-        }
-        return u;
+        if (e)
+                return e;
+        a->memory = c.pools;
+        a->page = c.page;
+        a->storage = c.storage;
+        a->base = c.base;
+        a->padding = c.padding;
+        return NULL;
+}
+
+static void reclaim_stream(uint64_t key, void *value, void *ctx)
+{
+        cube__stream *st = value;
+
+        /* A stream preparing or recording a capture keeps what its warm-up
+         * left: the capture is to find it there. */
+        if (st->memory && st->memory->capture == CUBE__CAPTURE_NONE)
+                cube__pools_cleanup(st->memory);
+}
+
+void cube__reclaim_pages(void *server)
+{
+        cube__server *srv = server;
+
+        for (cube__session *s = srv->sessions; s; s = s->next)
+                cube__idmap_foreach(&s->streams, reclaim_stream, NULL);
 }
 
 /* Moves an allocation's bytes onto session s (or off every session). */
@@ -81,7 +101,7 @@ static void charge(cube__alloc *a, cube__session *s)
                 return;
         if (a->charged) {
                 a->charged->memory_in_use -= a->size;
-                if ((u = cube__idmap_get(&srv->uids, a->charged_uid)))
+                if ((u = cube__idmap_get(&srv->users.uids, a->charged_uid)))
                         u->memory -= a->size;
         }
         a->charged = s;
@@ -91,7 +111,7 @@ static void charge(cube__alloc *a, cube__session *s)
         s->memory_in_use += a->size;
         if (s->memory_in_use > s->memory_peak)
                 s->memory_peak = s->memory_in_use;
-        if ((u = cube__uid_get(srv, s->uid)))
+        if ((u = cube__uid_get(&srv->users, s->uid)))
                 u->memory += a->size;
 }
 
@@ -119,7 +139,7 @@ static cube__name *name_new(cube__session *s, uint64_t id, cube__alloc *a, bool 
 static const char *over_quota(cube__session *s, uint64_t size, char *why, size_t len)
 {
         cube__server *srv = s->server;
-        cube__uid *u = cube__uid_get(srv, s->uid);
+        cube__uid *u = cube__uid_get(&srv->users, s->uid);
 
         /* A holder may be over its quota already, having inherited shared memory's
          * charge: the subtraction must not wrap. */
@@ -167,8 +187,8 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t st
                 e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         else if (!(e = cube__inject_take(srv, CUBE_FAULT_ALLOC)) &&
                  (st = cube__stream_get(s, stream, &e)) &&
-                 (st->memory || (st->memory = cube__memory_new(srv))))
-                e = cube__memory_reserve(st->memory, size, a);
+                 (st->memory || (st->memory = cube__pools_new(&srv->pools))))
+                e = reserve(st->memory, size, a);
         else if (!e)
                 e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
         if (e) {
@@ -180,7 +200,7 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t st
                                   quota ? quota : "");
                 s->errors++;
                 a->storage = NULL;
-                failure = cube__failures_insert(&srv->failures, e, s->id);
+                failure = cube__failures_insert(&srv->failures, e, s->id, s->uid);
                 if (quota)
                         cube__failures_note(&srv->failures, failure, quota);
                 /* An empty allocation has no bytes to claim; mark its one
@@ -271,7 +291,11 @@ static void alloc_release(cube__alloc *a)
                 srv->driver->release(srv->device, a->storage);
         } else if (a->storage) {
                 charge(a, NULL);
-                cube__memory_release(a);
+                cube__pools_release(&(cube__carve) { .pools = a->memory, .page = a->page,
+                                                     .storage = a->storage, .base = a->base,
+                                                     .padding = a->padding }, a->size);
+                a->page = NULL;
+                a->storage = NULL;
                 srv->memory_in_use -= a->size;
                 srv->allocations--;
         }

@@ -613,7 +613,7 @@ cube__dispatched cube__do_peer_wrote(cube__msg *k)
         if (failed) {
                 s->errors++;
                 failure = cube__failures_insert(fs, cube__err_generic("a kernel on a peer device "
-                                                                      "failed: %s", reason), s->id);
+                                                                      "failed: %s", reason), s->id, s->uid);
         }
         for (uint32_t i = 0; i < arr->size; i++) {
                 cube_handle h;

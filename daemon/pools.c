@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cubed.h"
+#include "services.h"
 
 #define SMALL_SLICE (64u * 1024)
 #define SMALL_PAGE_MAX (8u << 20)
@@ -40,30 +40,30 @@ static uint64_t round_up(uint64_t v, uint64_t to)
 }
 
 /* The small pool's page size: 8 MiB, or a 64th of a small device. */
-static uint64_t small_page(const cube__server *srv)
+static uint64_t small_page(const cube__pools_device *dev)
 {
-        uint64_t p = srv->properties.memory_bytes / 64;
+        uint64_t p = dev->properties->memory_bytes / 64;
 
         p = p < SMALL_SLICE ? SMALL_SLICE : p > SMALL_PAGE_MAX ? SMALL_PAGE_MAX : p;
         return round_up(p, SMALL_SLICE);
 }
 
-cube__memory *cube__memory_new(cube__server *srv)
+cube__pools *cube__pools_new(cube__pools_device *dev)
 {
-        cube__memory *m = calloc(1, sizeof(*m));
+        cube__pools *m = calloc(1, sizeof(*m));
 
         if (!m)
                 return NULL;
-        m->server = srv;
+        m->device = dev;
         m->refs = 1;
         for (int i = 0; i < CUBE__POOLS; i++)
                 m->pools[i].kind = i;
-        m->pools[CUBE__POOL_SMALL].page_size = small_page(srv);
+        m->pools[CUBE__POOL_SMALL].page_size = small_page(dev);
         m->pools[CUBE__POOL_SMALL].max_slice = SMALL_SLICE;
         return m;
 }
 
-static void page_free(cube__server *srv, cube__pool *pool, cube__page *p)
+static void page_free(cube__pools_device *dev, cube__pool *pool, cube__page *p)
 {
         for (cube__page **q = &pool->pages; *q; q = &(*q)->next)
                 if (*q == p) {
@@ -72,8 +72,8 @@ static void page_free(cube__server *srv, cube__pool *pool, cube__page *p)
                 }
         pool->n_pages--;
         pool->bytes_reserved -= p->size;
-        srv->memory_reserved -= p->size;
-        srv->driver->release(srv->device, p->storage);
+        dev->reserved -= p->size;
+        dev->driver->release(dev->device, p->storage);
         for (cube__slice *s = p->slices, *next; s; s = next) {
                 next = s->next;
                 free(s);
@@ -82,7 +82,7 @@ static void page_free(cube__server *srv, cube__pool *pool, cube__page *p)
 }
 
 /* Gives back every page of m that holds no live slice. */
-uint64_t cube__memory_cleanup(cube__memory *m)
+uint64_t cube__pools_cleanup(cube__pools *m)
 {
         uint64_t freed = 0;
 
@@ -92,45 +92,45 @@ uint64_t cube__memory_cleanup(cube__memory *m)
                         next = p->next;
                         if (p->live == 0) {
                                 freed += p->size;
-                                page_free(m->server, pool, p);
+                                page_free(m->device, pool, p);
                         }
                 }
         }
         return freed;
 }
 
-static void memory_put(cube__memory *m)
+static void memory_put(cube__pools *m)
 {
         if (--m->refs > 0)
                 return;
-        cube__memory_cleanup(m);
+        cube__pools_cleanup(m);
         free(m);
 }
 
-void cube__memory_close(cube__memory *m)
+void cube__pools_close(cube__pools *m)
 {
         if (!m)
                 return;
-        cube__memory_cleanup(m);
+        cube__pools_cleanup(m);
         memory_put(m);
 }
 
 /* A new page from the device. A device that is full now is first relieved
  * of every empty page any stream keeps, and asked once more. */
-static cube_error *page_new(cube__memory *m, cube__pool *pool, uint64_t size,
+static cube_error *page_new(cube__pools *m, cube__pool *pool, uint64_t size,
                             cube__page **ret_page)
 {
-        cube__server *srv = m->server;
+        cube__pools_device *dev = m->device;
         cube__page *p = calloc(1, sizeof(*p));
         cube_error *e;
 
         if (!p)
                 return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-        e = srv->driver->alloc(srv->device, size, &p->storage);
-        if (e && cube_error_may_succeed_after_reclaim(e)) {
+        e = dev->driver->alloc(dev->device, size, &p->storage);
+        if (e && cube_error_may_succeed_after_reclaim(e) && dev->reclaim) {
                 cube_error_free(e);
-                cube__memory_reclaim(srv);
-                e = srv->driver->alloc(srv->device, size, &p->storage);
+                dev->reclaim(dev->reclaim_ctx);
+                e = dev->driver->alloc(dev->device, size, &p->storage);
         }
         if (e) {
                 free(p);
@@ -144,7 +144,7 @@ static cube_error *page_new(cube__memory *m, cube__pool *pool, uint64_t size,
         if (pool->n_pages > pool->pages_peak)
                 pool->pages_peak = pool->n_pages;
         pool->bytes_reserved += size;
-        srv->memory_reserved += size;
+        dev->reserved += size;
         *ret_page = p;
         return NULL;
 }
@@ -221,10 +221,10 @@ static cube__page *free_page(cube__pool *pool, uint64_t size)
         return NULL;
 }
 
-cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
+cube_error *cube__pools_reserve(cube__pools *m, uint64_t size, cube__carve *ret_carve)
 {
-        cube__server *srv = m->server;
-        uint32_t align = srv->properties.alignment ? srv->properties.alignment : 64;
+        const cube_device_properties *props = m->device->properties;
+        uint32_t align = props->alignment ? props->alignment : 64;
         uint64_t aligned = round_up(size ? size : 1, align);
         int mode = m->n_modes ? m->modes[m->n_modes - 1] : CUBE__MODE_AUTO;
         cube__pool *pool;
@@ -232,7 +232,7 @@ cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
         uint64_t offset = 0, page_size;
         cube_error *e;
 
-        if (size > srv->properties.max_page_size)
+        if (size > props->max_page_size)
                 return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
 
         if (mode == CUBE__MODE_DEDICATED) {
@@ -251,12 +251,12 @@ cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
         } else {
                 pool = &m->pools[CUBE__POOL_LARGE];
                 page_size = round_up(aligned, LARGE_GRANULE);
-                if (page_size > srv->properties.max_page_size)
+                if (page_size > props->max_page_size)
                         page_size = aligned;
                 p = free_page(pool, page_size);
                 if (!p && m->capture == CUBE__CAPTURE_NONE &&
                     large_sizes_held(pool, page_size) >= PAGE_SIZES_MAX) {
-                        cube__memory_cleanup(m);
+                        cube__pools_cleanup(m);
                         if (large_sizes_held(pool, page_size) >= PAGE_SIZES_MAX)
                                 return cube__err_io_size(CUBE_IO_PAGE_SIZES_EXHAUSTED, size);
                 }
@@ -275,7 +275,7 @@ cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
                         p->slices = calloc(1, sizeof(*p->slices));
                         if (!p->slices || (p->slices->size = page_size,
                                            p->slices->free = true, !slice_take(p, aligned, &offset))) {
-                                page_free(srv, pool, p);
+                                page_free(m->device, pool, p);
                                 return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
                         }
                 }
@@ -287,32 +287,26 @@ cube_error *cube__memory_reserve(cube__memory *m, uint64_t size, cube__alloc *a)
         pool->bytes_padding += aligned - size;
         if (size > pool->largest_alloc)
                 pool->largest_alloc = size;
-        a->memory = m;
-        a->page = p;
-        a->base = offset;
-        a->padding = aligned - size;
-        a->storage = p->storage;
+        *ret_carve = (cube__carve) { .pools = m, .page = p, .storage = p->storage, .base = offset,
+                                     .padding = aligned - size };
         return NULL;
 }
 
-void cube__memory_release(cube__alloc *a)
+void cube__pools_release(const cube__carve *c, uint64_t size)
 {
-        cube__memory *m = a->memory;
-        cube__page *p = a->page;
+        cube__page *p = c->page;
         cube__pool *pool = p->pool;
 
         if (pool->kind == CUBE__POOL_SMALL)
-                slice_give(p, a->base);
+                slice_give(p, c->base);
         p->live--;
         pool->allocations--;
-        pool->bytes_in_use -= a->size;
-        pool->bytes_padding -= a->padding;
-        a->page = NULL;
-        a->storage = NULL;
-        memory_put(m);
+        pool->bytes_in_use -= size;
+        pool->bytes_padding -= c->padding;
+        memory_put(c->pools);
 }
 
-void cube__memory_mode(cube__memory *m, int mode)
+void cube__pools_mode(cube__pools *m, int mode)
 {
         if (mode == CUBE__MODE_AUTO) {
                 if (m->n_modes > 0)
@@ -323,23 +317,7 @@ void cube__memory_mode(cube__memory *m, int mode)
                 m->modes[m->n_modes++] = mode;
 }
 
-static void reclaim_stream(uint64_t key, void *value, void *ctx)
-{
-        cube__stream *st = value;
-
-        /* A stream preparing or recording a capture keeps what its warm-up
-         * left: the capture is to find it there. */
-        if (st->memory && st->memory->capture == CUBE__CAPTURE_NONE)
-                cube__memory_cleanup(st->memory);
-}
-
-void cube__memory_reclaim(cube__server *srv)
-{
-        for (cube__session *s = srv->sessions; s; s = s->next)
-                cube__idmap_foreach(&s->streams, reclaim_stream, NULL);
-}
-
-int cube__memory_pack(const cube__memory *m, uint64_t stream, msgpack_packer *pk)
+int cube__pools_pack(const cube__pools *m, uint64_t stream, msgpack_packer *pk)
 {
         int r = 0;
 

@@ -19,6 +19,9 @@
  * PROGRESS_WAIT_MS, so one cannot keep the others from being answered for
  * longer. An answer tells only a count, to whoever knows the group's id and
  * round.
+ *
+ * The TCP listener it answers on is opened the way the collectives' stores
+ * and mints open theirs, by cube__listen_tcp, which lives here, below them.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,7 +36,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "services.h"
+
+int cube__listen_tcp(const char *address, uint16_t *ret_port)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        socklen_t len = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0)
+                return -1;
+        if (inet_pton(AF_INET, address, &sa.sin_addr) != 1 ||
+            bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
+            getsockname(fd, (struct sockaddr *) &sa, &len) < 0) {
+                close(fd);
+                return -1;
+        }
+        *ret_port = ntohs(sa.sin_port);
+        return fd;
+}
 
 #define PROGRESS_MAGIC 0x63756265706f6773ull    /* "cubepogs" */
 #define PROGRESS_WAIT_MS 500

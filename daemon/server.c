@@ -207,8 +207,8 @@ static int prepare_cache_dir(cube__server *srv, const char *dir, bool *ret_trust
                 return -EPERM;
         /* Held open for the daemon's life: an artifact is trusted only while
          * the path still names this very directory. */
-        srv->cache_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (srv->cache_fd < 0 || fstat(srv->cache_fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        srv->disk_cache.fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (srv->disk_cache.fd < 0 || fstat(srv->disk_cache.fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
                 cube__log(CUBE__LOG_ERR, "the kernel cache %s is not a directory (or is a "
                           "symlink)", dir);
                 return -ENOTDIR;
@@ -309,6 +309,10 @@ static int open_device(cube__server *srv)
                 return r;
         }
         srv->driver->properties(srv->device, &srv->properties);
+        srv->pools = (cube__pools_device) { .driver = srv->driver, .device = srv->device,
+                                            .properties = &srv->properties,
+                                            .reserved = srv->pools.reserved,
+                                            .reclaim = cube__reclaim_pages, .reclaim_ctx = srv };
         if (getrandom(&srv->nonce, sizeof(srv->nonce), 0) != sizeof(srv->nonce))
                 srv->nonce = uv_hrtime() ^ ((uint64_t) getpid() << 32);
         snprintf(srv->service, sizeof(srv->service), "%s%u-%016" PRIx64, srv->driver->name,
@@ -363,7 +367,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
 
         memset(srv, 0, sizeof(*srv));
         srv->completions_fd = srv->device_fd = -1;
-        srv->cache_fd = -1;
+        srv->disk_cache.fd = -1;
         srv->opts = *opts;
         srv->overrides = overrides;
         srv->n_overrides = n_overrides;
@@ -373,7 +377,6 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         if (cube__history_init(&srv->history, opts->history, srv->started_ns) < 0)
                 return -ENOMEM;
         srv->failures.history = &srv->history;
-        srv->failures.server = srv;
 
         srv->driver = cube__driver_find(opts->backend);
         if (!srv->driver) {
@@ -413,7 +416,8 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         }
         if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
-        if ((r = cube__disk_cache_init(srv)) < 0)
+        if ((r = cube__disk_cache_init(&srv->disk_cache, srv->disk_cache.fd, &srv->opts,
+                                       srv->driver->artifact_ext, srv->started_ns)) < 0)
                 return r;
         if ((r = prepare_descriptors(srv)) < 0)
                 return r;
@@ -561,7 +565,7 @@ static void reinit_device(cube__server *srv)
         cube__kernels_free(srv);
         cube__failures_free(&srv->failures);
         srv->failures = (cube__failures) { .minted = srv->failures.minted,
-                                           .history = &srv->history, .server = srv };
+                                           .history = &srv->history };
         srv->driver->close(srv->device);
         srv->device = NULL;
         cube_error_free(srv->poison);
@@ -676,7 +680,7 @@ void cube__server_done(cube__server *srv)
         int r;
 
         cube__kernels_free(srv);
-        cube__disk_cache_free(srv);
+        cube__disk_cache_free(&srv->disk_cache);
         if (srv->device)
                 srv->driver->close(srv->device);
         srv->device = NULL;
@@ -691,8 +695,8 @@ void cube__server_done(cube__server *srv)
         }
         cube__failures_free(&srv->failures);
         cube__history_free(&srv->history);
-        cube__idmap_foreach(&srv->uids, free_value, NULL);
-        cube__idmap_free(&srv->uids);
+        cube__idmap_foreach(&srv->users.uids, free_value, NULL);
+        cube__idmap_free(&srv->users.uids);
         cube__idmap_free(&srv->exports);
         r = uv_loop_close(srv->loop);
         if (r < 0)
@@ -702,8 +706,8 @@ void cube__server_done(cube__server *srv)
                 close(srv->completions_fd);
         if (srv->device_fd >= 0)
                 close(srv->device_fd);
-        if (srv->cache_fd >= 0)
-                close(srv->cache_fd);
+        if (srv->disk_cache.fd >= 0)
+                close(srv->disk_cache.fd);
         if (srv->zone)
                 msgpack_zone_free(srv->zone);
         cube__options_done(&srv->opts);

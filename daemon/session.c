@@ -32,7 +32,7 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
                 srv->sessions->prev = s;
         srv->sessions = s;
         srv->n_sessions++;
-        cube__uid *u = cube__uid_get(srv, uid);
+        cube__uid *u = cube__uid_get(&srv->users, uid);
         if (u)
                 u->sessions++;
         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " opened (pid %d, uid %u)", s->id,
@@ -40,62 +40,19 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
         return s;
 }
 
-int cube__history_init(cube__history *h, uint32_t cap, uint64_t started_ns)
+/* The session's line in cubectl history. */
+static void remember(cube__server *srv, const cube__session *s)
 {
-        *h = (cube__history) { .cap = cap, .started_ns = started_ns };
-        if (!cap)
-                return 0;
-        h->sessions = calloc(cap, sizeof(*h->sessions));
-        h->failures = calloc(cap, sizeof(*h->failures));
-        if (!h->sessions || !h->failures) {
-                cube__history_free(h);
-                return -1;
-        }
-        return 0;
-}
-
-void cube__history_free(cube__history *h)
-{
-        free(h->sessions);
-        free(h->failures);
-        *h = (cube__history) {0};
-}
-
-void cube__history_session(cube__history *h, const cube__session *s)
-{
-        cube__ended *e;
-        uint64_t now = uv_hrtime();
-
-        if (!h->cap)
-                return;
-        e = &h->sessions[h->next_session];
-        h->next_session = (h->next_session + 1) % h->cap;
-        if (h->n_sessions < h->cap)
-                h->n_sessions++;
-        *e = (cube__ended) {
+        cube__ended e = {
                 .id = s->id, .pid = s->pid, .uid = s->uid, .launches = s->launches,
                 .bytes_in = s->bytes_in, .bytes_out = s->bytes_out, .errors = s->errors,
                 .memory_peak = s->memory_peak,
-                .opened_s = (double) (s->opened_ns - h->started_ns) / 1e9,
-                .duration_s = (double) (now - s->opened_ns) / 1e9,
+                .opened_s = (double) (s->opened_ns - srv->history.started_ns) / 1e9,
+                .duration_s = (double) (uv_hrtime() - s->opened_ns) / 1e9,
         };
-        memcpy(e->name, s->name, sizeof(e->name));
-}
 
-void cube__history_failure(cube__history *h, uint64_t id, uint64_t session, uid_t uid,
-                           const cube_error *root)
-{
-        cube__recent_failure *f;
-
-        if (!h->cap)
-                return;
-        f = &h->failures[h->next_failure];
-        h->next_failure = (h->next_failure + 1) % h->cap;
-        if (h->n_failures < h->cap)
-                h->n_failures++;
-        *f = (cube__recent_failure) { .id = id, .session = session, .uid = uid,
-                                      .at_s = (double) (uv_hrtime() - h->started_ns) / 1e9 };
-        snprintf(f->root, sizeof(f->root), "%s", cube_error_message(root));
+        memcpy(e.name, s->name, sizeof(e.name));
+        cube__history_session(&srv->history, &e);
 }
 
 void cube__session_detach(cube__session *s)
@@ -125,7 +82,7 @@ static void close_stream(uint64_t key, void *value, void *ctx)
         cube__session *s = ctx;
         cube__stream *st = value;
 
-        cube__memory_close(st->memory);
+        cube__pools_close(st->memory);
         s->server->driver->stream_close(s->server->device, st->device);
         free(st);
 }
@@ -164,7 +121,7 @@ void cube__session_maybe_free(cube__session *s)
 
         if (srv->rr == s)
                 srv->rr = s->next;
-        cube__uid *u = cube__idmap_get(&srv->uids, s->uid);
+        cube__uid *u = cube__idmap_get(&srv->users.uids, s->uid);
         if (u)
                 u->sessions--;
         if (s->prev)
@@ -191,7 +148,7 @@ void cube__session_maybe_free(cube__session *s)
                 cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " (pid %d, uid %u) "
                                   "closed before hello", s->id, (int) s->pid, (unsigned) s->uid);
         if (s->greeted)
-                cube__history_session(&srv->history, s);
+                remember(srv, s);
         free(s);
         cube__server_check_stopped(srv);
 }

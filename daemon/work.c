@@ -109,7 +109,7 @@ static void lost_write(cube__session *s, cube__alloc *a, uint64_t start, uint64_
                        cube_error *e)
 {
         cube__failures *fs = &s->server->failures;
-        uint64_t failure = cube__failures_insert(fs, e, s->id);
+        uint64_t failure = cube__failures_insert(fs, e, s->id, s->uid);
 
         s->errors++;
         cube__alloc_taint(a, start, end, failure);
@@ -175,7 +175,7 @@ void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poiso
         srv->poison = poison;
         srv->stats.poisons++;
         if (by)
-                cube__poison_blame(srv, by);
+                cube__poison_blame(&srv->opts, &srv->users, cube__session_who(by, &(cube__log_who) {0}));
         cube__log_id(CUBE__MSG_POISON, CUBE__LOG_ERR, by, "the device is poisoned: %s; every "
                      "session is told on its next operation", cube_error_reason(poison));
         cube__server_poison_started(srv);
@@ -208,7 +208,7 @@ static uint64_t launch_failed(cube__op *o)
                 root = e;
         }
         s->errors++;
-        failure = cube__failures_insert(&srv->failures, root, s->id);
+        failure = cube__failures_insert(&srv->failures, root, s->id, s->uid);
         if (failure)
                 cube__log_session(CUBE__LOG_WARNING, s, failure, "session %" PRIu64 ": kernel '%s' "
                                   "failed on the device (failure #%" PRIu64 ")", s->id,
@@ -252,7 +252,7 @@ static void writer_done(cube__op *o)
                 failure = launch_failed(o);
         } else if (o->work.error) {
                 s->errors++;
-                failure = cube__failures_insert(fs, o->work.error, s->id);
+                failure = cube__failures_insert(fs, o->work.error, s->id, s->uid);
                 o->work.error = NULL;
                 if (failure)
                         cube__log_session(CUBE__LOG_INFO, s, failure, "session %" PRIu64 ": a "
