@@ -45,7 +45,7 @@ typedef struct cube__conn cube__conn;
         cube__log_at(CUBE__HERE(id), (level), cube__session_who((s), &(cube__log_who) {0}), 0, \
                      __VA_ARGS__)
 
-/* ---- allocations and streams (memory.c) --------------------------------- */
+/* ---- allocations and streams (allocations.c) --------------------------- */
 struct cube__op;
 
 /* One piece of work's use of one allocation, kept on the allocation in the

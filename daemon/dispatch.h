@@ -31,7 +31,7 @@ bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **
 void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
 
-/* memops.c */
+/* memory-methods.c */
 cube__dispatched cube__do_create(cube__msg *k);
 cube__dispatched cube__do_write(cube__msg *k);
 cube__dispatched cube__do_free(cube__msg *k);

@@ -1,5 +1,5 @@
 /*
- * memory.c - allocations, the names sessions give them, and streams.
+ * allocations.c - allocations, the names sessions give them, and streams.
  *
  * Memory ids are minted by the client, so creating memory is a notification
  * with no answer: a reservation that fails is kept on the allocation as a

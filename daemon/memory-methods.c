@@ -1,5 +1,5 @@
 /*
- * memops.c - the memory methods: create, write, free, read, sync, check,
+ * memory-methods.c - the memory methods: create, write, free, read, sync, check,
  * flush and memory_cleanup.
  *
  * create, write and free are notifications: whatever goes wrong with them
