@@ -150,7 +150,7 @@ void cube__collective_start(cube__op *o)
                 go = j->finished;
                 uv_mutex_unlock(&g->lock);
                 if (go)
-                        cube__server_complete(srv, &o->work);
+                        cube__work_complete(srv, &o->work);
                 return;
         }
         if (j->kind == JOB_RUN) {
@@ -158,7 +158,7 @@ void cube__collective_start(cube__op *o)
                         j->rc = -1;
                         snprintf(j->why, sizeof(j->why), "the group is %s: %.400s",
                                  cube__group_state_names[g->state], g->why);
-                        cube__server_complete(srv, &o->work);
+                        cube__work_complete(srv, &o->work);
                         return;
                 }
                 j->refused = cube__awaits_first(&o->awaits, &needed, &pending);
@@ -248,7 +248,7 @@ cube__dispatched cube__do_collective(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         /* Before any buffer is touched. */
-        if ((e = cube__comms_no_transport(srv, (cube_collective) op)))
+        if ((e = cube__groups_no_transport(srv, (cube_collective) op)))
                 goto refuse;
         if (srv->poison && (e = cube__poisoned(srv)))
                 goto refuse;
@@ -385,7 +385,7 @@ cube__dispatched cube__do_sync_collective(cube__msg *k)
                 cube__malformed(k, "params must be [stream]");
                 return CUBE__DISPATCH_DONE;
         }
-        if ((e = cube__comms_no_transport(k->server, CUBE_COLLECTIVE_SYNC_COLLECTIVE))) {
+        if ((e = cube__groups_no_transport(k->server, CUBE_COLLECTIVE_SYNC_COLLECTIVE))) {
                 cube__reply_owned_error(k, e);
                 return CUBE__DISPATCH_DONE;
         }

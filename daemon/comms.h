@@ -78,7 +78,7 @@ extern const char *const cube__collective_names[];
 /* Hands j to g's thread. */
 void cube__group_push(cube__group *g, job *j);
 /* NoDeviceTransport for op when this daemon has no transport, else NULL. */
-cube_error *cube__comms_no_transport(cube__server *srv, cube_collective op);
+cube_error *cube__groups_no_transport(cube__server *srv, cube_collective op);
 /* The group a collective names, joined first if need be (groups.c). */
 cube_error *cube__group_find_for(cube__msg *k, int op, const msgpack_object *go,
                                  const msgpack_object *peer, cube__group **ret,

@@ -4,7 +4,7 @@
  *
  * Ownership in one paragraph: the loop thread owns every structure here. The
  * device sees only cube__work items; it hands each back through
- * cube__server_complete(), and the loop thread finishes it. A session lives
+ * cube__work_complete(), and the loop thread finishes it. A session lives
  * until its connection is gone *and* no work of it is in flight; an
  * allocation's storage lives until it is freed *and* no work uses it.
  */
@@ -199,7 +199,7 @@ typedef struct cube__op {
         /* Work the daemon runs itself rather than the device (a collective):
          * the executor calls host_run on the loop thread once everything
          * before it on its stream is done, holds the stream's later work until
-         * it completes (through cube__server_complete, from any thread), and
+         * it completes (through cube__work_complete, from any thread), and
          * op_finish calls host_done on the loop thread first. */
         void (*host_run)(struct cube__op *o);
         void (*host_done)(struct cube__op *o);
@@ -241,6 +241,18 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
                        uint64_t offset, void *host, const cube__copy *copy, void *owned,
                        cube__pending_reply *reply, struct cube__region *region);
 
+/* Marks the device poisoned (once) with why; every later operation reports it. */
+void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison);
+/* ServerError::DevicePoisoned for the poisoned device. */
+cube_error *cube__poisoned(cube__server *srv);
+cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
+/* Called when every piece of work for the reply was submitted. */
+void cube__pending_arm(cube__pending_reply *r);
+/* Any thread: the backend's completion function. */
+void cube__work_complete(void *ctx, cube__work *work);
+/* Loop thread: finishes completed work. */
+void cube__work_drain(cube__server *srv);
+
 /* ---- the executor (executor.c) ------------------------------------------ */
 /* A new piece of work on st that will touch n_uses allocations, or NULL.
  * extra bytes (16-aligned, zeroed) come with it at *ret_extra and go with it;
@@ -262,18 +274,6 @@ void cube__schedule_plug(cube__server *srv);
 void cube__schedule_unplug(cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);
-/* Marks the device poisoned (once) with why; every later operation reports it. */
-void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison);
-/* ServerError::DevicePoisoned for the poisoned device. */
-cube_error *cube__poisoned(cube__server *srv);
-cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid);
-/* Called when every piece of work for the reply was submitted. */
-void cube__pending_arm(cube__pending_reply *r);
-/* Any thread: the backend's completion function. */
-void cube__server_complete(void *ctx, cube__work *work);
-/* Loop thread: finishes completed work. */
-void cube__server_drain_completions(cube__server *srv);
-
 /* ---- the kernel cache (kernels.c) --------------------------------------- */
 typedef enum cube__kernel_state {
         CUBE__KERNEL_NEW,               /* registered, never compiled or loaded */
@@ -563,6 +563,8 @@ struct cube__server {
         bool poison_grace_over;
         int exit_code;                  /* 3: poisoned; CUBE__EXIT_NO_DEVICE */
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
+        uv_idle_t local_completions;    /* drains what the loop thread itself completed */
+        uv_thread_t loop_thread;
         cube__conn *answering;          /* connections holding small answers (conn.c) */
         uv_check_t answers_check;          /* sends them after each round of I/O... */
         uv_prepare_t answers_prepare;      /* ...and before the loop waits */
@@ -636,21 +638,7 @@ struct cube__server {
 /* Whether max-sessions fits the descriptor limit; why says what to change. */
 bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
 
-/* ---- collectives (comms.c) ---------------------------------------------- */
-void cube__comms_init(cube__server *srv);
-void cube__comms_done(cube__server *srv);
-/* ---- peer access (peer.c) ----------------------------------------------- */
-/* A peer device of this host and user whose memory kernels here bind. */
-typedef struct cube__peer cube__peer;
-/* NULL while the peer is there, else why its memory may not be bound now. */
-cube_error *cube__peer_check(cube__server *srv, const cube__peer *p);
-void cube__peers_done(cube__server *srv);
-/* The session's connection is gone: its groups are torn down, so the other
- * members learn it now rather than at their timeout. */
-void cube__comms_session_detach(cube__session *s);
-/* The session is freed: its groups' threads are joined. */
-void cube__comms_session_free(cube__session *s);
-
+/* ---- the server's life (server.c) --------------------------------------- */
 /* Takes opts; keeps overrides (the command line's options) for reloads. */
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,
                       size_t n_overrides);
@@ -669,5 +657,24 @@ void cube__server_check_stopped(cube__server *srv);
 void cube__server_poison_started(cube__server *srv);
 /* Session s has been told the device is poisoned. */
 void cube__server_poison_told(cube__server *srv, cube__session *s);
+/* Loop thread: has the loop drain the completions before it next waits, for
+ * work the loop thread itself completed (cube__work_complete). */
+void cube__server_drain_soon(cube__server *srv);
+
+/* ---- collective groups (groups.c) --------------------------------------- */
+void cube__groups_init(cube__server *srv);
+void cube__groups_done(cube__server *srv);
+/* The session's connection is gone: its groups are torn down, so the other
+ * members learn it now rather than at their timeout. */
+void cube__groups_session_detach(cube__session *s);
+/* The session is freed: its groups' threads are joined. */
+void cube__groups_session_free(cube__session *s);
+
+/* ---- peer access (peer.c) ----------------------------------------------- */
+/* A peer device of this host and user whose memory kernels here bind. */
+typedef struct cube__peer cube__peer;
+/* NULL while the peer is there, else why its memory may not be bound now. */
+cube_error *cube__peer_check(cube__server *srv, const cube__peer *p);
+void cube__peers_done(cube__server *srv);
 
 #endif

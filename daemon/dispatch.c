@@ -17,11 +17,6 @@
 #include "frame.h"
 
 
-cube_error *cube__poisoned(cube__server *srv)
-{
-        return cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
-}
-
 bool cube__malformed(cube__msg *k, const char *what)
 {
         char method[64];

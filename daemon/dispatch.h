@@ -18,6 +18,7 @@ typedef struct cube__msg {
         void *buf;                      /* the read buffer, for a write to keep */
 } cube__msg;
 
+/* dispatch.c */
 /* Answers a message whose params have the wrong shape, and closes. */
 bool cube__malformed(cube__msg *k, const char *what);
 void cube__reply_ok_nil(cube__msg *k);
@@ -26,12 +27,12 @@ void cube__reply_owned_error(cube__msg *k, cube_error *e);
 /* Reads [stream, [handle, ...]]: the shape of read, sync and check. */
 bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
                               size_t *ret_n);
+
+/* memory-methods.c */
 /* Records e as the failure of bytes [start, end) of a: the work that was to
  * write them did not. Takes e. */
 void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
-
-/* memory-methods.c */
 cube__dispatched cube__do_create(cube__msg *k);
 cube__dispatched cube__do_write(cube__msg *k);
 cube__dispatched cube__do_free(cube__msg *k);
@@ -84,12 +85,14 @@ cube__dispatched cube__do_end_capture(cube__msg *k);
 cube__dispatched cube__do_replay(cube__msg *k);
 cube__dispatched cube__do_graph_destroy(cube__msg *k);
 cube__dispatched cube__do_captures(cube__msg *k);
-/* comms.c */
+/* groups.c */
 cube__dispatched cube__do_comm_init(cube__msg *k);
 cube__dispatched cube__do_comm_mint(cube__msg *k);
+cube__dispatched cube__do_comms(cube__msg *k);
+
+/* collectives.c */
 cube__dispatched cube__do_collective(cube__msg *k);
 cube__dispatched cube__do_sync_collective(cube__msg *k);
-cube__dispatched cube__do_comms(cube__msg *k);
 
 /* peer.c */
 cube__dispatched cube__do_can_access_peer(cube__msg *k);

@@ -286,9 +286,9 @@ static void group_thread(void *arg)
                         go = j->op_started;
                         uv_mutex_unlock(&g->lock);
                         if (go)
-                                cube__server_complete(g->server, &j->op->work);
+                                cube__work_complete(g->server, &j->op->work);
                 } else if (j->op) {
-                        cube__server_complete(g->server, &j->op->work);
+                        cube__work_complete(g->server, &j->op->work);
                 } else {
                         free(j);
                 }
@@ -373,7 +373,7 @@ static cube__group *group_find(cube__session *s, uint64_t id)
 
 /* ---- requests ------------------------------------------------------------- */
 
-cube_error *cube__comms_no_transport(cube__server *srv, cube_collective op)
+cube_error *cube__groups_no_transport(cube__server *srv, cube_collective op)
 {
         return srv->transport ? NULL : cube__err_no_device_transport(op);
 }
@@ -516,7 +516,7 @@ cube__dispatched cube__do_comm_init(cube__msg *k)
                 cube__malformed(k, "params must be [[device, ...]] or [id, rank, size]");
                 return CUBE__DISPATCH_DONE;
         }
-        if ((e = cube__comms_no_transport(srv, CUBE_COLLECTIVE_COMM_INIT))) {
+        if ((e = cube__groups_no_transport(srv, CUBE_COLLECTIVE_COMM_INIT))) {
                 cube__reply_owned_error(k, e);
                 return CUBE__DISPATCH_DONE;
         }
@@ -591,7 +591,7 @@ cube__dispatched cube__do_comm_mint(cube__msg *k)
         char id[128];
         msgpack_sbuffer sb;
         msgpack_packer pk;
-        cube_error *e = cube__comms_no_transport(srv, CUBE_COLLECTIVE_COMM_INIT);
+        cube_error *e = cube__groups_no_transport(srv, CUBE_COLLECTIVE_COMM_INIT);
 
         if (!e && !(m = calloc(1, sizeof(*m))))
                 e = cube__err_generic("out of host memory");
@@ -743,7 +743,7 @@ cube__dispatched cube__do_comms(cube__msg *k)
 
 /* ---- lifetime ------------------------------------------------------------- */
 
-void cube__comms_init(cube__server *srv)
+void cube__groups_init(cube__server *srv)
 {
         const char *sock = srv->opts.socket_path, *slash = strrchr(sock, '/');
         const char *base = slash ? slash + 1 : sock;
@@ -775,7 +775,7 @@ void cube__comms_init(cube__server *srv)
                   srv->instance, srv->opts.comm_dir, srv->opts.comm_address);
 }
 
-void cube__comms_done(cube__server *srv)
+void cube__groups_done(cube__server *srv)
 {
         cube__progress_stop(srv->progress);
         srv->progress = NULL;
@@ -787,7 +787,7 @@ void cube__comms_done(cube__server *srv)
         }
 }
 
-void cube__comms_session_detach(cube__session *s)
+void cube__groups_session_detach(cube__session *s)
 {
         for (cube__group *g = s->groups; g; g = g->next) {
                 job *j = calloc(1, sizeof(*j));
@@ -800,7 +800,7 @@ void cube__comms_session_detach(cube__session *s)
         }
 }
 
-void cube__comms_session_free(cube__session *s)
+void cube__groups_session_free(cube__session *s)
 {
         while (s->groups) {
                 cube__group *g = s->groups;

@@ -151,7 +151,7 @@ cube__dispatched cube__do_inject(cube__msg *k)
 
         switch (site) {
         case CUBE_FAULT_POISON:
-                cube__server_poison(srv, k->session, cube__err_poison("%s", reason));
+                cube__work_poison(srv, k->session, cube__err_poison("%s", reason));
                 cube__reply_ok_nil(k);
                 return CUBE__DISPATCH_DONE;
         case CUBE_FAULT_TEARDOWN:

@@ -300,7 +300,7 @@ static void *exchange_thread(void *arg)
         exchange *x = arg;
 
         exchange_run(x);
-        cube__server_complete(x->srv, &x->op->work);
+        cube__work_complete(x->srv, &x->op->work);
         return NULL;
 }
 
@@ -317,7 +317,7 @@ static void exchange_start(cube__op *o)
         if (p) {
                 x->ok = true;
                 x->fd = -1;
-                cube__server_complete(x->srv, &o->work);
+                cube__work_complete(x->srv, &o->work);
                 return;
         }
         pthread_attr_init(&attr);
@@ -325,7 +325,7 @@ static void exchange_start(cube__op *o)
         if (pthread_create(&t, &attr, exchange_thread, x) != 0) {
                 snprintf(x->why, sizeof(x->why), "cannot start a thread");
                 x->fd = -1;
-                cube__server_complete(x->srv, &o->work);
+                cube__work_complete(x->srv, &o->work);
         }
         pthread_attr_destroy(&attr);
 }

@@ -55,7 +55,23 @@ static void on_completions(uv_poll_t *p, int status, int events)
         (void) status;
         (void) events;
         clear_eventfd(srv->completions_fd, "completion");
-        cube__server_drain_completions(srv);
+        cube__work_drain(srv);
+}
+
+/* Completions that work on the loop thread queued: drained before the loop
+ * next waits for I/O (an active idle handle keeps it from blocking). */
+static void on_local_completions(uv_idle_t *h)
+{
+        cube__server *srv = h->data;
+
+        uv_idle_stop(h);
+        cube__work_drain(srv);
+}
+
+void cube__server_drain_soon(cube__server *srv)
+{
+        if (!uv_is_closing((uv_handle_t *) &srv->local_completions))
+                uv_idle_start(&srv->local_completions, on_local_completions);
 }
 
 /* The device asks for the loop thread (driver.h's loop_fd): it completes
@@ -70,7 +86,7 @@ static void on_device(uv_poll_t *p, int status, int events)
         clear_eventfd(srv->device_fd, "device's");
         if (srv->device) {
                 srv->driver->loop_ready(srv->device);
-                cube__server_drain_completions(srv);
+                cube__work_drain(srv);
         }
 }
 
@@ -293,7 +309,7 @@ static int open_device(cube__server *srv)
                 .memory_limit = srv->opts.memory_limit,
                 .kernel_timeout_ms = srv->opts.kernel_timeout_s * 1000,
                 .compile_cpu_s = srv->opts.compile_limit_s,
-                .complete = cube__server_complete,
+                .complete = cube__work_complete,
                 .complete_ctx = srv,
                 .loop_fd = srv->device_fd,
         };
@@ -397,6 +413,9 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_init(srv->loop, &srv->completions_poll, srv->completions_fd);
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
+        srv->loop_thread = uv_thread_self();
+        uv_idle_init(srv->loop, &srv->local_completions);
+        srv->local_completions.data = srv;
         if (srv->driver->loop_ready) {
                 srv->device_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
                 if (srv->device_fd < 0)
@@ -407,7 +426,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         }
         cube__conn_answers_init(srv);
         cube__closer_init();
-        cube__comms_init(srv);
+        cube__groups_init(srv);
         if ((r = open_device(srv)) < 0) {
                 /* No device or driver: restarting will not bring one. */
                 if (r == -ENODEV || r == -ENOSYS)
@@ -595,10 +614,11 @@ void cube__server_check_stopped(cube__server *srv)
         if (uv_is_closing((uv_handle_t *) &srv->completions_poll))
                 return;
         uv_close((uv_handle_t *) &srv->completions_poll, NULL);
+        uv_close((uv_handle_t *) &srv->local_completions, NULL);
         if (srv->device_fd >= 0)
                 uv_close((uv_handle_t *) &srv->device_poll, NULL);
         cube__conn_answers_close(srv);
-        cube__comms_done(srv);
+        cube__groups_done(srv);
         cube__peers_done(srv);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);
         uv_close((uv_handle_t *) &srv->sigint, NULL);

@@ -58,7 +58,7 @@ static void remember(cube__server *srv, const cube__session *s)
 void cube__session_detach(cube__session *s)
 {
         s->conn = NULL;
-        cube__comms_session_detach(s);
+        cube__groups_session_detach(s);
         cube__session_maybe_free(s);
 }
 
@@ -94,7 +94,7 @@ void cube__session_maybe_free(cube__session *s)
 
         if (s->conn || s->inflight > 0)
                 return;
-        cube__comms_session_free(s);
+        cube__groups_session_free(s);
 
         /* cube__name_free removes entries from the map it is called for, so
          * walk a moved-out copy. */

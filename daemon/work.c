@@ -16,6 +16,11 @@
 
 #include "cubed.h"
 
+cube_error *cube__poisoned(cube__server *srv)
+{
+        return cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, cube_error_clone(srv->poison));
+}
+
 cube__pending_reply *cube__pending_new(cube__session *s, uint32_t msgid)
 {
         cube__pending_reply *r = calloc(1, sizeof(*r));
@@ -166,7 +171,7 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         cube__op_enqueue(o);
 }
 
-void cube__server_poison(cube__server *srv, cube__session *by, cube_error *poison)
+void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison)
 {
         if (srv->poison || !poison) {
                 cube_error_free(poison);
@@ -201,7 +206,7 @@ static uint64_t launch_failed(cube__op *o)
                                                      s->id, (int) s->pid, *s->name ? ", " : "",
                                                      s->name, cube_error_reason(fault));
                 cube_error_free(e);
-                cube__server_poison(srv, s, cube_error_clone(named));
+                cube__work_poison(srv, s, cube_error_clone(named));
                 root = cube__err_wrap(CUBE_SERVER_LAUNCH,
                                       cube__err_wrap(CUBE_LAUNCH_DEVICE_POISONED, named));
         } else {
@@ -280,7 +285,7 @@ static void writer_done(cube__op *o)
                 cube__failures_prune(fs, failure);
 }
 
-void cube__server_complete(void *ctx, cube__work *work)
+void cube__work_complete(void *ctx, cube__work *work)
 {
         cube__server *srv = ctx;
         cube__work *last = work;
@@ -296,6 +301,13 @@ void cube__server_complete(void *ctx, cube__work *work)
                 srv->completions_head = work;
         srv->completions_tail = last;
         uv_mutex_unlock(&srv->completions_lock);
+        /* On the loop thread, the loop drains the queue before it next waits
+         * (server.c's idle handle): writing the eventfd would only wake the
+         * loop once more to find what it already has. */
+        if (uv_thread_equal(&srv->loop_thread, &(uv_thread_t) { uv_thread_self() })) {
+                cube__server_drain_soon(srv);
+                return;
+        }
         /* A queue that was not empty has a wake-up on its way already: the
          * loop takes the whole queue at once. */
         if (first) {
@@ -321,7 +333,7 @@ static void op_finish(cube__op *o)
         /* A copy that met a device fault poisons the device as a launch does. */
         if (o->work.error && !o->launch &&
             cube_error_kind_of(o->work.error) == CUBE_DEVICE_POISON) {
-                cube__server_poison(srv, s, cube_error_clone(o->work.error));
+                cube__work_poison(srv, s, cube_error_clone(o->work.error));
                 o->work.error = cube__err_wrap(CUBE_SERVER_DEVICE_POISONED, o->work.error);
         }
         if (o->host_done)
@@ -355,7 +367,7 @@ static void op_finish(cube__op *o)
         cube__server_check_stopped(srv);
 }
 
-void cube__server_drain_completions(cube__server *srv)
+void cube__work_drain(cube__server *srv)
 {
         cube__work *w;
 
