@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "requests.h"
 
 /* Whether the caller may see what session s holds. */
 static bool visible(const cube__msg *k, const cube__session *s)
@@ -596,7 +596,7 @@ cube__dispatched cube__do_drain(cube__msg *k)
         uint32_t timeout = 0;
 
         if (k->n > 1 || (k->n == 1 && !cube__obj_u32(&k->p[0], &timeout))) {
-                cube__malformed(k, "params must be [] or [timeout seconds]");
+                cube__reply_malformed(k, "params must be [] or [timeout seconds]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!admin_allowed(k))
@@ -625,7 +625,7 @@ cube__dispatched cube__do_kill_session(cube__msg *k)
         cube__session *s;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &id)) {
-                cube__malformed(k, "params must be [session]");
+                cube__reply_malformed(k, "params must be [session]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!admin_allowed(k))

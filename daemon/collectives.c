@@ -229,7 +229,7 @@ cube__dispatched cube__do_collective(cube__msg *k)
 
         if (k->n != 7 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u32(&k->p[6], &wait) ||
             wait > 1) {
-                cube__malformed(k, "params must be [stream, group, src, dst, reduction, peer, "
+                cube__reply_malformed(k, "params must be [stream, group, src, dst, reduction, peer, "
                                 "wait] with wait 0 (AtSync) or 1 (Now)");
                 return CUBE__DISPATCH_DONE;
         }
@@ -237,14 +237,14 @@ cube__dispatched cube__do_collective(cube__msg *k)
         has_dst = k->p[3].type != MSGPACK_OBJECT_NIL;
         if ((has_src && !cube__obj_handle(&k->p[2], &src)) ||
             (has_dst && !cube__obj_handle(&k->p[3], &dst))) {
-                cube__malformed(k, "src and dst are handles or nil");
+                cube__reply_malformed(k, "src and dst are handles or nil");
                 return CUBE__DISPATCH_DONE;
         }
         if (reduces && (k->p[4].type != MSGPACK_OBJECT_ARRAY || k->p[4].via.array.size != 2 ||
                         !cube__obj_u32(&k->p[4].via.array.ptr[0], &dtype) ||
                         !cube__obj_u32(&k->p[4].via.array.ptr[1], &mean) || mean > 1 ||
                         dtype >= CUBE__DT_MAX)) {
-                cube__malformed(k, "a reduction is [dtype 0..7, op 0 (Sum) or 1 (Mean)]");
+                cube__reply_malformed(k, "a reduction is [dtype 0..7, op 0 (Sum) or 1 (Mean)]");
                 return CUBE__DISPATCH_DONE;
         }
         /* Before any buffer is touched. */
@@ -382,7 +382,7 @@ cube__dispatched cube__do_sync_collective(cube__msg *k)
         cube__pending_reply *r;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
-                cube__malformed(k, "params must be [stream]");
+                cube__reply_malformed(k, "params must be [stream]");
                 return CUBE__DISPATCH_DONE;
         }
         if ((e = cube__groups_no_transport(k->server, CUBE_COLLECTIVE_SYNC_COLLECTIVE))) {

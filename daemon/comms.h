@@ -8,7 +8,7 @@
 #ifndef CUBE_COMMS_H
 #define CUBE_COMMS_H
 
-#include "dispatch.h"
+#include "cubed.h"
 #include "transport.h"
 
 #define GROUP_MAX CUBE__GROUP_MAX

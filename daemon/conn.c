@@ -31,7 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "requests.h"
 #include "rbuf.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -320,34 +320,6 @@ void cube__conn_answers_close(cube__server *srv)
 void cube__conn_send(cube__conn *c, char *frame, size_t len)
 {
         cube__conn_send_fd(c, frame, len, -1);
-}
-
-void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb)
-{
-        size_t len = sb->size;
-        char *frame = msgpack_sbuffer_release(sb);
-
-        if (!s->conn) {
-                free(frame);
-                return;
-        }
-        s->bytes_out += len;
-        cube__conn_send(s->conn, frame, len);
-}
-
-void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error)
-{
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-
-        s->errors++;
-        if (cube_error_is_device_poisoned(error))
-                cube__server_poison_told(s->server, s);
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        if (cube__pack_response_error(&pk, msgid, error) == 0)
-                cube__reply_sbuffer(s, &sb);
-        msgpack_sbuffer_destroy(&sb);
 }
 
 /* The msgid of a request whose envelope starts intact, or -1: lets a

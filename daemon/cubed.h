@@ -1,6 +1,13 @@
 /*
- * cubed.h - the daemon's shared declarations: the server, sessions,
- * allocations, the failure store and the work that flows to the device.
+ * cubed.h - the daemon's middle layer, the work: allocations and streams,
+ * device work and its executor, the kernel cache, launches, the memory
+ * methods, profiling, graphs, collectives and peer access, and the server's
+ * state they share.
+ *
+ * It stands on services.h, and knows the layer above it (requests.h:
+ * connections, dispatch, admin, sessions, the server's life) only through
+ * the upcalls that layer fills (cube__upcalls), as the driver interface is
+ * known only through its table.
  *
  * Ownership in one paragraph: the loop thread owns every structure here. The
  * device sees only cube__work items; it hands each back through
@@ -33,6 +40,14 @@
 typedef struct cube__server cube__server;
 typedef struct cube__session cube__session;
 typedef struct cube__conn cube__conn;
+typedef struct cube__msg cube__msg;
+
+/* What handling a message came to. */
+typedef enum cube__dispatched {
+        CUBE__DISPATCH_DONE,            /* the message was handled */
+        CUBE__DISPATCH_KEPT,            /* handled, and its read buffer is now a write's */
+        CUBE__DISPATCH_PAUSED,          /* not handled yet: dispatch it again on resume */
+} cube__dispatched;
 
 /* ---- logging about a session (log.c, services.h) ----------------------- */
 /* An entry about session s (and failure, when not 0): under journald these
@@ -167,6 +182,9 @@ void cube__region_unref(cube__region *r);
 
 /* What one user holds across its sessions, for the per-user quotas. */
 
+cube__dispatched cube__do_region(cube__msg *k);
+cube__dispatched cube__do_region_free(cube__msg *k);
+
 /* ---- device work (work.c) ----------------------------------------------- */
 typedef struct cube__pending_reply cube__pending_reply;
 
@@ -252,6 +270,9 @@ void cube__pending_arm(cube__pending_reply *r);
 void cube__work_complete(void *ctx, cube__work *work);
 /* Loop thread: finishes completed work. */
 void cube__work_drain(cube__server *srv);
+/* Loop thread: the loop drains the completions before it next waits, for
+ * work the loop thread itself completed (cube__work_complete). */
+void cube__work_drain_soon(cube__server *srv);
 
 /* ---- the executor (executor.c) ------------------------------------------ */
 /* A new piece of work on st that will touch n_uses allocations, or NULL.
@@ -341,6 +362,84 @@ void cube__kernels_free(cube__server *srv);
  * no compile of it is in flight (the artifact stays on disk). */
 void cube__kernel_unref(cube__kernel *k);
 
+/* ---- answering the request being handled (reply.c) ---------------------- */
+
+/* One message being handled. */
+struct cube__msg {
+        cube__conn *conn;
+        cube__session *session;
+        cube__server *server;
+        const cube__envelope *env;
+        const msgpack_object *p;        /* params */
+        uint32_t n;                     /* number of params */
+        void *buf;                      /* the read buffer, for a write to keep */
+};
+
+/* What the work asks of the layer above it, the connections and sessions:
+ * that layer fills the table at start (server.c), as a backend fills
+ * driver.h's, so the work calls up only through it. */
+typedef struct cube__upcalls {
+        /* Sends a frame allocated with malloc (taken), with a descriptor
+         * (taken, closed once sent) or -1. */
+        void (*send)(cube__conn *c, char *frame, size_t len, int fd);
+        /* Sends an answer of at most CUBE__SMALL_ANSWER bytes (kept by the
+         * caller) with the others this round of I/O brought. */
+        void (*send_small)(cube__conn *c, const char *bytes, size_t len);
+        /* Answers a protocol violation, where a reply can be framed, and closes. */
+        void (*protocol_error)(cube__conn *c, int64_t msgid, const char *fmt, ...)
+                __attribute__((format(printf, 3, 4)));
+        /* Stops taking messages from c until resume. */
+        void (*hold)(cube__conn *c);
+        void (*resume)(void *conn);
+        /* Stops taking messages from c until kernel k is ready or failed;
+         * false when k needs no waiting. */
+        bool (*wait_for)(cube__conn *c, cube__kernel *k);
+        /* Takes messages again once the session is under half its quotas. */
+        void (*unthrottle)(cube__conn *c);
+        /* Whether the message being dispatched is one dispatched again on resume. */
+        bool (*redispatching)(const cube__conn *c);
+        /* The session's work is done: it is freed if its connection is gone. */
+        void (*session_idle)(cube__session *s);
+        /* A session or work ended: a shutdown or a reinit may finish now. */
+        void (*check_stopped)(cube__server *srv);
+        /* The device was just poisoned: the poison policy's clock starts. */
+        void (*poison_started)(cube__server *srv);
+        /* Session s has been told the device is poisoned. */
+        void (*poison_told)(cube__server *srv, cube__session *s);
+} cube__upcalls;
+
+#define CUBE__SMALL_ANSWER 32
+/* Sends a response, or an error response, for msgid. */
+void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error);
+void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb);
+/* The same, with a descriptor sent along (taken). */
+void cube__reply_sbuffer_fd(cube__msg *k, msgpack_sbuffer *sb, int fd);
+/* Answers a message whose params have the wrong shape, and closes. */
+bool cube__reply_malformed(cube__msg *k, const char *what);
+void cube__reply_ok_nil(cube__msg *k);
+/* Answers with e (or an out-of-memory error when e is NULL), and frees it. */
+void cube__reply_owned_error(cube__msg *k, cube_error *e);
+
+/* ---- the memory methods (memory-methods.c) ------------------------------ */
+/* Reads [stream, [handle, ...]]: the shape of read, sync and check. */
+bool cube__read_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
+                               size_t *ret_n);
+/* Records e as the failure of bytes [start, end) of a: the work that was to
+ * write them did not. Takes e. */
+void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
+                      cube_error *e);
+cube__dispatched cube__do_create(cube__msg *k);
+cube__dispatched cube__do_write(cube__msg *k);
+cube__dispatched cube__do_free(cube__msg *k);
+cube__dispatched cube__do_read(cube__msg *k);
+cube__dispatched cube__do_sync(cube__msg *k);
+cube__dispatched cube__do_check(cube__msg *k);
+cube__dispatched cube__do_flush(cube__msg *k);
+cube__dispatched cube__do_memory_cleanup(cube__msg *k);
+cube__dispatched cube__do_memory_report(cube__msg *k);
+cube__dispatched cube__do_stream_ids(cube__msg *k);
+cube__dispatched cube__do_allocation_mode(cube__msg *k);
+
 /* ---- profiling windows (profile.c) -------------------------------------- */
 struct cube__msg;
 /* Work on st that was to run inside its open windows failed, at enqueue
@@ -358,6 +457,10 @@ void cube__profile_work_done(cube__stream *st, uint64_t seq, const cube__work *w
 void cube__profile_session_free(cube__session *s);
 /* Packs one captures entry per open window of the session (no header). */
 int cube__profile_pack(const cube__session *s, msgpack_packer *pk);
+
+cube__dispatched cube__do_start_profile(cube__msg *k);
+cube__dispatched cube__do_end_profile(cube__msg *k);
+cube__dispatched cube__do_abandon_profile(cube__msg *k);
 
 /* ---- graph capture and replay (graphs.c) -------------------------------- */
 /* Whether st records a capture now: its launches go into the graph. */
@@ -388,6 +491,13 @@ int cube__pack_capture_entry(msgpack_packer *pk, uint64_t session, const char *k
                              uint64_t stream, uint64_t id, const char *state, uint64_t launches,
                              uint64_t pages, uint64_t page_bytes, uint64_t replays,
                              uint64_t device_ns);
+
+cube__dispatched cube__do_graph_prepare(cube__msg *k);
+cube__dispatched cube__do_begin_capture(cube__msg *k);
+cube__dispatched cube__do_end_capture(cube__msg *k);
+cube__dispatched cube__do_replay(cube__msg *k);
+cube__dispatched cube__do_graph_destroy(cube__msg *k);
+cube__dispatched cube__do_captures(cube__msg *k);
 
 /* ---- sessions (session.c) ----------------------------------------------- */
 struct cube__session {
@@ -432,18 +542,12 @@ struct cube__session {
         uint32_t n_regions;
         uint64_t bytes_in, bytes_out;
         uint64_t errors;
-        struct cube__group *groups;     /* its collective groups (comms.c) */
+        struct cube__group *groups;     /* its collective groups (groups.c) */
         uint32_t n_groups;
         uint32_t n_peer_names;          /* names of a peer's memory it holds (peer_bind) */
         cube__session *prev, *next;
 };
 
-cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid, uid_t uid,
-                                 gid_t gid);
-/* The connection is gone: the session ends once its work completes. */
-void cube__session_detach(cube__session *s);
-/* Frees the session if it is detached and idle. */
-void cube__session_maybe_free(cube__session *s);
 /* s as the log names it, in w; NULL for no session. */
 static inline const cube__log_who *cube__session_who(const cube__session *s, cube__log_who *w)
 {
@@ -453,80 +557,12 @@ static inline const cube__log_who *cube__session_who(const cube__session *s, cub
         return w;
 }
 
-/* ---- writes received straight into device memory (direct.c) ------------ */
-/* An inline write whose payload is being read into its target. */
-typedef struct cube__direct {
-        cube__alloc *alloc;             /* NULL: none in progress */
-        char *dst;                      /* where the next payload byte goes */
-        uint64_t left;                  /* payload bytes still to come */
-} cube__direct;
-
-/* Whether the message of mlen bytes, of which avail are buffered at msg, is
- * an inline write that may be received into its target; if so, takes the
- * payload bytes already buffered and fills *ret, and every byte of the
- * message buffered so far is consumed. */
-bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size_t mlen,
-                        cube__direct *ret);
-/* n more payload bytes were read to d->dst. The write ends with its last. */
-void cube__direct_advance(cube__direct *d, size_t n);
-/* Ends it, done or abandoned (the connection closed mid-payload). */
-void cube__direct_end(cube__direct *d);
-
-/* ---- connections (conn.c) ----------------------------------------------- */
-/* Sends a frame the caller allocated with malloc; takes ownership. */
-void cube__conn_send(cube__conn *c, char *frame, size_t len);
-/* The same, with a descriptor sent along (taken, closed once sent). */
-void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd);
-/* Sends an answer of at most CUBE__SMALL_ANSWER bytes, which the caller
- * keeps. It is held until the loop has dispatched everything this round of
- * I/O brought, then written with the others (see conn.c). */
-#define CUBE__SMALL_ANSWER 32
-void cube__conn_send_small(cube__conn *c, const char *bytes, size_t len);
-/* Starts and stops the loop handles that send held answers. */
-void cube__conn_answers_init(cube__server *srv);
-void cube__conn_answers_close(cube__server *srv);
-/* Sends a response, or an error response, for msgid. */
-void cube__reply_error(cube__session *s, uint32_t msgid, const cube_error *error);
-void cube__reply_sbuffer(cube__session *s, msgpack_sbuffer *sb);
-/* Answers a protocol violation, where a reply can be framed, and closes. */
-void cube__conn_protocol_error(cube__conn *c, int64_t msgid, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-void cube__conn_close(cube__conn *c);
-cube__session *cube__conn_session(cube__conn *c);
-void cube__conn_close_all(cube__server *srv);
-/* Stops taking messages from c until kernel k is ready or failed (it is
- * being compiled): what c sends meanwhile waits, in order, in the socket.
- * Returns false when k needs no waiting. */
-bool cube__conn_wait_for(cube__conn *c, cube__kernel *k);
-/* Stops taking messages from c until cube__conn_resume. */
-void cube__conn_hold(cube__conn *c);
-void cube__conn_resume(void *conn);
-/* Takes messages again once the session is under half its quotas. */
-void cube__conn_unthrottle(cube__conn *c);
-/* Whether the message being dispatched is one dispatched again on resume. */
-bool cube__conn_redispatching(const cube__conn *c);
-int cube__listen(cube__server *srv, const char *path);
-void cube__on_connection(uv_stream_t *listener, int status);
-/* Connections accepted while the device was re-initialised start now. */
-void cube__conn_start_held(cube__server *srv);
-/* Whether any connection is served (held ones are not). */
-bool cube__conn_any_active(const cube__server *srv);
-
-/* ---- dispatch (dispatch.c) ---------------------------------------------- */
-typedef enum cube__dispatched {
-        CUBE__DISPATCH_DONE,            /* the message was handled */
-        CUBE__DISPATCH_KEPT,            /* handled, and its read buffer is now a write's */
-        CUBE__DISPATCH_PAUSED,          /* not handled yet: dispatch it again on resume */
-} cube__dispatched;
-
-/* Handles one decoded message. buf is the read buffer the message lives in,
- * which the dispatcher may keep when a write's payload is large. */
-cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
-
 /* ---- fault injection (inject.c) ----------------------------------------- */
 #define CUBE__FAULT_SITES (CUBE_FAULT_DEVICE_LAUNCH + 1)
 /* The fault injected at site, once (the caller takes it), or NULL. */
 cube_error *cube__inject_take(cube__server *srv, cube_fault_site site);
+
+cube__dispatched cube__do_inject(cube__msg *k);
 
 /* ---- the server (server.c) ---------------------------------------------- */
 
@@ -627,39 +663,8 @@ struct cube__server {
         cube__stats stats;
         cube__history history;
         char reload_error[512];         /* why the last reload was refused; "" when it was not */
+        const struct cube__upcalls *up; /* what the work asks of the requests (reply.c) */
 };
-
-/* Descriptors kept for root and the daemon's own user: others' connections
- * are refused before they would take these, so an operator can always get in. */
-#define CUBE__ADMIN_FDS 32
-/* Descriptors beyond one a session kept for the rest: regions being sent,
- * compiles, the cache, the device. */
-#define CUBE__SPARE_FDS 64
-/* Whether max-sessions fits the descriptor limit; why says what to change. */
-bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
-
-/* ---- the server's life (server.c) --------------------------------------- */
-/* Takes opts; keeps overrides (the command line's options) for reloads. */
-int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,
-                      size_t n_overrides);
-int cube__server_run(cube__server *srv);
-void cube__server_stop(cube__server *srv);
-/* Takes no new work: sessions opened from now on may only look and act
- * (cubectl); stops once the last working session has ended, or, past
- * timeout_s (0: none), closes them. by is who asked (NULL: a signal). */
-void cube__server_drain(cube__server *srv, uint32_t timeout_s, cube__session *by);
-/* Ends a drain: new sessions work again. */
-void cube__server_undrain(cube__server *srv, cube__session *by);
-void cube__server_done(cube__server *srv);
-/* Called whenever a session or work ends, to finish a shutdown or a reinit. */
-void cube__server_check_stopped(cube__server *srv);
-/* The device was just poisoned: start the poison policy's clock. */
-void cube__server_poison_started(cube__server *srv);
-/* Session s has been told the device is poisoned. */
-void cube__server_poison_told(cube__server *srv, cube__session *s);
-/* Loop thread: has the loop drain the completions before it next waits, for
- * work the loop thread itself completed (cube__work_complete). */
-void cube__server_drain_soon(cube__server *srv);
 
 /* ---- collective groups (groups.c) --------------------------------------- */
 void cube__groups_init(cube__server *srv);
@@ -670,11 +675,34 @@ void cube__groups_session_detach(cube__session *s);
 /* The session is freed: its groups' threads are joined. */
 void cube__groups_session_free(cube__session *s);
 
+cube__dispatched cube__do_comm_init(cube__msg *k);
+cube__dispatched cube__do_comm_mint(cube__msg *k);
+cube__dispatched cube__do_comms(cube__msg *k);
+
 /* ---- peer access (peer.c) ----------------------------------------------- */
 /* A peer device of this host and user whose memory kernels here bind. */
 typedef struct cube__peer cube__peer;
 /* NULL while the peer is there, else why its memory may not be bound now. */
 cube_error *cube__peer_check(cube__server *srv, const cube__peer *p);
 void cube__peers_done(cube__server *srv);
+
+cube__dispatched cube__do_can_access_peer(cube__msg *k);
+cube__dispatched cube__do_peer_memory(cube__msg *k);
+cube__dispatched cube__do_peer_address(cube__msg *k);
+cube__dispatched cube__do_peer_bind(cube__msg *k);
+cube__dispatched cube__do_peer_wrote(cube__msg *k);
+
+/* ---- collective operations (collectives.c) ------------------------------ */
+cube__dispatched cube__do_collective(cube__msg *k);
+cube__dispatched cube__do_sync_collective(cube__msg *k);
+
+/* ---- sharing by export and import (share.c) ----------------------------- */
+cube__dispatched cube__do_export(cube__msg *k);
+cube__dispatched cube__do_import(cube__msg *k);
+
+/* ---- launches (launches.c) ---------------------------------------------- */
+cube__dispatched cube__do_register(cube__msg *k);
+cube__dispatched cube__do_launch(cube__msg *k);
+cube__dispatched cube__do_compile_queued(cube__msg *k);
 
 #endif

@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "cubed.h"
+#include "requests.h"
 
 /* Smaller payloads are not worth the header parse. */
 #define DIRECT_MIN (1u << 20)

@@ -13,67 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "requests.h"
 #include "frame.h"
 
-
-bool cube__malformed(cube__msg *k, const char *what)
-{
-        char method[64];
-        size_t n = k->env->method_len < sizeof(method) - 1 ? k->env->method_len : sizeof(method) - 1;
-
-        memcpy(method, k->env->method, n);
-        method[n] = '\0';
-        cube__conn_protocol_error(k->conn, k->env->type == CUBE__MSG_REQUEST ? (int64_t) k->env->msgid : -1,
-                                  "%s: %s", method, what);
-        return false;
-}
-
-/* The commonest answer (every idle sync), packed on the stack. */
-void cube__reply_ok_nil(cube__msg *k)
-{
-        cube__session *s = k->session;
-        cube__frame f;
-
-        /* [1, msgid, nil, nil]: at most 9 bytes, a small answer. */
-        cube__frame_init(&f);
-        if (cube__pack_response_ok(&f.pk, k->env->msgid) == 0 && msgpack_pack_nil(&f.pk) == 0 &&
-            s->conn) {
-                s->bytes_out += f.len;
-                cube__conn_send_small(s->conn, f.data, f.len);
-        }
-        cube__frame_destroy(&f);
-}
-
-void cube__reply_owned_error(cube__msg *k, cube_error *e)
-{
-        if (!e)
-                e = cube__err_generic("out of host memory while answering");
-        cube__reply_error(k->session, k->env->msgid, e);
-        cube_error_free(e);
-}
-
-bool cube__get_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
-                               size_t *ret_n)
-{
-        const msgpack_object_array *arr;
-        cube_handle *hs;
-
-        if (k->n != 2 || !cube__obj_u64(&k->p[0], ret_stream) || !cube__obj_array(&k->p[1], &arr))
-                return cube__malformed(k, "params must be [stream, [handle, ...]]");
-        hs = calloc(arr->size ? arr->size : 1, sizeof(*hs));
-        if (!hs)
-                return cube__malformed(k, "out of host memory");
-        for (uint32_t i = 0; i < arr->size; i++)
-                if (!cube__obj_handle(&arr->ptr[i], &hs[i])) {
-                        free(hs);
-                        return cube__malformed(k, "a handle must be [service, memory, offset_start, "
-                                         "offset_end] of unsigned integers");
-                }
-        *ret_handles = hs;
-        *ret_n = arr->size;
-        return true;
-}
 
 /* Whether a session name is fit to print: valid UTF-8 (no overlong forms,
  * no surrogates) without control characters, so that no name can forge a
@@ -126,7 +68,7 @@ static cube__dispatched do_hello(cube__msg *k)
         if (k->n != 2 || !cube__obj_u32(&k->p[0], &version) ||
             (k->p[1].type != MSGPACK_OBJECT_NIL &&
              !cube__obj_str(&k->p[1], name, sizeof(name)))) {
-                cube__malformed(k, "params must be [version, name] with a name of at most 63 bytes");
+                cube__reply_malformed(k, "params must be [version, name] with a name of at most 63 bytes");
                 return CUBE__DISPATCH_DONE;
         }
         if (memchr(k->p[1].via.str.ptr, '\0', k->p[1].type == MSGPACK_OBJECT_STR ?

@@ -188,7 +188,7 @@ static bool submit_one(cube__session *s)
                 st->submitted++;
                 srv->submitted++;
                 if (o->host_run) {
-                        /* Never completes before it returns (comms.c). */
+                        /* Never completes before it returns (collectives.c). */
                         st->host_busy = true;
                         o->host_run(o);
                 } else {

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 /* A byte range of one allocation a graph reads or writes. */
 typedef struct graph_range {
@@ -287,7 +287,7 @@ static void capture_free(cube__stream *st)
 static bool get_stream(cube__msg *k, uint64_t *ret_stream)
 {
         if (k->n != 1 || !cube__obj_u64(&k->p[0], ret_stream))
-                return cube__malformed(k, "params must be [stream]");
+                return cube__reply_malformed(k, "params must be [stream]");
         return true;
 }
 
@@ -636,7 +636,7 @@ cube__dispatched cube__do_replay(cube__msg *k)
             !cube__obj_u64(&k->p[1], &id) ||
             (k->n == 3 && (!cube__obj_u64(&k->p[2], &times) || times == 0 ||
                            times > REPLAY_TIMES_MAX))) {
-                cube__malformed(k, "params must be [stream, graph] or [stream, graph, times] "
+                cube__reply_malformed(k, "params must be [stream, graph] or [stream, graph, times] "
                                 "with times from 1 to 65536");
                 return CUBE__DISPATCH_DONE;
         }
@@ -671,7 +671,7 @@ cube__dispatched cube__do_graph_destroy(cube__msg *k)
         cube__graph *g;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &id)) {
-                cube__malformed(k, "params must be [stream, graph]");
+                cube__reply_malformed(k, "params must be [stream, graph]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!(g = cube__idmap_remove(&s->graphs, id))) {

@@ -513,7 +513,7 @@ cube__dispatched cube__do_comm_init(cube__msg *k)
 
         if (!(k->n == 1 || (by_id && cube__obj_str(&k->p[0], id_text, sizeof(id_text)) &&
                             cube__obj_u32(&k->p[1], &rank) && cube__obj_u32(&k->p[2], &size)))) {
-                cube__malformed(k, "params must be [[device, ...]] or [id, rank, size]");
+                cube__reply_malformed(k, "params must be [[device, ...]] or [id, rank, size]");
                 return CUBE__DISPATCH_DONE;
         }
         if ((e = cube__groups_no_transport(srv, CUBE_COLLECTIVE_COMM_INIT))) {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 static const char *const sites[CUBE__FAULT_SITES] = {
         [CUBE_FAULT_ALLOC] = "alloc",
@@ -131,7 +131,7 @@ cube__dispatched cube__do_inject(cube__msg *k)
         if (k->n != 4 || !cube__obj_str(&k->p[0], site_name, sizeof(site_name)) ||
             !cube__obj_u32(&k->p[1], &kind) || !cube__obj_str(&k->p[2], reason, sizeof(reason)) ||
             !cube__obj_u64(&k->p[3], &size)) {
-                cube__malformed(k, "params must be [site, kind, reason, size]");
+                cube__reply_malformed(k, "params must be [site, kind, reason, size]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!srv->opts.fault_injection) {

@@ -448,7 +448,7 @@ static void prepare_done(uv_work_t *w, int status)
                 waiters[i].ready(waiters[i].ctx);
         free(waiters);
         cube__kernel_unref(k);          /* the compile's reference */
-        cube__server_check_stopped(srv);
+        srv->up->check_stopped(srv);
 }
 
 bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 #include "launch.h"
 
 cube__dispatched cube__do_register(cube__msg *k)
@@ -30,11 +30,11 @@ cube__dispatched cube__do_register(cube__msg *k)
 
         if (k->n != 3 || !cube__obj_u64(&k->p[0], &id) || k->p[1].type != MSGPACK_OBJECT_STR ||
             k->p[2].type != MSGPACK_OBJECT_STR) {
-                cube__malformed(k, "params must be [kernel, source, entry]");
+                cube__reply_malformed(k, "params must be [kernel, source, entry]");
                 return CUBE__DISPATCH_DONE;
         }
         if (cube__idmap_get(&s->kernels, id)) {
-                cube__conn_protocol_error(k->conn, -1, "kernel: kernel id %" PRIu64 " is already "
+                k->server->up->protocol_error(k->conn, -1, "kernel: kernel id %" PRIu64 " is already "
                                           "registered in this session", id);
                 return CUBE__DISPATCH_DONE;
         }
@@ -59,7 +59,7 @@ cube__dispatched cube__do_register(cube__msg *k)
                                      k->p[2].via.str.ptr, k->p[2].via.str.size);
         if (!kernel || cube__idmap_put(&s->kernels, id, kernel) < 0) {
                 cube__kernel_unref(kernel);
-                cube__conn_protocol_error(k->conn, -1, "kernel: out of host memory");
+                k->server->up->protocol_error(k->conn, -1, "kernel: out of host memory");
                 return CUBE__DISPATCH_DONE;
         }
         s->kernel_source_bytes += bytes;
@@ -144,31 +144,31 @@ static bool parse_launch(cube__msg *k, launch_req *r)
             !cube__obj_u32(&offsets->ptr[0], &r->metadata_offset) ||
             !cube__obj_u32(&offsets->ptr[1], &r->dynamic_offset) ||
             !cube__obj_u32(&p[8], &r->mode) || r->mode > CUBE_LAUNCH_QUEUE)
-                return cube__malformed(k, "params must be [stream, kernel, count, dim, [handle, "
+                return cube__reply_malformed(k, "params must be [stream, kernel, count, dim, [handle, "
                                        "...], [io, ...], info, [metadata_offset, "
                                        "dynamic_offset], mode]");
         if (count->ptr[0].via.str.size == 6 && memcmp(count->ptr[0].via.str.ptr, "static", 6) == 0) {
                 if (!obj_u32x3(&count->ptr[1], r->count))
-                        return cube__malformed(k, "a static count must be [x, y, z]");
+                        return cube__reply_malformed(k, "a static count must be [x, y, z]");
         } else if (count->ptr[0].via.str.size == 7 &&
                    memcmp(count->ptr[0].via.str.ptr, "dynamic", 7) == 0) {
                 if (!cube__obj_handle(&count->ptr[1], &r->count_handle))
-                        return cube__malformed(k, "a dynamic count must name a handle");
+                        return cube__reply_malformed(k, "a dynamic count must name a handle");
                 r->dynamic = true;
         } else {
-                return cube__malformed(k, "a count must be [\"static\", [x, y, z]] or "
+                return cube__reply_malformed(k, "a count must be [\"static\", [x, y, z]] or "
                                        "[\"dynamic\", handle]");
         }
 
         r->n = arr->size;
         r->n_io = p[5].via.array.size;
         if (r->n_io > r->n)
-                return cube__malformed(k, "more io declarations than buffers");
+                return cube__reply_malformed(k, "more io declarations than buffers");
         size_t slots = r->n + 1;
         r->handles = calloc(slots, sizeof(*r->handles) + sizeof(*r->allocs) + sizeof(*r->names) +
                                    sizeof(*r->start) + sizeof(*r->end) + sizeof(*r->io));
         if (!r->handles)
-                return cube__malformed(k, "out of host memory");
+                return cube__reply_malformed(k, "out of host memory");
         r->allocs = (cube__alloc **) (r->handles + slots);
         r->names = (cube__name **) (r->allocs + slots);
         r->start = (uint64_t *) (r->names + slots);
@@ -176,7 +176,7 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         r->io = (cube_buffer_io *) (r->end + slots);
         for (size_t i = 0; i < r->n; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
-                        return cube__malformed(k, "a handle must be [service, memory, "
+                        return cube__reply_malformed(k, "a handle must be [service, memory, "
                                                "offset_start, offset_end]");
         for (size_t i = 0; i < r->n_io; i++) {
                 const msgpack_object *o = &p[5].via.array.ptr[i];
@@ -185,7 +185,7 @@ static bool parse_launch(cube__msg *k, launch_req *r)
                 else if (cube__obj_u64(o, &io) && io <= CUBE_BUFFER_DEAD)
                         r->io[i] = (cube_buffer_io) io;
                 else
-                        return cube__malformed(k, "an io declaration must be nil or 0..3");
+                        return cube__reply_malformed(k, "an io declaration must be nil or 0..3");
         }
         return true;
 }
@@ -476,7 +476,7 @@ static void count_fetched(cube__session *s, void *ctx, cube_error *e)
         s->count_ready = true;
         s->count_error = e;
         if (s->conn)
-                cube__conn_resume(s->conn);
+                s->server->up->resume(s->conn);
 }
 
 /* Reads a dynamic count in stream order: a 12-byte copy queued behind
@@ -491,7 +491,7 @@ static bool fetch_count(cube__msg *k, launch_req *r, cube__stream *st)
         p->finished = count_fetched;
         cube__submit(s, st, r->count_alloc, CUBE__WORK_COPY_TO_HOST, r->count_start, s->count,
                      sizeof(s->count), NULL, p);
-        cube__conn_hold(k->conn);
+        k->server->up->hold(k->conn);
         cube__pending_arm(p);
         return true;
 }
@@ -551,7 +551,7 @@ cube__dispatched cube__do_launch(cube__msg *k)
         /* A build that failed for a reason outside the kernel is tried
          * again by the next launch; the launches that waited for it report
          * its failure. */
-        if (!cube__conn_redispatching(k->conn))
+        if (!k->server->up->redispatching(k->conn))
                 cube__kernel_retry(kernel);
         if (kernel->state == CUBE__KERNEL_NEW || kernel->state == CUBE__KERNEL_COMPILING) {
                 if (r.mode == CUBE_LAUNCH_QUEUE) {
@@ -560,11 +560,11 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 }
                 if (r.mode == CUBE_LAUNCH_EXECUTE)
                         compile_queue(s);
-                if (cube__conn_wait_for(k->conn, kernel)) {
+                if (k->server->up->wait_for(k->conn, kernel)) {
                         d = CUBE__DISPATCH_PAUSED;
                         goto out;
                 }
-        } else if (!cube__conn_redispatching(k->conn) && r.mode == CUBE_LAUNCH_EXECUTE) {
+        } else if (!k->server->up->redispatching(k->conn) && r.mode == CUBE_LAUNCH_EXECUTE) {
                 kernel->hits++;
         }
 
@@ -727,8 +727,8 @@ static void queued_ready(void *ctx)
         free(q);
         s->inflight--;
         srv->inflight--;
-        cube__session_maybe_free(s);
-        cube__server_check_stopped(srv);
+        srv->up->session_idle(s);
+        srv->up->check_stopped(srv);
 }
 
 cube__dispatched cube__do_compile_queued(cube__msg *k)
@@ -737,7 +737,7 @@ cube__dispatched cube__do_compile_queued(cube__msg *k)
         queued_wait *q;
 
         if (k->n != 0) {
-                cube__malformed(k, "params must be []");
+                cube__reply_malformed(k, "params must be []");
                 return CUBE__DISPATCH_DONE;
         }
         q = calloc(1, sizeof(*q));

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "requests.h"
 
 static void usage(FILE *f)
 {

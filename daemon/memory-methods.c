@@ -12,11 +12,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 /* Payloads at least this large are kept in the read buffer they arrived in
  * rather than copied. */
 #define KEEP_BUFFER_MIN (256 * 1024)
+
+bool cube__read_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle **ret_handles,
+                               size_t *ret_n)
+{
+        const msgpack_object_array *arr;
+        cube_handle *hs;
+
+        if (k->n != 2 || !cube__obj_u64(&k->p[0], ret_stream) || !cube__obj_array(&k->p[1], &arr))
+                return cube__reply_malformed(k, "params must be [stream, [handle, ...]]");
+        hs = calloc(arr->size ? arr->size : 1, sizeof(*hs));
+        if (!hs)
+                return cube__reply_malformed(k, "out of host memory");
+        for (uint32_t i = 0; i < arr->size; i++)
+                if (!cube__obj_handle(&arr->ptr[i], &hs[i])) {
+                        free(hs);
+                        return cube__reply_malformed(k, "a handle must be [service, memory, offset_start, "
+                                         "offset_end] of unsigned integers");
+                }
+        *ret_handles = hs;
+        *ret_n = arr->size;
+        return true;
+}
 
 cube__dispatched cube__do_create(cube__msg *k)
 {
@@ -24,24 +46,24 @@ cube__dispatched cube__do_create(cube__msg *k)
 
         if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory) ||
             !cube__obj_u64(&k->p[2], &size)) {
-                cube__malformed(k, "params must be [stream, memory, size]");
+                cube__reply_malformed(k, "params must be [stream, memory, size]");
                 return CUBE__DISPATCH_DONE;
         }
         if (CUBE__MEMORY_SESSION(memory) != k->session->id ||
             (memory & ((1ull << CUBE__MEMORY_SESSION_SHIFT) - 1)) == 0) {
-                cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64 " is not one "
+                k->server->up->protocol_error(k->conn, -1, "create: memory id %" PRIu64 " is not one "
                                           "of this session's: ids are (session << 40) | n with "
                                           "n > 0, and this session is %" PRIu64, memory,
                                           k->session->id);
                 return CUBE__DISPATCH_DONE;
         }
         if (cube__idmap_get(&k->session->memory, memory)) {
-                cube__conn_protocol_error(k->conn, -1, "create: memory id %" PRIu64
+                k->server->up->protocol_error(k->conn, -1, "create: memory id %" PRIu64
                                           " is already in use in this session", memory);
                 return CUBE__DISPATCH_DONE;
         }
         if (cube__alloc_create(k->session, memory, size, stream) < 0)
-                cube__conn_protocol_error(k->conn, -1, "create: out of host memory");
+                k->server->up->protocol_error(k->conn, -1, "create: out of host memory");
         return CUBE__DISPATCH_DONE;
 }
 
@@ -156,12 +178,12 @@ cube__dispatched cube__do_write(cube__msg *k)
         bool bad, keep = false;
 
         if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream)) {
-                cube__malformed(k, "params must be [stream, handle or descriptor, bin or region]");
+                cube__reply_malformed(k, "params must be [stream, handle or descriptor, bin or region]");
                 return CUBE__DISPATCH_DONE;
         }
         e = copy_target(s, &k->p[1], &n, &start, &copy, &bad);
         if (bad) {
-                cube__malformed(k, "the target must be a handle [service, memory, offset_start, "
+                cube__reply_malformed(k, "the target must be a handle [service, memory, offset_start, "
                                 "offset_end] or a descriptor [handle, shape, strides, elem_size]");
                 return CUBE__DISPATCH_DONE;
         }
@@ -268,7 +290,7 @@ cube__dispatched cube__do_free(cube__msg *k)
         cube__name *n;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory)) {
-                cube__malformed(k, "params must be [stream, memory]");
+                cube__reply_malformed(k, "params must be [stream, memory]");
                 return CUBE__DISPATCH_DONE;
         }
         n = cube__idmap_get(&k->session->memory, memory);
@@ -321,7 +343,7 @@ cube__dispatched cube__do_read(cube__msg *k)
 
         if ((k->n != 2 && k->n != 3) || !cube__obj_u64(&k->p[0], &stream) ||
             !cube__obj_array(&k->p[1], &targets)) {
-                cube__malformed(k, "params must be [stream, [handle or descriptor, ...]] or "
+                cube__reply_malformed(k, "params must be [stream, [handle or descriptor, ...]] or "
                                 "[stream, [...], [\"region\", id, offset]]");
                 return CUBE__DISPATCH_DONE;
         }
@@ -338,7 +360,7 @@ cube__dispatched cube__do_read(cube__msg *k)
                 bool bad;
                 e = copy_target(s, &targets->ptr[i], &names[i], &starts[i], &copies[i], &bad);
                 if (bad) {
-                        cube__malformed(k, "a target must be a handle or a descriptor [handle, "
+                        cube__reply_malformed(k, "a target must be a handle or a descriptor [handle, "
                                         "shape, strides, elem_size]");
                         goto out;
                 }
@@ -508,7 +530,7 @@ cube__dispatched cube__do_sync(cube__msg *k)
         cube_error *e;
         cube__pending_reply *r;
 
-        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+        if (!cube__read_stream_handles(k, &stream, &hs, &n))
                 return CUBE__DISPATCH_DONE;
         if (k->server->poison || (e = cube__capture_refusal(s, stream, "sync"))) {
                 cube__reply_owned_error(k, k->server->poison ? cube__poisoned(k->server) : e);
@@ -550,7 +572,7 @@ cube__dispatched cube__do_check(cube__msg *k)
         size_t n;
         cube_error *e;
 
-        if (!cube__get_stream_handles(k, &stream, &hs, &n))
+        if (!cube__read_stream_handles(k, &stream, &hs, &n))
                 return CUBE__DISPATCH_DONE;
         e = k->server->poison ? cube__poisoned(k->server) : cube__ensure_written(k->session, hs, n);
         free(hs);
@@ -568,7 +590,7 @@ cube__dispatched cube__do_flush(cube__msg *k)
         uint64_t stream;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
-                cube__malformed(k, "params must be [stream]");
+                cube__reply_malformed(k, "params must be [stream]");
                 return CUBE__DISPATCH_DONE;
         }
         if (k->server->poison)
@@ -587,7 +609,7 @@ cube__dispatched cube__do_memory_cleanup(cube__msg *k)
         cube_error *e;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
-                cube__malformed(k, "params must be [stream]");
+                cube__reply_malformed(k, "params must be [stream]");
                 return CUBE__DISPATCH_DONE;
         }
         if (k->server->poison) {
@@ -617,7 +639,7 @@ cube__dispatched cube__do_memory_report(cube__msg *k)
         int r = 0;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &stream)) {
-                cube__malformed(k, "params must be [stream]");
+                cube__reply_malformed(k, "params must be [stream]");
                 return CUBE__DISPATCH_DONE;
         }
         st = cube__idmap_get(&k->session->streams, stream);
@@ -674,7 +696,7 @@ cube__dispatched cube__do_allocation_mode(cube__msg *k)
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u32(&k->p[1], &mode) ||
             mode > CUBE__MODE_DEDICATED) {
-                cube__malformed(k, "params must be [stream, mode] with mode 0, 1 or 2");
+                cube__reply_malformed(k, "params must be [stream, mode] with mode 0, 1 or 2");
                 return CUBE__DISPATCH_DONE;
         }
         st = cube__stream_get(k->session, stream, &e);

@@ -32,7 +32,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 #define PEER_STREAM (UINT64_MAX - 1)    /* the session's stream for peer exchanges */
 #define PEER_TIMEOUT_S 5                /* one exchange, connect to answer */
@@ -410,7 +410,7 @@ cube__dispatched cube__do_can_access_peer(cube__msg *k)
         cube_error *e = NULL;
 
         if (k->n != 1 || !cube__obj_str(&k->p[0], name, sizeof(name))) {
-                cube__malformed(k, "params must be [device]");
+                cube__reply_malformed(k, "params must be [device]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!has_peer_access(srv) || srv->poison || !plain_name(name) ||
@@ -458,7 +458,7 @@ cube__dispatched cube__do_peer_memory(cube__msg *k)
         int fd, r = 0;
 
         if (k->n != 0) {
-                cube__malformed(k, "params must be []");
+                cube__reply_malformed(k, "params must be []");
                 return CUBE__DISPATCH_DONE;
         }
         if (!has_peer_access(srv)) {
@@ -487,11 +487,10 @@ cube__dispatched cube__do_peer_memory(cube__msg *k)
         r |= msgpack_pack_uint64(&pk, own_tag(srv));
         r |= cube__pack_str(&pk, srv->instance);
         if (r == 0) {
-                size_t len = sb.size;
-                s->bytes_out += len;
+                s->bytes_out += sb.size;
                 cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " (%s) maps this "
                                   "device's memory", s->id, s->name);
-                cube__conn_send_fd(k->conn, msgpack_sbuffer_release(&sb), len, fd);
+                cube__reply_sbuffer_fd(k, &sb, fd);
         } else {
                 close(fd);
                 cube__reply_owned_error(k, NULL);
@@ -515,7 +514,7 @@ cube__dispatched cube__do_peer_address(cube__msg *k)
         size_t count;
         cube_error *e;
 
-        if (!cube__get_stream_handles(k, &stream, &hs, &count))
+        if (!cube__read_stream_handles(k, &stream, &hs, &count))
                 return CUBE__DISPATCH_DONE;
         e = count != 1 ? cube__err_validation("peer_address names one handle") :
             cube__ensure_written(k->session, hs, count);
@@ -560,7 +559,7 @@ cube__dispatched cube__do_peer_bind(cube__msg *k)
         if (k->n != 4 || !cube__obj_u64(&k->p[0], &id) ||
             !cube__obj_str(&k->p[1], name, sizeof(name)) || !cube__obj_u64(&k->p[2], &address) ||
             !cube__obj_u64(&k->p[3], &size)) {
-                cube__malformed(k, "params must be [memory, device, address, size]");
+                cube__reply_malformed(k, "params must be [memory, device, address, size]");
                 return CUBE__DISPATCH_DONE;
         }
         offset = address & ((1ull << TAG_SHIFT) - 1);
@@ -606,7 +605,7 @@ cube__dispatched cube__do_peer_wrote(cube__msg *k)
         if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_array(&k->p[1], &arr) ||
             (k->p[2].type != MSGPACK_OBJECT_NIL &&
              !cube__obj_str(&k->p[2], reason, sizeof(reason)))) {
-                cube__malformed(k, "params must be [stream, [handle, ...], reason or nil]");
+                cube__reply_malformed(k, "params must be [stream, [handle, ...], reason or nil]");
                 return CUBE__DISPATCH_DONE;
         }
         failed = k->p[2].type != MSGPACK_OBJECT_NIL;

@@ -26,7 +26,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 #define UNSET UINT64_MAX
 
@@ -180,7 +180,7 @@ static cube__dispatched start(cube__msg *k)
         msgpack_packer pk;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_bool(&k->p[1], &at_launch)) {
-                cube__malformed(k, "params must be [stream, at_launch]");
+                cube__reply_malformed(k, "params must be [stream, at_launch]");
                 return CUBE__DISPATCH_DONE;
         }
         if (srv->poison)
@@ -243,7 +243,7 @@ cube__dispatched cube__do_end_profile(cube__msg *k)
         cube_error *e;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &token)) {
-                cube__malformed(k, "params must be [stream, token]");
+                cube__reply_malformed(k, "params must be [stream, token]");
                 return CUBE__DISPATCH_DONE;
         }
         if ((e = cube__capture_refusal(s, stream, "end_profile"))) {
@@ -296,7 +296,7 @@ cube__dispatched cube__do_abandon_profile(cube__msg *k)
         cube__window *w;
 
         if (k->n != 2 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &token)) {
-                cube__malformed(k, "params must be [stream, token]");
+                cube__reply_malformed(k, "params must be [stream, token]");
                 return CUBE__DISPATCH_DONE;
         }
         if (!(w = find(s, stream, token))) {

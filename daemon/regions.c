@@ -25,7 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 /* What a region of size bytes is charged: whole pages, as it is mapped. */
 static uint64_t region_charge(uint64_t size)
@@ -102,7 +102,7 @@ cube__dispatched cube__do_region(cube__msg *k)
         msgpack_packer pk;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &size) || size == 0) {
-                cube__malformed(k, "params must be [size] with a size above 0");
+                cube__reply_malformed(k, "params must be [size] with a size above 0");
                 return CUBE__DISPATCH_DONE;
         }
         charge = region_charge(size);
@@ -154,9 +154,8 @@ cube__dispatched cube__do_region(cube__msg *k)
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         if (cube__pack_response_ok(&pk, k->env->msgid) == 0 && msgpack_pack_array(&pk, 2) == 0 &&
             msgpack_pack_uint64(&pk, r->id) == 0 && msgpack_pack_uint64(&pk, size) == 0) {
-                size_t len = sb.size;
-                s->bytes_out += len;
-                cube__conn_send_fd(k->conn, msgpack_sbuffer_release(&sb), len, fd);
+                s->bytes_out += sb.size;
+                cube__reply_sbuffer_fd(k, &sb, fd);
         } else {
                 close(fd);
         }
@@ -170,7 +169,7 @@ cube__dispatched cube__do_region_free(cube__msg *k)
         cube__region *r;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &id)) {
-                cube__malformed(k, "params must be [region]");
+                cube__reply_malformed(k, "params must be [region]");
                 return CUBE__DISPATCH_DONE;
         }
         r = cube__idmap_get(&k->session->regions, id);

@@ -37,7 +37,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "cubed.h"
+#include "requests.h"
 
 /* Takes what an eventfd counted, so that the loop stops being woken for it. */
 static void clear_eventfd(int fd, const char *what)
@@ -56,22 +56,6 @@ static void on_completions(uv_poll_t *p, int status, int events)
         (void) events;
         clear_eventfd(srv->completions_fd, "completion");
         cube__work_drain(srv);
-}
-
-/* Completions that work on the loop thread queued: drained before the loop
- * next waits for I/O (an active idle handle keeps it from blocking). */
-static void on_local_completions(uv_idle_t *h)
-{
-        cube__server *srv = h->data;
-
-        uv_idle_stop(h);
-        cube__work_drain(srv);
-}
-
-void cube__server_drain_soon(cube__server *srv)
-{
-        if (!uv_is_closing((uv_handle_t *) &srv->local_completions))
-                uv_idle_start(&srv->local_completions, on_local_completions);
 }
 
 /* The device asks for the loop thread (driver.h's loop_fd): it completes
@@ -374,6 +358,23 @@ static int listen_inherited(cube__server *srv, bool *ret_found)
         return 0;
 }
 
+/* What the work asks of this layer (cubed.h): the connections, the sessions
+ * and the server's life. */
+static const cube__upcalls upcalls = {
+        .send = cube__conn_send_fd,
+        .send_small = cube__conn_send_small,
+        .protocol_error = cube__conn_protocol_error,
+        .hold = cube__conn_hold,
+        .resume = cube__conn_resume,
+        .wait_for = cube__conn_wait_for,
+        .unthrottle = cube__conn_unthrottle,
+        .redispatching = cube__conn_redispatching,
+        .session_idle = cube__session_maybe_free,
+        .check_stopped = cube__server_check_stopped,
+        .poison_started = cube__server_poison_started,
+        .poison_told = cube__server_poison_told,
+};
+
 int cube__server_init(cube__server *srv, cube__options *opts, char *const *overrides,
                       size_t n_overrides)
 {
@@ -413,6 +414,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_init(srv->loop, &srv->completions_poll, srv->completions_fd);
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
+        srv->up = &upcalls;
         srv->loop_thread = uv_thread_self();
         uv_idle_init(srv->loop, &srv->local_completions);
         srv->local_completions.data = srv;

@@ -437,7 +437,7 @@ typedef struct cube__options {
         uint32_t kernel_timeout_s;      /* a launch running longer poisons the device; 0: none */
         uint32_t compile_limit_s;       /* CPU time one kernel build may take */
         bool fault_injection;           /* tests only */
-        /* Collectives (comms.c). */
+        /* Collectives (groups.c, collectives.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */
         char *comm_dir;                 /* where same-host groups meet; default: the socket's */
         char *comm_address;             /* the IP this daemon's transport listens on */

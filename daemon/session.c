@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cubed.h"
+#include "requests.h"
 
 cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid, uid_t uid,
                                  gid_t gid)

@@ -8,7 +8,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "cubed.h"
 
 cube__dispatched cube__do_export(cube__msg *k)
 {
@@ -19,7 +19,7 @@ cube__dispatched cube__do_export(cube__msg *k)
         msgpack_packer pk;
 
         if (k->n != 1 || !cube__obj_u64(&k->p[0], &memory)) {
-                cube__malformed(k, "params must be [memory]");
+                cube__reply_malformed(k, "params must be [memory]");
                 return CUBE__DISPATCH_DONE;
         }
         n = cube__idmap_get(&k->session->memory, memory);
@@ -59,7 +59,7 @@ cube__dispatched cube__do_import(cube__msg *k)
 
         if (k->n != 3 || !cube__obj_str(&k->p[0], token, sizeof(token)) ||
             !cube__obj_u64(&k->p[1], &memory) || !cube__obj_bool(&k->p[2], &read_only)) {
-                cube__malformed(k, "params must be [token, memory, read_only]");
+                cube__reply_malformed(k, "params must be [token, memory, read_only]");
                 return CUBE__DISPATCH_DONE;
         }
         if ((e = cube__alloc_import(k->session, token, memory, read_only, &n))) {

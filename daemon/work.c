@@ -63,7 +63,7 @@ static void pending_finish(cube__pending_reply *r)
         } else if (r->frame) {
                 if (s->conn) {
                         s->bytes_out += r->frame_len;
-                        cube__conn_send(s->conn, r->frame, r->frame_len);
+                        srv->up->send(s->conn, r->frame, r->frame_len, -1);
                         r->frame = NULL;
                 }
         } else {
@@ -84,9 +84,9 @@ static void pending_finish(cube__pending_reply *r)
         s->inflight--;
         srv->inflight--;
         if (s->conn)
-                cube__conn_unthrottle(s->conn);
-        cube__session_maybe_free(s);
-        cube__server_check_stopped(srv);
+                srv->up->unthrottle(s->conn);
+        srv->up->session_idle(s);
+        srv->up->check_stopped(srv);
 }
 
 static void pending_put(cube__pending_reply *r)
@@ -183,7 +183,7 @@ void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison)
                 cube__poison_blame(&srv->opts, &srv->users, cube__session_who(by, &(cube__log_who) {0}));
         cube__log_id(CUBE__MSG_POISON, CUBE__LOG_ERR, by, "the device is poisoned: %s; every "
                      "session is told on its next operation", cube_error_reason(poison));
-        cube__server_poison_started(srv);
+        srv->up->poison_started(srv);
 }
 
 /* A launch that failed on the device: a fault poisons the device. Returns
@@ -305,7 +305,7 @@ void cube__work_complete(void *ctx, cube__work *work)
          * (server.c's idle handle): writing the eventfd would only wake the
          * loop once more to find what it already has. */
         if (uv_thread_equal(&srv->loop_thread, &(uv_thread_t) { uv_thread_self() })) {
-                cube__server_drain_soon(srv);
+                cube__work_drain_soon(srv);
                 return;
         }
         /* A queue that was not empty has a wake-up on its way already: the
@@ -362,9 +362,25 @@ static void op_finish(cube__op *o)
         s->inflight--;
         srv->inflight--;
         if (s->conn)
-                cube__conn_unthrottle(s->conn);
-        cube__session_maybe_free(s);
-        cube__server_check_stopped(srv);
+                srv->up->unthrottle(s->conn);
+        srv->up->session_idle(s);
+        srv->up->check_stopped(srv);
+}
+
+/* Completions that work on the loop thread queued: drained before the loop
+ * next waits for I/O (an active idle handle keeps it from blocking). */
+static void on_local_completions(uv_idle_t *h)
+{
+        cube__server *srv = h->data;
+
+        uv_idle_stop(h);
+        cube__work_drain(srv);
+}
+
+void cube__work_drain_soon(cube__server *srv)
+{
+        if (!uv_is_closing((uv_handle_t *) &srv->local_completions))
+                uv_idle_start(&srv->local_completions, on_local_completions);
 }
 
 void cube__work_drain(cube__server *srv)

@@ -1,6 +1,7 @@
 /*
  * transport.h - the small interface between cubed's collective bookkeeping
- * (daemon/comms.c) and an engine that moves bytes between devices.
+ * (daemon/groups.c, daemon/collectives.c) and an engine that moves bytes
+ * between devices.
  *
  * The core owns groups, their members, the taint rules and failure
  * detection; an engine only forms a communicator, runs one operation on it
