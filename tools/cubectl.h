@@ -1,6 +1,6 @@
 /*
  * cubectl.h - what cubectl's command files share: the exit statuses, the
- * output helpers of cubectl.c, and the commands of cubectl-health.c.
+ * output helpers of cubectl-print.c, and the commands of cubectl-health.c.
  */
 #ifndef CUBECTL_H
 #define CUBECTL_H
@@ -13,8 +13,8 @@
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
-/* cubectl.c: a JSON string, escaped; a table cell with spaces kept or not;
- * a byte count as a person reads it; an error as text or JSON. */
+/* cubectl-print.c: a JSON string, escaped; a table cell with spaces kept or
+ * not; a byte count as a person reads it; an error as text or JSON. */
 extern bool json_output;
 void print_json_string(const char *s);
 const char *cell_text(const char *s, char *buf, size_t cap, bool spaces);
