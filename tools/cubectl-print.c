@@ -1,8 +1,14 @@
 /*
  * cubectl-print.c - cubectl's output: JSON strings, table cells, byte
- * counts and errors, as every command prints them.
+ * counts and errors, and the printer of views.
+ *
+ * A view describes once what a command shows (cubectl.h); the printer
+ * renders that one description as a table, or as JSON with --json, so
+ * that the two forms cannot drift apart.
  */
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -120,4 +126,299 @@ int report(const char *what, cube_error *e)
         print_error(what, e, cube_error_message(e));
         cube_error_free(e);
         return EXIT_ERROR;
+}
+
+/* ---------------------------------------------------------------------------
+ * Views
+ * ------------------------------------------------------------------------- */
+
+enum { CELL_MAX = 4096 };
+
+static const char *row_at(const view *v, const void *rows, size_t i)
+{
+        return (const char *) rows + i * v->size;
+}
+
+static bool present(const field *f, const void *row)
+{
+        return !f->when || f->when(row);
+}
+
+static value field_value(const field *f, const void *row, const void *ctx, char *buf,
+                         size_t cap)
+{
+        const char *p = (const char *) row + f->off;
+        value v = { .n = 0 };
+
+        if (f->get)
+                return f->get(row, ctx, buf, cap);
+        switch (f->kind) {
+        case FIELD_U64: v.u = *(const uint64_t *) p; break;
+        case FIELD_U32: v.u = *(const uint32_t *) p; break;
+        case FIELD_F64: v.f = *(const double *) p; break;
+        case FIELD_BOOL: v.b = *(const bool *) p; break;
+        case FIELD_TEXT: v.s = p; break;
+        case FIELD_U32S: v.rows = p; v.n = f->count; break;
+        case FIELD_TEXTS: break;        /* made by get */
+        case FIELD_ROWS: v.rows = *(const void *const *) p; v.n = *(const size_t *) ((const char *) row + f->n_off); break;
+        case FIELD_ARRAY: v.rows = p; v.n = *(const size_t *) ((const char *) row + f->n_off); break;
+        case FIELD_OBJECT: v.rows = p; v.n = 1; break;
+        }
+        return v;
+}
+
+static void json_object(const view *v, const void *row, const void *ctx);
+
+static void json_rows(const view *v, const void *rows, size_t n, const void *ctx)
+{
+        putchar('[');
+        for (size_t i = 0; i < n; i++) {
+                if (i)
+                        putchar(',');
+                json_object(v, row_at(v, rows, i), ctx);
+        }
+        putchar(']');
+}
+
+static void json_value(const field *f, value v, const void *row, const void *ctx)
+{
+        switch (f->kind) {
+        case FIELD_U64:
+        case FIELD_U32:
+                printf("%" PRIu64, v.u);
+                break;
+        case FIELD_F64:
+                if (isnan(v.f))
+                        fputs("null", stdout);
+                else
+                        printf("%.3f", v.f);
+                break;
+        case FIELD_BOOL:
+                fputs(v.b ? "true" : "false", stdout);
+                break;
+        case FIELD_TEXT:
+                if (v.s)
+                        print_json_string(v.s);
+                else
+                        fputs("null", stdout);
+                break;
+        case FIELD_U32S:
+                putchar('[');
+                for (size_t i = 0; i < v.n; i++)
+                        printf("%s%" PRIu32, i ? "," : "", ((const uint32_t *) v.rows)[i]);
+                putchar(']');
+                break;
+        case FIELD_TEXTS:
+                putchar('[');
+                for (size_t i = 0; i < v.n; i++) {
+                        if (i)
+                                putchar(',');
+                        print_json_string(f->item(row, i));
+                }
+                putchar(']');
+                break;
+        case FIELD_ROWS:
+        case FIELD_ARRAY:
+                json_rows(f->of, v.rows, v.n, ctx);
+                break;
+        case FIELD_OBJECT:
+                json_object(f->of, v.rows, ctx);
+                break;
+        }
+}
+
+static void json_object(const view *v, const void *row, const void *ctx)
+{
+        char buf[CELL_MAX];
+        bool first = true;
+
+        putchar('{');
+        for (const field *f = v->fields; f < v->fields + v->n_fields; f++) {
+                if (!f->key || !present(f, row))
+                        continue;
+                printf("%s\"%s\":", first ? "" : ",", f->key);
+                json_value(f, field_value(f, row, ctx, buf, sizeof(buf)), row, ctx);
+                first = false;
+        }
+        putchar('}');
+}
+
+/* The text of f's value in row, before the words around it are added:
+ * NULL when absent. */
+static const char *value_text(const field *f, value v, const void *row, char *buf,
+                              size_t cap)
+{
+        size_t used = 0;
+
+        switch (f->kind) {
+        case FIELD_U64:
+        case FIELD_U32:
+                if (f->show == SHOW_BYTES)
+                        human_bytes(v.u, buf, cap);
+                else
+                        snprintf(buf, cap, "%" PRIu64, v.u);
+                return buf;
+        case FIELD_F64:
+                if (isnan(v.f))
+                        return NULL;
+                if (f->show == SHOW_BYTES)
+                        human_bytes((uint64_t) llround(v.f), buf, cap);
+                else
+                        snprintf(buf, cap, "%.*f", f->prec, v.f);
+                return buf;
+        case FIELD_BOOL:
+                return v.b ? f->yes : f->no;
+        case FIELD_TEXT:
+                if (!v.s || f->show == SHOW_PLAIN)
+                        return v.s;
+                return cell_text(v.s, buf, cap, f->show == SHOW_TEXT);
+        case FIELD_TEXTS:
+                buf[0] = '\0';
+                for (size_t i = 0; i < v.n && used < cap; i++)
+                        used += (size_t) snprintf(buf + used, cap - used, "%s%s", i ? "," : "",
+                                                  f->item(row, i));
+                return buf;
+        default:
+                return NULL;
+        }
+}
+
+/* f's cell in row, with the words around its value: NULL when it is left
+ * out. An empty text shows as f's word for one, and an absent value as
+ * absent (NULL in a record, '-' in a row), both bare. */
+static const char *cell_of(const field *f, const void *row, const void *ctx,
+                           const char *absent, char *out, size_t cap)
+{
+        char buf[CELL_MAX], text[CELL_MAX];
+        const char *t = NULL;
+
+        if (present(f, row))
+                t = value_text(f, field_value(f, row, ctx, buf, sizeof(buf)), row, text,
+                               sizeof(text));
+        if ((!t || !*t) && f->optional)
+                return NULL;
+        if (!t)
+                return absent;
+        if (!*t && f->empty)
+                return f->empty;
+        snprintf(out, cap, "%s%.*s%s", f->before ? f->before : "", f->max ? f->max : INT_MAX,
+                 t, f->after ? f->after : "");
+        return out;
+}
+
+/* A text on lines of its own: the later lines indented under the first. */
+static void print_below(const char *before, const char *t)
+{
+        int indent = (int) strlen(before);
+
+        fputs(before, stdout);
+        for (; *t; t++) {
+                putchar(*t);
+                if (*t == '\n')
+                        printf("%*s", indent, "");
+        }
+        putchar('\n');
+}
+
+static bool in_line(const field *f)
+{
+        return f->head && !f->below && f->kind != FIELD_ROWS && f->kind != FIELD_ARRAY &&
+               f->kind != FIELD_OBJECT;
+}
+
+static void table_rows(const view *v, const void *rows, size_t n, const void *ctx);
+static void table_record(const view *v, const void *row, const void *ctx);
+
+/* A row's line, then what it shows below it; the heads when row is NULL. */
+static void table_row(const view *v, const void *row, const void *ctx)
+{
+        const char *sep = v->sep ? v->sep : "  ";
+        char cell[CELL_MAX], buf[CELL_MAX];
+        bool first = true;
+
+        fputs(v->indent ? v->indent : "", stdout);
+        for (const field *f = v->fields; f < v->fields + v->n_fields; f++) {
+                const char *t;
+                if (!in_line(f))
+                        continue;
+                t = row ? cell_of(f, row, ctx, "-", cell, sizeof(cell)) : f->head;
+                if (!t || (!*t && f->optional))
+                        continue;
+                printf("%s%*s", first ? "" : sep, f->width, t);
+                first = false;
+        }
+        putchar('\n');
+        for (const field *f = v->fields; row && f < v->fields + v->n_fields; f++) {
+                value x;
+                if (!f->head || in_line(f) || !present(f, row))
+                        continue;
+                x = field_value(f, row, ctx, buf, sizeof(buf));
+                if (f->kind == FIELD_ROWS || f->kind == FIELD_ARRAY)
+                        table_rows(f->of, x.rows, x.n, ctx);
+                else if (f->kind == FIELD_OBJECT)
+                        table_record(f->of, x.rows, ctx);
+                else if (f->kind == FIELD_TEXTS)
+                        for (size_t i = 0; i < x.n; i++)
+                                print_below(f->before ? f->before : "", f->item(row, i));
+                else if (x.s)
+                        print_below(f->before ? f->before : "", x.s);
+        }
+}
+
+static void table_rows(const view *v, const void *rows, size_t n, const void *ctx)
+{
+        if (n == 0 && v->none)
+                printf("%s\n", v->none);
+        else if (v->header)
+                table_row(v, NULL, ctx);
+        for (size_t i = 0; i < n; i++)
+                if (!v->shown || v->shown(row_at(v, rows, i)))
+                        table_row(v, row_at(v, rows, i), ctx);
+}
+
+/* A record: a line for each field, labelled by its head; its lists as
+ * tables, each after a line of its head when it has one. */
+static void table_record(const view *v, const void *row, const void *ctx)
+{
+        char cell[CELL_MAX], buf[CELL_MAX];
+
+        for (const field *f = v->fields; f < v->fields + v->n_fields; f++) {
+                const char *t;
+                value x;
+                if (!f->head || !present(f, row))
+                        continue;
+                if (f->kind == FIELD_ROWS || f->kind == FIELD_ARRAY || f->kind == FIELD_OBJECT) {
+                        x = field_value(f, row, ctx, buf, sizeof(buf));
+                        if (*f->head)
+                                printf("%s\n", f->head);
+                        if (f->kind == FIELD_OBJECT)
+                                table_record(f->of, x.rows, ctx);
+                        else
+                                table_rows(f->of, x.rows, x.n, ctx);
+                        continue;
+                }
+                if (!(t = cell_of(f, row, ctx, NULL, cell, sizeof(cell))))
+                        continue;
+                printf("%-*s%s\n", v->label_width, f->head, t);
+        }
+}
+
+void print_rows(const view *v, const void *rows, size_t n, const void *ctx, bool json)
+{
+        if (!json) {
+                table_rows(v, rows, n, ctx);
+                return;
+        }
+        json_rows(v, rows, n, ctx);
+        putchar('\n');
+}
+
+void print_record(const view *v, const void *record, const void *ctx, bool json)
+{
+        if (!json) {
+                table_record(v, record, ctx);
+                return;
+        }
+        json_object(v, record, ctx);
+        putchar('\n');
 }

@@ -387,6 +387,13 @@ static int cmd_memory(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+static const field stream_fields[] = {
+        { "session", "SESSION", U64(cube_stream_info, session), .width = 8 },
+        { "stream", "STREAM", U64(cube_stream_info, stream), .width = 20 },
+        { "pending", "PENDING", U64(cube_stream_info, pending), .width = 8 },
+};
+static const view stream_view = VIEW(cube_stream_info, stream_fields, .header = true);
+
 static int cmd_streams(cube_client *c, bool json, const char *arg)
 {
         cube_stream_info *v;
@@ -395,26 +402,27 @@ static int cmd_streams(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("streams", e);
-        if (json)
-                putchar('[');
-        else
-                printf("%8s  %20s  %8s\n", "SESSION", "STREAM", "PENDING");
-        for (size_t i = 0; i < n; i++) {
-                if (json)
-                        printf("%s{\"session\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pending\":%"
-                               PRIu64 "}", i ? "," : "", v[i].session, v[i].stream, v[i].pending);
-                else
-                        printf("%8" PRIu64 "  %20" PRIu64 "  %8" PRIu64 "\n", v[i].session,
-                               v[i].stream, v[i].pending);
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&stream_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
 
 /* Every session's open profiling windows, graphs (launches recorded, pages
  * kept) and captures under way. */
+static const field capture_fields[] = {
+        { "session", "SESSION", U64(cube_capture_info, session), .width = 8 },
+        { "kind", "KIND", TEXT(cube_capture_info, kind), .width = -8 },
+        { "stream", "STREAM", U64(cube_capture_info, stream), .width = 20 },
+        { "id", "ID", U64(cube_capture_info, id), .width = 8 },
+        { "state", "STATE", TEXT(cube_capture_info, state), .width = -10 },
+        { "launches", "LAUNCHES", U64(cube_capture_info, launches), .width = 8 },
+        { "pages", "PAGES", U64(cube_capture_info, pages), .width = 6 },
+        { "page_bytes", "PAGE_BYTES", U64(cube_capture_info, page_bytes), .width = 10 },
+        { "replays", "REPLAYS", U64(cube_capture_info, replays), .width = 8 },
+        { "device_ns", "DEVICE_NS", U64(cube_capture_info, device_ns), .width = 12 },
+};
+static const view capture_view = VIEW(cube_capture_info, capture_fields, .header = true);
+
 static int cmd_graphs(cube_client *c, bool json, const char *arg)
 {
         cube_capture_info *v;
@@ -423,29 +431,7 @@ static int cmd_graphs(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("graphs", e);
-        if (json)
-                putchar('[');
-        else
-                printf("%8s  %-8s  %20s  %8s  %-10s  %8s  %6s  %10s  %8s  %12s\n", "SESSION",
-                       "KIND", "STREAM", "ID", "STATE", "LAUNCHES", "PAGES", "PAGE_BYTES",
-                       "REPLAYS", "DEVICE_NS");
-        for (size_t i = 0; i < n; i++) {
-                const cube_capture_info *x = &v[i];
-                if (json)
-                        printf("%s{\"session\":%" PRIu64 ",\"kind\":\"%s\",\"stream\":%" PRIu64
-                               ",\"id\":%" PRIu64 ",\"state\":\"%s\",\"launches\":%" PRIu64
-                               ",\"pages\":%" PRIu64 ",\"page_bytes\":%" PRIu64 ",\"replays\":%"
-                               PRIu64 ",\"device_ns\":%" PRIu64 "}", i ? "," : "", x->session,
-                               x->kind, x->stream, x->id, x->state, x->launches, x->pages,
-                               x->page_bytes, x->replays, x->device_ns);
-                else
-                        printf("%8" PRIu64 "  %-8s  %20" PRIu64 "  %8" PRIu64 "  %-10s  %8" PRIu64
-                               "  %6" PRIu64 "  %10" PRIu64 "  %8" PRIu64 "  %12" PRIu64 "\n",
-                               x->session, x->kind, x->stream, x->id, x->state, x->launches,
-                               x->pages, x->page_bytes, x->replays, x->device_ns);
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&capture_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
