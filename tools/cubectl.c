@@ -256,6 +256,35 @@ static int cmd_failures(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* Whether the session is the one cubectl itself opened. */
+static value is_self(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .b = ((const cube_session_info *) row)->id == cube_client_session(ctx) };
+}
+
+static const field session_fields[] = {
+        { "id", "ID", U64(cube_session_info, id), .width = 6 },
+        { "pid", "PID", U32(cube_session_info, pid), .width = 7 },
+        { "uid", "UID", U32(cube_session_info, uid), .width = 6 },
+        { "name", "NAME", TEXT(cube_session_info, name), .show = SHOW_NAME, .empty = "-",
+          .width = -16, .max = 16 },
+        { "streams", "STREAMS", U64(cube_session_info, streams), .width = 7 },
+        { "memory_in_use", "MEMORY", U64(cube_session_info, memory_in_use),
+          .show = SHOW_BYTES, .width = 10 },
+        { "memory_peak", "PEAK", U64(cube_session_info, memory_peak), .show = SHOW_BYTES,
+          .width = 10 },
+        { "allocations", NULL, U64(cube_session_info, allocations) },
+        { "launches", "LAUNCHES", U64(cube_session_info, launches), .width = 8 },
+        { "bytes_in", "IN", U64(cube_session_info, bytes_in), .show = SHOW_BYTES, .width = 10 },
+        { "bytes_out", "OUT", U64(cube_session_info, bytes_out), .show = SHOW_BYTES,
+          .width = 10 },
+        { "errors", "ERRORS", U64(cube_session_info, errors), .width = 6 },
+        { "connected", NULL, BOOL(cube_session_info, connected) },
+        { "self", "", .kind = FIELD_BOOL, .get = is_self, .yes = "(cubectl)", .no = "",
+          .optional = true },
+};
+static const view session_view = VIEW(cube_session_info, session_fields, .header = true);
+
 static int cmd_sessions(cube_client *c, bool json, const char *arg)
 {
         cube_session_info *v;
@@ -264,40 +293,7 @@ static int cmd_sessions(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("sessions", e);
-        if (json)
-                putchar('[');
-        else
-                printf("%6s  %7s  %6s  %-16s  %7s  %10s  %10s  %8s  %10s  %10s  %6s\n", "ID", "PID",
-                       "UID", "NAME", "STREAMS", "MEMORY", "PEAK", "LAUNCHES", "IN", "OUT", "ERRORS");
-        for (size_t i = 0; i < n; i++) {
-                if (json) {
-                        printf("%s{\"id\":%" PRIu64 ",\"pid\":%u,\"uid\":%u,\"name\":",
-                               i ? "," : "", v[i].id, v[i].pid, v[i].uid);
-                        print_json_string(v[i].name);
-                        printf(",\"streams\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
-                               ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64
-                               ",\"launches\":%" PRIu64 ",\"bytes_in\":%" PRIu64
-                               ",\"bytes_out\":%" PRIu64 ",\"errors\":%" PRIu64
-                               ",\"connected\":%s,\"self\":%s}",
-                               v[i].streams, v[i].memory_in_use, v[i].memory_peak, v[i].allocations,
-                               v[i].launches, v[i].bytes_in, v[i].bytes_out, v[i].errors,
-                               v[i].connected ? "true" : "false",
-                               v[i].id == cube_client_session(c) ? "true" : "false");
-                        continue;
-                }
-                char mem[32], peak[32], in[32], out[32], name[260];
-                human_bytes(v[i].memory_in_use, mem, sizeof(mem));
-                human_bytes(v[i].memory_peak, peak, sizeof(peak));
-                human_bytes(v[i].bytes_in, in, sizeof(in));
-                human_bytes(v[i].bytes_out, out, sizeof(out));
-                printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %7" PRIu64 "  %10s  %10s  %8" PRIu64
-                       "  %10s  %10s  %6" PRIu64 "%s\n", v[i].id, v[i].pid, v[i].uid,
-                       *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-", v[i].streams, mem,
-                       peak, v[i].launches, in,
-                       out, v[i].errors, v[i].id == cube_client_session(c) ? "  (cubectl)" : "");
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&session_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
@@ -437,6 +433,34 @@ static int cmd_graphs(cube_client *c, bool json, const char *arg)
 }
 
 /* The collective groups of every session: members, state and traffic. */
+static value comm_members(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_comm_info *g = row;
+        size_t most = sizeof(g->members) / sizeof(g->members[0]);
+
+        return (value) { .n = g->size < most ? g->size : most };
+}
+
+static const char *comm_member(const void *row, size_t i)
+{
+        return ((const cube_comm_info *) row)->members[i];
+}
+
+static const field comm_fields[] = {
+        { "id", "GROUP", TEXT(cube_comm_info, id), .width = -16 },
+        { "session", "SESSION", U64(cube_comm_info, session), .width = 7 },
+        { "kind", "KIND", TEXT(cube_comm_info, kind), .width = -9 },
+        { "rank", "RANK", U32(cube_comm_info, rank), .width = 4 },
+        { "size", NULL, U32(cube_comm_info, size) },
+        { "state", "STATE", TEXT(cube_comm_info, state), .width = -8 },
+        { "ops", "OPS", U64(cube_comm_info, ops), .width = 8 },
+        { "bytes", "BYTES", U64(cube_comm_info, bytes), .width = 12 },
+        { "refusals", NULL, U64(cube_comm_info, refusals) },
+        { "members", "MEMBERS", .kind = FIELD_TEXTS, .get = comm_members, .item = comm_member },
+        { NULL, "", TEXT(cube_comm_info, why), .optional = true },
+};
+static const view comm_view = VIEW(cube_comm_info, comm_fields, .header = true);
+
 static int cmd_comms(cube_client *c, bool json, const char *arg)
 {
         cube_comm_info *v;
@@ -445,33 +469,7 @@ static int cmd_comms(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("comms", e);
-        if (json)
-                putchar('[');
-        else
-                printf("%-16s  %7s  %-9s  %4s  %-8s  %8s  %12s  %s\n", "GROUP", "SESSION", "KIND",
-                       "RANK", "STATE", "OPS", "BYTES", "MEMBERS");
-        for (size_t i = 0; i < n; i++) {
-                char members[600] = "";
-                size_t used = 0;
-                for (uint32_t m = 0; m < v[i].size && m < 8; m++)
-                        used += (size_t) snprintf(members + used, sizeof(members) - used,
-                                                  json ? "%s\"%s\"" : "%s%s", m ? "," : "",
-                                                  v[i].members[m]);
-                if (json)
-                        printf("%s{\"id\":\"%s\",\"session\":%" PRIu64 ",\"kind\":\"%s\","
-                               "\"rank\":%u,\"size\":%u,\"state\":\"%s\",\"ops\":%" PRIu64
-                               ",\"bytes\":%" PRIu64 ",\"refusals\":%" PRIu64 ",\"members\":[%s]}",
-                               i ? "," : "", v[i].id, v[i].session, v[i].kind, v[i].rank,
-                               v[i].size, v[i].state, v[i].ops, v[i].bytes, v[i].refusals,
-                               members);
-                else
-                        printf("%-16s  %7" PRIu64 "  %-9s  %4u  %-8s  %8" PRIu64 "  %12" PRIu64
-                               "  %s%s%s\n", v[i].id, v[i].session, v[i].kind, v[i].rank,
-                               v[i].state, v[i].ops, v[i].bytes, members, *v[i].why ? "  " : "",
-                               v[i].why);
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&comm_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
