@@ -578,6 +578,15 @@ static int cmd_history(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+static const field ban_fields[] = {
+        { "kind", "", TEXT(cube_ban, kind), .width = -4 },
+        { "who", "", TEXT(cube_ban, who), .show = SHOW_NAME, .width = -24 },
+        { "seconds_left", "", U64(cube_ban, seconds_left), .before = "refused for another ",
+          .after = " s (poisoned the device)" },
+};
+static const view ban_view = VIEW(cube_ban, ban_fields, .sep = " ",
+                                  .none = "no uid or name is refused");
+
 static int cmd_bans(cube_client *c, bool json, const char *arg)
 {
         cube_ban *v;
@@ -586,26 +595,20 @@ static int cmd_bans(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("bans", e);
-        if (json)
-                putchar('[');
-        else if (n == 0)
-                printf("no uid or name is refused\n");
-        for (size_t i = 0; i < n; i++) {
-                char who[260];
-                if (json) {
-                        printf("%s{\"kind\":\"%s\",\"who\":", i ? "," : "", v[i].kind);
-                        print_json_string(v[i].who);
-                        printf(",\"seconds_left\":%" PRIu64 "}", v[i].seconds_left);
-                } else {
-                        printf("%-4s %-24s refused for another %" PRIu64 " s (poisoned the device)\n",
-                               v[i].kind, cell(v[i].who, who, sizeof(who)), v[i].seconds_left);
-                }
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&ban_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
+
+static const field config_fields[] = {
+        { "key", "KEY", TEXT(cube_config_entry, key), .width = -22 },
+        { "value", "VALUE", TEXT(cube_config_entry, value), .empty = "-", .width = -28 },
+        { "source", NULL, TEXT(cube_config_entry, source) },
+        { "reload", "RELOAD", BOOL(cube_config_entry, reloadable), .yes = "yes", .no = "restart",
+          .width = -7 },
+        { NULL, "FROM", TEXT(cube_config_entry, source) },
+};
+static const view config_view = VIEW(cube_config_entry, config_fields, .header = true);
 
 static int cmd_config(cube_client *c, bool json, const char *arg)
 {
@@ -615,26 +618,7 @@ static int cmd_config(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("config", e);
-        if (json)
-                putchar('[');
-        else
-                printf("%-22s  %-28s  %-7s  %s\n", "KEY", "VALUE", "RELOAD", "FROM");
-        for (size_t i = 0; i < n; i++) {
-                if (json) {
-                        printf("%s{\"key\":", i ? "," : "");
-                        print_json_string(v[i].key);
-                        printf(",\"value\":");
-                        print_json_string(v[i].value);
-                        printf(",\"source\":");
-                        print_json_string(v[i].source);
-                        printf(",\"reload\":%s}", v[i].reloadable ? "true" : "false");
-                        continue;
-                }
-                printf("%-22s  %-28s  %-7s  %s\n", v[i].key, *v[i].value ? v[i].value : "-",
-                       v[i].reloadable ? "yes" : "restart", v[i].source);
-        }
-        if (json)
-                printf("]\n");
+        print_rows(&config_view, v, n, c, json);
         free(v);
         return EXIT_OK;
 }
