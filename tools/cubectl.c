@@ -6,6 +6,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,71 +141,94 @@ static int cmd_status(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* What kernels shows: the kernel cache's entries, and the cache on disk
+ * with what it evicted. */
+typedef struct kernels_shown {
+        cube_kernel_info *kernels;
+        size_t n;
+        cube_kernel_cache cache;
+} kernels_shown;
+
+typedef __typeof__(((cube_kernel_cache *) 0)->evicted[0]) evicted_artifact;
+
+/* The table gives a compile time only to a kernel this run compiled. */
+static value compile_time(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_kernel_info *k = row;
+
+        return (value) { .f = k->from_disk || strcmp(k->state, "compiled") != 0 ? NAN :
+                              k->compile_ms };
+}
+
+static const field kernel_fields[] = {
+        { "hash", "HASH", TEXT(cube_kernel_info, hash), .width = -12, .max = 12 },
+        { "entry", "ENTRY", TEXT(cube_kernel_info, entry), .width = -20 },
+        { "backend", "BACKEND", TEXT(cube_kernel_info, backend), .width = -7 },
+        { "state", "STATE", TEXT(cube_kernel_info, state), .width = -9 },
+        { "from_disk", "ORIGIN", BOOL(cube_kernel_info, from_disk), .yes = "disk",
+          .no = "compiled", .width = -8 },
+        { "compile_ms", NULL, F64(cube_kernel_info, compile_ms) },
+        { NULL, "COMPILE", .kind = FIELD_F64, .get = compile_time, .prec = 1, .after = " ms",
+          .width = 10 },
+        { "hits", "HITS", U64(cube_kernel_info, hits), .width = 8 },
+};
+static const view kernel_view = VIEW(cube_kernel_info, kernel_fields, .header = true);
+
+static const field evicted_fields[] = {
+        { "artifact", "", TEXT(evicted_artifact, artifact), .width = -12, .max = 12 },
+        { "bytes", "", U64(evicted_artifact, bytes), .after = " bytes", .width = 16 },
+        { "at_s", "", F64(evicted_artifact, at_s), .prec = 1, .before = "at ", .after = " s" },
+};
+static const view evicted_view = VIEW(evicted_artifact, evicted_fields, .indent = "  evicted ");
+
+/* The disk cache in a sentence: its size against its limit, its evictions. */
+static value cache_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_kernel_cache *kc = row;
+        int n = snprintf(buf, cap, "\ncache %s: %" PRIu64 " artifacts, %" PRIu64 " bytes",
+                         kc->dir, kc->artifacts, kc->bytes);
+
+        if (kc->max_bytes)
+                n += snprintf(buf + n, cap - (size_t) n, " of %" PRIu64 " (cache-max-bytes)",
+                              kc->max_bytes);
+        else
+                n += snprintf(buf + n, cap - (size_t) n, " (no limit)");
+        snprintf(buf + n, cap - (size_t) n, "; %" PRIu64 " evicted, %" PRIu64 " bytes",
+                 kc->evictions, kc->evicted_bytes);
+        return (value) { .s = buf };
+}
+
+static const field cache_fields[] = {
+        { "dir", NULL, TEXT(cube_kernel_cache, dir) },
+        { "bytes", NULL, U64(cube_kernel_cache, bytes) },
+        { "max_bytes", NULL, U64(cube_kernel_cache, max_bytes) },
+        { "artifacts", NULL, U64(cube_kernel_cache, artifacts) },
+        { "evictions", NULL, U64(cube_kernel_cache, evictions) },
+        { "evicted_bytes", NULL, U64(cube_kernel_cache, evicted_bytes) },
+        { NULL, "", .kind = FIELD_TEXT, .get = cache_line },
+        { "evicted", "", ARRAY(cube_kernel_cache, evicted, n_evicted, evicted_view) },
+};
+static const view cache_view = VIEW(cube_kernel_cache, cache_fields);
+
+static const field kernels_fields[] = {
+        { "kernels", "", ROWS(kernels_shown, kernels, n, kernel_view) },
+        { "cache", "", OBJECT(kernels_shown, cache, cache_view) },
+};
+static const view kernels_view = VIEW(kernels_shown, kernels_fields);
+
 static int cmd_kernels(cube_client *c, bool json, const char *arg)
 {
-        cube_kernel_info *v;
-        cube_kernel_cache kc;
-        size_t n;
-        cube_error *e = cube_daemon_kernels(c, &v, &n);
+        kernels_shown k;
+        cube_error *e = cube_daemon_kernels(c, &k.kernels, &k.n);
 
         if (e)
                 return report("kernels", e);
-        if ((e = cube_daemon_kernel_cache(c, &kc))) {
-                free(v);
+        if ((e = cube_daemon_kernel_cache(c, &k.cache))) {
+                free(k.kernels);
                 return report("kernels", e);
         }
-        if (json) {
-                printf("{\"kernels\":[");
-                for (size_t i = 0; i < n; i++) {
-                        printf("%s{\"hash\":", i ? "," : "");
-                        print_json_string(v[i].hash);
-                        printf(",\"entry\":");
-                        print_json_string(v[i].entry);
-                        printf(",\"backend\":");
-                        print_json_string(v[i].backend);
-                        printf(",\"state\":");
-                        print_json_string(v[i].state);
-                        printf(",\"from_disk\":%s,\"compile_ms\":%.3f,\"hits\":%" PRIu64 "}",
-                               v[i].from_disk ? "true" : "false", v[i].compile_ms, v[i].hits);
-                }
-                printf("],\"cache\":{\"dir\":");
-                print_json_string(kc.dir);
-                printf(",\"bytes\":%" PRIu64 ",\"max_bytes\":%" PRIu64 ",\"artifacts\":%" PRIu64
-                       ",\"evictions\":%" PRIu64 ",\"evicted_bytes\":%" PRIu64 ",\"evicted\":[",
-                       kc.bytes, kc.max_bytes, kc.artifacts, kc.evictions, kc.evicted_bytes);
-                for (size_t i = 0; i < kc.n_evicted; i++) {
-                        printf("%s{\"artifact\":", i ? "," : "");
-                        print_json_string(kc.evicted[i].artifact);
-                        printf(",\"bytes\":%" PRIu64 ",\"at_s\":%.3f}", kc.evicted[i].bytes,
-                               kc.evicted[i].at_s);
-                }
-                printf("]}}\n");
-        } else {
-                printf("%-12s  %-20s  %-7s  %-9s  %-8s  %10s  %8s\n", "HASH", "ENTRY", "BACKEND",
-                       "STATE", "ORIGIN", "COMPILE", "HITS");
-                for (size_t i = 0; i < n; i++) {
-                        char ms[32];
-                        if (v[i].from_disk || strcmp(v[i].state, "compiled") != 0)
-                                snprintf(ms, sizeof(ms), "-");
-                        else
-                                snprintf(ms, sizeof(ms), "%.1f ms", v[i].compile_ms);
-                        printf("%-12.12s  %-20s  %-7s  %-9s  %-8s  %10s  %8" PRIu64 "\n",
-                               v[i].hash, v[i].entry, v[i].backend, v[i].state,
-                               v[i].from_disk ? "disk" : "compiled", ms, v[i].hits);
-                }
-                printf("\ncache %s: %" PRIu64 " artifacts, %" PRIu64 " bytes", kc.dir,
-                       kc.artifacts, kc.bytes);
-                if (kc.max_bytes)
-                        printf(" of %" PRIu64 " (cache-max-bytes)", kc.max_bytes);
-                else
-                        printf(" (no limit)");
-                printf("; %" PRIu64 " evicted, %" PRIu64 " bytes\n", kc.evictions,
-                       kc.evicted_bytes);
-                for (size_t i = 0; i < kc.n_evicted; i++)
-                        printf("  evicted %-12.12s  %10" PRIu64 " bytes  at %.1f s\n",
-                               kc.evicted[i].artifact, kc.evicted[i].bytes, kc.evicted[i].at_s);
-        }
-        free(v);
+        print_record(&kernels_view, &k, c, json);
+        free(k.kernels);
         return EXIT_OK;
 }
 
