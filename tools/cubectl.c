@@ -70,12 +70,6 @@ static void usage(FILE *f)
 "3 the daemon could not be reached.\n");
 }
 
-/* A name for a column: spaces escaped too. */
-static const char *cell(const char *s, char *buf, size_t cap)
-{
-        return cell_text(s, buf, cap, false);
-}
-
 static int cmd_status(cube_client *c, bool json, const char *arg)
 {
         cube_status st;
@@ -544,61 +538,65 @@ static int cmd_metrics(cube_client *c, bool json, const char *arg)
 
 /* The sessions that have ended and the failures of late, kept by the daemon
  * after they are gone. */
+typedef struct history {
+        cube_ended_session *sessions;
+        size_t n_sessions;
+        cube_recent_failure *failures;
+        size_t n_failures;
+} history;
+
+static const field ended_fields[] = {
+        { "id", "ID", U64(cube_ended_session, id), .width = 6 },
+        { "pid", "PID", U32(cube_ended_session, pid), .width = 7 },
+        { "uid", "UID", U32(cube_ended_session, uid), .width = 6 },
+        { "name", "NAME", TEXT(cube_ended_session, name), .show = SHOW_NAME, .empty = "-",
+          .width = -16, .max = 16 },
+        { NULL, "LASTED", F64(cube_ended_session, duration_seconds), .prec = 1, .after = "s",
+          .width = 9 },
+        { "launches", "LAUNCHES", U64(cube_ended_session, launches), .width = 8 },
+        { "bytes_in", "IN", U64(cube_ended_session, bytes_in), .show = SHOW_BYTES, .width = 10 },
+        { "bytes_out", "OUT", U64(cube_ended_session, bytes_out), .show = SHOW_BYTES,
+          .width = 10 },
+        { "errors", "ERRORS", U64(cube_ended_session, errors), .width = 6 },
+        { "memory_peak", NULL, U64(cube_ended_session, memory_peak) },
+        { "opened_seconds", NULL, F64(cube_ended_session, opened_seconds) },
+        { "duration_seconds", NULL, F64(cube_ended_session, duration_seconds) },
+};
+static const view ended_view = VIEW(cube_ended_session, ended_fields, .header = true);
+
+static const field recent_fields[] = {
+        { "id", "", U64(cube_recent_failure, id), .before = "failure #" },
+        { "session", NULL, U64(cube_recent_failure, session) },
+        { "at_seconds", "", F64(cube_recent_failure, at_seconds), .prec = 1, .before = "at ",
+          .after = " s," },
+        { NULL, "", U64(cube_recent_failure, session), .before = "session ", .after = ":" },
+        { "root", "", TEXT(cube_recent_failure, root), .show = SHOW_TEXT },
+};
+static const view recent_view = VIEW(cube_recent_failure, recent_fields, .indent = "  ",
+                                     .sep = " ");
+
+static const field history_fields[] = {
+        { "sessions", "ended sessions (oldest first):",
+          ROWS(history, sessions, n_sessions, ended_view) },
+        { "failures", "recent failures (oldest first):",
+          ROWS(history, failures, n_failures, recent_view) },
+};
+static const view history_view = VIEW(history, history_fields);
+
 static int cmd_history(cube_client *c, bool json, const char *arg)
 {
-        cube_ended_session *v;
-        cube_recent_failure *f;
-        size_t n, nf;
-        cube_error *e = cube_daemon_ended_sessions(c, &v, &n);
+        history h;
+        cube_error *e = cube_daemon_ended_sessions(c, &h.sessions, &h.n_sessions);
 
         if (e)
                 return report("history", e);
-        if ((e = cube_daemon_recent_failures(c, &f, &nf))) {
-                free(v);
+        if ((e = cube_daemon_recent_failures(c, &h.failures, &h.n_failures))) {
+                free(h.sessions);
                 return report("history", e);
         }
-        if (json) {
-                printf("{\"sessions\":[");
-                for (size_t i = 0; i < n; i++) {
-                        printf("%s{\"id\":%" PRIu64 ",\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
-                               v[i].id, v[i].pid, v[i].uid);
-                        print_json_string(v[i].name);
-                        printf(",\"launches\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%"
-                               PRIu64 ",\"errors\":%" PRIu64 ",\"memory_peak\":%" PRIu64
-                               ",\"opened_seconds\":%.3f,\"duration_seconds\":%.3f}", v[i].launches,
-                               v[i].bytes_in, v[i].bytes_out, v[i].errors, v[i].memory_peak,
-                               v[i].opened_seconds, v[i].duration_seconds);
-                }
-                printf("],\"failures\":[");
-                for (size_t i = 0; i < nf; i++) {
-                        printf("%s{\"id\":%" PRIu64 ",\"session\":%" PRIu64 ",\"at_seconds\":%.3f,"
-                               "\"root\":", i ? "," : "", f[i].id, f[i].session, f[i].at_seconds);
-                        print_json_string(f[i].root);
-                        putchar('}');
-                }
-                printf("]}\n");
-        } else {
-                printf("ended sessions (oldest first):\n");
-                printf("%6s  %7s  %6s  %-16s  %9s  %8s  %10s  %10s  %6s\n", "ID", "PID", "UID",
-                       "NAME", "LASTED", "LAUNCHES", "IN", "OUT", "ERRORS");
-                for (size_t i = 0; i < n; i++) {
-                        char in[32], out[32], name[260];
-                        human_bytes(v[i].bytes_in, in, sizeof(in));
-                        human_bytes(v[i].bytes_out, out, sizeof(out));
-                        printf("%6" PRIu64 "  %7u  %6u  %-16.16s  %8.1fs  %8" PRIu64 "  %10s  %10s  %6"
-                               PRIu64 "\n", v[i].id, v[i].pid, v[i].uid,
-                               *v[i].name ? cell(v[i].name, name, sizeof(name)) : "-",
-                               v[i].duration_seconds, v[i].launches, in, out, v[i].errors);
-                }
-                printf("recent failures (oldest first):\n");
-                for (size_t i = 0; i < nf; i++) {
-                        char root[1100];
-                        printf("  failure #%" PRIu64 " at %.1f s, session %" PRIu64 ": %s\n", f[i].id,
-                               f[i].at_seconds, f[i].session, cell_text(f[i].root, root, sizeof(root), true));
-                }
-        }
-        free(v);
-        free(f);
+        print_record(&history_view, &h, c, json);
+        free(h.sessions);
+        free(h.failures);
         return EXIT_OK;
 }
 
