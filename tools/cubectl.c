@@ -70,68 +70,109 @@ static void usage(FILE *f)
 "3 the daemon could not be reached.\n");
 }
 
+static const field device_fields[] = {
+        { "name", NULL, TEXT(cube_device_properties, name) },
+        { "memory_bytes", NULL, U64(cube_device_properties, memory_bytes) },
+        { "max_page_size", NULL, U64(cube_device_properties, max_page_size) },
+        { "alignment", NULL, U32(cube_device_properties, alignment) },
+        { "max_bindings", NULL, U32(cube_device_properties, max_bindings) },
+        { "max_shared_memory_size", NULL, U32(cube_device_properties, max_shared_memory_size) },
+        { "max_cube_count", NULL, U32S(cube_device_properties, max_cube_count) },
+        { "max_units_per_cube", NULL, U32(cube_device_properties, max_units_per_cube) },
+        { "max_cube_dim", NULL, U32S(cube_device_properties, max_cube_dim) },
+        { "num_cpu_cores", NULL, U32(cube_device_properties, num_cpu_cores) },
+};
+static const view device_view = VIEW(cube_device_properties, device_fields);
+
+/* status's lines that say in words what JSON gives as figures. */
+static value device_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_device_properties *p = &((const cube_status *) row)->properties;
+        char total[32];
+
+        human_bytes(p->memory_bytes, total, sizeof(total));
+        snprintf(buf, cap, "%s, %s, %u cores, max cube dim %ux%ux%u, %u units per cube",
+                 p->name, total, p->num_cpu_cores, p->max_cube_dim[0], p->max_cube_dim[1],
+                 p->max_cube_dim[2], p->max_units_per_cube);
+        return (value) { .s = buf };
+}
+
+static value state_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_status *st = row;
+
+        return (value) { .s = st->poisoned ? "POISONED" : *st->state ? st->state : "serving" };
+}
+
+static value memory_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_status *st = row;
+        char mem[32], peak[32];
+
+        human_bytes(st->memory_in_use, mem, sizeof(mem));
+        human_bytes(st->memory_peak, peak, sizeof(peak));
+        snprintf(buf, cap, "%s in use in %" PRIu64 " allocations, peak %s", mem,
+                 st->allocations, peak);
+        return (value) { .s = buf };
+}
+
+static value kernels_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_status *st = row;
+
+        snprintf(buf, cap, "%" PRIu64 " cached, %" PRIu64 " compiled by this run", st->kernels,
+                 st->compiles);
+        return (value) { .s = buf };
+}
+
+static bool draining(const void *row)
+{
+        return ((const cube_status *) row)->drain_seconds_left > 0;
+}
+
+static bool poisoned(const void *row)
+{
+        return ((const cube_status *) row)->poisoned;
+}
+
+static const field status_fields[] = {
+        { "service", "service:", TEXT(cube_status, service) },
+        { "backend", "backend:", TEXT(cube_status, backend) },
+        { NULL, "device:", .kind = FIELD_TEXT, .get = device_line },
+        { NULL, "version:", TEXT(cube_status, version), .empty = "?" },
+        { NULL, "state:", .kind = FIELD_TEXT, .get = state_line },
+        { NULL, "reload:", TEXT(cube_status, reload_error),
+          .before = "REFUSED, running the previous configuration: ", .optional = true },
+        { NULL, "drain:", F64(cube_status, drain_seconds_left), .when = draining,
+          .before = "what is left is closed in ", .after = " s" },
+        { "uptime_seconds", "uptime:", F64(cube_status, uptime_seconds), .prec = 1,
+          .after = " s" },
+        { "sessions", "sessions:", U32(cube_status, sessions), .after = " (this one included)" },
+        { "memory_in_use", NULL, U64(cube_status, memory_in_use) },
+        { "memory_peak", NULL, U64(cube_status, memory_peak) },
+        { "allocations", NULL, U64(cube_status, allocations) },
+        { NULL, "memory:", .kind = FIELD_TEXT, .get = memory_line },
+        { "kernels", NULL, U64(cube_status, kernels) },
+        { "compiles", NULL, U64(cube_status, compiles) },
+        { NULL, "kernels:", .kind = FIELD_TEXT, .get = kernels_line },
+        { "poisoned", NULL, BOOL(cube_status, poisoned) },
+        { "poison", NULL, TEXT(cube_status, poison) },
+        { NULL, "poison:", TEXT(cube_status, poison), .when = poisoned },
+        { "version", NULL, TEXT(cube_status, version) },
+        { "state", NULL, TEXT(cube_status, state) },
+        { "reload_error", NULL, TEXT(cube_status, reload_error) },
+        { "device", NULL, OBJECT(cube_status, properties, device_view) },
+};
+static const view status_view = VIEW(cube_status, status_fields, .label_width = 13);
+
 static int cmd_status(cube_client *c, bool json, const char *arg)
 {
         cube_status st;
         cube_error *e = cube_daemon_status(c, &st);
-        const cube_device_properties *p = &st.properties;
-        char mem[32], peak[32], total[32];
 
         if (e)
                 return report("status", e);
-        if (json) {
-                printf("{\"service\":");
-                print_json_string(st.service);
-                printf(",\"backend\":");
-                print_json_string(st.backend);
-                printf(",\"uptime_seconds\":%.3f,\"sessions\":%u,\"memory_in_use\":%" PRIu64
-                       ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 ",\"kernels\":%"
-                       PRIu64 ",\"compiles\":%" PRIu64 ",\"poisoned\":%s,\"poison\":",
-                       st.uptime_seconds, st.sessions, st.memory_in_use, st.memory_peak,
-                       st.allocations, st.kernels, st.compiles, st.poisoned ? "true" : "false");
-                print_json_string(st.poison);
-                printf(",\"version\":");
-                print_json_string(st.version);
-                printf(",\"state\":");
-                print_json_string(st.state);
-                printf(",\"reload_error\":");
-                print_json_string(st.reload_error);
-                putchar(',');
-                printf("\"device\":{\"name\":");
-                print_json_string(p->name);
-                printf(",\"memory_bytes\":%" PRIu64 ",\"max_page_size\":%" PRIu64
-                       ",\"alignment\":%u,\"max_bindings\":%u,\"max_shared_memory_size\":%u"
-                       ",\"max_cube_count\":[%u,%u,%u],\"max_units_per_cube\":%u"
-                       ",\"max_cube_dim\":[%u,%u,%u],\"num_cpu_cores\":%u}}\n",
-                       p->memory_bytes, p->max_page_size, p->alignment, p->max_bindings,
-                       p->max_shared_memory_size, p->max_cube_count[0], p->max_cube_count[1],
-                       p->max_cube_count[2], p->max_units_per_cube, p->max_cube_dim[0],
-                       p->max_cube_dim[1], p->max_cube_dim[2], p->num_cpu_cores);
-                return EXIT_OK;
-        }
-        human_bytes(st.memory_in_use, mem, sizeof(mem));
-        human_bytes(st.memory_peak, peak, sizeof(peak));
-        human_bytes(p->memory_bytes, total, sizeof(total));
-        printf("service:     %s\n", st.service);
-        printf("backend:     %s\n", st.backend);
-        printf("device:      %s, %s, %u cores, max cube dim %ux%ux%u, %u units per cube\n",
-               p->name, total, p->num_cpu_cores, p->max_cube_dim[0], p->max_cube_dim[1],
-               p->max_cube_dim[2], p->max_units_per_cube);
-        printf("version:     %s\n", *st.version ? st.version : "?");
-        printf("state:       %s\n", st.poisoned ? "POISONED" : *st.state ? st.state : "serving");
-        if (*st.reload_error)
-                printf("reload:      REFUSED, running the previous configuration: %s\n",
-                       st.reload_error);
-        if (st.drain_seconds_left > 0)
-                printf("drain:       what is left is closed in %.0f s\n", st.drain_seconds_left);
-        printf("uptime:      %.1f s\n", st.uptime_seconds);
-        printf("sessions:    %u (this one included)\n", st.sessions);
-        printf("memory:      %s in use in %" PRIu64 " allocations, peak %s\n", mem,
-               st.allocations, peak);
-        printf("kernels:     %" PRIu64 " cached, %" PRIu64 " compiled by this run\n", st.kernels,
-               st.compiles);
-        if (st.poisoned)
-                printf("poison:      %s\n", st.poison);
+        print_record(&status_view, &st, c, json);
         return EXIT_OK;
 }
 
