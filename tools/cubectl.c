@@ -357,88 +357,103 @@ static int cmd_sessions(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* Device memory: the daemon's, each session's, and each stream's pools. */
+typedef struct memory_shown {
+        cube_status st;
+        cube_session_info *sessions;
+        size_t n_sessions;
+        cube_memory_report *streams;
+        size_t n_streams;
+} memory_shown;
+
+static const field session_memory_fields[] = {
+        { "id", "", U64(cube_session_info, id), .before = "session ", .after = ":" },
+        { "memory_in_use", "", U64(cube_session_info, memory_in_use), .show = SHOW_BYTES,
+          .after = " in use in" },
+        { "memory_peak", NULL, U64(cube_session_info, memory_peak) },
+        { "allocations", "", U64(cube_session_info, allocations), .after = " allocations," },
+        { NULL, "", U64(cube_session_info, memory_peak), .show = SHOW_BYTES, .before = "peak " },
+};
+static const view session_memory_view = VIEW(cube_session_info, session_memory_fields,
+                                             .sep = " ");
+
+/* The table leaves out the pools that never took a page. */
+static bool had_pages(const void *row)
+{
+        return ((const cube_pool_report *) row)->pages_peak != 0;
+}
+
+static const field pool_fields[] = {
+        { "kind", "", TEXT(cube_pool_report, kind), .width = -10 },
+        { "page_size", NULL, U64(cube_pool_report, page_size) },
+        { "max_slice", NULL, U64(cube_pool_report, max_slice) },
+        { "allocations", "", U64(cube_pool_report, allocations), .after = " allocation(s),",
+          .width = 21 },
+        { "bytes_in_use", "", U64(cube_pool_report, bytes_in_use), .show = SHOW_BYTES,
+          .after = " in use," },
+        { "bytes_padding", "", U64(cube_pool_report, bytes_padding), .show = SHOW_BYTES,
+          .after = " padding," },
+        { "bytes_reserved", "", U64(cube_pool_report, bytes_reserved), .show = SHOW_BYTES,
+          .after = " in" },
+        { "pages", "", U64(cube_pool_report, pages), .after = " pages" },
+        { "pages_peak", "", U64(cube_pool_report, pages_peak), .before = "(peak ",
+          .after = ")," },
+        { "largest_alloc", "", U64(cube_pool_report, largest_alloc), .show = SHOW_BYTES,
+          .before = "largest " },
+};
+static const view pool_view = VIEW(cube_pool_report, pool_fields, .indent = "  ", .sep = " ",
+                                   .shown = had_pages);
+
+static const field stream_memory_fields[] = {
+        { "session", "", U64(cube_memory_report, session), .before = "session ", .after = "," },
+        { "stream", "", U64(cube_memory_report, stream), .before = "stream ", .after = ":" },
+        { "pools", "", ARRAY(cube_memory_report, pools, n_pools, pool_view) },
+};
+static const view stream_memory_view = VIEW(cube_memory_report, stream_memory_fields,
+                                            .sep = " ");
+
+static value device_memory_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_status *st = &((const memory_shown *) row)->st;
+        char total[32], mem[32], peak[32], reserved[32];
+
+        human_bytes(st->properties.memory_bytes, total, sizeof(total));
+        human_bytes(st->memory_in_use, mem, sizeof(mem));
+        human_bytes(st->memory_peak, peak, sizeof(peak));
+        human_bytes(st->memory_reserved, reserved, sizeof(reserved));
+        snprintf(buf, cap, "%s in use in %" PRIu64 " allocations, %s in pages, of %s; peak %s",
+                 mem, st->allocations, reserved, total, peak);
+        return (value) { .s = buf };
+}
+
+static const field memory_fields[] = {
+        { "memory_bytes", NULL, U64(memory_shown, st.properties.memory_bytes) },
+        { "memory_in_use", NULL, U64(memory_shown, st.memory_in_use) },
+        { "memory_peak", NULL, U64(memory_shown, st.memory_peak) },
+        { "memory_reserved", NULL, U64(memory_shown, st.memory_reserved) },
+        { "allocations", NULL, U64(memory_shown, st.allocations) },
+        { NULL, "device:", .kind = FIELD_TEXT, .get = device_memory_line },
+        { "sessions", "", ROWS(memory_shown, sessions, n_sessions, session_memory_view) },
+        { "streams", "", ROWS(memory_shown, streams, n_streams, stream_memory_view) },
+};
+static const view memory_view = VIEW(memory_shown, memory_fields, .label_width = 8);
+
 static int cmd_memory(cube_client *c, bool json, const char *arg)
 {
-        cube_status st;
-        cube_memory_report *v;
-        size_t n;
-        cube_error *e = cube_daemon_status(c, &st);
+        memory_shown m;
+        cube_error *e = cube_daemon_status(c, &m.st);
 
         if (e)
                 return report("memory", e);
-        cube_session_info *ss;
-        size_t ns;
-        if ((e = cube_daemon_memory(c, &v, &n)))
+        if ((e = cube_daemon_memory(c, &m.streams, &m.n_streams)))
                 return report("memory", e);
-        if ((e = cube_daemon_sessions(c, &ss, &ns))) {
-                free(v);
+        if ((e = cube_daemon_sessions(c, &m.sessions, &m.n_sessions))) {
+                free(m.streams);
                 return report("memory", e);
         }
-        if (json) {
-                printf("{\"memory_bytes\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
-                       ",\"memory_peak\":%" PRIu64 ",\"memory_reserved\":%" PRIu64
-                       ",\"allocations\":%" PRIu64 ",\"sessions\":[",
-                       st.properties.memory_bytes, st.memory_in_use, st.memory_peak,
-                       st.memory_reserved, st.allocations);
-                for (size_t i = 0; i < ns; i++)
-                        printf("%s{\"id\":%" PRIu64 ",\"memory_in_use\":%" PRIu64
-                               ",\"memory_peak\":%" PRIu64 ",\"allocations\":%" PRIu64 "}",
-                               i ? "," : "", ss[i].id, ss[i].memory_in_use, ss[i].memory_peak,
-                               ss[i].allocations);
-                printf("],\"streams\":[");
-                for (size_t i = 0; i < n; i++) {
-                        printf("%s{\"session\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pools\":[",
-                               i ? "," : "", v[i].session, v[i].stream);
-                        for (size_t p = 0; p < v[i].n_pools; p++) {
-                                const cube_pool_report *q = &v[i].pools[p];
-                                printf("%s{\"kind\":\"%s\",\"page_size\":%" PRIu64
-                                       ",\"max_slice\":%" PRIu64 ",\"allocations\":%" PRIu64
-                                       ",\"bytes_in_use\":%" PRIu64 ",\"bytes_padding\":%" PRIu64
-                                       ",\"bytes_reserved\":%" PRIu64 ",\"pages\":%" PRIu64
-                                       ",\"pages_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64 "}",
-                                       p ? "," : "", q->kind, q->page_size, q->max_slice,
-                                       q->allocations, q->bytes_in_use, q->bytes_padding,
-                                       q->bytes_reserved, q->pages, q->pages_peak,
-                                       q->largest_alloc);
-                        }
-                        printf("]}");
-                }
-                printf("]}\n");
-        } else {
-                char total[32], mem[32], peak[32], reserved[32];
-                human_bytes(st.properties.memory_bytes, total, sizeof(total));
-                human_bytes(st.memory_in_use, mem, sizeof(mem));
-                human_bytes(st.memory_peak, peak, sizeof(peak));
-                human_bytes(st.memory_reserved, reserved, sizeof(reserved));
-                printf("device: %s in use in %" PRIu64 " allocations, %s in pages, of %s; "
-                       "peak %s\n", mem, st.allocations, reserved, total, peak);
-                for (size_t i = 0; i < ns; i++) {
-                        human_bytes(ss[i].memory_in_use, mem, sizeof(mem));
-                        human_bytes(ss[i].memory_peak, peak, sizeof(peak));
-                        printf("session %" PRIu64 ": %s in use in %" PRIu64 " allocations, peak %s\n",
-                               ss[i].id, mem, ss[i].allocations, peak);
-                }
-                for (size_t i = 0; i < n; i++) {
-                        printf("session %" PRIu64 ", stream %" PRIu64 ":\n", v[i].session,
-                               v[i].stream);
-                        for (size_t p = 0; p < v[i].n_pools; p++) {
-                                const cube_pool_report *q = &v[i].pools[p];
-                                char in[32], pad[32], res[32], big[32];
-                                if (!q->pages_peak)
-                                        continue;
-                                human_bytes(q->bytes_in_use, in, sizeof(in));
-                                human_bytes(q->bytes_padding, pad, sizeof(pad));
-                                human_bytes(q->bytes_reserved, res, sizeof(res));
-                                human_bytes(q->largest_alloc, big, sizeof(big));
-                                printf("  %-10s %6" PRIu64 " allocation(s), %s in use, %s padding, "
-                                       "%s in %" PRIu64 " pages (peak %" PRIu64 "), largest %s\n",
-                                       q->kind, q->allocations, in, pad, res, q->pages,
-                                       q->pages_peak, big);
-                        }
-                }
-        }
-        free(v);
-        free(ss);
+        print_record(&memory_view, &m, c, json);
+        free(m.streams);
+        free(m.sessions);
         return EXIT_OK;
 }
 
