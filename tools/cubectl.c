@@ -267,6 +267,57 @@ static int cmd_kernels(cube_client *c, bool json, const char *arg)
         return EXIT_OK;
 }
 
+/* Each live failure: its first line, then the skip chain and the root
+ * error on lines of their own. */
+static const cube_error *report_of(const void *row)
+{
+        return ((const cube_failure_info *) row)->report;
+}
+
+static value failure_claimed(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .u = cube_error_claimed(report_of(row)) };
+}
+
+static value root_variant(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_error *root = cube_error_source(report_of(row));
+
+        return (value) { .s = root ? cube_error_variant(root) : "" };
+}
+
+static value root_message(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_error *root = cube_error_source(report_of(row));
+
+        return (value) { .s = root ? cube_error_message(root) : "" };
+}
+
+static value chain_len(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .n = cube_error_chain_len(report_of(row)) };
+}
+
+static const char *chain_at(const void *row, size_t i)
+{
+        return cube_error_chain_at(report_of(row), i);
+}
+
+static const field failure_fields[] = {
+        { "id", "", U64(cube_failure_info, id), .before = "failure #", .after = ":" },
+        { "session", "", U64(cube_failure_info, session), .before = "session ", .after = "," },
+        { "claimed", "", .kind = FIELD_U32, .get = failure_claimed, .before = "claiming ",
+          .after = " buffer(s)" },
+        { "root_variant", NULL, .kind = FIELD_TEXT, .get = root_variant },
+        { "root", NULL, .kind = FIELD_TEXT, .get = root_message },
+        { "chain", "", .kind = FIELD_TEXTS, .get = chain_len, .item = chain_at, .below = true,
+          .before = "  " },
+        { NULL, "", .kind = FIELD_TEXT, .get = root_message, .below = true,
+          .before = "  root: " },
+};
+static const view failure_view = VIEW(cube_failure_info, failure_fields, .sep = " ",
+                                      .none = "no live failures");
+
 static int cmd_failures(cube_client *c, bool json, const char *arg)
 {
         cube_failure_info *v;
@@ -275,42 +326,7 @@ static int cmd_failures(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("failures", e);
-        if (json)
-                putchar('[');
-        for (size_t i = 0; i < n; i++) {
-                const cube_error *u = v[i].report, *root = cube_error_source(u);
-                if (json) {
-                        printf("%s{\"id\":%" PRIu64 ",\"session\":%" PRIu64 ",\"claimed\":%u,"
-                               "\"root_variant\":", i ? "," : "", v[i].id, v[i].session,
-                               cube_error_claimed(u));
-                        print_json_string(root ? cube_error_variant(root) : "");
-                        printf(",\"root\":");
-                        print_json_string(root ? cube_error_message(root) : "");
-                        printf(",\"chain\":[");
-                        for (size_t h = 0; h < cube_error_chain_len(u); h++) {
-                                if (h)
-                                        putchar(',');
-                                print_json_string(cube_error_chain_at(u, h));
-                        }
-                        printf("]}");
-                        continue;
-                }
-                printf("failure #%" PRIu64 ": session %" PRIu64 ", claiming %u buffer(s)\n",
-                       v[i].id, v[i].session, cube_error_claimed(u));
-                for (size_t h = 0; h < cube_error_chain_len(u); h++)
-                        printf("  %s\n", cube_error_chain_at(u, h));
-                printf("  root: ");
-                for (const char *p = root ? cube_error_message(root) : ""; *p; p++) {
-                        putchar(*p);
-                        if (*p == '\n')
-                                printf("        ");
-                }
-                putchar('\n');
-        }
-        if (json)
-                printf("]\n");
-        else if (n == 0)
-                printf("no live failures\n");
+        print_rows(&failure_view, v, n, c, json);
         cube_failures_free(v, n);
         return EXIT_OK;
 }
