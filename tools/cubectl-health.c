@@ -287,7 +287,7 @@ int cmd_list(cube_client *unused, bool json, const char *arg)
                        "BACKEND", "DEVICE", "VERSION", "STATE", "SESSIONS");
         for (size_t i = 0; i < n; i++) {
                 instance *in = &v[i];
-                char instance_name[80], sock[300], dev[260], why[800];
+                char instance_name[80], inst[330], sock[300], dev[260], why[800];
                 snprintf(instance_name, sizeof(instance_name), "%.*s",
                          (int) (strlen(in->name) - 5), in->name);
                 if (json) {
@@ -316,14 +316,14 @@ int cmd_list(cube_client *unused, bool json, const char *arg)
                         continue;
                 }
                 cell_text(in->path, sock, sizeof(sock), false);
-                cell_text(instance_name, instance_name, sizeof(instance_name), false);
+                cell_text(instance_name, inst, sizeof(inst), false);
                 if (!in->reachable) {
                         printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s  %s\n", sock,
-                               instance_name, "-", "-", "-", "unreachable", "-",
+                               inst, "-", "-", "-", "unreachable", "-",
                                cell_text(in->reason, why, sizeof(why), true));
                         continue;
                 }
-                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8u\n", sock, instance_name,
+                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8u\n", sock, inst,
                        in->st.backend, cell_text(in->st.properties.name, dev, sizeof(dev), true),
                        *in->st.version ? in->st.version : "?", instance_state(in),
                        other_sessions(in));
