@@ -224,20 +224,65 @@ out:
         free(got);
 }
 
-static const char *instance_state(const instance *in)
+static bool reachable(const void *row)
 {
+        return ((const instance *) row)->reachable;
+}
+
+static bool unreachable(const void *row)
+{
+        return !reachable(row);
+}
+
+/* The socket's name less ".sock". */
+static value instance_name(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const instance *in = row;
+
+        snprintf(buf, cap, "%.*s", (int) (strlen(in->name) - 5), in->name);
+        return (value) { .s = buf };
+}
+
+static value instance_state(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const instance *in = row;
+
         if (!in->reachable)
-                return "unreachable";
+                return (value) { .s = "unreachable" };
         if (in->st.poisoned)
-                return "poisoned";
-        return *in->st.state ? in->st.state : "serving";
+                return (value) { .s = "poisoned" };
+        return (value) { .s = *in->st.state ? in->st.state : "serving" };
 }
 
 /* Sessions other than the one list opened to ask. */
-static unsigned other_sessions(const instance *in)
+static value other_sessions(const void *row, const void *ctx, char *buf, size_t cap)
 {
-        return in->st.sessions ? in->st.sessions - 1 : 0;
+        const instance *in = row;
+
+        return (value) { .u = in->st.sessions ? in->st.sessions - 1 : 0 };
 }
+
+static const field instance_fields[] = {
+        { "socket", "SOCKET", TEXT(instance, path), .show = SHOW_NAME, .width = -28 },
+        { "instance", "INSTANCE", .kind = FIELD_TEXT, .get = instance_name, .show = SHOW_NAME,
+          .width = -10 },
+        { "state", NULL, .kind = FIELD_TEXT, .get = instance_state },
+        { "reachable", NULL, BOOL(instance, reachable) },
+        { "reason", NULL, TEXT(instance, reason), .when = unreachable },
+        { "service", NULL, TEXT(instance, st.service), .when = reachable },
+        { "backend", "BACKEND", TEXT(instance, st.backend), .when = reachable, .width = -7 },
+        { "device", "DEVICE", TEXT(instance, st.properties.name), .show = SHOW_TEXT,
+          .when = reachable, .width = -20 },
+        { "version", "VERSION", TEXT(instance, st.version), .empty = "?", .when = reachable,
+          .width = -8 },
+        { NULL, "STATE", .kind = FIELD_TEXT, .get = instance_state, .width = -11 },
+        { "sessions", "SESSIONS", .kind = FIELD_U32, .get = other_sessions, .when = reachable,
+          .width = 8 },
+        { "uptime_seconds", NULL, F64(instance, st.uptime_seconds), .when = reachable },
+        { NULL, "", TEXT(instance, reason), .show = SHOW_TEXT, .when = unreachable,
+          .optional = true },
+};
+static const view instance_view = VIEW(instance, instance_fields, .header = true);
 
 int cmd_list(cube_client *unused, bool json, const char *arg)
 {
@@ -278,58 +323,10 @@ int cmd_list(cube_client *unused, bool json, const char *arg)
         qsort(v, n, sizeof(*v), by_name);
         probe_all(v, n);
 
-        if (json)
-                putchar('[');
-        else if (n == 0)
+        if (!json && n == 0)
                 printf("no instance sockets in %s\n", list_dir);
         else
-                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s\n", "SOCKET", "INSTANCE",
-                       "BACKEND", "DEVICE", "VERSION", "STATE", "SESSIONS");
-        for (size_t i = 0; i < n; i++) {
-                instance *in = &v[i];
-                char instance_name[80], inst[330], sock[300], dev[260], why[800];
-                snprintf(instance_name, sizeof(instance_name), "%.*s",
-                         (int) (strlen(in->name) - 5), in->name);
-                if (json) {
-                        printf("%s{\"socket\":", i ? "," : "");
-                        print_json_string(in->path);
-                        printf(",\"instance\":");
-                        print_json_string(instance_name);
-                        printf(",\"state\":");
-                        print_json_string(instance_state(in));
-                        if (!in->reachable) {
-                                printf(",\"reachable\":false,\"reason\":");
-                                print_json_string(in->reason);
-                                putchar('}');
-                                continue;
-                        }
-                        printf(",\"reachable\":true,\"service\":");
-                        print_json_string(in->st.service);
-                        printf(",\"backend\":");
-                        print_json_string(in->st.backend);
-                        printf(",\"device\":");
-                        print_json_string(in->st.properties.name);
-                        printf(",\"version\":");
-                        print_json_string(in->st.version);
-                        printf(",\"sessions\":%u,\"uptime_seconds\":%.3f}", other_sessions(in),
-                               in->st.uptime_seconds);
-                        continue;
-                }
-                cell_text(in->path, sock, sizeof(sock), false);
-                cell_text(instance_name, inst, sizeof(inst), false);
-                if (!in->reachable) {
-                        printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s  %s\n", sock,
-                               inst, "-", "-", "-", "unreachable", "-",
-                               cell_text(in->reason, why, sizeof(why), true));
-                        continue;
-                }
-                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8u\n", sock, inst,
-                       in->st.backend, cell_text(in->st.properties.name, dev, sizeof(dev), true),
-                       *in->st.version ? in->st.version : "?", instance_state(in),
-                       other_sessions(in));
-        }
-        if (json)
-                printf("]\n");
+                print_rows(&instance_view, v, n, NULL, json);
         free(v);
         return EXIT_OK;
 }
