@@ -359,6 +359,7 @@ typedef struct selftest {
         step steps[SELFTEST_STEPS];
         size_t n;
         double started;
+        bool passed;                    /* every step */
 } selftest;
 
 static step *step_begin(selftest *t, const char *name)
@@ -541,12 +542,58 @@ out:
         free(back);
 }
 
+static value step_result(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const step *x = row;
+
+        return (value) { .s = x->skipped ? "skipped" : x->passed ? "pass" : "fail" };
+}
+
+static value step_mark(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const step *x = row;
+
+        return (value) { .s = x->skipped ? "SKIP" : x->passed ? "PASS" : "FAIL" };
+}
+
+static const field step_fields[] = {
+        { NULL, "", .kind = FIELD_TEXT, .get = step_mark, .width = -4 },
+        { "step", "", TEXT(step, name), .width = -20 },
+        { "result", NULL, .kind = FIELD_TEXT, .get = step_result },
+        { "ms", "", F64(step, ms), .prec = 3, .after = " ms", .width = 12 },
+        { "detail", "", TEXT(step, detail), .show = SHOW_TEXT },
+};
+static const view step_view = VIEW(step, step_fields);
+
+/* The last line: passed, or the first step that failed. */
+static value verdict(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const selftest *t = row;
+        const char *failed = NULL;
+
+        if (t->passed) {
+                snprintf(buf, cap, "selftest passed: %zu steps", t->n);
+                return (value) { .s = buf };
+        }
+        for (size_t i = 0; i < t->n && !failed; i++)
+                if (!t->steps[i].passed && !t->steps[i].skipped)
+                        failed = t->steps[i].name;
+        snprintf(buf, cap, "selftest FAILED at %s", failed ? failed : "?");
+        return (value) { .s = buf };
+}
+
+static const field selftest_fields[] = {
+        { "passed", NULL, BOOL(selftest, passed) },
+        { "steps", "", ARRAY(selftest, steps, n, step_view) },
+        { NULL, "", .kind = FIELD_TEXT, .get = verdict },
+};
+static const view selftest_view = VIEW(selftest, selftest_fields);
+
 int cmd_selftest(cube_client *c, bool json, const char *arg)
 {
         static const uint64_t sizes[] = { 1, 4096, 1 << 20, 24 << 20 };
         selftest t = {0};
         cube_status st;
-        bool all = true;
         step *s;
 
         (void) arg;
@@ -565,37 +612,11 @@ int cmd_selftest(cube_client *c, bool json, const char *arg)
                 if (sizes[i] <= cube_client_properties(c)->max_page_size)
                         selftest_copy(c, &t, sizes[i]);
 
+        t.passed = true;
         for (size_t i = 0; i < t.n; i++)
-                all &= t.steps[i].passed;
-        if (json) {
-                printf("{\"passed\":%s,\"steps\":[", all ? "true" : "false");
-                for (size_t i = 0; i < t.n; i++) {
-                        const step *x = &t.steps[i];
-                        printf("%s{\"step\":", i ? "," : "");
-                        print_json_string(x->name);
-                        printf(",\"result\":\"%s\",\"ms\":%.3f,\"detail\":",
-                               x->skipped ? "skipped" : x->passed ? "pass" : "fail", x->ms);
-                        print_json_string(x->detail);
-                        putchar('}');
-                }
-                printf("]}\n");
-        } else {
-                const char *failed = NULL;
-                for (size_t i = 0; i < t.n; i++) {
-                        const step *x = &t.steps[i];
-                        char detail[1100];
-                        if (!x->passed && !x->skipped && !failed)
-                                failed = x->name;
-                        printf("%-4s  %-20s  %9.3f ms  %s\n",
-                               x->skipped ? "SKIP" : x->passed ? "PASS" : "FAIL", x->name, x->ms,
-                               cell_text(x->detail, detail, sizeof(detail), true));
-                }
-                if (all)
-                        printf("selftest passed: %zu steps\n", t.n);
-                else
-                        printf("selftest FAILED at %s\n", failed ? failed : "?");
-        }
-        return all ? EXIT_OK : EXIT_ERROR;
+                t.passed &= t.steps[i].passed;
+        print_record(&selftest_view, &t, c, json);
+        return t.passed ? EXIT_OK : EXIT_ERROR;
 }
 
 /* ---------------------------------------------------------------------------
