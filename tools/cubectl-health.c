@@ -669,91 +669,112 @@ static uint64_t queued_of(const cube_stream_info *v, size_t n, uint64_t session)
         return q;
 }
 
-static void rate_text(double v, bool bytes, char *buf, size_t cap)
+/* A session's row in a frame: its rates since the previous sample (NaN
+ * until it has one), and what it holds now. */
+typedef struct top_row {
+        uint64_t id;
+        char name[64];
+        double launches, bytes_in, bytes_out;   /* per second */
+        uint64_t memory_in_use, queued, errors;
+        bool self;
+} top_row;
+
+typedef struct top_frame {
+        uint64_t number;
+        double interval_seconds;        /* measured */
+        char state[16];
+        cube_status st;
+        top_row *rows;
+        size_t n;
+} top_frame;
+
+static const field top_row_fields[] = {
+        { "id", "ID", U64(top_row, id), .width = 6 },
+        { "name", "NAME", TEXT(top_row, name), .show = SHOW_NAME, .empty = "-", .width = -16,
+          .max = 16 },
+        { "launches_per_second", "LAUNCH/S", F64(top_row, launches), .prec = 1, .width = 10 },
+        { "bytes_in_per_second", "IN/S", F64(top_row, bytes_in), .show = SHOW_BYTES,
+          .after = "/s", .width = 12 },
+        { "bytes_out_per_second", "OUT/S", F64(top_row, bytes_out), .show = SHOW_BYTES,
+          .after = "/s", .width = 12 },
+        { "memory_in_use", "MEMORY", U64(top_row, memory_in_use), .show = SHOW_BYTES,
+          .width = 10 },
+        { "queued", "QUEUED", U64(top_row, queued), .width = 8 },
+        { "errors", "ERRORS", U64(top_row, errors), .width = 6 },
+        { "self", "", BOOL(top_row, self), .yes = "(cubectl)", .no = "", .optional = true },
+};
+static const view top_row_view = VIEW(top_row, top_row_fields, .header = true);
+
+/* The frame's first line: the daemon at a glance. */
+static value frame_line(const void *row, const void *ctx, char *buf, size_t cap)
 {
-        if (isnan(v))
-                snprintf(buf, cap, "-");
-        else if (bytes) {
-                human_bytes((uint64_t) llround(v), buf, cap);
-                strncat(buf, "/s", cap - strlen(buf) - 1);
-        } else
-                snprintf(buf, cap, "%.1f", v);
+        const top_frame *f = row;
+        char mem[32], total[32];
+
+        human_bytes(f->st.memory_in_use, mem, sizeof(mem));
+        human_bytes(f->st.properties.memory_bytes, total, sizeof(total));
+        snprintf(buf, cap, "cubectl top: %s, %s, uptime %.0f s, %zu session(s), memory %s of "
+                 "%s, frame %" PRIu64 " every %.1f s", f->st.service,
+                 f->st.poisoned ? "POISONED" : *f->st.state ? f->st.state : "serving",
+                 f->st.uptime_seconds, f->n, mem, total, f->number, top_interval);
+        return (value) { .s = buf };
 }
 
-static void json_rate(const char *key, double v)
-{
-        printf(",\"%s\":", key);
-        if (isnan(v))
-                printf("null");
-        else
-                printf("%.3f", v);
-}
+static const field top_frame_fields[] = {
+        { "frame", NULL, U64(top_frame, number) },
+        { "interval_seconds", NULL, F64(top_frame, interval_seconds) },
+        { "service", NULL, TEXT(top_frame, st.service) },
+        { "state", NULL, TEXT(top_frame, state) },
+        { "memory_in_use", NULL, U64(top_frame, st.memory_in_use) },
+        { "memory_bytes", NULL, U64(top_frame, st.properties.memory_bytes) },
+        { NULL, "", .kind = FIELD_TEXT, .get = frame_line },
+        { "sessions", "", ROWS(top_frame, rows, n, top_row_view) },
+};
+static const view top_frame_view = VIEW(top_frame, top_frame_fields);
 
 /* One frame: the daemon's line, then a row per session with its rates
  * since the previous sample. */
-static void top_frame(cube_client *c, bool json, unsigned long frame, const cube_status *st,
-                      const sample *prev, const sample *cur, const cube_stream_info *streams,
-                      size_t n_streams)
+static int print_frame(cube_client *c, bool json, unsigned long number, const cube_status *st,
+                       const sample *prev, const sample *cur, const cube_stream_info *streams,
+                       size_t n_streams)
 {
-        double dt = cur->at - prev->at;
-        char mem[32], total[32];
+        top_frame f = { .number = number, .interval_seconds = cur->at - prev->at, .st = *st,
+                        .n = cur->n };
 
-        if (dt <= 0)
-                dt = 1e-9;
-        if (json) {
-                printf("{\"frame\":%lu,\"interval_seconds\":%.3f,\"service\":", frame, dt);
-                print_json_string(st->service);
-                printf(",\"state\":");
-                print_json_string(st->poisoned ? "poisoned" : *st->state ? st->state : "serving");
-                printf(",\"memory_in_use\":%" PRIu64 ",\"memory_bytes\":%" PRIu64 ",\"sessions\":[",
-                       st->memory_in_use, st->properties.memory_bytes);
-        } else {
-                if (isatty(STDOUT_FILENO))
-                        fputs("\033[H\033[2J", stdout);
-                human_bytes(st->memory_in_use, mem, sizeof(mem));
-                human_bytes(st->properties.memory_bytes, total, sizeof(total));
-                printf("cubectl top: %s, %s, uptime %.0f s, %zu session(s), memory %s of %s, "
-                       "frame %lu every %.1f s\n", st->service,
-                       st->poisoned ? "POISONED" : *st->state ? st->state : "serving",
-                       st->uptime_seconds, cur->n, mem, total, frame, top_interval);
-                printf("%6s  %-16s  %10s  %12s  %12s  %10s  %8s  %6s\n", "ID", "NAME", "LAUNCH/S",
-                       "IN/S", "OUT/S", "MEMORY", "QUEUED", "ERRORS");
+        if (f.interval_seconds <= 0)
+                f.interval_seconds = 1e-9;
+        snprintf(f.state, sizeof(f.state), "%s",
+                 st->poisoned ? "poisoned" : *st->state ? st->state : "serving");
+        if (cur->n && !(f.rows = calloc(cur->n, sizeof(*f.rows)))) {
+                print_error("top", NULL, "out of memory");
+                return EXIT_ERROR;
         }
         for (size_t i = 0; i < cur->n; i++) {
                 const cube_session_info *s = &cur->sessions[i];
                 const cube_session_info *p = find_session(prev, s->id);
                 bool fresh = s->id > prev->max_id;
-                double launches = rate(p, fresh, s->launches, p ? p->launches : 0, dt);
-                double in = rate(p, fresh, s->bytes_in, p ? p->bytes_in : 0, dt);
-                double out = rate(p, fresh, s->bytes_out, p ? p->bytes_out : 0, dt);
-                uint64_t queued = queued_of(streams, n_streams, s->id);
-                if (json) {
-                        printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", s->id);
-                        print_json_string(s->name);
-                        json_rate("launches_per_second", launches);
-                        json_rate("bytes_in_per_second", in);
-                        json_rate("bytes_out_per_second", out);
-                        printf(",\"memory_in_use\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"errors\":%"
-                               PRIu64 ",\"self\":%s}", s->memory_in_use, queued, s->errors,
-                               s->id == cube_client_session(c) ? "true" : "false");
-                        continue;
-                }
-                char name[260], l[32], bi[32], bo[32];
-                rate_text(launches, false, l, sizeof(l));
-                rate_text(in, true, bi, sizeof(bi));
-                rate_text(out, true, bo, sizeof(bo));
-                human_bytes(s->memory_in_use, mem, sizeof(mem));
-                printf("%6" PRIu64 "  %-16.16s  %10s  %12s  %12s  %10s  %8" PRIu64 "  %6" PRIu64
-                       "%s\n", s->id,
-                       *s->name ? cell_text(s->name, name, sizeof(name), false) : "-", l, bi, bo,
-                       mem, queued, s->errors,
-                       s->id == cube_client_session(c) ? "  (cubectl)" : "");
+                top_row *r = &f.rows[i];
+                double dt = f.interval_seconds;
+                *r = (top_row) {
+                        .id = s->id,
+                        .launches = rate(p, fresh, s->launches, p ? p->launches : 0, dt),
+                        .bytes_in = rate(p, fresh, s->bytes_in, p ? p->bytes_in : 0, dt),
+                        .bytes_out = rate(p, fresh, s->bytes_out, p ? p->bytes_out : 0, dt),
+                        .memory_in_use = s->memory_in_use,
+                        .queued = queued_of(streams, n_streams, s->id),
+                        .errors = s->errors,
+                        .self = s->id == cube_client_session(c),
+                };
+                snprintf(r->name, sizeof(r->name), "%s", s->name);
         }
-        if (json)
-                printf("]}\n");
-        else
+        if (!json && isatty(STDOUT_FILENO))
+                fputs("\033[H\033[2J", stdout);
+        print_record(&top_frame_view, &f, c, json);
+        if (!json)
                 putchar('\n');
         fflush(stdout);
+        free(f.rows);
+        return EXIT_OK;
 }
 
 static cube_error *take_sample(cube_client *c, sample *s)
@@ -799,11 +820,13 @@ int cmd_top(cube_client *c, bool json, const char *arg)
                         sample_free(&cur);
                         break;
                 }
-                top_frame(c, json, frame, &st, &prev, &cur, streams, n_streams);
+                r = print_frame(c, json, frame, &st, &prev, &cur, streams, n_streams);
                 free(streams);
                 sample_free(&prev);
                 prev = cur;
                 cur = (sample) {0};
+                if (r != EXIT_OK)
+                        break;
         }
         sample_free(&prev);
         return r;
