@@ -1,6 +1,7 @@
 /*
- * cubectl.h - what cubectl's command files share: the exit statuses, the
- * output helpers of cubectl-print.c, and the commands of cubectl-health.c.
+ * cubectl.h - what cubectl's files share: the exit statuses, the output
+ * helpers and the views of cubectl-print.c, and the commands of
+ * cubectl-views.c and cubectl-health.c.
  */
 #ifndef CUBECTL_H
 #define CUBECTL_H
@@ -122,6 +123,19 @@ struct view {
  * object); ctx is handed to the fields' get. */
 void print_rows(const view *v, const void *rows, size_t n, const void *ctx, bool json);
 void print_record(const view *v, const void *record, const void *ctx, bool json);
+
+/* cubectl-views.c: the commands that inspect the daemon's state. */
+int cmd_status(cube_client *c, bool json, const char *arg);
+int cmd_kernels(cube_client *c, bool json, const char *arg);
+int cmd_failures(cube_client *c, bool json, const char *arg);
+int cmd_sessions(cube_client *c, bool json, const char *arg);
+int cmd_memory(cube_client *c, bool json, const char *arg);
+int cmd_streams(cube_client *c, bool json, const char *arg);
+int cmd_graphs(cube_client *c, bool json, const char *arg);
+int cmd_comms(cube_client *c, bool json, const char *arg);
+int cmd_history(cube_client *c, bool json, const char *arg);
+int cmd_bans(cube_client *c, bool json, const char *arg);
+int cmd_config(cube_client *c, bool json, const char *arg);
 
 /* cubectl-health.c: the options its commands take (--dir, --interval,
  * --count, as the option letters 'D', 'I', 'C'); answers EXIT_USAGE for a
