@@ -3,7 +3,8 @@
  *
  * This file holds the usage, main, and the commands that act (drain,
  * undrain, kill-session) or pass the daemon's text on (metrics); the views
- * are in cubectl-views.c, discovery and health in cubectl-health.c.
+ * are in cubectl-views.c, discovery and health in cubectl-health.c and
+ * cubectl-top.c.
  *
  * Exit codes scripts can rely on: 0 success, 1 the daemon answered with an
  * error, 2 bad usage, 3 the daemon could not be reached.
@@ -223,8 +224,12 @@ int main(int argc, char **argv)
                         drain_timeout = (unsigned) v;
                         break;
                 }
-                case 'D': case 'I': case 'C':
+                case 'D':
                         if (health_option(opt, optarg) != EXIT_OK)
+                                return EXIT_USAGE;
+                        break;
+                case 'I': case 'C':
+                        if (top_option(opt, optarg) != EXIT_OK)
                                 return EXIT_USAGE;
                         break;
                 case 'V': printf("cubectl %s\n", CUBE_VERSION); return EXIT_OK;

@@ -1,7 +1,7 @@
 /*
  * cubectl.h - what cubectl's files share: the exit statuses, the output
  * helpers and the views of cubectl-print.c, and the commands of
- * cubectl-views.c and cubectl-health.c.
+ * cubectl-views.c, cubectl-health.c and cubectl-top.c.
  */
 #ifndef CUBECTL_H
 #define CUBECTL_H
@@ -137,13 +137,17 @@ int cmd_history(cube_client *c, bool json, const char *arg);
 int cmd_bans(cube_client *c, bool json, const char *arg);
 int cmd_config(cube_client *c, bool json, const char *arg);
 
-/* cubectl-health.c: the options its commands take (--dir, --interval,
- * --count, as the option letters 'D', 'I', 'C'); answers EXIT_USAGE for a
- * bad value, after saying why. */
+/* cubectl-health.c: list's option (--dir, as the option letter 'D'), which
+ * answers EXIT_USAGE for a bad value after saying why; a monotonic clock. */
 int health_option(int opt, const char *arg);
+double now_seconds(void);
 /* list needs no connection: c is NULL, and it scans the sockets' directory. */
 int cmd_list(cube_client *c, bool json, const char *arg);
 int cmd_selftest(cube_client *c, bool json, const char *arg);
+
+/* cubectl-top.c: top's options (--interval, --count, as 'I', 'C'), as
+ * health_option. */
+int top_option(int opt, const char *arg);
 int cmd_top(cube_client *c, bool json, const char *arg);
 
 #endif
