@@ -14,6 +14,22 @@
 
 #include "cubectl.h"
 
+/* A command that shows a list of rows the daemon answers with: what,
+ * which the call of the client library fetches as an array of T. */
+#define ROWS_COMMAND(name, what, T, fetch, view_)                               \
+        int name(cube_client *c, bool json, const char *arg)                    \
+        {                                                                       \
+                T *v;                                                           \
+                size_t n;                                                       \
+                cube_error *e = fetch(c, &v, &n);                               \
+                                                                                \
+                if (e)                                                          \
+                        return report(what, e);                                 \
+                print_rows(&(view_), v, n, c, json);                            \
+                free(v);                                                        \
+                return EXIT_OK;                                                 \
+        }
+
 static const field device_fields[] = {
         { "name", NULL, TEXT(cube_device_properties, name) },
         { "memory_bytes", NULL, U64(cube_device_properties, memory_bytes) },
@@ -304,18 +320,7 @@ static const field session_fields[] = {
 };
 static const view session_view = VIEW(cube_session_info, session_fields, .header = true);
 
-int cmd_sessions(cube_client *c, bool json, const char *arg)
-{
-        cube_session_info *v;
-        size_t n;
-        cube_error *e = cube_daemon_sessions(c, &v, &n);
-
-        if (e)
-                return report("sessions", e);
-        print_rows(&session_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_sessions, "sessions", cube_session_info, cube_daemon_sessions, session_view)
 
 /* Device memory: the daemon's, each session's, and each stream's pools. */
 typedef struct memory_shown {
@@ -424,18 +429,7 @@ static const field stream_fields[] = {
 };
 static const view stream_view = VIEW(cube_stream_info, stream_fields, .header = true);
 
-int cmd_streams(cube_client *c, bool json, const char *arg)
-{
-        cube_stream_info *v;
-        size_t n;
-        cube_error *e = cube_daemon_streams(c, &v, &n);
-
-        if (e)
-                return report("streams", e);
-        print_rows(&stream_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_streams, "streams", cube_stream_info, cube_daemon_streams, stream_view)
 
 /* Every session's open profiling windows, graphs (launches recorded, pages
  * kept) and captures under way. */
@@ -453,18 +447,7 @@ static const field capture_fields[] = {
 };
 static const view capture_view = VIEW(cube_capture_info, capture_fields, .header = true);
 
-int cmd_graphs(cube_client *c, bool json, const char *arg)
-{
-        cube_capture_info *v;
-        size_t n;
-        cube_error *e = cube_daemon_captures(c, &v, &n);
-
-        if (e)
-                return report("graphs", e);
-        print_rows(&capture_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_graphs, "graphs", cube_capture_info, cube_daemon_captures, capture_view)
 
 /* The collective groups of every session: members, state and traffic. */
 static value comm_members(const void *row, const void *ctx, char *buf, size_t cap)
@@ -495,18 +478,7 @@ static const field comm_fields[] = {
 };
 static const view comm_view = VIEW(cube_comm_info, comm_fields, .header = true);
 
-int cmd_comms(cube_client *c, bool json, const char *arg)
-{
-        cube_comm_info *v;
-        size_t n;
-        cube_error *e = cube_daemon_comms(c, &v, &n);
-
-        if (e)
-                return report("comms", e);
-        print_rows(&comm_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_comms, "comms", cube_comm_info, cube_daemon_comms, comm_view)
 
 /* The sessions that have ended and the failures of late, kept by the daemon
  * after they are gone. */
@@ -581,18 +553,7 @@ static const field ban_fields[] = {
 static const view ban_view = VIEW(cube_ban, ban_fields, .sep = " ",
                                   .none = "no uid or name is refused");
 
-int cmd_bans(cube_client *c, bool json, const char *arg)
-{
-        cube_ban *v;
-        size_t n;
-        cube_error *e = cube_daemon_bans(c, &v, &n);
-
-        if (e)
-                return report("bans", e);
-        print_rows(&ban_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_bans, "bans", cube_ban, cube_daemon_bans, ban_view)
 
 static const field config_fields[] = {
         { "key", "KEY", TEXT(cube_config_entry, key), .width = -22 },
@@ -604,15 +565,4 @@ static const field config_fields[] = {
 };
 static const view config_view = VIEW(cube_config_entry, config_fields, .header = true);
 
-int cmd_config(cube_client *c, bool json, const char *arg)
-{
-        cube_config_entry *v;
-        size_t n;
-        cube_error *e = cube_daemon_config(c, &v, &n);
-
-        if (e)
-                return report("config", e);
-        print_rows(&config_view, v, n, c, json);
-        free(v);
-        return EXIT_OK;
-}
+ROWS_COMMAND(cmd_config, "config", cube_config_entry, cube_daemon_config, config_view)
