@@ -144,10 +144,17 @@ static bool present(const field *f, const void *row)
         return !f->when || f->when(row);
 }
 
+/* Whether f holds rows of another view, or one. */
+static bool nested(const field *f)
+{
+        return f->kind == FIELD_ROWS || f->kind == FIELD_ARRAY || f->kind == FIELD_OBJECT;
+}
+
 static value field_value(const field *f, const void *row, const void *ctx, char *buf,
                          size_t cap)
 {
         const char *p = (const char *) row + f->off;
+        const size_t *count = (const size_t *) ((const char *) row + f->n_off);
         value v = { .n = 0 };
 
         if (f->get)
@@ -160,8 +167,8 @@ static value field_value(const field *f, const void *row, const void *ctx, char 
         case FIELD_TEXT: v.s = p; break;
         case FIELD_U32S: v.rows = p; v.n = f->count; break;
         case FIELD_TEXTS: break;        /* made by get */
-        case FIELD_ROWS: v.rows = *(const void *const *) p; v.n = *(const size_t *) ((const char *) row + f->n_off); break;
-        case FIELD_ARRAY: v.rows = p; v.n = *(const size_t *) ((const char *) row + f->n_off); break;
+        case FIELD_ROWS: v.rows = *(const void *const *) p; v.n = *count; break;
+        case FIELD_ARRAY: v.rows = p; v.n = *count; break;
         case FIELD_OBJECT: v.rows = p; v.n = 1; break;
         }
         return v;
@@ -322,12 +329,20 @@ static void print_below(const char *before, const char *t)
 
 static bool in_line(const field *f)
 {
-        return f->head && !f->below && f->kind != FIELD_ROWS && f->kind != FIELD_ARRAY &&
-               f->kind != FIELD_OBJECT;
+        return f->head && !f->below && !nested(f);
 }
 
 static void table_rows(const view *v, const void *rows, size_t n, const void *ctx);
 static void table_record(const view *v, const void *row, const void *ctx);
+
+/* What a nested field holds, as its own table or record. */
+static void table_nested(const field *f, value x, const void *ctx)
+{
+        if (f->kind == FIELD_OBJECT)
+                table_record(f->of, x.rows, ctx);
+        else
+                table_rows(f->of, x.rows, x.n, ctx);
+}
 
 /* A row's line, then what it shows below it; the heads when row is NULL. */
 static void table_row(const view *v, const void *row, const void *ctx)
@@ -349,19 +364,18 @@ static void table_row(const view *v, const void *row, const void *ctx)
         }
         putchar('\n');
         for (const field *f = v->fields; row && f < v->fields + v->n_fields; f++) {
+                const char *before = f->before ? f->before : "";
                 value x;
                 if (!f->head || in_line(f) || !present(f, row))
                         continue;
                 x = field_value(f, row, ctx, buf, sizeof(buf));
-                if (f->kind == FIELD_ROWS || f->kind == FIELD_ARRAY)
-                        table_rows(f->of, x.rows, x.n, ctx);
-                else if (f->kind == FIELD_OBJECT)
-                        table_record(f->of, x.rows, ctx);
+                if (nested(f))
+                        table_nested(f, x, ctx);
                 else if (f->kind == FIELD_TEXTS)
                         for (size_t i = 0; i < x.n; i++)
-                                print_below(f->before ? f->before : "", f->item(row, i));
+                                print_below(before, f->item(row, i));
                 else if (x.s)
-                        print_below(f->before ? f->before : "", x.s);
+                        print_below(before, x.s);
         }
 }
 
@@ -376,30 +390,23 @@ static void table_rows(const view *v, const void *rows, size_t n, const void *ct
                         table_row(v, row_at(v, rows, i), ctx);
 }
 
-/* A record: a line for each field, labelled by its head; its lists as
- * tables, each after a line of its head when it has one. */
+/* A record: a line for each field, labelled by its head; what it nests
+ * after a line of its head, when it has one. */
 static void table_record(const view *v, const void *row, const void *ctx)
 {
         char cell[CELL_MAX], buf[CELL_MAX];
 
         for (const field *f = v->fields; f < v->fields + v->n_fields; f++) {
                 const char *t;
-                value x;
                 if (!f->head || !present(f, row))
                         continue;
-                if (f->kind == FIELD_ROWS || f->kind == FIELD_ARRAY || f->kind == FIELD_OBJECT) {
-                        x = field_value(f, row, ctx, buf, sizeof(buf));
+                if (nested(f)) {
                         if (*f->head)
                                 printf("%s\n", f->head);
-                        if (f->kind == FIELD_OBJECT)
-                                table_record(f->of, x.rows, ctx);
-                        else
-                                table_rows(f->of, x.rows, x.n, ctx);
-                        continue;
+                        table_nested(f, field_value(f, row, ctx, buf, sizeof(buf)), ctx);
+                } else if ((t = cell_of(f, row, ctx, NULL, cell, sizeof(cell)))) {
+                        printf("%-*s%s\n", v->label_width, f->head, t);
                 }
-                if (!(t = cell_of(f, row, ctx, NULL, cell, sizeof(cell))))
-                        continue;
-                printf("%-*s%s\n", v->label_width, f->head, t);
         }
 }
 
