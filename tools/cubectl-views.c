@@ -30,6 +30,9 @@
                 return EXIT_OK;                                                 \
         }
 
+/* status: the daemon at a glance. The table sums up in a few lines, in an
+ * order of its own, what JSON gives member by member: hence the fields only
+ * one of them shows. */
 static const field device_fields[] = {
         { "name", NULL, TEXT(cube_device_properties, name) },
         { "memory_bytes", NULL, U64(cube_device_properties, memory_bytes) },
