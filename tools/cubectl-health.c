@@ -197,6 +197,8 @@ out:
         free(got);
 }
 
+/* What list shows of an instance: why it is unreachable, or what it
+ * answered (JSON leaves out the other's members, the table shows '-'). */
 static bool reachable(const void *row)
 {
         return ((const instance *) row)->reachable;
