@@ -1,16 +1,15 @@
 /*
- * cubectl-health.c - discovery and health: cubectl list, selftest and top.
+ * cubectl-health.c - discovery and health: cubectl list and selftest.
  *
  * list finds every instance on the host by its socket (INSTANCE.sock under
  * /run/cube, as cubed@.socket makes them) and asks each how it is; selftest
  * runs a known kernel and memory patterns through one daemon and checks
- * every byte; top polls one daemon's sessions and shows their rates.
+ * every byte.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,48 +27,22 @@
 #define LIST_DIR "/run/cube"
 #define LIST_MAX 256                    /* sockets list looks at in one directory */
 #define LIST_WAIT_S 5                   /* for the instances' answers, all at once */
-#define TOP_MAX_COUNT 1000000
 
 static const char *list_dir = LIST_DIR;        /* --dir */
-static double top_interval = 1.0;               /* --interval */
-static unsigned long top_count;                 /* --count; 0: until interrupted */
 
 int health_option(int opt, const char *arg)
 {
-        char *end;
-
-        switch (opt) {
-        case 'D':
-                if (!*arg || strlen(arg) > 80) {
-                        fprintf(stderr, "cubectl: --dir takes a directory of at most 80 bytes\n");
-                        return EXIT_USAGE;
-                }
-                list_dir = arg;
-                return EXIT_OK;
-        case 'I': {
-                double v = strtod(arg, &end);
-                if (!*arg || *end || !isfinite(v) || v < 0.1 || v > 3600) {
-                        fprintf(stderr, "cubectl: --interval takes seconds, 0.1 to 3600\n");
-                        return EXIT_USAGE;
-                }
-                top_interval = v;
-                return EXIT_OK;
+        if (opt != 'D')
+                return EXIT_USAGE;
+        if (!*arg || strlen(arg) > 80) {
+                fprintf(stderr, "cubectl: --dir takes a directory of at most 80 bytes\n");
+                return EXIT_USAGE;
         }
-        case 'C': {
-                unsigned long v = strtoul(arg, &end, 10);
-                if (!*arg || *end || v == 0 || v > TOP_MAX_COUNT) {
-                        fprintf(stderr, "cubectl: --count takes a number of frames, 1 to %d\n",
-                                TOP_MAX_COUNT);
-                        return EXIT_USAGE;
-                }
-                top_count = v;
-                return EXIT_OK;
-        }
-        }
-        return EXIT_USAGE;
+        list_dir = arg;
+        return EXIT_OK;
 }
 
-static double now_seconds(void)
+double now_seconds(void)
 {
         struct timespec ts;
 
@@ -224,20 +197,67 @@ out:
         free(got);
 }
 
-static const char *instance_state(const instance *in)
+/* What list shows of an instance: why it is unreachable, or what it
+ * answered (JSON leaves out the other's members, the table shows '-'). */
+static bool reachable(const void *row)
 {
+        return ((const instance *) row)->reachable;
+}
+
+static bool unreachable(const void *row)
+{
+        return !reachable(row);
+}
+
+/* The socket's name less ".sock". */
+static value instance_name(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const instance *in = row;
+
+        snprintf(buf, cap, "%.*s", (int) (strlen(in->name) - 5), in->name);
+        return (value) { .s = buf };
+}
+
+static value instance_state(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const instance *in = row;
+
         if (!in->reachable)
-                return "unreachable";
+                return (value) { .s = "unreachable" };
         if (in->st.poisoned)
-                return "poisoned";
-        return *in->st.state ? in->st.state : "serving";
+                return (value) { .s = "poisoned" };
+        return (value) { .s = *in->st.state ? in->st.state : "serving" };
 }
 
 /* Sessions other than the one list opened to ask. */
-static unsigned other_sessions(const instance *in)
+static value other_sessions(const void *row, const void *ctx, char *buf, size_t cap)
 {
-        return in->st.sessions ? in->st.sessions - 1 : 0;
+        const instance *in = row;
+
+        return (value) { .u = in->st.sessions ? in->st.sessions - 1 : 0 };
 }
+
+static const field instance_fields[] = {
+        { "socket", "SOCKET", TEXT(instance, path), .show = SHOW_NAME, .width = -28 },
+        { "instance", "INSTANCE", .kind = FIELD_TEXT, .get = instance_name, .show = SHOW_NAME,
+          .width = -10 },
+        { "state", NULL, .kind = FIELD_TEXT, .get = instance_state },
+        { "reachable", NULL, BOOL(instance, reachable) },
+        { "reason", NULL, TEXT(instance, reason), .when = unreachable },
+        { "service", NULL, TEXT(instance, st.service), .when = reachable },
+        { "backend", "BACKEND", TEXT(instance, st.backend), .when = reachable, .width = -7 },
+        { "device", "DEVICE", TEXT(instance, st.properties.name), .show = SHOW_TEXT,
+          .when = reachable, .width = -20 },
+        { "version", "VERSION", TEXT(instance, st.version), .empty = "?", .when = reachable,
+          .width = -8 },
+        { NULL, "STATE", .kind = FIELD_TEXT, .get = instance_state, .width = -11 },
+        { "sessions", "SESSIONS", .kind = FIELD_U32, .get = other_sessions, .when = reachable,
+          .width = 8 },
+        { "uptime_seconds", NULL, F64(instance, st.uptime_seconds), .when = reachable },
+        { NULL, "", TEXT(instance, reason), .show = SHOW_TEXT, .when = unreachable,
+          .optional = true },
+};
+static const view instance_view = VIEW(instance, instance_fields, .header = true);
 
 int cmd_list(cube_client *unused, bool json, const char *arg)
 {
@@ -278,58 +298,10 @@ int cmd_list(cube_client *unused, bool json, const char *arg)
         qsort(v, n, sizeof(*v), by_name);
         probe_all(v, n);
 
-        if (json)
-                putchar('[');
-        else if (n == 0)
+        if (!json && n == 0)
                 printf("no instance sockets in %s\n", list_dir);
         else
-                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s\n", "SOCKET", "INSTANCE",
-                       "BACKEND", "DEVICE", "VERSION", "STATE", "SESSIONS");
-        for (size_t i = 0; i < n; i++) {
-                instance *in = &v[i];
-                char instance_name[80], sock[300], dev[260], why[800];
-                snprintf(instance_name, sizeof(instance_name), "%.*s",
-                         (int) (strlen(in->name) - 5), in->name);
-                if (json) {
-                        printf("%s{\"socket\":", i ? "," : "");
-                        print_json_string(in->path);
-                        printf(",\"instance\":");
-                        print_json_string(instance_name);
-                        printf(",\"state\":");
-                        print_json_string(instance_state(in));
-                        if (!in->reachable) {
-                                printf(",\"reachable\":false,\"reason\":");
-                                print_json_string(in->reason);
-                                putchar('}');
-                                continue;
-                        }
-                        printf(",\"reachable\":true,\"service\":");
-                        print_json_string(in->st.service);
-                        printf(",\"backend\":");
-                        print_json_string(in->st.backend);
-                        printf(",\"device\":");
-                        print_json_string(in->st.properties.name);
-                        printf(",\"version\":");
-                        print_json_string(in->st.version);
-                        printf(",\"sessions\":%u,\"uptime_seconds\":%.3f}", other_sessions(in),
-                               in->st.uptime_seconds);
-                        continue;
-                }
-                cell_text(in->path, sock, sizeof(sock), false);
-                cell_text(instance_name, instance_name, sizeof(instance_name), false);
-                if (!in->reachable) {
-                        printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8s  %s\n", sock,
-                               instance_name, "-", "-", "-", "unreachable", "-",
-                               cell_text(in->reason, why, sizeof(why), true));
-                        continue;
-                }
-                printf("%-28s  %-10s  %-7s  %-20s  %-8s  %-11s  %8u\n", sock, instance_name,
-                       in->st.backend, cell_text(in->st.properties.name, dev, sizeof(dev), true),
-                       *in->st.version ? in->st.version : "?", instance_state(in),
-                       other_sessions(in));
-        }
-        if (json)
-                printf("]\n");
+                print_rows(&instance_view, v, n, NULL, json);
         free(v);
         return EXIT_OK;
 }
@@ -362,6 +334,7 @@ typedef struct selftest {
         step steps[SELFTEST_STEPS];
         size_t n;
         double started;
+        bool passed;                    /* every step */
 } selftest;
 
 static step *step_begin(selftest *t, const char *name)
@@ -544,12 +517,58 @@ out:
         free(back);
 }
 
+static value step_result(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const step *x = row;
+
+        return (value) { .s = x->skipped ? "skipped" : x->passed ? "pass" : "fail" };
+}
+
+static value step_mark(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const step *x = row;
+
+        return (value) { .s = x->skipped ? "SKIP" : x->passed ? "PASS" : "FAIL" };
+}
+
+static const field step_fields[] = {
+        { NULL, "", .kind = FIELD_TEXT, .get = step_mark, .width = -4 },
+        { "step", "", TEXT(step, name), .width = -20 },
+        { "result", NULL, .kind = FIELD_TEXT, .get = step_result },
+        { "ms", "", F64(step, ms), .prec = 3, .after = " ms", .width = 12 },
+        { "detail", "", TEXT(step, detail), .show = SHOW_TEXT },
+};
+static const view step_view = VIEW(step, step_fields);
+
+/* The last line: passed, or the first step that failed. */
+static value verdict(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const selftest *t = row;
+        const char *failed = NULL;
+
+        if (t->passed) {
+                snprintf(buf, cap, "selftest passed: %zu steps", t->n);
+                return (value) { .s = buf };
+        }
+        for (size_t i = 0; i < t->n && !failed; i++)
+                if (!t->steps[i].passed && !t->steps[i].skipped)
+                        failed = t->steps[i].name;
+        snprintf(buf, cap, "selftest FAILED at %s", failed ? failed : "?");
+        return (value) { .s = buf };
+}
+
+static const field selftest_fields[] = {
+        { "passed", NULL, BOOL(selftest, passed) },
+        { "steps", "", ARRAY(selftest, steps, n, step_view) },
+        { NULL, "", .kind = FIELD_TEXT, .get = verdict },
+};
+static const view selftest_view = VIEW(selftest, selftest_fields);
+
 int cmd_selftest(cube_client *c, bool json, const char *arg)
 {
         static const uint64_t sizes[] = { 1, 4096, 1 << 20, 24 << 20 };
         selftest t = {0};
         cube_status st;
-        bool all = true;
         step *s;
 
         (void) arg;
@@ -568,225 +587,9 @@ int cmd_selftest(cube_client *c, bool json, const char *arg)
                 if (sizes[i] <= cube_client_properties(c)->max_page_size)
                         selftest_copy(c, &t, sizes[i]);
 
+        t.passed = true;
         for (size_t i = 0; i < t.n; i++)
-                all &= t.steps[i].passed;
-        if (json) {
-                printf("{\"passed\":%s,\"steps\":[", all ? "true" : "false");
-                for (size_t i = 0; i < t.n; i++) {
-                        const step *x = &t.steps[i];
-                        printf("%s{\"step\":", i ? "," : "");
-                        print_json_string(x->name);
-                        printf(",\"result\":\"%s\",\"ms\":%.3f,\"detail\":",
-                               x->skipped ? "skipped" : x->passed ? "pass" : "fail", x->ms);
-                        print_json_string(x->detail);
-                        putchar('}');
-                }
-                printf("]}\n");
-        } else {
-                const char *failed = NULL;
-                for (size_t i = 0; i < t.n; i++) {
-                        const step *x = &t.steps[i];
-                        char detail[1100];
-                        if (!x->passed && !x->skipped && !failed)
-                                failed = x->name;
-                        printf("%-4s  %-20s  %9.3f ms  %s\n",
-                               x->skipped ? "SKIP" : x->passed ? "PASS" : "FAIL", x->name, x->ms,
-                               cell_text(x->detail, detail, sizeof(detail), true));
-                }
-                if (all)
-                        printf("selftest passed: %zu steps\n", t.n);
-                else
-                        printf("selftest FAILED at %s\n", failed ? failed : "?");
-        }
-        return all ? EXIT_OK : EXIT_ERROR;
-}
-
-/* ---------------------------------------------------------------------------
- * top
- * ------------------------------------------------------------------------- */
-
-typedef struct sample {
-        double at;
-        cube_session_info *sessions;
-        size_t n;
-        uint64_t max_id;                /* the newest session seen */
-} sample;
-
-static void sample_free(sample *s)
-{
-        free(s->sessions);
-        s->sessions = NULL;
-        s->n = 0;
-}
-
-static const cube_session_info *find_session(const sample *s, uint64_t id)
-{
-        for (size_t i = 0; i < s->n; i++)
-                if (s->sessions[i].id == id)
-                        return &s->sessions[i];
-        return NULL;
-}
-
-/* A counter's rate over dt. A session the last sample did not hold but
- * could have (an id not newer than any it saw) has no rate yet: it opened
- * while that sample was taken. One newer than any it saw opened since,
- * from zero. A counter that went back (it never should) counts as still. */
-static double rate(const cube_session_info *prev, bool new_since, uint64_t now_v,
-                   uint64_t prev_v, double dt)
-{
-        if (!prev && !new_since)
-                return NAN;
-        if (!prev)
-                prev_v = 0;
-        return now_v >= prev_v ? (double) (now_v - prev_v) / dt : 0;
-}
-
-static uint64_t queued_of(const cube_stream_info *v, size_t n, uint64_t session)
-{
-        uint64_t q = 0;
-
-        for (size_t i = 0; i < n; i++)
-                if (v[i].session == session)
-                        q += v[i].pending;
-        return q;
-}
-
-static void rate_text(double v, bool bytes, char *buf, size_t cap)
-{
-        if (isnan(v))
-                snprintf(buf, cap, "-");
-        else if (bytes) {
-                human_bytes((uint64_t) llround(v), buf, cap);
-                strncat(buf, "/s", cap - strlen(buf) - 1);
-        } else
-                snprintf(buf, cap, "%.1f", v);
-}
-
-static void json_rate(const char *key, double v)
-{
-        printf(",\"%s\":", key);
-        if (isnan(v))
-                printf("null");
-        else
-                printf("%.3f", v);
-}
-
-/* One frame: the daemon's line, then a row per session with its rates
- * since the previous sample. */
-static void top_frame(cube_client *c, bool json, unsigned long frame, const cube_status *st,
-                      const sample *prev, const sample *cur, const cube_stream_info *streams,
-                      size_t n_streams)
-{
-        double dt = cur->at - prev->at;
-        char mem[32], total[32];
-
-        if (dt <= 0)
-                dt = 1e-9;
-        if (json) {
-                printf("{\"frame\":%lu,\"interval_seconds\":%.3f,\"service\":", frame, dt);
-                print_json_string(st->service);
-                printf(",\"state\":");
-                print_json_string(st->poisoned ? "poisoned" : *st->state ? st->state : "serving");
-                printf(",\"memory_in_use\":%" PRIu64 ",\"memory_bytes\":%" PRIu64 ",\"sessions\":[",
-                       st->memory_in_use, st->properties.memory_bytes);
-        } else {
-                if (isatty(STDOUT_FILENO))
-                        fputs("\033[H\033[2J", stdout);
-                human_bytes(st->memory_in_use, mem, sizeof(mem));
-                human_bytes(st->properties.memory_bytes, total, sizeof(total));
-                printf("cubectl top: %s, %s, uptime %.0f s, %zu session(s), memory %s of %s, "
-                       "frame %lu every %.1f s\n", st->service,
-                       st->poisoned ? "POISONED" : *st->state ? st->state : "serving",
-                       st->uptime_seconds, cur->n, mem, total, frame, top_interval);
-                printf("%6s  %-16s  %10s  %12s  %12s  %10s  %8s  %6s\n", "ID", "NAME", "LAUNCH/S",
-                       "IN/S", "OUT/S", "MEMORY", "QUEUED", "ERRORS");
-        }
-        for (size_t i = 0; i < cur->n; i++) {
-                const cube_session_info *s = &cur->sessions[i];
-                const cube_session_info *p = find_session(prev, s->id);
-                bool fresh = s->id > prev->max_id;
-                double launches = rate(p, fresh, s->launches, p ? p->launches : 0, dt);
-                double in = rate(p, fresh, s->bytes_in, p ? p->bytes_in : 0, dt);
-                double out = rate(p, fresh, s->bytes_out, p ? p->bytes_out : 0, dt);
-                uint64_t queued = queued_of(streams, n_streams, s->id);
-                if (json) {
-                        printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", s->id);
-                        print_json_string(s->name);
-                        json_rate("launches_per_second", launches);
-                        json_rate("bytes_in_per_second", in);
-                        json_rate("bytes_out_per_second", out);
-                        printf(",\"memory_in_use\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"errors\":%"
-                               PRIu64 ",\"self\":%s}", s->memory_in_use, queued, s->errors,
-                               s->id == cube_client_session(c) ? "true" : "false");
-                        continue;
-                }
-                char name[260], l[32], bi[32], bo[32];
-                rate_text(launches, false, l, sizeof(l));
-                rate_text(in, true, bi, sizeof(bi));
-                rate_text(out, true, bo, sizeof(bo));
-                human_bytes(s->memory_in_use, mem, sizeof(mem));
-                printf("%6" PRIu64 "  %-16.16s  %10s  %12s  %12s  %10s  %8" PRIu64 "  %6" PRIu64
-                       "%s\n", s->id,
-                       *s->name ? cell_text(s->name, name, sizeof(name), false) : "-", l, bi, bo,
-                       mem, queued, s->errors,
-                       s->id == cube_client_session(c) ? "  (cubectl)" : "");
-        }
-        if (json)
-                printf("]}\n");
-        else
-                putchar('\n');
-        fflush(stdout);
-}
-
-static cube_error *take_sample(cube_client *c, sample *s)
-{
-        cube_error *e = cube_daemon_sessions(c, &s->sessions, &s->n);
-
-        s->at = now_seconds();
-        if (e)
-                return e;
-        for (size_t i = 0; i < s->n; i++)
-                if (s->sessions[i].id > s->max_id)
-                        s->max_id = s->sessions[i].id;
-        return NULL;
-}
-
-static void sleep_seconds(double s)
-{
-        struct timespec ts = { (time_t) s, (long) ((s - (double) (time_t) s) * 1e9) };
-
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-}
-
-int cmd_top(cube_client *c, bool json, const char *arg)
-{
-        sample prev = {0}, cur = {0};
-        cube_error *e;
-        int r = EXIT_OK;
-
-        (void) arg;
-        /* A first sample, so that the first frame has rates already. */
-        if ((e = take_sample(c, &prev)))
-                return report("top", e);
-        for (unsigned long frame = 1; !top_count || frame <= top_count; frame++) {
-                cube_stream_info *streams = NULL;
-                size_t n_streams = 0;
-                cube_status st;
-                sleep_seconds(top_interval);
-                cur = (sample) { .max_id = prev.max_id };
-                if ((e = take_sample(c, &cur)) || (e = cube_daemon_status(c, &st)) ||
-                    (e = cube_daemon_streams(c, &streams, &n_streams))) {
-                        r = report("top", e);
-                        sample_free(&cur);
-                        break;
-                }
-                top_frame(c, json, frame, &st, &prev, &cur, streams, n_streams);
-                free(streams);
-                sample_free(&prev);
-                prev = cur;
-                cur = (sample) {0};
-        }
-        sample_free(&prev);
-        return r;
+                t.passed &= t.steps[i].passed;
+        print_record(&selftest_view, &t, c, json);
+        return t.passed ? EXIT_OK : EXIT_ERROR;
 }
