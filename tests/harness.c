@@ -239,6 +239,26 @@ void test_group_stop(test_group *g)
         rmdir(g->dir);
 }
 
+test_daemon D;
+
+void test_start_default(void)
+{
+        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
+}
+
+void test_start_with_faults(void)
+{
+        static const char *const args[] = { "--enable-fault-injection", NULL };
+
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+}
+
+void test_stop_clean(void)
+{
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
+}
+
 bool test_daemon_socket_exists(const test_daemon *d)
 {
         struct stat st;

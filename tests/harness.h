@@ -41,6 +41,15 @@ bool test_daemon_socket_exists(const test_daemon *d);
 /* Prints the daemon's stderr, for a failing test. */
 void test_daemon_dump_log(const test_daemon *d);
 
+/* The daemon of a suite that starts one for each test case. Check's fixtures
+ * take no argument, so the fixtures below start and stop this one. */
+extern test_daemon D;
+/* Fixtures: D with no extra argument, or with --enable-fault-injection. */
+void test_start_default(void);
+void test_start_with_faults(void);
+/* Stops D, asserting that it exited 0 and removed its socket. */
+void test_stop_clean(void);
+
 /* n daemons (at most 8) as instances cpu0..cpu<n-1>, their sockets
  * cpuI.sock in one temporary directory (dir), so that they find each other
  * for collectives; extra arguments go to each. Returns 0, or -1 with every

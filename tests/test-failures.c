@@ -26,21 +26,6 @@
 #define TEXT(x) #x
 #define TEXT_OF(x) TEXT(x)
 
-static test_daemon D;
-
-static void start_with_faults(void)
-{
-        static const char *const args[] = { "--enable-fault-injection", NULL };
-
-        ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
 /* ---------------------------------------------------------------------------
  * Kernels
  * ------------------------------------------------------------------------- */
@@ -2041,7 +2026,7 @@ static Suite *failures_suite(void)
         TCase *with_daemon[] = { claims, launches, skips, reports, inject_tc, tools, late };
 
         for (size_t i = 0; i < LEN(with_daemon); i++)
-                tcase_add_checked_fixture(with_daemon[i], start_with_faults, stop_clean);
+                tcase_add_checked_fixture(with_daemon[i], test_start_with_faults, test_stop_clean);
 
         tcase_add_test(claims, failure_ids_are_never_reused_and_die_with_their_last_carrier);
         tcase_add_test(claims, a_write_repairs_exactly_the_bytes_it_covers);

@@ -18,18 +18,12 @@
 
 #include "harness.h"
 
-static test_daemon D;
 static char shared_cache[64];           /* a --cache-dir outlasting one daemon */
 
-static void start_default(void)
+/* The harness's stop, then the cache a test made to outlast one daemon. */
+static void stop_clean_and_remove_cache(void)
 {
-        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
-}
-
-static void stop_clean(void)
-{
-        int status = test_daemon_stop(&D, 10000);
-
+        test_stop_clean();
         if (*shared_cache) {
                 char rm[96];
                 snprintf(rm, sizeof(rm), "rm -rf '%s'", shared_cache);
@@ -37,8 +31,6 @@ static void stop_clean(void)
                         fprintf(stderr, "could not remove %s\n", shared_cache);
                 *shared_cache = '\0';
         }
-        ck_assert_int_eq(status, 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
 }
 
 /* ---------------------------------------------------------------------------
@@ -1376,7 +1368,7 @@ static Suite *kernels_suite(void)
         Suite *s = suite_create("kernels");
         TCase *tc = tcase_create("kernels");
 
-        tcase_add_checked_fixture(tc, start_default, stop_clean);
+        tcase_add_checked_fixture(tc, test_start_default, stop_clean_and_remove_cache);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, the_vector_add_example_matches_its_reference);
         tcase_add_test(tc, the_reduce_example_matches_its_reference);

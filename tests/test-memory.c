@@ -29,8 +29,6 @@
 
 enum { P_SLICED, P_EXCLUSIVE, P_PERSISTENT, P_DEDICATED };
 
-static test_daemon D;
-
 /* A test that fails exits its forked process at once: take its daemon
  * along rather than leave it running. */
 static void kill_leftover_daemon(void)
@@ -76,12 +74,6 @@ static void start_message_16m(void)
 {
         static const char *const args[] = { "--max-message", "16M", NULL };
         start(args);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
 }
 
 /* ---------------------------------------------------------------------------
@@ -1578,11 +1570,11 @@ static Suite *memory_suite(void)
         TCase *message = tcase_create("message");       /* max-message 16M */
         TCase *all[] = { pools, sizes, staging, quota, message };
 
-        tcase_add_checked_fixture(pools, start_64m, stop_clean);
-        tcase_add_checked_fixture(sizes, start_default, stop_clean);
-        tcase_add_checked_fixture(staging, start_1g, stop_clean);
-        tcase_add_checked_fixture(quota, start_region_4m, stop_clean);
-        tcase_add_checked_fixture(message, start_message_16m, stop_clean);
+        tcase_add_checked_fixture(pools, start_64m, test_stop_clean);
+        tcase_add_checked_fixture(sizes, start_default, test_stop_clean);
+        tcase_add_checked_fixture(staging, start_1g, test_stop_clean);
+        tcase_add_checked_fixture(quota, start_region_4m, test_stop_clean);
+        tcase_add_checked_fixture(message, start_message_16m, test_stop_clean);
         for (size_t i = 0; i < LEN(all); i++) {
                 tcase_set_timeout(all[i], 60);
                 suite_add_tcase(s, all[i]);

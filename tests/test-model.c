@@ -36,21 +36,6 @@
 /* A reservation failure has no reason field: its label rides in the size. */
 #define ALLOC_CODE_BASE (1ull << 40)
 
-static test_daemon D;
-
-static void start_with_faults(void)
-{
-        static const char *const args[] = { "--enable-fault-injection", NULL };
-
-        ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
 static int timeout_multiplier(void)
 {
         const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
@@ -871,7 +856,7 @@ static Suite *model_suite(void)
         TCase *random = tcase_create("random");
         int mult = timeout_multiplier();
 
-        tcase_add_checked_fixture(orderings, start_with_faults, stop_clean);
+        tcase_add_checked_fixture(orderings, test_start_with_faults, test_stop_clean);
         tcase_set_timeout(orderings, 60.0 * mult);
         tcase_add_test(orderings, a_later_write_wins_over_an_earlier_copy_that_fails_late);
         tcase_add_test(orderings, a_read_behind_a_copy_that_fails_late_reports_it);
@@ -880,7 +865,7 @@ static Suite *model_suite(void)
                        a_launch_into_a_failed_reservation_behind_a_queued_write_runs_nothing);
         suite_add_tcase(s, orderings);
 
-        tcase_add_checked_fixture(random, start_with_faults, stop_clean);
+        tcase_add_checked_fixture(random, test_start_with_faults, test_stop_clean);
         tcase_set_timeout(random, 240.0 * mult);
         tcase_add_test(random, random_sequences_agree_with_the_model);
         suite_add_tcase(s, random);

@@ -33,8 +33,6 @@
 
 #define NOBODY 65534
 
-static test_daemon D;
-
 static long now_ms(void)
 {
         struct timespec ts;
@@ -55,12 +53,6 @@ static int scaled(int ms)
 static void start(const char *const *args)
 {
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
 }
 
 /* A small generator for the forked clients, which must not share a sequence. */
@@ -669,7 +661,7 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         while ((fds = open_fds(D.pid, after, sizeof(after))) != baseline && now_ms() < deadline)
                 usleep(10000);
         ck_assert_msg(fds == baseline, "the daemon had open %s\nit has %s", before, after);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -733,7 +725,7 @@ START_TEST(work_on_another_stream_sees_what_came_before_it)
         free(back);
         free(want);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -804,7 +796,7 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
                       w.ended - w.began, kernel_ms);
         ck_assert_msg(w.ended < t0 + kernel_ms, "the side work ended after the kernel");
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -857,7 +849,7 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -952,7 +944,7 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1029,7 +1021,7 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1094,7 +1086,7 @@ START_TEST(shared_memory_lives_until_its_last_holder_lets_go)
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
         free(data);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1144,7 +1136,7 @@ START_TEST(session_memory_caps_one_session)
         ck_ok(cube_check(c, &h3, 1));
         cube_disconnect(c);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1170,7 +1162,7 @@ START_TEST(uid_memory_caps_a_users_sessions_together)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1201,7 +1193,7 @@ START_TEST(a_session_over_its_quota_by_inheritance_may_not_grow)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1227,7 +1219,7 @@ START_TEST(a_session_that_imports_its_own_export_keeps_the_charge)
         expect_over_quota(cube_check(a, &more, 1), 614400, "session-memory");
         cube_disconnect(a);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1265,7 +1257,7 @@ START_TEST(max_sessions_refuses_one_more)
         cube_disconnect(root);
         tell(n.to_child, 'g');
         ck_assert_int_eq(nobody_finish(&n), 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1302,7 +1294,7 @@ START_TEST(max_sessions_per_uid_refuses_a_second)
         cube_disconnect(r2);
         tell(n.to_child, 'g');
         ck_assert_int_eq(nobody_finish(&n), 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1350,7 +1342,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         expect_scaled(back, data[0], 256, 1);
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1454,7 +1446,7 @@ START_TEST(max_requests_holds_back_a_flood_of_small_writes)
         start(args);
         /* In flight at most 8, and one more message's worth: a read is two. */
         flood_and_watch(200, 4096, 9);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1466,7 +1458,7 @@ START_TEST(max_queued_bytes_holds_back_a_flood_of_large_writes)
         /* The kernel, and 1 MiB of 256 KiB writes: the fourth reaches the
          * limit, and the daemon reads no further. */
         flood_and_watch(20, 256 * 1024, 6);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1578,7 +1570,7 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
                       a_ms);
         cube_disconnect(f.c);
         cube_disconnect(b);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1639,7 +1631,7 @@ START_TEST(allow_uids_admits_only_the_listed)
         expect_nobody(refused_by_allow_uids);
         ck_ok(cube_connect(D.socket, "root", &c));
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1665,7 +1657,7 @@ START_TEST(every_refused_connect_is_told_why)
         start(args);
         open_socket_to_all(&D);
         expect_nobody(always_told_why);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1679,12 +1671,12 @@ START_TEST(allow_groups_admits_members_only)
         start(root_only);
         open_socket_to_all(&D);
         expect_nobody(refused_by_allow_groups);
-        stop_clean();
+        test_stop_clean();
 
         start(nogroup);
         open_socket_to_all(&D);
         expect_nobody(allowed);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1699,7 +1691,7 @@ START_TEST(socket_group_opens_the_socket_to_the_group)
         start(NULL);
         ck_assert_int_eq(chmod(D.dir, 0755), 0);
         expect_nobody(kept_out_by_the_socket);
-        stop_clean();
+        test_stop_clean();
 
         start(args);
         ck_assert_int_eq(stat(D.socket, &st), 0);
@@ -1707,7 +1699,7 @@ START_TEST(socket_group_opens_the_socket_to_the_group)
         ck_assert_uint_eq(st.st_mode & 07777, 0660);
         ck_assert_int_eq(chmod(D.dir, 0755), 0);
         expect_nobody(allowed);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1804,7 +1796,7 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
         ck_assert_uint_eq(status_of(D.socket).allocations, 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
