@@ -239,6 +239,17 @@ void test_group_stop(test_group *g)
         rmdir(g->dir);
 }
 
+void test_group_stop_clean(test_group *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->d[i].pid > 0) {
+                        ck_assert_msg(test_daemon_stop(&g->d[i], 10000) == 0, "cpu%d did not "
+                                      "exit cleanly", i);
+                        g->d[i].pid = 0;
+                }
+        test_group_stop(g);
+}
+
 test_daemon D;
 
 void test_start_default(void)

@@ -62,6 +62,8 @@ typedef struct test_group {
 int test_group_start(test_group *g, int n, const char *const *extra_args);
 /* Stops every daemon still running (a pid of 0 is one already gone). */
 void test_group_stop(test_group *g);
+/* The same, asserting that each exited 0. */
+void test_group_stop_clean(test_group *g);
 
 /* A connected raw socket, or -1. */
 int raw_connect(const char *path);
