@@ -228,23 +228,6 @@ static cube_launch over(uint64_t k, const cube_handle *bufs, const cube_buffer_i
         };
 }
 
-/* Sends l with info words built here: the u32 scalars given, then each bound
- * buffer's length in u32 elements. */
-static void launch(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars)
-{
-        cube_info *info = cube_info_new();
-
-        ck_assert_ptr_nonnull(info);
-        for (size_t i = 0; i < n_scalars; i++)
-                ck_assert_int_eq(cube_info_u32(info, scalars[i]), 0);
-        for (size_t i = 0; i < l.n_buffers; i++)
-                ck_assert_int_eq(cube_info_buffer_len(info, (uint32_t) (cube_handle_len(
-                        &l.buffers[i]) / sizeof(uint32_t))), 0);
-        l.info = info;
-        ck_ok(cube_launch_kernel(c, &l));
-        cube_info_free(info);
-}
-
 /* Sends l with a cube dim the device turns down before compiling anything:
  * one past its z limit (CubeDim), or within every per-dimension limit but
  * holding more units than a cube may (Units). */
@@ -265,7 +248,7 @@ static void launch_refused(cube_client *c, cube_launch l, cube_error_kind limit)
                 l.cube_dim[2] = 1;
                 ck_assert_uint_le(l.cube_dim[1], p->max_cube_dim[1]);
         }
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
 }
 
 static void inject(cube_client *c, cube_fault_site site, cube_error_kind kind, const char *reason,
@@ -648,7 +631,7 @@ START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
 
         /* A compile error: there is no compiled answer either. */
         make_probe_buffers(c, &p, 3);
-        launch(c, over(broken, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(broken, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, compile_root, LEN(compile_root), true);
         ck_assert(cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
@@ -673,7 +656,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
 
         /* The probe runs, and is compiled from here on. */
         make_probe_buffers(c, &p, 4);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = p.data[P_CONST][i] + p.data[P_READ][i] + p.data[P_CONST_DECLARED_OUT][i];
         expect_bytes(c, &p.h[P_OUT], want);
@@ -687,7 +670,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
          * READ_ONLY has no compiled answer and keeps its declaration. */
         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_OUT_OF_MEMORY, "no room to queue the launch", 0);
         make_probe_buffers(c, &p, 5);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, oom_root, LEN(oom_root), false);
         ck_assert_str_eq(cube_error_reason(expect_root(u, oom_root, LEN(oom_root))),
                          "no room to queue the launch");
@@ -698,7 +681,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
         /* An enqueue the driver refuses. */
         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "the driver refused the enqueue", 0);
         make_probe_buffers(c, &p, 6);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, unknown_root, LEN(unknown_root), false);
         ck_assert_str_eq(cube_error_reason(expect_root(u, unknown_root, LEN(unknown_root))),
                          "the driver refused the enqueue");
@@ -733,8 +716,10 @@ static void run_hops(cube_client *c, hops *h)
         h->wb = filled(c, h->pattern, BYTES);
         h->wc = filled(c, h->pattern, BYTES);
         launch_refused(c, over(h->fill, &h->a, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(h->hop_b, (cube_handle[]) { h->a, h->b, h->wb }, hop_io, 3), NULL, 0);
-        launch(c, over(h->hop_c, (cube_handle[]) { h->b, h->cc, h->wc }, hop_io, 3), NULL, 0);
+        test_launch_u32(c,
+                        over(h->hop_b, (cube_handle[]) { h->a, h->b, h->wb }, hop_io, 3), NULL, 0);
+        test_launch_u32(c,
+                        over(h->hop_c, (cube_handle[]) { h->b, h->cc, h->wc }, hop_io, 3), NULL, 0);
         ck_ok(cube_sync(c, NULL, 0));
 }
 
@@ -773,7 +758,7 @@ START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
         hin = filled(c, in, BYTES);
         hout = filled(c, h.pattern, BYTES);
         hw = filled(c, h.pattern, BYTES);
-        launch(c, over(h.hop_b, (cube_handle[]) { hin, hout, hw }, hop_io, 3), NULL, 0);
+        test_launch_u32(c, over(h.hop_b, (cube_handle[]) { hin, hout, hw }, hop_io, 3), NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = in[i] + 1u;
         expect_bytes(c, &hout, want);
@@ -824,7 +809,8 @@ START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
                 p[i] = buffer(c, BYTES);
         launch_refused(c, over(fill, &p[0], NULL, 1), CUBE_RESOURCE_CUBE_DIM);
         for (size_t i = 1; i < LEN(p); i++)
-                launch(c, over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
+                test_launch_u32(c,
+                                over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
 
         /* 18 skips: the 16 newest are kept, newest first, and a note says
          * how many older ones were dropped. */
@@ -878,7 +864,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
 
         /* A declared output is not read, so its claim does not stop the
          * launch, which writes it whole. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
         ck_assert_uint_eq(live_failures(c), 0);
@@ -887,7 +873,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
          * output's claim. */
         launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_UNITS);
-        launch(c, over(k, (cube_handle[]) { in, out }, NULL, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, NULL, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         ck_assert_uint_gt(cube_error_failure(u), f);
         expect_claims(u, 1, 1);
@@ -896,7 +882,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         cube_error_free(u);
 
         /* Declared again, it is repaired. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
         ck_assert_uint_eq(live_failures(c), 0);
@@ -969,7 +955,7 @@ static double linger_rate(cube_client *c, uint64_t k)
         for (uint32_t kilo = 1u << 12;; kilo *= 4) {
                 const uint32_t scalars[3] = { 0, 0, kilo };
                 long t0 = now_ms();
-                launch(c, (cube_launch) {
+                test_launch_u32(c, (cube_launch) {
                         .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                         .buffers = &scratch, .io = io, .n_buffers = 1,
                 }, scalars, 3);
@@ -994,7 +980,7 @@ static void launch_linger(cube_client *c, uint64_t k, const cube_handle *out, ui
                         (uint32_t) (linger_rate(c, k) * ms * 1.5) + 1 : 0;
         const uint32_t scalars[3] = { ms, fault, kilo };
 
-        launch(c, (cube_launch) {
+        test_launch_u32(c, (cube_launch) {
                 .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                 .buffers = out, .io = io, .n_buffers = 1, .mode = mode,
         }, scalars, 3);
@@ -1080,7 +1066,7 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         next = filled(c, pattern, BYTES);
 
         inject(c, CUBE_FAULT_TEARDOWN, CUBE_SERVER_TORN_DOWN, "", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_int_eq(cube_error_kind_of(cube_error_source(u)), CUBE_SERVER_TORN_DOWN);
@@ -1093,7 +1079,7 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         ck_assert(!status_of(D.socket).poisoned);
 
         /* It strikes once: the next launch runs. */
-        launch(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
         expect_bytes(c, &next, want);
         ck_assert_uint_eq(live_failures(c), 1);
         cube_disconnect(c);
@@ -1123,7 +1109,7 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
 
         l = over(hop, (cube_handle[]) { in, out, w }, hop_io, 3);
         l.dynamic_count = &hcount;
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         ck_ok(cube_sync(c, NULL, 0));
         expect_bytes(c, &w, pattern);
         u = only_failure(c, &out, 1);
@@ -1136,7 +1122,7 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
         /* With the count and the output written, the same launch runs. */
         ck_ok(cube_write(c, &hcount, count, sizeof(count)));
         ck_ok(cube_write(c, &out, pattern, BYTES));
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = data[i] + 1u;
         memcpy(witness, pattern, sizeof(witness));
@@ -1191,7 +1177,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         l = over(twin, (cube_handle[]) { in, tainted, clean }, twin_io, 3);
         for (size_t z = 0; z < LEN(zeros); z++) {
                 memcpy(l.cube_count, zeros[z], sizeof(zeros[z]));
-                launch(c, l, NULL, 0);
+                test_launch_u32(c, l, NULL, 0);
                 snprintf(what, sizeof(what), "a static count of (%u, %u, %u)", zeros[z][0],
                          zeros[z][1], zeros[z][2]);
                 expect_unchanged(c, &tainted, f, &clean, pattern, what);
@@ -1199,7 +1185,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         l.dynamic_count = &hcount;
         for (size_t z = 0; z < LEN(zeros); z++) {
                 ck_ok(cube_write(c, &hcount, zeros[z], sizeof(zeros[z])));
-                launch(c, l, NULL, 0);
+                test_launch_u32(c, l, NULL, 0);
                 snprintf(what, sizeof(what), "a dynamic count of (%u, %u, %u)", zeros[z][0],
                          zeros[z][1], zeros[z][2]);
                 expect_unchanged(c, &tainted, f, &clean, pattern, what);
@@ -1209,7 +1195,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         ck_ok(cube_write(c, &tainted, pattern, BYTES));
         l.dynamic_count = NULL;
         memcpy(l.cube_count, (uint32_t[3]) { N / 64, 1, 1 }, sizeof(l.cube_count));
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = data[i] + 1u;
         expect_bytes(c, &tainted, want);
@@ -1341,7 +1327,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
 
         inject(c, CUBE_FAULT_COMPILE, CUBE_COMPILATION_GENERIC, "no such intrinsic on this target",
                0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_str_eq(cube_error_reason(expect_root(u, compile_root, LEN(compile_root))),
@@ -1354,7 +1340,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
         /* A kernel that panicked while expanding is a defect, not a refusal. */
         inject(c, CUBE_FAULT_COMPILE, CUBE_COMPILATION_EXPANSION_PANICKED, "an assertion failed",
                0);
-        launch(c, over(fill, &other, NULL, 1), (uint32_t[]) { 1 }, 1);
+        test_launch_u32(c, over(fill, &other, NULL, 1), (uint32_t[]) { 1 }, 1);
         u = only_failure(c, &other, 1);
         expect_root(u, panicked, LEN(panicked));
         ck_assert(!cube_error_is_refusal(u));
@@ -1456,7 +1442,7 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         k = kernel(c, test_affine_source, "affine");
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, (cube_handle[]) { in, out }, 2));
         expect_bytes(c, &in, data);
         expect_bytes(c, &out, want);
@@ -1494,11 +1480,11 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         /* Launch by launch: the first workflow fails at its first kernel. */
         launch_refused(c, over(k, (cube_handle[]) { in1, t[0] }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(k, (cube_handle[]) { in2, u[0] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[0], t[1] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[0], u[1] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[1], t[2] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[1], u[2] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in2, u[0] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { t[0], t[1] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { u[0], u[1] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { t[1], t[2] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { u[1], u[2] }, test_affine_io, 2), NULL, 0);
 
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(test_affine(test_affine(d2[i])));
@@ -1557,12 +1543,14 @@ START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
                         break;
                 case 1:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "the device faulted", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
+                        test_launch_u32(c,
+                                        over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 default:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_DEVICE_POISONED,
                                "an illegal address", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
+                        test_launch_u32(c,
+                                        over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 }
         }
@@ -1669,7 +1657,7 @@ START_TEST(cubectl_failures_lists_every_live_failure)
         fill_pattern(pattern, N);
         w = filled(c, pattern, BYTES);
         launch_refused(c, over(fill, &a, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(hop, (cube_handle[]) { a, b, w }, hop_io, 3), NULL, 0);
+        test_launch_u32(c, over(hop, (cube_handle[]) { a, b, w }, hop_io, 3), NULL, 0);
         launch_refused(c, over(fill, &z, NULL, 1), CUBE_RESOURCE_UNITS);
         ck_ok(cube_sync(c, NULL, 0));
         ck_ok(cube_daemon_failures(c, &v, &n));
@@ -1797,13 +1785,13 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         /* Compiled, and run once on good input. */
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, &out, 1));
 
         launch_linger(c, k, &scratch, 200, false, CUBE_LAUNCH_EXECUTE);
         inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "the input never arrived", 0);
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
 
         /* out was computed from bytes that were never there: it carries the
          * write's own failure, one hop on, as a skipped launch's would. */
@@ -1823,7 +1811,7 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 
         /* A good write and launch repair both. */
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(back[i], test_affine(fresh[i]));
@@ -1931,7 +1919,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "the compiler was killed", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         ck_assert_str_eq(cube_error_reason(expect_root(u, defect, LEN(defect))),
                          "the compiler was killed");
@@ -1941,7 +1929,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
         ck_assert_str_eq(kernel_state(c, "affine"), "failed");
 
         /* The next launch compiles it again, and it runs. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(back[i], test_affine(data[i]));
@@ -1963,7 +1951,7 @@ START_TEST(a_device_fault_injected_late_poisons_the_device)
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
         inject(c, CUBE_FAULT_DEVICE_LAUNCH, CUBE_DEVICE_POISON, "a late sticky fault", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         e = cube_sync(c, NULL, 0);
         ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
                       e ? cube_error_message(e) : "ok");
@@ -1997,7 +1985,7 @@ START_TEST(a_missing_compiler_is_no_refusal)
         uint64_t k = kernel(c, fill_source, "fill");
         out = buffer(c, BYTES);
         for (int attempt = 0; attempt < 2; attempt++) {
-                launch(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
+                test_launch_u32(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
                 ck_ok(cube_sync(c, NULL, 0));
                 u = cube_check(c, &out, 1);
                 expect_several(u, 1);

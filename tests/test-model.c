@@ -81,21 +81,12 @@ static void launch(cube_client *c, uint64_t k, const cube_handle *bufs, const cu
                    size_t n, uint32_t units, const uint32_t *scalars, size_t n_scalars,
                    cube_launch_mode mode)
 {
-        cube_info *info = cube_info_new();
         cube_launch l = {
                 .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { units, 1, 1 },
                 .buffers = bufs, .io = io, .n_buffers = n, .mode = mode,
         };
 
-        ck_assert_ptr_nonnull(info);
-        for (size_t i = 0; i < n_scalars; i++)
-                ck_assert_int_eq(cube_info_u32(info, scalars[i]), 0);
-        for (size_t i = 0; i < n; i++)
-                ck_assert_int_eq(cube_info_buffer_len(info, (uint32_t) (cube_handle_len(&bufs[i]) /
-                                                                      sizeof(uint32_t))), 0);
-        l.info = info;
-        ck_ok(cube_launch_kernel(c, &l));
-        cube_info_free(info);
+        test_launch_u32(c, l, scalars, n_scalars);
 }
 
 static void launch_affine(cube_client *c, uint64_t k, cube_handle in, cube_handle out)
