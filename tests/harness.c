@@ -35,7 +35,7 @@ static long now_ms(void)
         return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int timeout_multiplier(void)
+int test_timeout_multiplier(void)
 {
         const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
         int v = m ? atoi(m) : 1;
@@ -131,7 +131,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
                 _exit(127);
         }
 
-        deadline = now_ms() + 10000L * timeout_multiplier();
+        deadline = now_ms() + 10000L * test_timeout_multiplier();
         for (;;) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
                 long left = deadline - now_ms();
@@ -285,7 +285,7 @@ int test_daemon_stop(test_daemon *d, int timeout_ms)
         if (d->pid <= 0)
                 return -1;
         kill(d->pid, SIGTERM);
-        deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
         for (;;) {
                 pid_t p = waitpid(d->pid, &status, WNOHANG);
                 if (p == d->pid) {
@@ -375,7 +375,7 @@ int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms)
 {
         struct rbuf *b = rbuf_of(fd);
         cube__limits lim;
-        long deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        long deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
 
         cube__limits_client_default(&lim);
         msgpack_unpacked_init(up);
@@ -552,7 +552,7 @@ long test_now_ms(void)
 
 int test_scaled_ms(int ms)
 {
-        return ms * timeout_multiplier();
+        return ms * test_timeout_multiplier();
 }
 
 /* A figure from /proc/PID/status, in its own unit. */
@@ -692,7 +692,7 @@ int hear(int fd, int timeout_ms)
 /* The child's exit status, or -1 when it did not end normally in time. */
 int nobody_finish(nobody *n)
 {
-        long deadline = now_ms() + (long) 20000 * timeout_multiplier();
+        long deadline = now_ms() + (long) 20000 * test_timeout_multiplier();
         int status;
 
         close(n->to_child);
@@ -736,7 +736,7 @@ cube_status status_of(const char *socket)
 
 bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms)
 {
-        long deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        long deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
 
         for (;;) {
                 cube_status st = status_of(socket);

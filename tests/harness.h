@@ -97,6 +97,9 @@ void raw_send_request_u64(int fd, uint32_t msgid, const char *method, const uint
 /* A monotonic clock in milliseconds, and ms scaled by CUBE_TEST_TIMEOUT_MULT. */
 long test_now_ms(void);
 int test_scaled_ms(int ms);
+/* CUBE_TEST_TIMEOUT_MULT, at least 1: how many times slower this build may
+ * be (a sanitizer's). */
+int test_timeout_multiplier(void);
 /* The daemon's resident memory (VmRSS), its open descriptors and its
  * mappings, from /proc; -1 when they cannot be read. */
 long test_rss_kib(pid_t pid);

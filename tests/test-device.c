@@ -44,14 +44,6 @@ static const char evil_source[] =
         "                out[i] = 0xdeadbeefu;\n"
         "}\n";
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
 {
         uint64_t id;
@@ -156,10 +148,10 @@ static void launch_and_expect_poison(cube_client *c, uint64_t k, const char *ent
         ck_ok(cube_empty(c, N * sizeof(uint32_t), &out));
         launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_EXECUTE);
         e = cube_sync(c, NULL, 0);
-        long took = now_ms() - t0;
+        long took = test_now_ms() - t0;
         ck_assert_msg(e != NULL, "the sync after %s succeeded", entry);
         ck_assert_msg(cube_error_is_device_poisoned(e), "not poisoned: %s", cube_error_message(e));
         ck_assert_msg(strstr(cube_error_message(e), entry) && strstr(cube_error_message(e), what),
@@ -296,8 +288,8 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
         cube_disconnect(c);
 
         /* Once every session was told, the policy starts a fresh device. */
-        deadline = now_ms() + 15000;
-        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+        deadline = test_now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && test_now_ms() < deadline)
                 usleep(50 * 1000);
         ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
         ck_ok(cube_connect(d.socket, "after", &c));
@@ -343,8 +335,8 @@ static void expect_fault_poisons_then_reinit(const char *source, const char *ent
         ck_ok(cube_connect(d.socket, entry, &c));
         launch_and_expect_poison(c, register_kernel(c, source, entry), entry, what, 10000);
         cube_disconnect(c);
-        deadline = now_ms() + 15000;
-        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+        deadline = test_now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && test_now_ms() < deadline)
                 usleep(50 * 1000);
         ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
         ck_ok(cube_connect(d.socket, "after", &c));
@@ -444,27 +436,27 @@ START_TEST(a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_
         uint64_t k = register_kernel(c, source, "bomb");
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
 
         /* While it compiles, another session is served at once. */
         for (int i = 0; i < 10; i++) {
                 uint32_t data[64], back[64];
                 cube_handle h;
-                long s0 = now_ms();
+                long s0 = test_now_ms();
                 fill_random(data, sizeof(data), (uint64_t) i);
                 ck_ok(cube_create(other, data, sizeof(data), &h));
                 ck_ok(cube_read(other, &h, back, sizeof(back)));
                 ck_assert(memcmp(data, back, sizeof(data)) == 0);
                 ck_ok(cube_free(other, &h));
                 ck_assert(!status_of(d.socket).poisoned);
-                ck_assert_msg(now_ms() - s0 < 1000, "a round trip took %ld ms during the compile",
-                              now_ms() - s0);
+                ck_assert_msg(test_now_ms() - s0 < 1000, "a round trip took %ld ms during the "
+                              "compile", test_now_ms() - s0);
                 usleep(100 * 1000);
         }
 
         const cube_error *root = root_of_read(c, &bufs[1], &e);
-        long took = now_ms() - t0;
+        long took = test_now_ms() - t0;
         ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC, "not a compilation "
                       "error: %s", cube_error_message(e));
         ck_assert_msg(strstr(cube_error_reason(root), "limit"), "%s", cube_error_reason(root));

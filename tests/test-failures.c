@@ -167,14 +167,6 @@ static const cube_error_kind compile_root[] = {
         CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR, CUBE_COMPILATION_GENERIC,
 };
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static cube_client *connect_as(const char *name)
 {
         cube_client *c;
@@ -954,13 +946,13 @@ static double linger_rate(cube_client *c, uint64_t k)
         cube_handle scratch = buffer(c, 16);
         for (uint32_t kilo = 1u << 12;; kilo *= 4) {
                 const uint32_t scalars[3] = { 0, 0, kilo };
-                long t0 = now_ms();
+                long t0 = test_now_ms();
                 test_launch_u32(c, (cube_launch) {
                         .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                         .buffers = &scratch, .io = io, .n_buffers = 1,
                 }, scalars, 3);
                 ck_ok(cube_sync(c, &scratch, 1));
-                long took = now_ms() - t0;
+                long took = test_now_ms() - t0;
                 if (took >= 100 || kilo >= (1u << 28)) {
                         rate = (double) kilo / (double) (took > 0 ? took : 1);
                         break;
@@ -988,8 +980,7 @@ static void launch_linger(cube_client *c, uint64_t k, const cube_handle *out, ui
 
 START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
 {
-        const char *mult = getenv("CUBE_TEST_TIMEOUT_MULT");
-        uint32_t ms = 1000 * (uint32_t) (mult && atoi(mult) > 0 ? atoi(mult) : 1);
+        uint32_t ms = (uint32_t) test_scaled_ms(1000);
         cube_client *c = connect_as("instant");
         uint64_t k = kernel(c, linger_source, "linger");
         cube_handle out = buffer(c, 16), late = buffer(c, 16);
@@ -1002,12 +993,12 @@ START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
         ck_ok(cube_sync(c, NULL, 0));
         ck_assert_str_eq(kernel_state(c, "linger"), "compiled");
 
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_linger(c, k, &out, ms, false, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_check(c, &out, 1));
-        t1 = now_ms();
+        t1 = test_now_ms();
         ck_ok(cube_sync(c, &out, 1));
-        t2 = now_ms();
+        t2 = test_now_ms();
         ck_assert_msg(t1 - t0 < (long) ms / 2, "check took %ld ms behind a %u ms kernel", t1 - t0,
                       ms);
         ck_assert_msg(t2 - t0 >= (long) ms, "sync returned after %ld ms, before the %u ms kernel "
@@ -1018,10 +1009,10 @@ START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
         /* A kernel that faults late: check, right after the launch, sees only
          * the claims, which are clean; sync waits for the device and meets
          * the fault. */
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_linger(c, k, &late, ms, true, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_check(c, &late, 1));
-        t1 = now_ms();
+        t1 = test_now_ms();
         ck_assert_msg(t1 - t0 < (long) ms / 2, "check took %ld ms behind a %u ms kernel", t1 - t0,
                       ms);
         e = cube_sync(c, NULL, 0);

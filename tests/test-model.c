@@ -36,14 +36,6 @@
 /* A reservation failure has no reason field: its label rides in the size. */
 #define ALLOC_CODE_BASE (1ull << 40)
 
-static int timeout_multiplier(void)
-{
-        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
-        int v = m ? atoi(m) : 1;
-
-        return v > 0 ? v : 1;
-}
-
 /* ---------------------------------------------------------------------------
  * Kernels
  * ------------------------------------------------------------------------- */
@@ -661,7 +653,7 @@ static void fixed_start(fixed *f, const char *name)
         precompile(f->c, f->affine_k, f->nap_k);
         cube_stream_set(1);
         ck_ok(cube_empty(f->c, BYTES, &f->scratch));
-        f->nap_us = 100000u * (uint32_t) timeout_multiplier();
+        f->nap_us = 100000u * (uint32_t) test_timeout_multiplier();
 }
 
 static void fixed_stop(fixed *f)
@@ -845,7 +837,7 @@ static Suite *model_suite(void)
         Suite *s = suite_create("model");
         TCase *orderings = tcase_create("orderings");
         TCase *random = tcase_create("random");
-        int mult = timeout_multiplier();
+        int mult = test_timeout_multiplier();
 
         tcase_add_checked_fixture(orderings, test_start_with_faults, test_stop_clean);
         tcase_set_timeout(orderings, 60.0 * mult);

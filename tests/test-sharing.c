@@ -33,23 +33,6 @@
 
 #define NOBODY 65534
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits scale with $CUBE_TEST_TIMEOUT_MULT (sanitizer builds are slower). */
-static int scaled(int ms)
-{
-        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
-        int v = m ? atoi(m) : 1;
-
-        return ms * (v > 0 ? v : 1);
-}
-
 static void start(const char *const *args)
 {
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
@@ -193,10 +176,10 @@ static uint64_t spin_rounds_for(cube_client *c, uint64_t kernel, const cube_hand
         launch_spin(c, kernel, out, 1);         /* compiles it */
         ck_ok(cube_sync(c, out, 1));
         for (;;) {
-                long t0 = now_ms();
+                long t0 = test_now_ms();
                 launch_spin(c, kernel, out, n);
                 ck_ok(cube_sync(c, out, 1));
-                long took = now_ms() - t0;
+                long took = test_now_ms() - t0;
                 if (took >= 40 || n >= (1ull << 40))
                         return (uint64_t) ((double) n * ms / (double) (took > 0 ? took : 1));
                 n *= 4;
@@ -351,7 +334,7 @@ static int open_fds(pid_t pid, char *list, size_t cap)
  * test fails with its exit status (its own message is on stderr). */
 static void await_holding(nobody *n)
 {
-        int said = hear(n->from_child, scaled(10000));
+        int said = hear(n->from_child, test_scaled_ms(10000));
 
         if (said != 'h')
                 ck_abort_msg("nobody stopped before holding its sessions (exit status %d)",
@@ -408,14 +391,14 @@ static cube_client *connect_and_use(const char *socket)
  * daemon notices an end when it reads it, a moment later). */
 static cube_client *connect_when_free(const char *socket)
 {
-        long deadline = now_ms() + scaled(5000);
+        long deadline = test_now_ms() + test_scaled_ms(5000);
 
         for (;;) {
                 cube_client *c;
                 cube_error *e = cube_connect(socket, "nobody", &c);
                 if (!e)
                         return c;
-                if (now_ms() > deadline) {
+                if (test_now_ms() > deadline) {
                         dprintf(2, "no place came free: %s\n", cube_error_message(e));
                         cube_error_free(e);
                         return NULL;
@@ -500,7 +483,7 @@ static _Noreturn void stress_client(int index, bool victim, uint64_t seed, int r
         uint64_t rng = (seed ^ (uint64_t) index * 0x9e3779b97f4a7c15ull) | 1, kernel;
         uint32_t k = (uint32_t) index * 7 + 3;
         stress_report r = { (uint8_t) index, 0 };
-        long give_up = now_ms() + 60000;
+        long give_up = test_now_ms() + 60000;
         unsigned char hold_data[STRESS_HOLD];
         cube_client *c;
         cube_handle hold;
@@ -516,7 +499,7 @@ static _Noreturn void stress_client(int index, bool victim, uint64_t seed, int r
         }
         for (int round = 0; ok && (victim || round < STRESS_ROUNDS); round++) {
                 ok = stress_round(c, kernel, k, &rng, index);
-                if (victim && now_ms() > give_up)
+                if (victim && test_now_ms() > give_up)
                         _exit(3);               /* never killed: the test has failed */
         }
         if (victim)
@@ -553,10 +536,10 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         start(NULL);
         /* The baseline is the listener alone: the connection start() made to
          * see the daemon ready may not be closed on its side yet. */
-        for (long settle = now_ms() + scaled(5000);; usleep(10000)) {
+        for (long settle = test_now_ms() + test_scaled_ms(5000);; usleep(10000)) {
                 baseline = open_fds(D.pid, before, sizeof(before));
                 const char *sock = strstr(before, "socket:");
-                if (!sock || !strstr(sock + 1, "socket:") || now_ms() > settle)
+                if (!sock || !strstr(sock + 1, "socket:") || test_now_ms() > settle)
                         break;
         }
 
@@ -589,7 +572,7 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
 
         ck_assert_int_eq(pipe(report), 0);
         ck_assert_int_eq(pipe(release), 0);
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         for (int i = 0; i < STRESS_CLIENTS; i++) {
                 pids[i] = fork();
                 ck_assert_int_ge(pids[i], 0);
@@ -609,17 +592,17 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
                                 ck_assert_int_eq(kill(pids[i], SIGKILL), 0);
                                 kill_at[i] = -1;
                         }
-                long wait = t0 + ms + 5 - now_ms();
+                long wait = t0 + ms + 5 - test_now_ms();
                 if (wait > 0)
                         usleep((useconds_t) wait * 1000);
         }
 
         /* Every survivor reports, once, that all its results were right. */
-        long deadline = now_ms() + scaled(45000);
+        long deadline = test_now_ms() + test_scaled_ms(45000);
         while (survivors < STRESS_CLIENTS - STRESS_VICTIMS) {
                 stress_report r;
                 struct pollfd p = { .fd = report[0], .events = POLLIN };
-                long left = deadline - now_ms();
+                long left = deadline - test_now_ms();
 
                 ck_assert_msg(left > 0 && poll(&p, 1, (int) left) == 1,
                               "only %d of %d survivors reported", survivors,
@@ -657,8 +640,9 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         ck_assert(wait_memory_in_use(D.socket, 0, 10000));
 
         /* Every connection is closed: the daemon holds what it held at first. */
-        deadline = now_ms() + scaled(5000);
-        while ((fds = open_fds(D.pid, after, sizeof(after))) != baseline && now_ms() < deadline)
+        deadline = test_now_ms() + test_scaled_ms(5000);
+        while ((fds = open_fds(D.pid, after, sizeof(after))) != baseline &&
+               test_now_ms() < deadline)
                 usleep(10000);
         ck_assert_msg(fds == baseline, "the daemon had open %s\nit has %s", before, after);
         test_stop_clean();
@@ -751,10 +735,10 @@ static void *side_thread(void *arg)
         cube_stream_set(2);
         fill_random(data, sizeof(data), 99);
         usleep(50000);
-        w->began = now_ms();
+        w->began = test_now_ms();
         if (!(w->e = cube_write(w->c, &w->h, data, sizeof(data))))
                 w->e = cube_read(w->c, &w->h, back, sizeof(back));
-        w->ended = now_ms();
+        w->ended = test_now_ms();
         w->right = !w->e && memcmp(data, back, sizeof(data)) == 0;
         return NULL;
 }
@@ -774,14 +758,14 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
         cube_stream_set(1);
         ck_ok(cube_create(c, zero, 8, &spin_out));
         ck_ok(cube_create(c, zero, sizeof(zero), &w.h));
-        rounds = spin_rounds_for(c, kernel, &spin_out, scaled(400));
+        rounds = spin_rounds_for(c, kernel, &spin_out, test_scaled_ms(400));
 
         w.c = c;
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         launch_spin(c, kernel, &spin_out, rounds);
         ck_assert_int_eq(pthread_create(&t, NULL, side_thread, &w), 0);
         ck_ok(cube_sync(c, &spin_out, 1));
-        long kernel_ms = now_ms() - t0;
+        long kernel_ms = test_now_ms() - t0;
         pthread_join(t, NULL);
         ck_assert_msg(!w.e, "the side work failed: %s", w.e ? cube_error_message(w.e) : "");
         ck_assert_msg(w.right, "the side work read back other bytes");
@@ -790,7 +774,7 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
                 w.ended - w.began, kernel_ms);
         /* The kernel ran long enough for the comparison to mean something,
          * and the side work finished well inside it. */
-        ck_assert_msg(kernel_ms >= scaled(200), "the kernel took only %ld ms", kernel_ms);
+        ck_assert_msg(kernel_ms >= test_scaled_ms(200), "the kernel took only %ld ms", kernel_ms);
         ck_assert_msg(w.ended - w.began < kernel_ms / 4,
                       "a write and read on another stream took %ld ms beside a %ld ms kernel",
                       w.ended - w.began, kernel_ms);
@@ -1401,21 +1385,21 @@ static void flood_and_watch(size_t count, size_t size, uint64_t most_pending)
         cube_stream_set(1);
         ck_ok(cube_empty(f.c, 8, &f.spin_out));
         ck_ok(cube_empty(f.c, count * size, &f.buf));
-        f.rounds = spin_rounds_for(f.c, f.kernel, &f.spin_out, scaled(300));
+        f.rounds = spin_rounds_for(f.c, f.kernel, &f.spin_out, test_scaled_ms(300));
         atomic_init(&f.done, false);
 
         ck_assert_int_eq(pthread_create(&t, NULL, flood_thread, &f), 0);
-        deadline = now_ms() + scaled(20000);
+        deadline = test_now_ms() + test_scaled_ms(20000);
         while (!atomic_load(&f.done)) {
                 cube_session_info *v;
                 size_t n;
-                long t0 = now_ms();
+                long t0 = test_now_ms();
 
                 ck_assert_msg(t0 < deadline, "the flood did not finish: the client hangs");
                 ck_ok(cube_daemon_sessions(watcher, &v, &n));
                 free(v);
-                if (now_ms() - t0 > slowest)
-                        slowest = now_ms() - t0;
+                if (test_now_ms() - t0 > slowest)
+                        slowest = test_now_ms() - t0;
                 answers++;
                 uint64_t p = stream_pending(watcher, cube_client_session(f.c), 1);
                 if (p > seen_pending)
@@ -1428,8 +1412,8 @@ static void flood_and_watch(size_t count, size_t size, uint64_t most_pending)
         ck_assert_msg(!f.e, "the flood failed: %s", f.e ? cube_error_message(f.e) : "");
         ck_assert_msg(f.right, "the flood's bytes read back different");
         ck_assert_msg(answers >= 5, "only %u answers during the flood", answers);
-        ck_assert_msg(slowest < scaled(250), "sessions took %ld ms to answer during a flood",
-                      slowest);
+        ck_assert_msg(slowest < test_scaled_ms(250), "sessions took %ld ms to answer during a "
+                      "flood", slowest);
         ck_assert_msg(seen_pending >= 2, "the flood was never seen queued (%" PRIu64 ")",
                       seen_pending);
         ck_assert_msg(seen_pending <= most_pending, "the daemon held %" PRIu64 " pieces of the "
@@ -1495,16 +1479,16 @@ static void *fair_flood_thread(void *arg)
 
         cube_stream_set(1);
         cube_info_buffer_len(info, 1);
-        f->began = now_ms();
+        f->began = test_now_ms();
         for (long i = 0; !f->e && i < FAIR_LAUNCHES; i++) {
                 f->e = cube_launch_kernel(f->c, &l);
                 atomic_store(&f->sent, i + 1);
-                if (i % 256 == 0 && now_ms() - f->began > 2000)
+                if (i % 256 == 0 && test_now_ms() - f->began > 2000)
                         break;
         }
         if (!f->e)
                 f->e = cube_sync(f->c, &f->unused, 1);
-        f->synced = now_ms();
+        f->synced = test_now_ms();
         atomic_store(&f->sent, -1);
         cube_info_free(info);
         return NULL;
@@ -1552,10 +1536,10 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
                 usleep(1000);
         ck_assert_msg(sent >= 0, "the flood ended before it was 6000 launches long");
 
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         ck_ok(launch_scale2(b, kernel, &hin, &hout, 1024, 2));
         ck_ok(cube_read(b, &hout, out, sizeof(out)));
-        long b_ms = now_ms() - t0, b_done = now_ms();
+        long b_ms = test_now_ms() - t0, b_done = test_now_ms();
         pending = stream_pending(b, cube_client_session(f.c), 1);
         expect_scaled(out, in, 1024, 2);
 
@@ -1730,7 +1714,7 @@ static _Noreturn void exporter(int to_test)
                 goto fail;
         if (write(to_test, token, 33) != 33)
                 _exit(2);
-        for (long end = now_ms() + 60000; now_ms() < end;) {
+        for (long end = test_now_ms() + 60000; test_now_ms() < end;) {
                 for (int i = 0; i < 4096; i++)
                         in[i] = (uint32_t) next_rand(&rng);
                 cube_stream_set(1 + next_rand(&rng) % 3);
@@ -1768,7 +1752,7 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
         }
         close(pipefd[1]);
         struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
-        ck_assert_int_eq(poll(&p, 1, scaled(10000)), 1);
+        ck_assert_int_eq(poll(&p, 1, test_scaled_ms(10000)), 1);
         ck_assert_int_eq(read(pipefd[0], token, 33), 33);
         close(pipefd[0]);
 
