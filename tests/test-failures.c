@@ -175,14 +175,6 @@ static cube_client *connect_as(const char *name)
         return c;
 }
 
-static uint64_t kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 static cube_handle buffer(cube_client *c, uint64_t size)
 {
         cube_handle h;
@@ -386,7 +378,8 @@ static const char *kernel_state(cube_client *c, const char *entry)
 START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
 {
         cube_client *c = connect_as("ids");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
         cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), x, y;
         cube_failure_info *v;
         uint32_t data[N];
@@ -452,7 +445,7 @@ END_TEST
 START_TEST(a_write_repairs_exactly_the_bytes_it_covers)
 {
         cube_client *c = connect_as("ranges");
-        uint64_t fill = kernel(c, fill_source, "fill"), f;
+        uint64_t fill = test_kernel(c, fill_source, "fill"), f;
         cube_handle h = buffer(c, BYTES), mid = range(&h, 256, 512);
         uint8_t whole[BYTES];
         cube_error *u;
@@ -503,8 +496,9 @@ END_TEST
 START_TEST(disjoint_failures_are_reported_apart_and_one_failure_once)
 {
         cube_client *c = connect_as("disjoint");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
-        uint64_t trio = kernel(c, trio_source, "trio");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
+        uint64_t trio = test_kernel(c, trio_source, "trio");
         cube_handle h = buffer(c, 2 * BYTES), lo = range(&h, 0, BYTES);
         cube_handle hi = range(&h, BYTES, 2 * BYTES);
         cube_handle t[3] = { buffer(c, BYTES), buffer(c, BYTES), buffer(c, BYTES) };
@@ -600,8 +594,8 @@ static cube_error *expect_probe_failed(cube_client *c, const probe_buffers *p,
 START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
 {
         cube_client *c = connect_as("uncompiled");
-        uint64_t probe = kernel(c, probe_source, "probe");
-        uint64_t broken = kernel(c, probe_broken_source, "probe_broken");
+        uint64_t probe = test_kernel(c, probe_source, "probe");
+        uint64_t broken = test_kernel(c, probe_broken_source, "probe_broken");
         probe_buffers p;
         cube_error *u;
 
@@ -641,7 +635,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
         static const cube_error_kind oom_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_OUT_OF_MEMORY };
         static const cube_error_kind unknown_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
         cube_client *c = connect_as("compiled");
-        uint64_t probe = kernel(c, probe_source, "probe");
+        uint64_t probe = test_kernel(c, probe_source, "probe");
         probe_buffers p;
         uint32_t want[N];
         cube_error *u;
@@ -698,9 +692,9 @@ typedef struct hops {
 
 static void run_hops(cube_client *c, hops *h)
 {
-        h->fill = kernel(c, fill_source, "fill");
-        h->hop_b = kernel(c, hop_b_source, "hop_b");
-        h->hop_c = kernel(c, hop_c_source, "hop_c");
+        h->fill = test_kernel(c, fill_source, "fill");
+        h->hop_b = test_kernel(c, hop_b_source, "hop_b");
+        h->hop_c = test_kernel(c, hop_c_source, "hop_c");
         fill_pattern(h->pattern, N);
         h->a = buffer(c, BYTES);
         h->b = filled(c, h->pattern, BYTES);
@@ -790,7 +784,8 @@ END_TEST
 START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
 {
         cube_client *c = connect_as("long-chain");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t pattern[N];
         cube_handle p[19], w;
         cube_error *u;
@@ -836,7 +831,7 @@ END_TEST
 START_TEST(relaunching_into_a_pure_output_repairs_it)
 {
         cube_client *c = connect_as("relaunch");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N];
         cube_handle in, out;
         cube_error *u;
@@ -889,7 +884,8 @@ END_TEST
 START_TEST(read_sync_and_check_report_each_named_failure_once)
 {
         cube_client *c = connect_as("reports");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
         cube_handle m = buffer(c, 3 * BYTES), z;
         cube_handle s0 = range(&m, 0, BYTES), s1 = range(&m, BYTES, 2 * BYTES);
         cube_handle s2 = range(&m, 2 * BYTES, 3 * BYTES);
@@ -982,7 +978,7 @@ START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
 {
         uint32_t ms = (uint32_t) test_scaled_ms(1000);
         cube_client *c = connect_as("instant");
-        uint64_t k = kernel(c, linger_source, "linger");
+        uint64_t k = test_kernel(c, linger_source, "linger");
         cube_handle out = buffer(c, 16), late = buffer(c, 16);
         uint32_t got[4];
         long t0, t1, t2;
@@ -1043,7 +1039,7 @@ END_TEST
 START_TEST(an_abandoned_write_scope_reads_as_torn_down)
 {
         cube_client *c = connect_as("teardown");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N], pattern[N];
         cube_handle in, out, next;
         cube_error *u;
@@ -1081,7 +1077,8 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
 {
         static const uint32_t count[3] = { N / 64, 1, 1 };
         cube_client *c = connect_as("tainted-count");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t data[N], pattern[N], want[N], witness[N];
         cube_handle hcount = buffer(c, sizeof(count)), in, out, w;
         cube_launch l;
@@ -1146,7 +1143,8 @@ START_TEST(a_zero_cube_count_changes_no_claim)
 {
         static const uint32_t zeros[][3] = { { 0, 1, 1 }, { 4, 0, 1 }, { 4, 1, 0 } };
         cube_client *c = connect_as("zero-count");
-        uint64_t fill = kernel(c, fill_source, "fill"), twin = kernel(c, twin_source, "twin");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t twin = test_kernel(c, twin_source, "twin");
         uint32_t data[N], pattern[N], want[N];
         cube_handle in, tainted, clean, hcount;
         char what[64];
@@ -1299,7 +1297,8 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
                 CUBE_COMPILATION_EXPANSION_PANICKED,
         };
         cube_client *c = connect_as("compile");
-        uint64_t k = kernel(c, test_affine_source, "affine"), fill = kernel(c, fill_source, "fill");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
         uint32_t data[N];
         cube_handle in, out, other;
         cube_error *u, *e;
@@ -1432,7 +1431,7 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
                 want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
         out = buffer(c, BYTES);
-        k = kernel(c, test_affine_source, "affine");
+        k = test_kernel(c, test_affine_source, "affine");
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, (cube_handle[]) { in, out }, 2));
         expect_bytes(c, &in, data);
@@ -1452,7 +1451,7 @@ END_TEST
 START_TEST(interleaved_workflows_on_one_stream_stay_apart)
 {
         cube_client *c = connect_as("interleaved");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t d1[N], d2[N], want[N];
         cube_handle in1, in2, t[3], u[3];
         cube_error *r;
@@ -1515,7 +1514,8 @@ static cube_error *read_halves(cube_client *c, const cube_handle *h)
 START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
 {
         cube_client *c = connect_as("predicates");
-        uint64_t fill = kernel(c, fill_source, "fill"), k = kernel(c, test_affine_source, "affine");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         cube_handle h[3], in;
         uint32_t data[N];
         cube_error *e;
@@ -1635,7 +1635,8 @@ START_TEST(cubectl_failures_lists_every_live_failure)
         static const char *const text[] = { "failures", NULL };
         static const char *const json[] = { "--json", "failures", NULL };
         cube_client *c = connect_as("ctl");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), z = buffer(c, BYTES), w;
         cube_failure_info *v;
         uint32_t pattern[N];
@@ -1721,7 +1722,7 @@ END_TEST
  * next on the stream waits ms behind it on the device. */
 static uint64_t slow_stream(cube_client *c, cube_handle *ret_scratch)
 {
-        uint64_t k = kernel(c, linger_source, "linger");
+        uint64_t k = test_kernel(c, linger_source, "linger");
 
         *ret_scratch = buffer(c, 16);
         launch_linger(c, k, ret_scratch, 0, false, CUBE_LAUNCH_EXECUTE);
@@ -1764,7 +1765,7 @@ END_TEST
 START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 {
         cube_client *c = connect_as("late-launch");
-        uint64_t aff = kernel(c, test_affine_source, "affine");
+        uint64_t aff = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], fresh[N], back[N];
         cube_handle in, out, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1872,7 +1873,7 @@ END_TEST
 START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
 {
         cube_client *c = connect_as("late-reservation");
-        uint64_t fill = kernel(c, fill_source, "fill");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
         uint8_t byte = 7;
         cube_handle h, first;
         cube_error *u;
@@ -1901,7 +1902,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
         cube_client *c = connect_as("defect");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], back[N];
         cube_handle in, out;
         cube_error *u;
@@ -1932,7 +1933,7 @@ END_TEST
 START_TEST(a_device_fault_injected_late_poisons_the_device)
 {
         cube_client *c = connect_as("late-poison");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N];
         cube_handle in, out;
         cube_status st;
@@ -1973,7 +1974,7 @@ START_TEST(a_missing_compiler_is_no_refusal)
         setenv("PATH", saved, 1);
         free(saved);
         ck_ok(cube_connect(d.socket, "no-cc", &c));
-        uint64_t k = kernel(c, fill_source, "fill");
+        uint64_t k = test_kernel(c, fill_source, "fill");
         out = buffer(c, BYTES);
         for (int attempt = 0; attempt < 2; attempt++) {
                 test_launch_u32(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);

@@ -59,14 +59,6 @@ static const char nap_source[] =
 
 static const cube_buffer_io nap_io[1] = { CUBE_BUFFER_WRITE_ONLY };
 
-static uint64_t kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 /* Sends a launch of k over bufs on the current stream: the u32 scalars
  * given, then each buffer's length in u32 elements. */
 static void launch(cube_client *c, uint64_t k, const cube_handle *bufs, const cube_buffer_io *io,
@@ -605,8 +597,8 @@ START_TEST(random_sequences_agree_with_the_model)
                 first + count);
 
         ck_ok(cube_connect(D.socket, "model", &r.c));
-        r.affine_k = kernel(r.c, test_affine_source, "affine");
-        r.nap_k = kernel(r.c, nap_source, "nap");
+        r.affine_k = test_kernel(r.c, test_affine_source, "affine");
+        r.nap_k = test_kernel(r.c, nap_source, "nap");
         precompile(r.c, r.affine_k, r.nap_k);
         for (uint64_t s = 0; s < 2; s++) {
                 cube_stream_set(s + 1);
@@ -648,8 +640,8 @@ typedef struct fixed {
 static void fixed_start(fixed *f, const char *name)
 {
         ck_ok(cube_connect(D.socket, name, &f->c));
-        f->affine_k = kernel(f->c, test_affine_source, "affine");
-        f->nap_k = kernel(f->c, nap_source, "nap");
+        f->affine_k = test_kernel(f->c, test_affine_source, "affine");
+        f->nap_k = test_kernel(f->c, nap_source, "nap");
         precompile(f->c, f->affine_k, f->nap_k);
         cube_stream_set(1);
         ck_ok(cube_empty(f->c, BYTES, &f->scratch));

@@ -106,14 +106,6 @@ static const char nop_source[] =
         "        (void) unused;\n"
         "}\n";
 
-static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 /* A scale2 launch over n elements. Returns the library's own verdict, so
  * that forked clients, which must not use Check, can call it too. */
 static cube_error *launch_scale2(cube_client *c, uint64_t kernel, const cube_handle *in,
@@ -546,7 +538,7 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         /* Compile the kernel once, so that no client waits for the compiler. */
         fill_words(in, 256, 1);
         ck_ok(cube_connect(D.socket, "warm", &c));
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         ck_ok(cube_create(c, in, sizeof(in), &hin));
         ck_ok(cube_empty(c, sizeof(out), &hout));
         ck_ok(launch_scale2(c, kernel, &hin, &hout, 256, 1));
@@ -684,7 +676,7 @@ START_TEST(work_on_another_stream_sees_what_came_before_it)
 
         /* A kernel on A writes mid; a kernel on B reads it, and a read on B
          * sees it too. */
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         cube_stream_set(1);
         ck_ok(cube_empty(c, n, &mid));
         ck_ok(cube_empty(c, n, &out));
@@ -754,7 +746,7 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
 
         start(NULL);
         ck_ok(cube_connect(D.socket, "concurrent", &c));
-        kernel = register_kernel(c, spin_source, "spin");
+        kernel = test_kernel(c, spin_source, "spin");
         cube_stream_set(1);
         ck_ok(cube_create(c, zero, 8, &spin_out));
         ck_ok(cube_create(c, zero, sizeof(zero), &w.h));
@@ -801,9 +793,9 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         memset(pattern, 0xa5, sizeof(pattern));
         ck_ok(cube_connect(D.socket, "a", &a));
         ck_ok(cube_connect(D.socket, "b", &b));
-        ka = register_kernel(a, scale2_source, "scale2");
-        kb = register_kernel(b, scale2_source, "scale2");
-        kt = register_kernel(b, twin_source, "twin");
+        ka = test_kernel(a, scale2_source, "scale2");
+        kb = test_kernel(b, scale2_source, "scale2");
+        kt = test_kernel(b, twin_source, "twin");
         ck_ok(cube_create(a, da, sizeof(da), &ha));
         ck_ok(cube_create(b, db, sizeof(db), &hb));
         ck_ok(cube_create(b, pattern, sizeof(pattern), &hout));
@@ -892,7 +884,7 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         expect_bytes(b, &hb, dbytes, sizeof(dbytes));
 
         /* A launch that would write a read-only import is refused. */
-        kernel = register_kernel(b, scale2_source, "scale2");
+        kernel = test_kernel(b, scale2_source, "scale2");
         ck_ok(cube_import(b, token, true, &hr2));
         ck_ok(cube_create(b, dx, sizeof(dx), &hin));
         ck_ok(launch_scale2(b, kernel, &hin, &hr2, N, 1));
@@ -972,7 +964,7 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
         cube_region_free(b, region);
 
         /* A launch declaring it written. */
-        kernel = register_kernel(b, scale2_source, "scale2");
+        kernel = test_kernel(b, scale2_source, "scale2");
         ck_ok(cube_create(b, other, sizeof(other), &hin));
         for (int i = 0; i < 2; i++) {
                 cube_handle bufs[2] = { hin, hr };
@@ -1293,7 +1285,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
 
         start(args);
         ck_ok(cube_connect(D.socket, "streams", &c));
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         for (int i = 0; i < 5; i++) {
                 fill_words(data[i], 256, 40 + (uint64_t) i);
                 cube_stream_set(1 + (uint64_t) i);
@@ -1381,7 +1373,7 @@ static void flood_and_watch(size_t count, size_t size, uint64_t most_pending)
 
         ck_ok(cube_connect(D.socket, "flood", &f.c));
         ck_ok(cube_connect(D.socket, "watcher", &watcher));
-        f.kernel = register_kernel(f.c, spin_source, "spin");
+        f.kernel = test_kernel(f.c, spin_source, "spin");
         cube_stream_set(1);
         ck_ok(cube_empty(f.c, 8, &f.spin_out));
         ck_ok(cube_empty(f.c, count * size, &f.buf));
@@ -1508,8 +1500,8 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
         start(NULL);
         ck_ok(cube_connect(D.socket, "flooder", &f.c));
         ck_ok(cube_connect(D.socket, "b", &b));
-        f.kernel = register_kernel(f.c, nop_source, "nop");
-        kernel = register_kernel(b, scale2_source, "scale2");
+        f.kernel = test_kernel(f.c, nop_source, "nop");
+        kernel = test_kernel(b, scale2_source, "scale2");
         cube_stream_set(1);
         ck_ok(cube_empty(f.c, 4, &f.unused));
         fill_words(in, 1024, 61);
