@@ -802,6 +802,26 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what)
         cube_error_free(e);
 }
 
+void test_expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
+{
+        void *got = malloc(n ? n : 1);
+
+        ck_assert_uint_eq(cube_handle_len(h), n);
+        ck_ok(cube_read(c, h, got, n));
+        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
+        free(got);
+}
+
+size_t test_live_failures(cube_client *c)
+{
+        cube_failure_info *v;
+        size_t n;
+
+        ck_ok(cube_daemon_failures(c, &v, &n));
+        cube_failures_free(v, n);
+        return n;
+}
+
 /* Decodes the C string literal at *pp (after its opening quote) onto out. */
 static const char *decode_literal(const char *p, const char *end, char **out, size_t *len,
                                   size_t *cap)

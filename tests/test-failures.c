@@ -343,17 +343,6 @@ static void expect_bytes(cube_client *c, const cube_handle *h, const void *want)
         free(got);
 }
 
-/* How many failures the daemon's store still holds. */
-static size_t live_failures(cube_client *c)
-{
-        cube_failure_info *v;
-        size_t n;
-
-        ck_ok(cube_daemon_failures(c, &v, &n));
-        cube_failures_free(v, n);
-        return n;
-}
-
 /* The cache state of kernel entry ("new", "compiled", "failed", ...), in a
  * buffer the next call reuses. */
 static const char *kernel_state(cube_client *c, const char *entry)
@@ -408,7 +397,7 @@ START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
         /* Freeing the only carrier of each frees both failures. */
         ck_ok(cube_free(c, &a));
         ck_ok(cube_free(c, &b));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* The next failure takes a new id, though both before it are gone. */
         x = buffer(c, BYTES);
@@ -423,13 +412,13 @@ START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
         u = only_failure(c, &y, 1);
         expect_unwritten(u, 3, 1, 0);
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         /* Rewriting the last carrier whole frees the failure. */
         fill_random(data, sizeof(data), 1);
         ck_ok(cube_write(c, &y, data, sizeof(data)));
         ck_ok(cube_check(c, &y, 1));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         expect_bytes(c, &y, data);
 
         /* And the next failure is newer than every one before it. */
@@ -483,11 +472,11 @@ START_TEST(a_write_repairs_exactly_the_bytes_it_covers)
         u = only_failure(c, &tail, 1);
         expect_unwritten(u, f, 1, 0);
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         ck_ok(cube_write(c, &tail, whole + 512, BYTES - 512));
         ck_ok(cube_check(c, &h, 1));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         expect_bytes(c, &h, whole);
         cube_disconnect(c);
 }
@@ -540,7 +529,7 @@ START_TEST(disjoint_failures_are_reported_apart_and_one_failure_once)
         expect_claims(u, 1, 0);
         cube_error_free(u);
         ck_ok(cube_check(c, &middle, 1));
-        ck_assert_uint_eq(live_failures(c), 4);
+        ck_assert_uint_eq(test_live_failures(c), 4);
         cube_disconnect(c);
 }
 END_TEST
@@ -625,7 +614,7 @@ START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
                       "the compiler's words are missing: %s", cube_error_message(u));
         cube_error_free(u);
         ck_assert_str_eq(kernel_state(c, "probe_broken"), "failed");
-        ck_assert_uint_eq(live_failures(c), 3);
+        ck_assert_uint_eq(test_live_failures(c), 3);
         cube_disconnect(c);
 }
 END_TEST
@@ -674,7 +663,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
         ck_assert(!cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         cube_disconnect(c);
 }
 END_TEST
@@ -735,7 +724,7 @@ START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
 
         /* The whole path carries that one failure, and nothing else. */
         expect_failures(cube_check(c, (cube_handle[]) { h.a, h.b, h.cc }, 3), &f, 1);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         /* On a clean input the same hop runs and leaves its witness. */
         fill_random(in, sizeof(in), 3);
@@ -854,7 +843,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* Undeclared, it counts as read too: the launch is skipped on its own
          * output's claim. */
@@ -872,7 +861,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -924,7 +913,7 @@ START_TEST(read_sync_and_check_report_each_named_failure_once)
 
         /* A launch failure is not the flush's to report. */
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         free(back);
         cube_disconnect(c);
 }
@@ -1068,7 +1057,7 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         /* It strikes once: the next launch runs. */
         test_launch_u32(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
         expect_bytes(c, &next, want);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
         cube_disconnect(c);
 }
 END_TEST
@@ -1117,7 +1106,7 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
         witness[0] = WITNESS;
         expect_bytes(c, &out, want);
         expect_bytes(c, &w, witness);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1229,7 +1218,7 @@ START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
         next = filled(c, data, BYTES);
         expect_bytes(c, &next, data);
         ck_ok(cube_free(c, &h));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1285,7 +1274,7 @@ START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
         ck_ok(cube_sync(c, &h, 1));
         memcpy(data + 256, part, sizeof(part));
         expect_bytes(c, &h, data);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1336,7 +1325,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
         ck_assert(!cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         cube_disconnect(c);
 }
 END_TEST
@@ -1437,7 +1426,7 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
         expect_bytes(c, &in, data);
         expect_bytes(c, &out, want);
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         ck_assert(!status_of(plain.socket).poisoned);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&plain, 10000), 0);
@@ -1492,7 +1481,7 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         cube_error_free(r);
         expect_failures(cube_check(c, t, 3), &f, 1);
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
         cube_stream_set(0);
         cube_disconnect(c);
 }
@@ -1807,7 +1796,7 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(back[i], test_affine(fresh[i]));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1832,7 +1821,7 @@ START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
         ck_ok(cube_sync(c, &h, 1));
         ck_ok(cube_check(c, &h, 1));
         expect_bytes(c, &h, second);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* Over half of it: the failure lands on the other half alone. */
         cube_handle front = range(&h, 0, BYTES / 2), back = range(&h, BYTES / 2, BYTES);

@@ -98,17 +98,6 @@ static const cube_error *expect_chain(const cube_error *e, const cube_error_kind
         return e;
 }
 
-/* Reads h and compares with want. */
-static void expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
-{
-        void *got = malloc(n ? n : 1);
-
-        ck_assert_uint_eq(cube_handle_len(h), n);
-        ck_ok(cube_read(c, h, got, n));
-        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
-        free(got);
-}
-
 static cube_status session_status(cube_client *c)
 {
         cube_status st;
@@ -392,7 +381,7 @@ static cube_error *refused_launch(cube_client *c, uint64_t kernel, const uint32_
         ck_assert(cube_error_is_refusal(e));
         ck_assert(cube_error_is_refusal(root_of(e)));
         ck_assert(!cube_error_is_device_poisoned(e));
-        expect_bytes(c, in, in_data, TRIPLE_N * sizeof(uint32_t));
+        test_expect_bytes(c, in, in_data, TRIPLE_N * sizeof(uint32_t));
         return e;
 }
 
@@ -509,7 +498,7 @@ START_TEST(shared_memory_beyond_the_device_is_refused)
         ck_ok(cube_write(c, &hout, in, sizeof(in)));
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         cube_error_free(read_failure(c, &hout));
-        expect_bytes(c, &hin, in, sizeof(in));
+        test_expect_bytes(c, &hin, in, sizeof(in));
         cube_disconnect(c);
 }
 END_TEST
@@ -590,7 +579,7 @@ static cube_error *expect_compilation_error(cube_client *c, uint64_t kernel,
         expect_chain(root_of(e), chain, 3, cube_error_message(e));
         ck_assert(cube_error_is_refusal(e));
         ck_assert(!cube_error_is_device_poisoned(e));
-        expect_bytes(c, &hin, in, sizeof(in));
+        test_expect_bytes(c, &hin, in, sizeof(in));
         return e;
 }
 
@@ -1073,7 +1062,7 @@ static void fault_poisons_the_device(const char *source)
         fill_random(data, sizeof(data), 60);
         ck_ok(cube_connect(D.socket, "bystander", &bystander));
         ck_ok(cube_create(bystander, data, sizeof(data), &mine));
-        expect_bytes(bystander, &mine, data, sizeof(data));
+        test_expect_bytes(bystander, &mine, data, sizeof(data));
 
         ck_ok(cube_connect(D.socket, "faulter", &faulter));
         k = test_kernel(faulter, source, "scribble");

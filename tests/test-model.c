@@ -570,16 +570,6 @@ static double now_s(void)
         return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-static size_t live_failures(cube_client *c)
-{
-        cube_failure_info *v;
-        size_t n;
-
-        ck_ok(cube_daemon_failures(c, &v, &n));
-        cube_failures_free(v, n);
-        return n;
-}
-
 START_TEST(random_sequences_agree_with_the_model)
 {
         struct timespec ts;
@@ -612,9 +602,9 @@ START_TEST(random_sequences_agree_with_the_model)
                 if ((s + 1) % 1000 == 0 || s + 1 == first + count) {
                         cube_stream_set(1);
                         ck_ok(cube_sync(r.c, NULL, 0));
-                        ck_assert_msg(live_failures(r.c) == 0, "seed %" PRIu64 ", after sequence "
-                                      "%" PRIu64 ": %zu failure record(s) outlived every "
-                                      "buffer", r.seed, s, live_failures(r.c));
+                        ck_assert_msg(test_live_failures(r.c) == 0, "seed %" PRIu64 ", after "
+                                      "sequence %" PRIu64 ": %zu failure record(s) outlived "
+                                      "every buffer", r.seed, s, test_live_failures(r.c));
                 }
         }
         fprintf(stderr, "model: %" PRIu64 " sequences in %.2f s\n", count, now_s() - t0);
@@ -722,7 +712,7 @@ START_TEST(a_later_write_wins_over_an_earlier_copy_that_fails_late)
                 ck_ok(cube_free(f.c, &b));
         }
         ck_ok(cube_sync(f.c, NULL, 0));
-        ck_assert_uint_eq(live_failures(f.c), 0);
+        ck_assert_uint_eq(test_live_failures(f.c), 0);
         fixed_stop(&f);
 }
 END_TEST

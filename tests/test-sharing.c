@@ -216,16 +216,6 @@ static void expect_not_found(cube_error *e, bool claimed)
         cube_error_free(e);
 }
 
-static void expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
-{
-        void *got = malloc(n ? n : 1);
-
-        ck_assert_uint_eq(cube_handle_len(h), n);
-        ck_ok(cube_read(c, h, got, n));
-        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
-        free(got);
-}
-
 /* e is the library's own refusal of a write through h, a read-only import:
  * ServerError::Validation, bare (no claim: nothing reached the daemon). */
 static void expect_refused_write(cube_error *e, const cube_handle *h)
@@ -814,7 +804,7 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         launch_twin(b, kt, &hb, &ha, &hout2, 1024, 2);
         expect_not_found(cube_check(b, &hout2, 1), true);
         ck_ok(cube_sync(b, NULL, 0));
-        expect_bytes(a, &ha, da, sizeof(da));
+        test_expect_bytes(a, &ha, da, sizeof(da));
         ck_ok(cube_check(a, &ha, 1));
 
         /* A's own launches still run on it. */
@@ -866,22 +856,22 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         ck_ok(cube_import(b, token, false, &hb));
         ck_assert_uint_eq(hb.size, sizeof(da));
         ck_assert_uint_ne(hb.memory, ha.memory);
-        expect_bytes(b, &hb, da, sizeof(da));
+        test_expect_bytes(b, &hb, da, sizeof(da));
         ck_ok(cube_write(b, &hb, dbytes, sizeof(dbytes)));
         ck_ok(cube_sync(b, &hb, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, sizeof(da));
 
         /* Read-only: a write through it is refused at once (the next test
          * says how), and touches no holder. */
         ck_ok(cube_import(b, token, true, &hr));
-        expect_bytes(b, &hr, dbytes, sizeof(dbytes));
+        test_expect_bytes(b, &hr, dbytes, sizeof(dbytes));
         expect_refused_write(cube_write(b, &hr, dx, sizeof(dx)), &hr);
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(a, &ha, 1));
         ck_ok(cube_check(b, &hb, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
-        expect_bytes(b, &hb, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(b, &hb, dbytes, sizeof(dbytes));
 
         /* A launch that would write a read-only import is refused. */
         kernel = test_kernel(b, scale2_source, "scale2");
@@ -891,7 +881,7 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         expect_claimed_validation(cube_check(b, &hr2, 1), "read-only import");
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(a, &ha, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
 
         /* Reading it through a const parameter is what it is for. */
         ck_ok(cube_import(b, token, true, &hr3));
@@ -979,8 +969,8 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
          * launch reading it, are as good as before. */
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(b, &hr, 1));
-        expect_bytes(b, &hr, data, sizeof(data));
-        expect_bytes(a, &ha, data, sizeof(data));
+        test_expect_bytes(b, &hr, data, sizeof(data));
+        test_expect_bytes(a, &ha, data, sizeof(data));
         ck_ok(cube_empty(b, sizeof(back), &hout));
         ck_ok(launch_scale2(b, kernel, &hr, &hout, N, 3));
         ck_ok(cube_read(b, &hout, back, sizeof(back)));
@@ -992,7 +982,7 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
         ck_ok(cube_import(b, token, false, &hw));
         ck_ok(cube_write(b, &hw, other, sizeof(other)));
         ck_ok(cube_sync(b, &hw, 1));
-        expect_bytes(b, &hr, other, sizeof(other));
+        test_expect_bytes(b, &hr, other, sizeof(other));
 
         cube_disconnect(a);
         cube_disconnect(b);
@@ -1031,15 +1021,15 @@ START_TEST(shared_memory_lives_until_its_last_holder_lets_go)
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, N);
         ck_assert_uint_eq(session_info(b, cube_client_session(a)).memory_in_use, 0);
         ck_assert_uint_eq(session_info(b, cube_client_session(b)).memory_in_use, N);
-        expect_bytes(b, &hb, data, N);
+        test_expect_bytes(b, &hb, data, N);
         cube_disconnect(a);
-        expect_bytes(b, &hr, data, N);
+        test_expect_bytes(b, &hr, data, N);
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, N);
 
         /* The token still works while anyone holds the memory. */
         ck_ok(cube_connect(D.socket, "c", &c));
         ck_ok(cube_import(c, token, true, &hc));
-        expect_bytes(c, &hc, data, N);
+        test_expect_bytes(c, &hc, data, N);
         cube_disconnect(c);
 
         /* The last name goes: so do the bytes, and the token. */
@@ -1057,7 +1047,7 @@ START_TEST(shared_memory_lives_until_its_last_holder_lets_go)
         ck_ok(cube_export(a, &ha, token));
         ck_ok(cube_import(b, token, true, &hr));
         cube_disconnect(a);
-        expect_bytes(b, &hr, data, N);
+        test_expect_bytes(b, &hr, data, N);
         ck_assert(wait_memory_in_use(D.socket, N, 5000));
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
@@ -1293,7 +1283,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
         }
         cube_stream_set(1);
         for (int i = 0; i < 4; i++)
-                expect_bytes(c, &h[i], data[i], sizeof(data[i]));
+                test_expect_bytes(c, &h[i], data[i], sizeof(data[i]));
         expect_claimed_validation(cube_check(c, &h[4], 1), "max-streams");
 
         /* A read or a launch on the fifth stream is refused the same way. */
@@ -1750,7 +1740,7 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
 
         ck_ok(cube_connect(D.socket, "importer", &b));
         ck_ok(cube_import(b, token, false, &h));
-        expect_bytes(b, &h, data, sizeof(data));
+        test_expect_bytes(b, &h, data, sizeof(data));
 
         /* Let it get well into its work, then kill it. */
         usleep(150000);
@@ -1764,9 +1754,9 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
                       "memory in use is %" PRIu64 ", not the shared %d bytes",
                       status_of(D.socket).memory_in_use, SHARED_SIZE);
         ck_assert_uint_eq(session_info(b, cube_client_session(b)).memory_in_use, SHARED_SIZE);
-        expect_bytes(b, &h, data, sizeof(data));
+        test_expect_bytes(b, &h, data, sizeof(data));
         ck_ok(cube_import(b, token, true, &hr));
-        expect_bytes(b, &hr, data, sizeof(data));
+        test_expect_bytes(b, &hr, data, sizeof(data));
         ck_ok(cube_check(b, &h, 1));
 
         cube_disconnect(b);
