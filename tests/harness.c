@@ -771,6 +771,14 @@ cube_client *test_connect(const char *socket, const char *name)
         return c;
 }
 
+cube_handle test_empty(cube_client *c, uint64_t size)
+{
+        cube_handle h;
+
+        ck_ok(cube_empty(c, size, &h));
+        return h;
+}
+
 uint64_t test_kernel(cube_client *c, const char *source, const char *entry)
 {
         uint64_t id;

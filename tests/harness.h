@@ -165,6 +165,8 @@ bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms);
 
 /* A client of the daemon at socket, named name; aborts the test on failure. */
 cube_client *test_connect(const char *socket, const char *name);
+/* An empty allocation of size bytes; aborts the test on failure. */
+cube_handle test_empty(cube_client *c, uint64_t size);
 /* Registers source's entry; aborts the test on failure. */
 uint64_t test_kernel(cube_client *c, const char *source, const char *entry);
 /* Sends l with info words built here: the u32 scalars given, then each bound

@@ -167,22 +167,6 @@ static const cube_error_kind compile_root[] = {
         CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR, CUBE_COMPILATION_GENERIC,
 };
 
-static cube_client *connect_as(const char *name)
-{
-        cube_client *c;
-
-        ck_ok(cube_connect(D.socket, name, &c));
-        return c;
-}
-
-static cube_handle buffer(cube_client *c, uint64_t size)
-{
-        cube_handle h;
-
-        ck_ok(cube_empty(c, size, &h));
-        return h;
-}
-
 static cube_handle filled(cube_client *c, const void *data, uint64_t size)
 {
         cube_handle h;
@@ -366,10 +350,10 @@ static const char *kernel_state(cube_client *c, const char *entry)
 
 START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
 {
-        cube_client *c = connect_as("ids");
+        cube_client *c = test_connect(D.socket, "ids");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t pair = test_kernel(c, pair_source, "pair");
-        cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), x, y;
+        cube_handle a = test_empty(c, BYTES), b = test_empty(c, BYTES), x, y;
         cube_failure_info *v;
         uint32_t data[N];
         size_t n;
@@ -400,8 +384,8 @@ START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
         ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* The next failure takes a new id, though both before it are gone. */
-        x = buffer(c, BYTES);
-        y = buffer(c, BYTES);
+        x = test_empty(c, BYTES);
+        y = test_empty(c, BYTES);
         launch_refused(c, over(pair, (cube_handle[]) { x, y }, NULL, 2), CUBE_RESOURCE_CUBE_DIM);
         u = only_failure(c, (cube_handle[]) { x, y }, 2);
         expect_unwritten(u, 3, 2, 0);
@@ -433,9 +417,9 @@ END_TEST
 
 START_TEST(a_write_repairs_exactly_the_bytes_it_covers)
 {
-        cube_client *c = connect_as("ranges");
+        cube_client *c = test_connect(D.socket, "ranges");
         uint64_t fill = test_kernel(c, fill_source, "fill"), f;
-        cube_handle h = buffer(c, BYTES), mid = range(&h, 256, 512);
+        cube_handle h = test_empty(c, BYTES), mid = range(&h, 256, 512);
         uint8_t whole[BYTES];
         cube_error *u;
 
@@ -484,14 +468,14 @@ END_TEST
 
 START_TEST(disjoint_failures_are_reported_apart_and_one_failure_once)
 {
-        cube_client *c = connect_as("disjoint");
+        cube_client *c = test_connect(D.socket, "disjoint");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t pair = test_kernel(c, pair_source, "pair");
         uint64_t trio = test_kernel(c, trio_source, "trio");
-        cube_handle h = buffer(c, 2 * BYTES), lo = range(&h, 0, BYTES);
+        cube_handle h = test_empty(c, 2 * BYTES), lo = range(&h, 0, BYTES);
         cube_handle hi = range(&h, BYTES, 2 * BYTES);
-        cube_handle t[3] = { buffer(c, BYTES), buffer(c, BYTES), buffer(c, BYTES) };
-        cube_handle m = buffer(c, 3 * BYTES);
+        cube_handle t[3] = { test_empty(c, BYTES), test_empty(c, BYTES), test_empty(c, BYTES) };
+        cube_handle m = test_empty(c, 3 * BYTES);
         cube_error *e, *u;
         uint64_t fa, fb;
 
@@ -582,7 +566,7 @@ static cube_error *expect_probe_failed(cube_client *c, const probe_buffers *p,
 
 START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
 {
-        cube_client *c = connect_as("uncompiled");
+        cube_client *c = test_connect(D.socket, "uncompiled");
         uint64_t probe = test_kernel(c, probe_source, "probe");
         uint64_t broken = test_kernel(c, probe_broken_source, "probe_broken");
         probe_buffers p;
@@ -623,7 +607,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
 {
         static const cube_error_kind oom_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_OUT_OF_MEMORY };
         static const cube_error_kind unknown_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
-        cube_client *c = connect_as("compiled");
+        cube_client *c = test_connect(D.socket, "compiled");
         uint64_t probe = test_kernel(c, probe_source, "probe");
         probe_buffers p;
         uint32_t want[N];
@@ -685,7 +669,7 @@ static void run_hops(cube_client *c, hops *h)
         h->hop_b = test_kernel(c, hop_b_source, "hop_b");
         h->hop_c = test_kernel(c, hop_c_source, "hop_c");
         fill_pattern(h->pattern, N);
-        h->a = buffer(c, BYTES);
+        h->a = test_empty(c, BYTES);
         h->b = filled(c, h->pattern, BYTES);
         h->cc = filled(c, h->pattern, BYTES);
         h->wb = filled(c, h->pattern, BYTES);
@@ -700,7 +684,7 @@ static void run_hops(cube_client *c, hops *h)
 
 START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
 {
-        cube_client *c = connect_as("skips");
+        cube_client *c = test_connect(D.socket, "skips");
         uint32_t in[N], want[N], witness[N];
         cube_handle hin, hout, hw;
         cube_error *u;
@@ -744,7 +728,7 @@ END_TEST
 
 START_TEST(the_skip_chain_walks_back_from_the_buffer_asked_about)
 {
-        cube_client *c = connect_as("walk");
+        cube_client *c = test_connect(D.socket, "walk");
         cube_error *u;
         uint64_t f;
         hops h;
@@ -772,7 +756,7 @@ END_TEST
 
 START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
 {
-        cube_client *c = connect_as("long-chain");
+        cube_client *c = test_connect(D.socket, "long-chain");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t pattern[N];
@@ -782,7 +766,7 @@ START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
         fill_pattern(pattern, N);
         w = filled(c, pattern, BYTES);
         for (size_t i = 0; i < LEN(p); i++)
-                p[i] = buffer(c, BYTES);
+                p[i] = test_empty(c, BYTES);
         launch_refused(c, over(fill, &p[0], NULL, 1), CUBE_RESOURCE_CUBE_DIM);
         for (size_t i = 1; i < LEN(p); i++)
                 test_launch_u32(c,
@@ -819,7 +803,7 @@ END_TEST
 
 START_TEST(relaunching_into_a_pure_output_repairs_it)
 {
-        cube_client *c = connect_as("relaunch");
+        cube_client *c = test_connect(D.socket, "relaunch");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N];
         cube_handle in, out;
@@ -830,7 +814,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
         u = only_failure(c, &out, 1);
@@ -872,10 +856,10 @@ END_TEST
 
 START_TEST(read_sync_and_check_report_each_named_failure_once)
 {
-        cube_client *c = connect_as("reports");
+        cube_client *c = test_connect(D.socket, "reports");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t pair = test_kernel(c, pair_source, "pair");
-        cube_handle m = buffer(c, 3 * BYTES), z;
+        cube_handle m = test_empty(c, 3 * BYTES), z;
         cube_handle s0 = range(&m, 0, BYTES), s1 = range(&m, BYTES, 2 * BYTES);
         cube_handle s2 = range(&m, 2 * BYTES, 3 * BYTES);
         uint32_t data[N], *back = malloc(3 * BYTES);
@@ -928,7 +912,7 @@ static double linger_rate(cube_client *c, uint64_t k)
 
         if (rate > 0)
                 return rate;
-        cube_handle scratch = buffer(c, 16);
+        cube_handle scratch = test_empty(c, 16);
         for (uint32_t kilo = 1u << 12;; kilo *= 4) {
                 const uint32_t scalars[3] = { 0, 0, kilo };
                 long t0 = test_now_ms();
@@ -966,9 +950,9 @@ static void launch_linger(cube_client *c, uint64_t k, const cube_handle *out, ui
 START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
 {
         uint32_t ms = (uint32_t) test_scaled_ms(1000);
-        cube_client *c = connect_as("instant");
+        cube_client *c = test_connect(D.socket, "instant");
         uint64_t k = test_kernel(c, linger_source, "linger");
-        cube_handle out = buffer(c, 16), late = buffer(c, 16);
+        cube_handle out = test_empty(c, 16), late = test_empty(c, 16);
         uint32_t got[4];
         long t0, t1, t2;
         cube_error *e;
@@ -1027,7 +1011,7 @@ END_TEST
 
 START_TEST(an_abandoned_write_scope_reads_as_torn_down)
 {
-        cube_client *c = connect_as("teardown");
+        cube_client *c = test_connect(D.socket, "teardown");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N], pattern[N];
         cube_handle in, out, next;
@@ -1065,11 +1049,11 @@ END_TEST
 START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
 {
         static const uint32_t count[3] = { N / 64, 1, 1 };
-        cube_client *c = connect_as("tainted-count");
+        cube_client *c = test_connect(D.socket, "tainted-count");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t data[N], pattern[N], want[N], witness[N];
-        cube_handle hcount = buffer(c, sizeof(count)), in, out, w;
+        cube_handle hcount = test_empty(c, sizeof(count)), in, out, w;
         cube_launch l;
         cube_error *u;
         uint64_t f;
@@ -1131,7 +1115,7 @@ static void expect_unchanged(cube_client *c, const cube_handle *tainted, uint64_
 START_TEST(a_zero_cube_count_changes_no_claim)
 {
         static const uint32_t zeros[][3] = { { 0, 1, 1 }, { 4, 0, 1 }, { 4, 1, 0 } };
-        cube_client *c = connect_as("zero-count");
+        cube_client *c = test_connect(D.socket, "zero-count");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t twin = test_kernel(c, twin_source, "twin");
         uint32_t data[N], pattern[N], want[N];
@@ -1144,7 +1128,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         fill_random(data, sizeof(data), 8);
         fill_pattern(pattern, N);
         in = filled(c, data, BYTES);
-        tainted = buffer(c, BYTES);
+        tainted = test_empty(c, BYTES);
         clean = filled(c, pattern, BYTES);
         hcount = filled(c, zeros[0], sizeof(zeros[0]));
         launch_refused(c, over(fill, &tainted, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
@@ -1191,7 +1175,7 @@ END_TEST
 START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
 {
         static const cube_error_kind oom[] = { CUBE_SERVER_IO, CUBE_IO_OUT_OF_MEMORY };
-        cube_client *c = connect_as("alloc");
+        cube_client *c = test_connect(D.socket, "alloc");
         uint32_t data[N];
         cube_handle h, next;
         cube_error *u;
@@ -1199,7 +1183,7 @@ START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
 
         fill_random(data, sizeof(data), 9);
         inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", BYTES);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
         u = only_failure(c, &h, 1);
         f = cube_error_failure(u);
         expect_unwritten(u, f, 1, 0);
@@ -1225,7 +1209,7 @@ END_TEST
 
 START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
 {
-        cube_client *c = connect_as("copy");
+        cube_client *c = test_connect(D.socket, "copy");
         uint8_t data[BYTES], part[256], back[BYTES];
         cube_handle h, mid, head, tail;
         cube_error *u, *e;
@@ -1234,7 +1218,7 @@ START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
         fill_random(part, sizeof(part), 11);
         /* Not the first slice of its page: claims count from the allocation,
          * not from the page. */
-        (void) buffer(c, 512);
+        (void) test_empty(c, 512);
         h = filled(c, data, BYTES);
         mid = range(&h, 256, 512);
         head = range(&h, 0, 256);
@@ -1285,7 +1269,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
                 CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR,
                 CUBE_COMPILATION_EXPANSION_PANICKED,
         };
-        cube_client *c = connect_as("compile");
+        cube_client *c = test_connect(D.socket, "compile");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint32_t data[N];
@@ -1294,8 +1278,8 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
 
         fill_random(data, sizeof(data), 12);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
-        other = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
+        other = test_empty(c, BYTES);
 
         /* A compile fails with a CompilationError, or a defect of the build. */
         e = cube_debug_inject(c, CUBE_FAULT_COMPILE, CUBE_IO_BUFFER_TOO_BIG, "not a build failure",
@@ -1332,7 +1316,8 @@ END_TEST
 
 START_TEST(an_injected_poison_reaches_every_session_and_status_answers)
 {
-        cube_client *a = connect_as("first"), *b = connect_as("second"), *late;
+        cube_client *a = test_connect(D.socket, "first"), *late;
+        cube_client *b = test_connect(D.socket, "second");
         uint32_t data[N];
         cube_handle ha, hb;
         cube_status st;
@@ -1371,7 +1356,7 @@ START_TEST(an_injected_poison_reaches_every_session_and_status_answers)
         ck_ok(cube_daemon_status(b, &st));
         ck_assert(st.poisoned);
         ck_assert_str_eq(st.poison, "an injected sticky fault");
-        late = connect_as("late");
+        late = test_connect(D.socket, "late");
         ck_ok(cube_daemon_status(late, &st));
         ck_assert(st.poisoned);
         e = cube_check(late, NULL, 0);
@@ -1419,7 +1404,7 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         k = test_kernel(c, test_affine_source, "affine");
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, (cube_handle[]) { in, out }, 2));
@@ -1439,7 +1424,7 @@ END_TEST
 
 START_TEST(interleaved_workflows_on_one_stream_stay_apart)
 {
-        cube_client *c = connect_as("interleaved");
+        cube_client *c = test_connect(D.socket, "interleaved");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t d1[N], d2[N], want[N];
         cube_handle in1, in2, t[3], u[3];
@@ -1452,8 +1437,8 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         in1 = filled(c, d1, BYTES);
         in2 = filled(c, d2, BYTES);
         for (int i = 0; i < 3; i++) {
-                t[i] = buffer(c, BYTES);
-                u[i] = buffer(c, BYTES);
+                t[i] = test_empty(c, BYTES);
+                u[i] = test_empty(c, BYTES);
         }
 
         /* Launch by launch: the first workflow fails at its first kernel. */
@@ -1502,7 +1487,7 @@ static cube_error *read_halves(cube_client *c, const cube_handle *h)
 
 START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
 {
-        cube_client *c = connect_as("predicates");
+        cube_client *c = test_connect(D.socket, "predicates");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         cube_handle h[3], in;
@@ -1513,7 +1498,7 @@ START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
         in = filled(c, data, BYTES);
         for (int i = 0; i < 3; i++) {
                 cube_handle lo, hi;
-                h[i] = buffer(c, 2 * BYTES);
+                h[i] = test_empty(c, 2 * BYTES);
                 lo = range(&h[i], 0, BYTES);
                 hi = range(&h[i], BYTES, 2 * BYTES);
                 launch_refused(c, over(fill, &lo, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
@@ -1623,10 +1608,11 @@ START_TEST(cubectl_failures_lists_every_live_failure)
 {
         static const char *const text[] = { "failures", NULL };
         static const char *const json[] = { "--json", "failures", NULL };
-        cube_client *c = connect_as("ctl");
+        cube_client *c = test_connect(D.socket, "ctl");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
-        cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), z = buffer(c, BYTES), w;
+        cube_handle a = test_empty(c, BYTES), b = test_empty(c, BYTES), w;
+        cube_handle z = test_empty(c, BYTES);
         cube_failure_info *v;
         uint32_t pattern[N];
         char want[512], first_line[256];
@@ -1713,7 +1699,7 @@ static uint64_t slow_stream(cube_client *c, cube_handle *ret_scratch)
 {
         uint64_t k = test_kernel(c, linger_source, "linger");
 
-        *ret_scratch = buffer(c, 16);
+        *ret_scratch = test_empty(c, 16);
         launch_linger(c, k, ret_scratch, 0, false, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_sync(c, NULL, 0));
         return k;
@@ -1730,7 +1716,7 @@ static void expect_late(cube_error *e, const char *reason)
 
 START_TEST(a_read_behind_a_write_that_fails_on_the_device_reports_it)
 {
-        cube_client *c = connect_as("late-read");
+        cube_client *c = test_connect(D.socket, "late-read");
         uint32_t old[N], fresh[N], back[N];
         cube_handle h, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1753,7 +1739,7 @@ END_TEST
 
 START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 {
-        cube_client *c = connect_as("late-launch");
+        cube_client *c = test_connect(D.socket, "late-launch");
         uint64_t aff = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], fresh[N], back[N];
         cube_handle in, out, scratch;
@@ -1764,7 +1750,7 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
         fill_random(data, sizeof(data), 33);
         fill_random(fresh, sizeof(fresh), 34);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         /* Compiled, and run once on good input. */
         test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, &out, 1));
@@ -1803,7 +1789,7 @@ END_TEST
 
 START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
 {
-        cube_client *c = connect_as("late-repair");
+        cube_client *c = test_connect(D.socket, "late-repair");
         uint32_t first[N], second[N], part[N / 2];
         cube_handle h, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1811,7 +1797,7 @@ START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
         fill_random(first, sizeof(first), 35);
         fill_random(second, sizeof(second), 36);
         fill_random(part, sizeof(part), 37);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
 
         /* W1 fails once both are queued: the bytes are W2's. */
         launch_linger(c, k, &scratch, 150, false, CUBE_LAUNCH_EXECUTE);
@@ -1839,12 +1825,12 @@ END_TEST
 
 START_TEST(a_sync_waits_for_every_stream_of_its_session)
 {
-        cube_client *c = connect_as("late-streams");
+        cube_client *c = test_connect(D.socket, "late-streams");
         cube_handle scratch, out;
         uint64_t k = slow_stream(c, &scratch);
         cube_error *e;
 
-        out = buffer(c, 16);
+        out = test_empty(c, 16);
         cube_stream_set(2);
         launch_linger(c, k, &out, 200, true, CUBE_LAUNCH_EXECUTE);
         cube_stream_set(1);
@@ -1861,7 +1847,7 @@ END_TEST
 
 START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
 {
-        cube_client *c = connect_as("late-reservation");
+        cube_client *c = test_connect(D.socket, "late-reservation");
         uint64_t fill = test_kernel(c, fill_source, "fill");
         uint8_t byte = 7;
         cube_handle h, first;
@@ -1869,7 +1855,7 @@ START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
         uint64_t f;
 
         inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", BYTES);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
         u = only_failure(c, &h, 1);
         f = cube_error_failure(u);
         cube_error_free(u);
@@ -1890,7 +1876,7 @@ END_TEST
 START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
-        cube_client *c = connect_as("defect");
+        cube_client *c = test_connect(D.socket, "defect");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], back[N];
         cube_handle in, out;
@@ -1898,7 +1884,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 
         fill_random(data, sizeof(data), 38);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "the compiler was killed", 0);
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
@@ -1921,7 +1907,7 @@ END_TEST
 
 START_TEST(a_device_fault_injected_late_poisons_the_device)
 {
-        cube_client *c = connect_as("late-poison");
+        cube_client *c = test_connect(D.socket, "late-poison");
         uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N];
         cube_handle in, out;
@@ -1930,7 +1916,7 @@ START_TEST(a_device_fault_injected_late_poisons_the_device)
 
         fill_random(data, sizeof(data), 39);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         inject(c, CUBE_FAULT_DEVICE_LAUNCH, CUBE_DEVICE_POISON, "a late sticky fault", 0);
         test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         e = cube_sync(c, NULL, 0);
@@ -1964,7 +1950,7 @@ START_TEST(a_missing_compiler_is_no_refusal)
         free(saved);
         ck_ok(cube_connect(d.socket, "no-cc", &c));
         uint64_t k = test_kernel(c, fill_source, "fill");
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         for (int attempt = 0; attempt < 2; attempt++) {
                 test_launch_u32(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
                 ck_ok(cube_sync(c, NULL, 0));
