@@ -56,6 +56,17 @@ void test_daemon_dump_log(const test_daemon *d)
         fclose(f);
 }
 
+void test_close_passed_fds(struct msghdr *mh)
+{
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm))
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                        int *fds = (int *) CMSG_DATA(cm);
+                        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        for (size_t i = 0; i < k; i++)
+                                close(fds[i]);
+                }
+}
+
 /* Starts the daemon; with owner not (uid_t) -1, its directory and notify
  * socket are owner's, for a daemon that runs as owner. */
 static int start(test_daemon *d, const char *const *wrapper, const char *const *extra_args,
@@ -157,14 +168,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
                 ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
                 if (r <= 0)
                         continue;
-                /* Close any descriptor sent along (systemd-notify's barrier). */
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                                int *fds = (int *) CMSG_DATA(cm);
-                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                for (size_t i = 0; i < k; i++)
-                                        close(fds[i]);
-                        }
+                test_close_passed_fds(&mh);
                 buf[r] = '\0';
                 if (strstr(buf, "READY=1"))
                         break;

@@ -40,6 +40,11 @@ int test_daemon_stop(test_daemon *d, int timeout_ms);
 bool test_daemon_socket_exists(const test_daemon *d);
 /* Prints the daemon's stderr, for a failing test. */
 void test_daemon_dump_log(const test_daemon *d);
+/* Closes every descriptor that came along with a received message
+ * (SCM_RIGHTS): what a notify socket's sender passes (systemd-notify's
+ * barrier) is not kept. */
+struct msghdr;
+void test_close_passed_fds(struct msghdr *mh);
 
 /* The daemon of a suite that starts one for each test case. Check's fixtures
  * take no argument, so the fixtures below start and stop this one. */

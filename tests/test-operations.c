@@ -143,13 +143,7 @@ static void *notify_listener(void *arg)
                 r = recvmsg(p->notify_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
                 if (r < 0)
                         continue;
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                                int *fds = (int *) CMSG_DATA(cm);
-                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                for (size_t i = 0; i < k; i++)
-                                        close(fds[i]);
-                        }
+                test_close_passed_fds(&mh);
                 buf[r] = '\0';
                 dprintf(p->record_fd, "[%ld] %s\n", test_now_ms(), buf);
                 pthread_mutex_lock(&p->lock);
