@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""make-corpus.py - writes the seed corpora of the fuzz targets
+(tests/fuzz/corpus/NAME), each seed named for what it is: the messages and
+sources cube really exchanges, as PROTOCOL.md and the kernels of the suites
+and examples show them, and malformed ones the readers must refuse. A fuzzer
+starts from them.
+
+    tests/fuzz/make-corpus.py [CORPUS_DIR]
+
+Rewrites each directory it writes; the pre-scan's corpus is not one of them
+(a fuzzer grew it).
+"""
+import os
+import shutil
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Raw(bytes):
+    """Bytes packed as they are: a value msgpack would not produce."""
+
+
+def pack(v):
+    """msgpack, smallest encoding, as msgpack-c packs it."""
+    if isinstance(v, Raw):
+        return bytes(v)
+    if v is None:
+        return b"\xc0"
+    if v is True or v is False:
+        return b"\xc3" if v else b"\xc2"
+    if isinstance(v, int):
+        if 0 <= v < 0x80:
+            return bytes([v])
+        if -32 <= v < 0:
+            return struct.pack("b", v)
+        if v >= 0:
+            for tag, fmt, top in ((0xcc, "B", 1 << 8), (0xcd, ">H", 1 << 16),
+                                  (0xce, ">I", 1 << 32), (0xcf, ">Q", 1 << 64)):
+                if v < top:
+                    return bytes([tag]) + struct.pack(fmt, v)
+        for tag, fmt, low in ((0xd0, "b", -(1 << 7)), (0xd1, ">h", -(1 << 15)),
+                              (0xd2, ">i", -(1 << 31)), (0xd3, ">q", -(1 << 63))):
+            if v >= low:
+                return bytes([tag]) + struct.pack(fmt, v)
+    if isinstance(v, float):
+        return b"\xcb" + struct.pack(">d", v)
+    if isinstance(v, str):
+        b = v.encode()
+        if len(b) < 32:
+            return bytes([0xa0 | len(b)]) + b
+        if len(b) < 1 << 8:
+            return b"\xd9" + struct.pack("B", len(b)) + b
+        return b"\xda" + struct.pack(">H", len(b)) + b
+    if isinstance(v, bytes):
+        if len(v) < 1 << 8:
+            return b"\xc4" + struct.pack("B", len(v)) + v
+        return b"\xc5" + struct.pack(">H", len(v)) + v
+    if isinstance(v, list):
+        head = bytes([0x90 | len(v)]) if len(v) < 16 else b"\xdc" + struct.pack(">H", len(v))
+        return head + b"".join(pack(x) for x in v)
+    if isinstance(v, dict):
+        head = bytes([0x80 | len(v)]) if len(v) < 16 else b"\xde" + struct.pack(">H", len(v))
+        return head + b"".join(pack(k) + pack(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+def request(msgid, method, params):
+    return [0, msgid, method, params]
+
+
+def notify(method, params):
+    return [2, method, params]
+
+
+def response(msgid, error, result):
+    return [1, msgid, error, result]
+
+
+SERVICE = 0x5eed
+MEM = (1 << 40) | 1
+H = [SERVICE, MEM, 0, 0]
+H_SLICE = [SERVICE, MEM, 256, 512]
+U64_MAX = (1 << 64) - 1
+
+
+def err(variant, payload=None):
+    return [variant, payload]
+
+
+def envelope_seeds():
+    s = {}
+    s["request-hello"] = request(1, "hello", [1, "fuzz"])
+    for i, m in enumerate(["status", "kernels", "kernel_cache", "memory", "captures", "failures",
+                           "sessions", "streams", "metrics", "config", "bans", "ended_sessions",
+                           "recent_failures", "memory_report", "stream_ids", "comms"]):
+        s["request-" + m.replace("_", "-")] = request(10 + i, m, [])
+    s["notify-create"] = notify("create", [1, MEM, 1024])
+    s["notify-write-inline"] = notify("write", [1, H, b"\x01\x02\x03\x04" * 4])
+    s["notify-write-region"] = notify("write", [1, H_SLICE, [7, 0, 256]])
+    s["notify-free"] = notify("free", [1, H])
+    s["request-read"] = request(2, "read", [1, H_SLICE])
+    s["request-sync"] = request(3, "sync", [1])
+    s["request-check"] = request(4, "check", [1, [H, H_SLICE]])
+    s["request-region"] = request(5, "region", [1 << 20])
+    s["notify-region-free"] = notify("region_free", [7])
+    s["notify-allocation-mode"] = notify("allocation_mode", [1, 2])
+    s["request-export"] = request(6, "export", [H, False])
+    s["request-import"] = request(7, "import", ["0123456789abcdef" * 4, True])
+    s["notify-kernel"] = notify("kernel", [1, "KERNEL void k(uint32_t *out, INFO)\n{\n}\n", "k"])
+    s["notify-launch"] = notify("launch", [1, 1, ["static", [4, 1, 1]], [64, 1, 1], [H, H_SLICE],
+                                           [0, None], b"\0" * 16, [0, 2], 0])
+    s["request-debug-inject"] = request(8, "debug_inject", ["launch", "Unknown", "a fault", 0])
+    s["request-all-reduce"] = request(9, "all_reduce", [1, ["cpu0", "cpu1"], H, H, ["f32", "sum"]])
+    s["request-peer-bind"] = request(30, "peer_bind", ["cpu1", 4096, 1024])
+    s["response-hello"] = response(1, None, {
+        "version": 1, "service": SERVICE, "session": 3, "backend": "cpu",
+        "properties": {"max_cube_dim": [1024, 1024, 64], "max_units_per_cube": 1024,
+                       "memory": 1 << 30, "name": "cpu0"},
+        "limits": {"max_message_bytes": 80 << 20, "max_depth": 16, "max_container": 65536,
+                   "max_str_bytes": 1 << 20, "max_objects": 1 << 20}})
+    s["response-read"] = response(2, None, [b"\xa5" * 32])
+    s["response-validation"] = response(3, err("Validation", {"message": "no such stream"}), None)
+    s["response-foreign-handle"] = response(4, err("ForeignHandle", {"handle": "a", "client": "b"}),
+                                            None)
+    s["response-several-unwritten"] = response(5, err("Several", {"errors": [
+        err("Unwritten", {"failure": 7, "claimed": 2, "chain": ["launch `k`", "copy"],
+                          "root": err("Launch", err("CompilationError",
+                                                    err("Validation", {"reason": "line 3"})))}),
+        err("Skipped"), err("TornDown")]}), None)
+    s["response-io-storage-mapping"] = response(6, err("Io", err("StorageMappingFailed", {
+        "size": 4096, "source": err("OutOfMemory", {"size": 4096})})), None)
+    s["response-cube-dim"] = response(7, err("Launch", err("TooManyResources", err("CubeDim", {
+        "requested": [2048, 1, 1], "max": [1024, 1024, 64]}))), None)
+    s["response-no-device-transport"] = response(8, err("NoDeviceTransport",
+                                                        {"operation": "all_reduce"}), None)
+    s["notify-protocol-error"] = notify("protocol_error",
+                                        [err("Generic", {"reason": "the message could not be "
+                                                                   "decoded"})])
+    deep = err("Generic", {"reason": "root"})
+    for _ in range(20):
+        deep = err("Launch", err("DevicePoisoned", err("Unknown", {"reason": "x"})))
+    s["response-deep-error"] = response(9, deep, None)
+    # Malformed: each one refused for one reason.
+    s["bad-empty-array"] = []
+    s["bad-map"] = {"type": 0}
+    s["bad-type-3"] = [3, "m", []]
+    s["bad-msgid-too-big"] = [0, 1 << 32, "status", []]
+    s["bad-msgid-negative"] = [0, -1, "status", []]
+    s["bad-empty-method"] = notify("", [])
+    s["bad-method-not-str"] = [0, 1, 7, []]
+    s["bad-params-map"] = notify("create", {"stream": 1})
+    s["bad-notify-four"] = [2, "free", [1, H], None]
+    s["bad-request-three"] = [0, 1, "status"]
+    s["method-with-nul"] = notify("cre\0ate", [1])
+    s["params-every-type"] = request(40, "status", [
+        None, True, False, 0, 127, 255, 65535, U64_MAX, -1, -(1 << 40), 1.5, float("nan"),
+        Raw(b"\xca\x3f\xc0\x00\x00"), "", "x" * 70, b"", b"\xff" * 300, [], {}, {"message": 1},
+        H, [1, 2, 3, -4], [SERVICE, MEM, 1 << 63, 1 << 63]])
+    return s
+
+
+def write(directory, seeds):
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    for name, data in sorted(seeds.items()):
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
+    write(os.path.join(out, "envelope"), {k: pack(v) for k, v in envelope_seeds().items()})
+
+
+main()
