@@ -121,6 +121,7 @@ def envelope_seeds():
         "limits": {"max_message_bytes": 80 << 20, "max_depth": 16, "max_container": 65536,
                    "max_str_bytes": 1 << 20, "max_objects": 1 << 20}})
     s["response-read"] = response(2, None, [b"\xa5" * 32])
+    s["response-empty-str"] = response(2, None, "")
     s["response-validation"] = response(3, err("Validation", {"message": "no such stream"}), None)
     s["response-foreign-handle"] = response(4, err("ForeignHandle", {"handle": "a", "client": "b"}),
                                             None)
