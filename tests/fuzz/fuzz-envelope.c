@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "errors.h"
-#include "prescan.h"
+#include "fuzz-decode.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -140,21 +140,14 @@ static void repack(const cube__envelope *env)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         cube__envelope env;
-        cube__limits limits;
         msgpack_object obj;
         msgpack_zone zone;
         const char *why = NULL;
-        size_t len = 0, off = 0;
+        size_t len;
 
-        /* Only what the pre-scan calls whole reaches the decoder, and only
-         * what decodes to exactly its length reaches the envelope. */
-        cube__limits_daemon_default(&limits);
-        if (cube__prescan(data, size, &limits, &len) != CUBE__SCAN_COMPLETE)
-                return 0;
         if (!msgpack_zone_init(&zone, MSGPACK_ZONE_CHUNK_SIZE))
                 abort();
-        if (msgpack_unpack((const char *) data, len, &off, &zone, &obj) != MSGPACK_UNPACK_SUCCESS ||
-            off != len)
+        if (!fuzz_decode(data, size, &zone, &obj, &len))
                 goto out;
 
         if (cube__envelope_parse(&obj, &env, &why) < 0) {

@@ -162,6 +162,53 @@ def envelope_seeds():
     return s
 
 
+def launch_params(count=("static", [4, 1, 1]), dim=(64, 1, 1), handles=(H, H_SLICE),
+                  io=(0, None), info=b"\0" * 16, offsets=(0, 2), mode=0):
+    return [1, 1, list(count), list(dim), list(handles), list(io), info, list(offsets), mode]
+
+
+def launch_seeds():
+    s = {}
+    s["static"] = launch_params()
+    s["dynamic"] = launch_params(count=("dynamic", [SERVICE, MEM, 0, 4084]))
+    s["no-buffers"] = launch_params(handles=(), io=(), info=b"", offsets=(0, 0))
+    s["io-all-kinds"] = launch_params(handles=[H] * 6, io=(0, 1, 2, 3, None, None))
+    s["io-fewer-than-buffers"] = launch_params(handles=[H] * 4, io=(1,))
+    s["io-more-than-buffers"] = launch_params(handles=[H], io=(0, 1, 2))
+    s["io-out-of-range"] = launch_params(io=(4, 0))
+    s["io-negative"] = launch_params(io=(-1, 0))
+    s["io-not-int"] = launch_params(io=("read", True))
+    s["info-not-words"] = launch_params(info=b"\0" * 13)
+    s["info-large"] = launch_params(info=b"\x07" * 4096, offsets=(256, 511))
+    s["offsets-past-info"] = launch_params(offsets=(3, 9))
+    s["mode-compile"] = launch_params(mode=1)
+    s["mode-queue"] = launch_params(mode=2)
+    s["mode-past-queue"] = launch_params(mode=3)
+    s["count-zero"] = launch_params(count=("static", [0, 0, 0]))
+    s["count-spread"] = launch_params(count=("static", [(1 << 32) - 1, 1, 1]), dim=(65535, 65535, 1))
+    s["count-spread-max-zero"] = launch_params(count=("static", [1000, 7, 1]), dim=(0, 0, 0))
+    s["count-spread-y"] = launch_params(count=("static", [1 << 31, 3, 1]), dim=(2, 2, 1024))
+    s["count-unknown-kind"] = launch_params(count=("spread", [4, 1, 1]))
+    s["count-static-handle"] = launch_params(count=("static", H))
+    s["count-too-long"] = [1, 1, ["static", [1, 1, 1], 0], [1, 1, 1], [H], [0], b"", [0, 0], 0]
+    s["dim-two"] = launch_params(dim=(64, 1))
+    s["dim-too-big"] = launch_params(dim=(1 << 32, 1, 1))
+    s["handle-short"] = launch_params(handles=([SERVICE, MEM, 0],))
+    s["handle-slice-past-end"] = launch_params(handles=([SERVICE, MEM, U64_MAX, U64_MAX],))
+    s["many-buffers"] = launch_params(handles=[H] * 40, io=[1] * 20 + [0] * 20)
+    s["eight-params"] = launch_params()[:8]
+    s["ten-params"] = launch_params() + [0]
+    s["not-array"] = {"stream": 1}
+    seeds = {k: pack(v) for k, v in s.items()}
+    # Trailing bytes are the compiled kernel's answers.
+    seeds["answers-every-kind"] = pack(launch_params(handles=[H] * 6, io=(None,) * 6)) + \
+        bytes([0, 1, 2, 3, 0xff, 4])
+    seeds["answers-beyond-buffers"] = pack(launch_params()) + bytes([3, 3, 3, 3, 0x80, 0x7f])
+    seeds["answers-over-declarations"] = pack(launch_params(handles=[H] * 4, io=(1, 0, 2, 3))) + \
+        bytes([0, 0xfe])
+    return seeds
+
+
 def write(directory, seeds):
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
@@ -173,6 +220,7 @@ def write(directory, seeds):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     write(os.path.join(out, "envelope"), {k: pack(v) for k, v in envelope_seeds().items()})
+    write(os.path.join(out, "launch"), launch_seeds())
 
 
 main()
