@@ -11,11 +11,13 @@ Rewrites each directory it writes; the pre-scan's corpus is not one of them
 (a fuzzer grew it).
 """
 import os
+import re
 import shutil
 import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 class Raw(bytes):
@@ -209,6 +211,78 @@ def launch_seeds():
     return seeds
 
 
+C_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?", "0": "\0"}
+
+
+def decode(lit):
+    return re.sub(r"\\(x[0-9a-fA-F]+|[0-7]{1,3}|.)",
+                  lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "x" else
+                  chr(int(m.group(1), 8)) if m.group(1)[0] in "01234567" and len(m.group(1)) > 1
+                  else ESCAPES.get(m.group(1), m.group(1)), lit)
+
+
+def kernel_sources(path):
+    """Each run of adjacent string literals that holds "KERNEL void"."""
+    text = open(path, encoding="utf-8").read()
+    runs, cur, last = [], [], None
+    for m in C_LITERAL.finditer(text):
+        if last is not None and text[last:m.start()].strip():
+            runs.append("".join(cur))
+            cur = []
+        cur.append(decode(m.group(1)))
+        last = m.end()
+    runs.append("".join(cur))
+    return [r for r in runs if "KERNEL void" in r]
+
+
+def dialect_seeds():
+    s = {}
+    files = ["examples/vector_add.c", "examples/reduce.c", "examples/matmul.c",
+             "tests/test-kernels.c", "tests/test-device.c", "tests/test-failures.c"]
+    seen = set()
+    for f in files:
+        for src in kernel_sources(os.path.join(ROOT, f)):
+            m = re.search(r"KERNEL\s+void\s+(\w+)", src)
+            if not m:
+                continue
+            entry = m.group(1)
+            name = "kernel-%s-%s" % (os.path.splitext(os.path.basename(f))[0], entry)
+            if src in seen or name in s:
+                continue
+            seen.add(src)
+            s[name] = entry + "\n" + src
+    body = "{\n        uint64_t i = ABSOLUTE_POS;\n        if (i < BUFFER_LEN(0))\n" \
+           "                out[i] = (uint32_t) i;\n}\n"
+    k = "KERNEL void k(uint32_t *out, INFO)\n"
+    s["refused-asm"] = "k\n" + k + "{\n        asm(\"nop\");\n}\n"
+    s["refused-include"] = "k\n#include <stdio.h>\n" + k + body
+    s["refused-pragma"] = "k\n  #  pragma once\n" + k + body
+    s["refused-printf"] = "k\n" + k + "{\n        printf(out);\n}\n"
+    s["refused-string"] = "k\n" + k + "{\n        const char *s = \"x\";\n}\n"
+    s["refused-on-line-9"] = "k\n" + "\n" * 8 + k + "{ malloc(4); }\n"
+    s["allowed-words-in-comments"] = "k\n/* malloc, printf, #include */\n// asm\n" + k + body
+    s["allowed-char-literals"] = "k\n" + k + "{\n        char c = '\\'', d = '\"';\n}\n"
+    s["allowed-directives"] = "k\n#define N 4\n#ifdef N\n#undef N\n#elif 1\n#else\n#endif\n" + k + body
+    s["comment-unterminated"] = "k\n" + k + "{ /* never closed\n"
+    s["char-unterminated"] = "k\n" + k + "{ char c = '\\\n"
+    s["identifier-with-forbidden-part"] = "k\n" + k + "{ uint32_t freeze = 1, my_malloc = 2; }\n"
+    s["entry-missing"] = "missing\n" + k + body
+    s["entry-prefix"] = "k\nKERNEL void kk(uint32_t *out, INFO)\n{}\n" + k + body
+    s["kernel-inside-word"] = "k\nMYKERNEL void k(uint32_t *out, INFO) {}\n" + k + body
+    s["param-not-pointer"] = "k\nKERNEL void k(uint32_t n, uint32_t *out, INFO)\n" + body
+    s["param-nameless"] = "k\nKERNEL void k(uint32_t *, INFO)\n" + body
+    s["param-nested-parens"] = "k\nKERNEL void k(uint32_t (*out), INFO)\n" + body
+    s["params-unclosed"] = "k\nKERNEL void k(uint32_t *out, INFO"
+    s["no-body"] = "k\nKERNEL void k(uint32_t *out, INFO);\n"
+    s["sync-and-shared"] = "k\n" + k + "{\n        SHARED uint32_t t[64];\n" \
+        "        t[UNIT_POS] = 1;\n        sync_cube();\n        out[0] = t[0];\n}\n"
+    s["crlf"] = "k\r\n" + k.replace("\n", "\r\n") + body.replace("\n", "\r\n")
+    s["entry-not-identifier"] = "9k\n" + k + body
+    s["no-newline"] = "k"
+    return {k: v.encode() for k, v in s.items()}
+
+
 def write(directory, seeds):
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
@@ -221,6 +295,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     write(os.path.join(out, "envelope"), {k: pack(v) for k, v in envelope_seeds().items()})
     write(os.path.join(out, "launch"), launch_seeds())
+    write(os.path.join(out, "dialect"), dialect_seeds())
 
 
 main()
