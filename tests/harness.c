@@ -2,6 +2,9 @@
  * harness.c - the real daemon, started and stopped the way systemd would:
  * readiness comes as READY=1 on a NOTIFY_SOCKET, and SIGTERM must end it
  * with status 0 and its socket file gone.
+ *
+ * Every helper more than one suite uses lives here, once (harness.h groups
+ * them by subject), which is why the file is long.
  */
 #include <check.h>
 #include <dirent.h>
