@@ -115,7 +115,9 @@ bool cube__obj_str(const msgpack_object *o, char *buf, size_t cap)
 {
         if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
                 return false;
-        memcpy(buf, o->via.str.ptr, o->via.str.size);
+        /* msgpack-c may give an empty str a NULL pointer, which memcpy must not see. */
+        if (o->via.str.size)
+                memcpy(buf, o->via.str.ptr, o->via.str.size);
         buf[o->via.str.size] = '\0';
         return true;
 }

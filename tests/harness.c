@@ -2,6 +2,9 @@
  * harness.c - the real daemon, started and stopped the way systemd would:
  * readiness comes as READY=1 on a NOTIFY_SOCKET, and SIGTERM must end it
  * with status 0 and its socket file gone.
+ *
+ * Every helper more than one suite uses lives here, once (harness.h groups
+ * them by subject), which is why the file is long.
  */
 #include <check.h>
 #include <dirent.h>
@@ -35,7 +38,7 @@ static long now_ms(void)
         return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int timeout_multiplier(void)
+int test_timeout_multiplier(void)
 {
         const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
         int v = m ? atoi(m) : 1;
@@ -54,6 +57,17 @@ void test_daemon_dump_log(const test_daemon *d)
                 fputs(line, stderr);
         fprintf(stderr, "---- end of log ----\n");
         fclose(f);
+}
+
+void test_close_passed_fds(struct msghdr *mh)
+{
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm))
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                        int *fds = (int *) CMSG_DATA(cm);
+                        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        for (size_t i = 0; i < k; i++)
+                                close(fds[i]);
+                }
 }
 
 /* Starts the daemon; with owner not (uid_t) -1, its directory and notify
@@ -131,7 +145,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
                 _exit(127);
         }
 
-        deadline = now_ms() + 10000L * timeout_multiplier();
+        deadline = now_ms() + 10000L * test_timeout_multiplier();
         for (;;) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
                 long left = deadline - now_ms();
@@ -157,14 +171,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
                 ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
                 if (r <= 0)
                         continue;
-                /* Close any descriptor sent along (systemd-notify's barrier). */
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                                int *fds = (int *) CMSG_DATA(cm);
-                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                for (size_t i = 0; i < k; i++)
-                                        close(fds[i]);
-                        }
+                test_close_passed_fds(&mh);
                 buf[r] = '\0';
                 if (strstr(buf, "READY=1"))
                         break;
@@ -239,6 +246,37 @@ void test_group_stop(test_group *g)
         rmdir(g->dir);
 }
 
+void test_group_stop_clean(test_group *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->d[i].pid > 0) {
+                        ck_assert_msg(test_daemon_stop(&g->d[i], 10000) == 0, "cpu%d did not "
+                                      "exit cleanly", i);
+                        g->d[i].pid = 0;
+                }
+        test_group_stop(g);
+}
+
+test_daemon D;
+
+void test_start_default(void)
+{
+        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
+}
+
+void test_start_with_faults(void)
+{
+        static const char *const args[] = { "--enable-fault-injection", NULL };
+
+        ck_assert_int_eq(test_daemon_start(&D, args), 0);
+}
+
+void test_stop_clean(void)
+{
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
+}
+
 bool test_daemon_socket_exists(const test_daemon *d)
 {
         struct stat st;
@@ -254,7 +292,7 @@ int test_daemon_stop(test_daemon *d, int timeout_ms)
         if (d->pid <= 0)
                 return -1;
         kill(d->pid, SIGTERM);
-        deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
         for (;;) {
                 pid_t p = waitpid(d->pid, &status, WNOHANG);
                 if (p == d->pid) {
@@ -344,7 +382,7 @@ int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms)
 {
         struct rbuf *b = rbuf_of(fd);
         cube__limits lim;
-        long deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        long deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
 
         cube__limits_client_default(&lim);
         msgpack_unpacked_init(up);
@@ -521,7 +559,7 @@ long test_now_ms(void)
 
 int test_scaled_ms(int ms)
 {
-        return ms * timeout_multiplier();
+        return ms * test_timeout_multiplier();
 }
 
 /* A figure from /proc/PID/status, in its own unit. */
@@ -661,7 +699,7 @@ int hear(int fd, int timeout_ms)
 /* The child's exit status, or -1 when it did not end normally in time. */
 int nobody_finish(nobody *n)
 {
-        long deadline = now_ms() + (long) 20000 * timeout_multiplier();
+        long deadline = now_ms() + (long) 20000 * test_timeout_multiplier();
         int status;
 
         close(n->to_child);
@@ -705,7 +743,7 @@ cube_status status_of(const char *socket)
 
 bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms)
 {
-        long deadline = now_ms() + (long) timeout_ms * timeout_multiplier();
+        long deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
 
         for (;;) {
                 cube_status st = status_of(socket);
@@ -740,6 +778,14 @@ cube_client *test_connect(const char *socket, const char *name)
         return c;
 }
 
+cube_handle test_empty(cube_client *c, uint64_t size)
+{
+        cube_handle h;
+
+        ck_ok(cube_empty(c, size, &h));
+        return h;
+}
+
 uint64_t test_kernel(cube_client *c, const char *source, const char *entry)
 {
         uint64_t id;
@@ -769,6 +815,26 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what)
         ck_assert_msg(cube_error_kind_of(e) == kind, "%s: got %s (%s): %s", what,
                       cube_error_variant(e), cube_error_family(e), cube_error_message(e));
         cube_error_free(e);
+}
+
+void test_expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
+{
+        void *got = malloc(n ? n : 1);
+
+        ck_assert_uint_eq(cube_handle_len(h), n);
+        ck_ok(cube_read(c, h, got, n));
+        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
+        free(got);
+}
+
+size_t test_live_failures(cube_client *c)
+{
+        cube_failure_info *v;
+        size_t n;
+
+        ck_ok(cube_daemon_failures(c, &v, &n));
+        cube_failures_free(v, n);
+        return n;
 }
 
 /* Decodes the C string literal at *pp (after its opening quote) onto out. */

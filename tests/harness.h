@@ -40,6 +40,20 @@ int test_daemon_stop(test_daemon *d, int timeout_ms);
 bool test_daemon_socket_exists(const test_daemon *d);
 /* Prints the daemon's stderr, for a failing test. */
 void test_daemon_dump_log(const test_daemon *d);
+/* Closes every descriptor that came along with a received message
+ * (SCM_RIGHTS): what a notify socket's sender passes (systemd-notify's
+ * barrier) is not kept. */
+struct msghdr;
+void test_close_passed_fds(struct msghdr *mh);
+
+/* The daemon of a suite that starts one for each test case. Check's fixtures
+ * take no argument, so the fixtures below start and stop this one. */
+extern test_daemon D;
+/* Fixtures: D with no extra argument, or with --enable-fault-injection. */
+void test_start_default(void);
+void test_start_with_faults(void);
+/* Stops D, asserting that it exited 0 and removed its socket. */
+void test_stop_clean(void);
 
 /* n daemons (at most 8) as instances cpu0..cpu<n-1>, their sockets
  * cpuI.sock in one temporary directory (dir), so that they find each other
@@ -53,6 +67,8 @@ typedef struct test_group {
 int test_group_start(test_group *g, int n, const char *const *extra_args);
 /* Stops every daemon still running (a pid of 0 is one already gone). */
 void test_group_stop(test_group *g);
+/* The same, asserting that each exited 0. */
+void test_group_stop_clean(test_group *g);
 
 /* A connected raw socket, or -1. */
 int raw_connect(const char *path);
@@ -86,6 +102,9 @@ void raw_send_request_u64(int fd, uint32_t msgid, const char *method, const uint
 /* A monotonic clock in milliseconds, and ms scaled by CUBE_TEST_TIMEOUT_MULT. */
 long test_now_ms(void);
 int test_scaled_ms(int ms);
+/* CUBE_TEST_TIMEOUT_MULT, at least 1: how many times slower this build may
+ * be (a sanitizer's). */
+int test_timeout_multiplier(void);
 /* The daemon's resident memory (VmRSS), its open descriptors and its
  * mappings, from /proc; -1 when they cannot be read. */
 long test_rss_kib(pid_t pid);
@@ -151,6 +170,8 @@ bool wait_memory_in_use(const char *socket, uint64_t want, int timeout_ms);
 
 /* A client of the daemon at socket, named name; aborts the test on failure. */
 cube_client *test_connect(const char *socket, const char *name);
+/* An empty allocation of size bytes; aborts the test on failure. */
+cube_handle test_empty(cube_client *c, uint64_t size);
 /* Registers source's entry; aborts the test on failure. */
 uint64_t test_kernel(cube_client *c, const char *source, const char *entry);
 /* Sends l with info words built here: the u32 scalars given, then each bound
@@ -158,6 +179,10 @@ uint64_t test_kernel(cube_client *c, const char *source, const char *entry);
 void test_launch_u32(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars);
 /* Asserts that e is of kind, naming what was expected, and frees it. */
 void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
+/* Reads h, asserting that it holds n bytes and that they are want's. */
+void test_expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n);
+/* How many failures the daemon's store still holds. */
+size_t test_live_failures(cube_client *c);
 
 /* affine(in -> out): out[i] = in[i] * 5 + 7, one const input and one
  * declared output; the kernel the failure-store suites pass failures along. */

@@ -19,13 +19,6 @@
 
 static const char *const names[] = { "cpu0", "cpu1", "cpu2", "cpu3" };
 
-static long now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void connect_all(test_group *g, cube_client **c)
 {
         for (int i = 0; i < g->n; i++)
@@ -346,7 +339,7 @@ START_TEST(test_tainted_source)
         ck_ok(cube_create(c[1], buf, sizeof(buf), &src[1]));
         for (int r = 0; r < 2; r++)
                 ck_ok(cube_empty(c[r], sizeof(buf), &dst[r]));
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         for (int r = 0; r < 2; r++)
                 ck_ok(cube_all_reduce(c[r], &grp, &src[r], &dst[r],
                                       (cube_reduction) { CUBE_ELEM_F32, CUBE_REDUCE_SUM },
@@ -362,7 +355,7 @@ START_TEST(test_tainted_source)
         ck_assert(cube_error_kind_of(e) == CUBE_SERVER_UNWRITTEN ||
                   cube_error_kind_of(e) == CUBE_SERVER_SEVERAL);
         cube_error_free(e);
-        ck_assert_int_lt(now_ms() - t0, 5000);
+        ck_assert_int_lt(test_now_ms() - t0, 5000);
         /* A clean source again: the same group works, and so does a new comm_init. */
         ck_ok(cube_write(c[1], &src[1], buf, sizeof(buf)));
         ck_ok(cube_comm_init_all(c, names, 2));
@@ -413,9 +406,9 @@ START_TEST(test_member_killed)
         kill(g.d[1].pid, SIGKILL);
         waitpid(g.d[1].pid, NULL, 0);
         g.d[1].pid = 0;
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         e = cube_sync(c[0], &dst[0], 1);
-        long took = now_ms() - t0;
+        long took = test_now_ms() - t0;
         if (e) {
                 ck_assert_msg(strstr(cube_error_message(e), "cpu1"), "%s", cube_error_message(e));
                 cube_error_free(e);
@@ -477,7 +470,7 @@ START_TEST(test_member_client_killed)
         ck_ok(cube_empty(c, sizeof(buf), &dst));
         ck_ok(cube_all_reduce(c, &grp, &src, &dst,
                               (cube_reduction) { CUBE_ELEM_F32, CUBE_REDUCE_SUM }, CUBE_WAIT_NOW));
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         kill(child, SIGKILL);
         waitpid(child, NULL, 0);
         e = cube_read(c, &dst, buf, sizeof(buf));
@@ -485,7 +478,7 @@ START_TEST(test_member_client_killed)
                                   "group (its session ended)"), "%s",
                       e ? cube_error_message(e) : "no error");
         cube_error_free(e);
-        ck_assert_int_lt(now_ms() - t0, 10000);
+        ck_assert_int_lt(test_now_ms() - t0, 10000);
         cube_disconnect(c);
         test_group_stop(&g);
 }
@@ -550,7 +543,7 @@ static void silent_member_named(bool by_id)
                                                       (cube_reduction) { CUBE_ELEM_F32,
                                                                          CUBE_REDUCE_SUM },
                                                       CUBE_WAIT_NOW));
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         for (int r = 0; r < 4; r++) {
                 cube_error *e;
                 if (r == 2)
@@ -572,7 +565,7 @@ static void silent_member_named(bool by_id)
                 }
                 cube_error_free(e);
         }
-        ck_assert_int_lt(now_ms() - t0, 2000 + 5000);
+        ck_assert_int_lt(test_now_ms() - t0, 2000 + 5000);
         ck_ok(cube_daemon_status(c[2], &st));
         disconnect_all(&g, c);
         test_group_stop(&g);
@@ -616,7 +609,7 @@ START_TEST(test_stopped_member_named)
                                       CUBE_WAIT_NOW));
         usleep(20000);
         kill(g.d[3].pid, SIGSTOP);
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         for (int r = 0; r < 3; r++) {
                 cube_error *e = cube_sync(c[r], &dst[r], 1);
                 if (!e)
@@ -628,7 +621,7 @@ START_TEST(test_stopped_member_named)
                                      "started it"), "member %d: %s", r, cube_error_message(e));
                 cube_error_free(e);
         }
-        ck_assert_int_lt(now_ms() - t0, 3000 + 5000);
+        ck_assert_int_lt(test_now_ms() - t0, 3000 + 5000);
         kill(g.d[3].pid, SIGCONT);
         if (!failed)
                 fprintf(stderr, "test_stopped_member_named: the all_reduce finished before "

@@ -22,19 +22,6 @@
 #include "errors.h"
 #include "wire.h"
 
-static test_daemon D;
-
-static void start_default(void)
-{
-        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
 static void roundtrip(cube_client *c, size_t n, uint64_t seed)
 {
         unsigned char *data = malloc(n ? n : 1), *back = malloc(n ? n : 1);
@@ -688,7 +675,7 @@ static Suite *daemon_suite(void)
         Suite *s = suite_create("daemon");
         TCase *tc = tcase_create("foundation");
 
-        tcase_add_checked_fixture(tc, start_default, stop_clean);
+        tcase_add_checked_fixture(tc, test_start_default, test_stop_clean);
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, write_read_round_trips);
         tcase_add_test(tc, partial_handles_read_and_write_their_range);

@@ -44,22 +44,6 @@ static const char evil_source[] =
         "                out[i] = 0xdeadbeefu;\n"
         "}\n";
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 /* A launch of kernel over bufs with one buffer length each (N). */
 static void launch_n(cube_client *c, uint64_t kernel, cube_handle *bufs, size_t n_bufs,
                      uint32_t cubes, uint32_t dim, cube_launch_mode mode)
@@ -106,7 +90,7 @@ START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
 
         ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
         ck_ok(cube_connect(d.socket, "alternate", &c));
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         fill_random(in, sizeof(in), 5);
         memcpy(want, in, sizeof(want));
         ck_ok(cube_create(c, in, sizeof(in), &ab[0]));
@@ -156,10 +140,10 @@ static void launch_and_expect_poison(cube_client *c, uint64_t k, const char *ent
         ck_ok(cube_empty(c, N * sizeof(uint32_t), &out));
         launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_EXECUTE);
         e = cube_sync(c, NULL, 0);
-        long took = now_ms() - t0;
+        long took = test_now_ms() - t0;
         ck_assert_msg(e != NULL, "the sync after %s succeeded", entry);
         ck_assert_msg(cube_error_is_device_poisoned(e), "not poisoned: %s", cube_error_message(e));
         ck_assert_msg(strstr(cube_error_message(e), entry) && strstr(cube_error_message(e), what),
@@ -196,7 +180,7 @@ START_TEST(a_kernel_reaching_for_the_system_is_refused_naming_the_line)
                 uint32_t in[N] = { 0 };
                 cube_handle bufs[2];
                 cube_error *e;
-                uint64_t k = register_kernel(c, cases[i].source, "reach");
+                uint64_t k = test_kernel(c, cases[i].source, "reach");
 
                 ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
                 ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
@@ -288,7 +272,7 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "wild", &c));
-        launch_and_expect_poison(c, register_kernel(c, wild_source, "wild"), "wild", "SEGV",
+        launch_and_expect_poison(c, test_kernel(c, wild_source, "wild"), "wild", "SEGV",
                                  10000);
         st = status_of(d.socket);
         ck_assert(st.poisoned);
@@ -296,12 +280,12 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
         cube_disconnect(c);
 
         /* Once every session was told, the policy starts a fresh device. */
-        deadline = now_ms() + 15000;
-        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+        deadline = test_now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && test_now_ms() < deadline)
                 usleep(50 * 1000);
         ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
         ck_ok(cube_connect(d.socket, "after", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
 }
@@ -341,14 +325,14 @@ static void expect_fault_poisons_then_reinit(const char *source, const char *ent
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, entry, &c));
-        launch_and_expect_poison(c, register_kernel(c, source, entry), entry, what, 10000);
+        launch_and_expect_poison(c, test_kernel(c, source, entry), entry, what, 10000);
         cube_disconnect(c);
-        deadline = now_ms() + 15000;
-        while ((st = status_of(d.socket)).poisoned && now_ms() < deadline)
+        deadline = test_now_ms() + 15000;
+        while ((st = status_of(d.socket)).poisoned && test_now_ms() < deadline)
                 usleep(50 * 1000);
         ck_assert_msg(!st.poisoned, "the device was not re-initialised: %s", st.poison);
         ck_ok(cube_connect(d.socket, "after", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
 }
@@ -373,7 +357,7 @@ START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "forever", &c));
-        launch_and_expect_poison(c, register_kernel(c, test_forever_source, "forever"), "forever",
+        launch_and_expect_poison(c, test_kernel(c, test_forever_source, "forever"), "forever",
                                  "kernel timeout", 1000 + 1000);
         ck_assert(status_of(d.socket).poisoned);
         cube_disconnect(c);
@@ -404,7 +388,7 @@ START_TEST(units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "divergent", &c));
-        launch_and_expect_poison(c, register_kernel(c, divergent_source, "divergent"),
+        launch_and_expect_poison(c, test_kernel(c, divergent_source, "divergent"),
                                  "divergent", "kernel timeout", 1000 + 1000);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
@@ -441,30 +425,30 @@ START_TEST(a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_
         ck_ok(cube_connect(d.socket, "bomb", &c));
         ck_ok(cube_connect(d.socket, "other", &other));
         bomb_source(source, sizeof(source));
-        uint64_t k = register_kernel(c, source, "bomb");
+        uint64_t k = test_kernel(c, source, "bomb");
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
 
         /* While it compiles, another session is served at once. */
         for (int i = 0; i < 10; i++) {
                 uint32_t data[64], back[64];
                 cube_handle h;
-                long s0 = now_ms();
+                long s0 = test_now_ms();
                 fill_random(data, sizeof(data), (uint64_t) i);
                 ck_ok(cube_create(other, data, sizeof(data), &h));
                 ck_ok(cube_read(other, &h, back, sizeof(back)));
                 ck_assert(memcmp(data, back, sizeof(data)) == 0);
                 ck_ok(cube_free(other, &h));
                 ck_assert(!status_of(d.socket).poisoned);
-                ck_assert_msg(now_ms() - s0 < 1000, "a round trip took %ld ms during the compile",
-                              now_ms() - s0);
+                ck_assert_msg(test_now_ms() - s0 < 1000, "a round trip took %ld ms during the "
+                              "compile", test_now_ms() - s0);
                 usleep(100 * 1000);
         }
 
         const cube_error *root = root_of_read(c, &bufs[1], &e);
-        long took = now_ms() - t0;
+        long took = test_now_ms() - t0;
         ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC, "not a compilation "
                       "error: %s", cube_error_message(e));
         ck_assert_msg(strstr(cube_error_reason(root), "limit"), "%s", cube_error_reason(root));
@@ -531,9 +515,9 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
         ck_ok(cube_connect(d.socket, "first", &c));
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+        launch_n(c, test_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
                  CUBE_LAUNCH_COMPILE);
-        launch_n(c, register_kernel(c, evil_source, "evil"), bufs, 2, 1, 64, CUBE_LAUNCH_COMPILE);
+        launch_n(c, test_kernel(c, evil_source, "evil"), bufs, 2, 1, 64, CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
         snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
         snprintf(evil, sizeof(evil), "%s/%s.ocl", cache, entry_of(c, "evil").hash);
@@ -544,7 +528,7 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
         copy_file(evil, triple);
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "planted", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         info = entry_of(c, "triple");
         ck_assert_msg(!info.from_disk, "the planted artifact was loaded");
         ck_assert_msg(log_has(&d, "planted or altered"), "the event was not logged");
@@ -554,7 +538,7 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
         /* Recompiled, it loads again: the digest is its own. */
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "again", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert(entry_of(c, "triple").from_disk);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
@@ -569,7 +553,7 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
         fclose(f);
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "altered", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "the altered artifact was loaded");
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
@@ -578,7 +562,7 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
         ck_assert_int_eq(chmod(cache, 0750), 0);
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "open-dir", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded from a 0750 directory");
         ck_assert(log_has(&d, "0750"));
         cube_disconnect(c);
@@ -605,7 +589,7 @@ START_TEST(a_symlink_planted_in_the_cache_is_refused)
         ck_ok(cube_connect(d.socket, "first", &c));
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+        launch_n(c, test_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
                  CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
         snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
@@ -617,7 +601,7 @@ START_TEST(a_symlink_planted_in_the_cache_is_refused)
         ck_assert_int_eq(symlink(aside, triple), 0);
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "symlinked", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded through a symlink");
         ck_assert_msg(log_has(&d, "is a symlink"), "the refusal was not logged");
         cube_disconnect(c);
@@ -659,7 +643,7 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
         ck_ok(cube_connect(d.socket, "first", &c));
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        launch_n(c, register_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
+        launch_n(c, test_kernel(c, triple_source, "triple"), bufs, 2, 1, 64,
                  CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
         snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
@@ -670,7 +654,7 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
         ck_assert_int_eq(chown(triple, 65534, 65534), 0);
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "owned", &c));
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "another user's artifact was loaded");
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
@@ -682,7 +666,7 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
         ck_assert_int_eq(rename(cache, moved), 0);
         snprintf(cmd, sizeof(cmd), "cp -a %s %s && rm %s", moved, cache, triple);
         ck_assert_int_eq(system(cmd), 0);
-        expect_triple_runs(c, register_kernel(c, triple_source, "triple"));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
         ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded from a swapped cache");
         ck_assert(log_has(&d, "no longer the directory"));
         /* Nor is anything built into the directory swapped in. */

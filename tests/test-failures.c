@@ -26,21 +26,6 @@
 #define TEXT(x) #x
 #define TEXT_OF(x) TEXT(x)
 
-static test_daemon D;
-
-static void start_with_faults(void)
-{
-        static const char *const args[] = { "--enable-fault-injection", NULL };
-
-        ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
 /* ---------------------------------------------------------------------------
  * Kernels
  * ------------------------------------------------------------------------- */
@@ -182,38 +167,6 @@ static const cube_error_kind compile_root[] = {
         CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR, CUBE_COMPILATION_GENERIC,
 };
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static cube_client *connect_as(const char *name)
-{
-        cube_client *c;
-
-        ck_ok(cube_connect(D.socket, name, &c));
-        return c;
-}
-
-static uint64_t kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
-static cube_handle buffer(cube_client *c, uint64_t size)
-{
-        cube_handle h;
-
-        ck_ok(cube_empty(c, size, &h));
-        return h;
-}
-
 static cube_handle filled(cube_client *c, const void *data, uint64_t size)
 {
         cube_handle h;
@@ -243,23 +196,6 @@ static cube_launch over(uint64_t k, const cube_handle *bufs, const cube_buffer_i
         };
 }
 
-/* Sends l with info words built here: the u32 scalars given, then each bound
- * buffer's length in u32 elements. */
-static void launch(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars)
-{
-        cube_info *info = cube_info_new();
-
-        ck_assert_ptr_nonnull(info);
-        for (size_t i = 0; i < n_scalars; i++)
-                ck_assert_int_eq(cube_info_u32(info, scalars[i]), 0);
-        for (size_t i = 0; i < l.n_buffers; i++)
-                ck_assert_int_eq(cube_info_buffer_len(info, (uint32_t) (cube_handle_len(
-                        &l.buffers[i]) / sizeof(uint32_t))), 0);
-        l.info = info;
-        ck_ok(cube_launch_kernel(c, &l));
-        cube_info_free(info);
-}
-
 /* Sends l with a cube dim the device turns down before compiling anything:
  * one past its z limit (CubeDim), or within every per-dimension limit but
  * holding more units than a cube may (Units). */
@@ -280,7 +216,7 @@ static void launch_refused(cube_client *c, cube_launch l, cube_error_kind limit)
                 l.cube_dim[2] = 1;
                 ck_assert_uint_le(l.cube_dim[1], p->max_cube_dim[1]);
         }
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
 }
 
 static void inject(cube_client *c, cube_fault_site site, cube_error_kind kind, const char *reason,
@@ -391,17 +327,6 @@ static void expect_bytes(cube_client *c, const cube_handle *h, const void *want)
         free(got);
 }
 
-/* How many failures the daemon's store still holds. */
-static size_t live_failures(cube_client *c)
-{
-        cube_failure_info *v;
-        size_t n;
-
-        ck_ok(cube_daemon_failures(c, &v, &n));
-        cube_failures_free(v, n);
-        return n;
-}
-
 /* The cache state of kernel entry ("new", "compiled", "failed", ...), in a
  * buffer the next call reuses. */
 static const char *kernel_state(cube_client *c, const char *entry)
@@ -425,9 +350,10 @@ static const char *kernel_state(cube_client *c, const char *entry)
 
 START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
 {
-        cube_client *c = connect_as("ids");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
-        cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), x, y;
+        cube_client *c = test_connect(D.socket, "ids");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
+        cube_handle a = test_empty(c, BYTES), b = test_empty(c, BYTES), x, y;
         cube_failure_info *v;
         uint32_t data[N];
         size_t n;
@@ -455,11 +381,11 @@ START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
         /* Freeing the only carrier of each frees both failures. */
         ck_ok(cube_free(c, &a));
         ck_ok(cube_free(c, &b));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* The next failure takes a new id, though both before it are gone. */
-        x = buffer(c, BYTES);
-        y = buffer(c, BYTES);
+        x = test_empty(c, BYTES);
+        y = test_empty(c, BYTES);
         launch_refused(c, over(pair, (cube_handle[]) { x, y }, NULL, 2), CUBE_RESOURCE_CUBE_DIM);
         u = only_failure(c, (cube_handle[]) { x, y }, 2);
         expect_unwritten(u, 3, 2, 0);
@@ -470,13 +396,13 @@ START_TEST(failure_ids_are_never_reused_and_die_with_their_last_carrier)
         u = only_failure(c, &y, 1);
         expect_unwritten(u, 3, 1, 0);
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         /* Rewriting the last carrier whole frees the failure. */
         fill_random(data, sizeof(data), 1);
         ck_ok(cube_write(c, &y, data, sizeof(data)));
         ck_ok(cube_check(c, &y, 1));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         expect_bytes(c, &y, data);
 
         /* And the next failure is newer than every one before it. */
@@ -491,9 +417,9 @@ END_TEST
 
 START_TEST(a_write_repairs_exactly_the_bytes_it_covers)
 {
-        cube_client *c = connect_as("ranges");
-        uint64_t fill = kernel(c, fill_source, "fill"), f;
-        cube_handle h = buffer(c, BYTES), mid = range(&h, 256, 512);
+        cube_client *c = test_connect(D.socket, "ranges");
+        uint64_t fill = test_kernel(c, fill_source, "fill"), f;
+        cube_handle h = test_empty(c, BYTES), mid = range(&h, 256, 512);
         uint8_t whole[BYTES];
         cube_error *u;
 
@@ -530,11 +456,11 @@ START_TEST(a_write_repairs_exactly_the_bytes_it_covers)
         u = only_failure(c, &tail, 1);
         expect_unwritten(u, f, 1, 0);
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         ck_ok(cube_write(c, &tail, whole + 512, BYTES - 512));
         ck_ok(cube_check(c, &h, 1));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         expect_bytes(c, &h, whole);
         cube_disconnect(c);
 }
@@ -542,13 +468,14 @@ END_TEST
 
 START_TEST(disjoint_failures_are_reported_apart_and_one_failure_once)
 {
-        cube_client *c = connect_as("disjoint");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
-        uint64_t trio = kernel(c, trio_source, "trio");
-        cube_handle h = buffer(c, 2 * BYTES), lo = range(&h, 0, BYTES);
+        cube_client *c = test_connect(D.socket, "disjoint");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
+        uint64_t trio = test_kernel(c, trio_source, "trio");
+        cube_handle h = test_empty(c, 2 * BYTES), lo = range(&h, 0, BYTES);
         cube_handle hi = range(&h, BYTES, 2 * BYTES);
-        cube_handle t[3] = { buffer(c, BYTES), buffer(c, BYTES), buffer(c, BYTES) };
-        cube_handle m = buffer(c, 3 * BYTES);
+        cube_handle t[3] = { test_empty(c, BYTES), test_empty(c, BYTES), test_empty(c, BYTES) };
+        cube_handle m = test_empty(c, 3 * BYTES);
         cube_error *e, *u;
         uint64_t fa, fb;
 
@@ -586,7 +513,7 @@ START_TEST(disjoint_failures_are_reported_apart_and_one_failure_once)
         expect_claims(u, 1, 0);
         cube_error_free(u);
         ck_ok(cube_check(c, &middle, 1));
-        ck_assert_uint_eq(live_failures(c), 4);
+        ck_assert_uint_eq(test_live_failures(c), 4);
         cube_disconnect(c);
 }
 END_TEST
@@ -639,9 +566,9 @@ static cube_error *expect_probe_failed(cube_client *c, const probe_buffers *p,
 
 START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
 {
-        cube_client *c = connect_as("uncompiled");
-        uint64_t probe = kernel(c, probe_source, "probe");
-        uint64_t broken = kernel(c, probe_broken_source, "probe_broken");
+        cube_client *c = test_connect(D.socket, "uncompiled");
+        uint64_t probe = test_kernel(c, probe_source, "probe");
+        uint64_t broken = test_kernel(c, probe_broken_source, "probe_broken");
         probe_buffers p;
         cube_error *u;
 
@@ -663,7 +590,7 @@ START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
 
         /* A compile error: there is no compiled answer either. */
         make_probe_buffers(c, &p, 3);
-        launch(c, over(broken, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(broken, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, compile_root, LEN(compile_root), true);
         ck_assert(cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
@@ -671,7 +598,7 @@ START_TEST(an_uncompiled_launch_taints_its_declared_and_undeclared_outputs)
                       "the compiler's words are missing: %s", cube_error_message(u));
         cube_error_free(u);
         ck_assert_str_eq(kernel_state(c, "probe_broken"), "failed");
-        ck_assert_uint_eq(live_failures(c), 3);
+        ck_assert_uint_eq(test_live_failures(c), 3);
         cube_disconnect(c);
 }
 END_TEST
@@ -680,15 +607,15 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
 {
         static const cube_error_kind oom_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_OUT_OF_MEMORY };
         static const cube_error_kind unknown_root[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
-        cube_client *c = connect_as("compiled");
-        uint64_t probe = kernel(c, probe_source, "probe");
+        cube_client *c = test_connect(D.socket, "compiled");
+        uint64_t probe = test_kernel(c, probe_source, "probe");
         probe_buffers p;
         uint32_t want[N];
         cube_error *u;
 
         /* The probe runs, and is compiled from here on. */
         make_probe_buffers(c, &p, 4);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = p.data[P_CONST][i] + p.data[P_READ][i] + p.data[P_CONST_DECLARED_OUT][i];
         expect_bytes(c, &p.h[P_OUT], want);
@@ -702,7 +629,7 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
          * READ_ONLY has no compiled answer and keeps its declaration. */
         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_OUT_OF_MEMORY, "no room to queue the launch", 0);
         make_probe_buffers(c, &p, 5);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, oom_root, LEN(oom_root), false);
         ck_assert_str_eq(cube_error_reason(expect_root(u, oom_root, LEN(oom_root))),
                          "no room to queue the launch");
@@ -713,14 +640,14 @@ START_TEST(after_compiling_the_compiled_answer_decides_what_is_tainted)
         /* An enqueue the driver refuses. */
         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "the driver refused the enqueue", 0);
         make_probe_buffers(c, &p, 6);
-        launch(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
+        test_launch_u32(c, over(probe, p.h, probe_io, P_COUNT), NULL, 0);
         u = expect_probe_failed(c, &p, unknown_root, LEN(unknown_root), false);
         ck_assert_str_eq(cube_error_reason(expect_root(u, unknown_root, LEN(unknown_root))),
                          "the driver refused the enqueue");
         ck_assert(!cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         cube_disconnect(c);
 }
 END_TEST
@@ -738,24 +665,26 @@ typedef struct hops {
 
 static void run_hops(cube_client *c, hops *h)
 {
-        h->fill = kernel(c, fill_source, "fill");
-        h->hop_b = kernel(c, hop_b_source, "hop_b");
-        h->hop_c = kernel(c, hop_c_source, "hop_c");
+        h->fill = test_kernel(c, fill_source, "fill");
+        h->hop_b = test_kernel(c, hop_b_source, "hop_b");
+        h->hop_c = test_kernel(c, hop_c_source, "hop_c");
         fill_pattern(h->pattern, N);
-        h->a = buffer(c, BYTES);
+        h->a = test_empty(c, BYTES);
         h->b = filled(c, h->pattern, BYTES);
         h->cc = filled(c, h->pattern, BYTES);
         h->wb = filled(c, h->pattern, BYTES);
         h->wc = filled(c, h->pattern, BYTES);
         launch_refused(c, over(h->fill, &h->a, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(h->hop_b, (cube_handle[]) { h->a, h->b, h->wb }, hop_io, 3), NULL, 0);
-        launch(c, over(h->hop_c, (cube_handle[]) { h->b, h->cc, h->wc }, hop_io, 3), NULL, 0);
+        test_launch_u32(c,
+                        over(h->hop_b, (cube_handle[]) { h->a, h->b, h->wb }, hop_io, 3), NULL, 0);
+        test_launch_u32(c,
+                        over(h->hop_c, (cube_handle[]) { h->b, h->cc, h->wc }, hop_io, 3), NULL, 0);
         ck_ok(cube_sync(c, NULL, 0));
 }
 
 START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
 {
-        cube_client *c = connect_as("skips");
+        cube_client *c = test_connect(D.socket, "skips");
         uint32_t in[N], want[N], witness[N];
         cube_handle hin, hout, hw;
         cube_error *u;
@@ -779,7 +708,7 @@ START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
 
         /* The whole path carries that one failure, and nothing else. */
         expect_failures(cube_check(c, (cube_handle[]) { h.a, h.b, h.cc }, 3), &f, 1);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
 
         /* On a clean input the same hop runs and leaves its witness. */
         fill_random(in, sizeof(in), 3);
@@ -788,7 +717,7 @@ START_TEST(a_launch_reading_a_failure_is_skipped_and_passes_it_on)
         hin = filled(c, in, BYTES);
         hout = filled(c, h.pattern, BYTES);
         hw = filled(c, h.pattern, BYTES);
-        launch(c, over(h.hop_b, (cube_handle[]) { hin, hout, hw }, hop_io, 3), NULL, 0);
+        test_launch_u32(c, over(h.hop_b, (cube_handle[]) { hin, hout, hw }, hop_io, 3), NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = in[i] + 1u;
         expect_bytes(c, &hout, want);
@@ -799,7 +728,7 @@ END_TEST
 
 START_TEST(the_skip_chain_walks_back_from_the_buffer_asked_about)
 {
-        cube_client *c = connect_as("walk");
+        cube_client *c = test_connect(D.socket, "walk");
         cube_error *u;
         uint64_t f;
         hops h;
@@ -827,8 +756,9 @@ END_TEST
 
 START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
 {
-        cube_client *c = connect_as("long-chain");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        cube_client *c = test_connect(D.socket, "long-chain");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t pattern[N];
         cube_handle p[19], w;
         cube_error *u;
@@ -836,10 +766,11 @@ START_TEST(a_skip_chain_keeps_its_sixteen_newest_hops)
         fill_pattern(pattern, N);
         w = filled(c, pattern, BYTES);
         for (size_t i = 0; i < LEN(p); i++)
-                p[i] = buffer(c, BYTES);
+                p[i] = test_empty(c, BYTES);
         launch_refused(c, over(fill, &p[0], NULL, 1), CUBE_RESOURCE_CUBE_DIM);
         for (size_t i = 1; i < LEN(p); i++)
-                launch(c, over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
+                test_launch_u32(c,
+                                over(hop, (cube_handle[]) { p[i - 1], p[i], w }, hop_io, 3), NULL, 0);
 
         /* 18 skips: the 16 newest are kept, newest first, and a note says
          * how many older ones were dropped. */
@@ -872,8 +803,8 @@ END_TEST
 
 START_TEST(relaunching_into_a_pure_output_repairs_it)
 {
-        cube_client *c = connect_as("relaunch");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "relaunch");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N];
         cube_handle in, out;
         cube_error *u;
@@ -883,7 +814,7 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
         u = only_failure(c, &out, 1);
@@ -893,16 +824,16 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
 
         /* A declared output is not read, so its claim does not stop the
          * launch, which writes it whole. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* Undeclared, it counts as read too: the launch is skipped on its own
          * output's claim. */
         launch_refused(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2),
                        CUBE_RESOURCE_UNITS);
-        launch(c, over(k, (cube_handle[]) { in, out }, NULL, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, NULL, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         ck_assert_uint_gt(cube_error_failure(u), f);
         expect_claims(u, 1, 1);
@@ -911,10 +842,10 @@ START_TEST(relaunching_into_a_pure_output_repairs_it)
         cube_error_free(u);
 
         /* Declared again, it is repaired. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_check(c, &out, 1));
         expect_bytes(c, &out, want);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -925,9 +856,10 @@ END_TEST
 
 START_TEST(read_sync_and_check_report_each_named_failure_once)
 {
-        cube_client *c = connect_as("reports");
-        uint64_t fill = kernel(c, fill_source, "fill"), pair = kernel(c, pair_source, "pair");
-        cube_handle m = buffer(c, 3 * BYTES), z;
+        cube_client *c = test_connect(D.socket, "reports");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t pair = test_kernel(c, pair_source, "pair");
+        cube_handle m = test_empty(c, 3 * BYTES), z;
         cube_handle s0 = range(&m, 0, BYTES), s1 = range(&m, BYTES, 2 * BYTES);
         cube_handle s2 = range(&m, 2 * BYTES, 3 * BYTES);
         uint32_t data[N], *back = malloc(3 * BYTES);
@@ -965,7 +897,7 @@ START_TEST(read_sync_and_check_report_each_named_failure_once)
 
         /* A launch failure is not the flush's to report. */
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         free(back);
         cube_disconnect(c);
 }
@@ -980,16 +912,16 @@ static double linger_rate(cube_client *c, uint64_t k)
 
         if (rate > 0)
                 return rate;
-        cube_handle scratch = buffer(c, 16);
+        cube_handle scratch = test_empty(c, 16);
         for (uint32_t kilo = 1u << 12;; kilo *= 4) {
                 const uint32_t scalars[3] = { 0, 0, kilo };
-                long t0 = now_ms();
-                launch(c, (cube_launch) {
+                long t0 = test_now_ms();
+                test_launch_u32(c, (cube_launch) {
                         .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                         .buffers = &scratch, .io = io, .n_buffers = 1,
                 }, scalars, 3);
                 ck_ok(cube_sync(c, &scratch, 1));
-                long took = now_ms() - t0;
+                long took = test_now_ms() - t0;
                 if (took >= 100 || kilo >= (1u << 28)) {
                         rate = (double) kilo / (double) (took > 0 ? took : 1);
                         break;
@@ -1009,7 +941,7 @@ static void launch_linger(cube_client *c, uint64_t k, const cube_handle *out, ui
                         (uint32_t) (linger_rate(c, k) * ms * 1.5) + 1 : 0;
         const uint32_t scalars[3] = { ms, fault, kilo };
 
-        launch(c, (cube_launch) {
+        test_launch_u32(c, (cube_launch) {
                 .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                 .buffers = out, .io = io, .n_buffers = 1, .mode = mode,
         }, scalars, 3);
@@ -1017,11 +949,10 @@ static void launch_linger(cube_client *c, uint64_t k, const cube_handle *out, ui
 
 START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
 {
-        const char *mult = getenv("CUBE_TEST_TIMEOUT_MULT");
-        uint32_t ms = 1000 * (uint32_t) (mult && atoi(mult) > 0 ? atoi(mult) : 1);
-        cube_client *c = connect_as("instant");
-        uint64_t k = kernel(c, linger_source, "linger");
-        cube_handle out = buffer(c, 16), late = buffer(c, 16);
+        uint32_t ms = (uint32_t) test_scaled_ms(1000);
+        cube_client *c = test_connect(D.socket, "instant");
+        uint64_t k = test_kernel(c, linger_source, "linger");
+        cube_handle out = test_empty(c, 16), late = test_empty(c, 16);
         uint32_t got[4];
         long t0, t1, t2;
         cube_error *e;
@@ -1031,12 +962,12 @@ START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
         ck_ok(cube_sync(c, NULL, 0));
         ck_assert_str_eq(kernel_state(c, "linger"), "compiled");
 
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_linger(c, k, &out, ms, false, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_check(c, &out, 1));
-        t1 = now_ms();
+        t1 = test_now_ms();
         ck_ok(cube_sync(c, &out, 1));
-        t2 = now_ms();
+        t2 = test_now_ms();
         ck_assert_msg(t1 - t0 < (long) ms / 2, "check took %ld ms behind a %u ms kernel", t1 - t0,
                       ms);
         ck_assert_msg(t2 - t0 >= (long) ms, "sync returned after %ld ms, before the %u ms kernel "
@@ -1047,10 +978,10 @@ START_TEST(check_answers_at_once_and_sync_drains_the_device_first)
         /* A kernel that faults late: check, right after the launch, sees only
          * the claims, which are clean; sync waits for the device and meets
          * the fault. */
-        t0 = now_ms();
+        t0 = test_now_ms();
         launch_linger(c, k, &late, ms, true, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_check(c, &late, 1));
-        t1 = now_ms();
+        t1 = test_now_ms();
         ck_assert_msg(t1 - t0 < (long) ms / 2, "check took %ld ms behind a %u ms kernel", t1 - t0,
                       ms);
         e = cube_sync(c, NULL, 0);
@@ -1080,8 +1011,8 @@ END_TEST
 
 START_TEST(an_abandoned_write_scope_reads_as_torn_down)
 {
-        cube_client *c = connect_as("teardown");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "teardown");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], want[N], pattern[N];
         cube_handle in, out, next;
         cube_error *u;
@@ -1095,7 +1026,7 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         next = filled(c, pattern, BYTES);
 
         inject(c, CUBE_FAULT_TEARDOWN, CUBE_SERVER_TORN_DOWN, "", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_int_eq(cube_error_kind_of(cube_error_source(u)), CUBE_SERVER_TORN_DOWN);
@@ -1108,9 +1039,9 @@ START_TEST(an_abandoned_write_scope_reads_as_torn_down)
         ck_assert(!status_of(D.socket).poisoned);
 
         /* It strikes once: the next launch runs. */
-        launch(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, next }, test_affine_io, 2), NULL, 0);
         expect_bytes(c, &next, want);
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
         cube_disconnect(c);
 }
 END_TEST
@@ -1118,10 +1049,11 @@ END_TEST
 START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
 {
         static const uint32_t count[3] = { N / 64, 1, 1 };
-        cube_client *c = connect_as("tainted-count");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
+        cube_client *c = test_connect(D.socket, "tainted-count");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
         uint32_t data[N], pattern[N], want[N], witness[N];
-        cube_handle hcount = buffer(c, sizeof(count)), in, out, w;
+        cube_handle hcount = test_empty(c, sizeof(count)), in, out, w;
         cube_launch l;
         cube_error *u;
         uint64_t f;
@@ -1138,7 +1070,7 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
 
         l = over(hop, (cube_handle[]) { in, out, w }, hop_io, 3);
         l.dynamic_count = &hcount;
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         ck_ok(cube_sync(c, NULL, 0));
         expect_bytes(c, &w, pattern);
         u = only_failure(c, &out, 1);
@@ -1151,14 +1083,14 @@ START_TEST(a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch)
         /* With the count and the output written, the same launch runs. */
         ck_ok(cube_write(c, &hcount, count, sizeof(count)));
         ck_ok(cube_write(c, &out, pattern, BYTES));
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = data[i] + 1u;
         memcpy(witness, pattern, sizeof(witness));
         witness[0] = WITNESS;
         expect_bytes(c, &out, want);
         expect_bytes(c, &w, witness);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1183,8 +1115,9 @@ static void expect_unchanged(cube_client *c, const cube_handle *tainted, uint64_
 START_TEST(a_zero_cube_count_changes_no_claim)
 {
         static const uint32_t zeros[][3] = { { 0, 1, 1 }, { 4, 0, 1 }, { 4, 1, 0 } };
-        cube_client *c = connect_as("zero-count");
-        uint64_t fill = kernel(c, fill_source, "fill"), twin = kernel(c, twin_source, "twin");
+        cube_client *c = test_connect(D.socket, "zero-count");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t twin = test_kernel(c, twin_source, "twin");
         uint32_t data[N], pattern[N], want[N];
         cube_handle in, tainted, clean, hcount;
         char what[64];
@@ -1195,7 +1128,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         fill_random(data, sizeof(data), 8);
         fill_pattern(pattern, N);
         in = filled(c, data, BYTES);
-        tainted = buffer(c, BYTES);
+        tainted = test_empty(c, BYTES);
         clean = filled(c, pattern, BYTES);
         hcount = filled(c, zeros[0], sizeof(zeros[0]));
         launch_refused(c, over(fill, &tainted, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
@@ -1206,7 +1139,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         l = over(twin, (cube_handle[]) { in, tainted, clean }, twin_io, 3);
         for (size_t z = 0; z < LEN(zeros); z++) {
                 memcpy(l.cube_count, zeros[z], sizeof(zeros[z]));
-                launch(c, l, NULL, 0);
+                test_launch_u32(c, l, NULL, 0);
                 snprintf(what, sizeof(what), "a static count of (%u, %u, %u)", zeros[z][0],
                          zeros[z][1], zeros[z][2]);
                 expect_unchanged(c, &tainted, f, &clean, pattern, what);
@@ -1214,7 +1147,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         l.dynamic_count = &hcount;
         for (size_t z = 0; z < LEN(zeros); z++) {
                 ck_ok(cube_write(c, &hcount, zeros[z], sizeof(zeros[z])));
-                launch(c, l, NULL, 0);
+                test_launch_u32(c, l, NULL, 0);
                 snprintf(what, sizeof(what), "a dynamic count of (%u, %u, %u)", zeros[z][0],
                          zeros[z][1], zeros[z][2]);
                 expect_unchanged(c, &tainted, f, &clean, pattern, what);
@@ -1224,7 +1157,7 @@ START_TEST(a_zero_cube_count_changes_no_claim)
         ck_ok(cube_write(c, &tainted, pattern, BYTES));
         l.dynamic_count = NULL;
         memcpy(l.cube_count, (uint32_t[3]) { N / 64, 1, 1 }, sizeof(l.cube_count));
-        launch(c, l, NULL, 0);
+        test_launch_u32(c, l, NULL, 0);
         for (uint32_t i = 0; i < N; i++)
                 want[i] = data[i] + 1u;
         expect_bytes(c, &tainted, want);
@@ -1242,7 +1175,7 @@ END_TEST
 START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
 {
         static const cube_error_kind oom[] = { CUBE_SERVER_IO, CUBE_IO_OUT_OF_MEMORY };
-        cube_client *c = connect_as("alloc");
+        cube_client *c = test_connect(D.socket, "alloc");
         uint32_t data[N];
         cube_handle h, next;
         cube_error *u;
@@ -1250,7 +1183,7 @@ START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
 
         fill_random(data, sizeof(data), 9);
         inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", BYTES);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
         u = only_failure(c, &h, 1);
         f = cube_error_failure(u);
         expect_unwritten(u, f, 1, 0);
@@ -1269,14 +1202,14 @@ START_TEST(an_injected_reservation_failure_is_carried_by_the_memory)
         next = filled(c, data, BYTES);
         expect_bytes(c, &next, data);
         ck_ok(cube_free(c, &h));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
 
 START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
 {
-        cube_client *c = connect_as("copy");
+        cube_client *c = test_connect(D.socket, "copy");
         uint8_t data[BYTES], part[256], back[BYTES];
         cube_handle h, mid, head, tail;
         cube_error *u, *e;
@@ -1285,7 +1218,7 @@ START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
         fill_random(part, sizeof(part), 11);
         /* Not the first slice of its page: claims count from the allocation,
          * not from the page. */
-        (void) buffer(c, 512);
+        (void) test_empty(c, 512);
         h = filled(c, data, BYTES);
         mid = range(&h, 256, 512);
         head = range(&h, 0, 256);
@@ -1325,7 +1258,7 @@ START_TEST(an_injected_copy_failure_lands_on_its_range_or_answers_the_read)
         ck_ok(cube_sync(c, &h, 1));
         memcpy(data + 256, part, sizeof(part));
         expect_bytes(c, &h, data);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
@@ -1336,16 +1269,17 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
                 CUBE_SERVER_LAUNCH, CUBE_LAUNCH_COMPILATION_ERROR,
                 CUBE_COMPILATION_EXPANSION_PANICKED,
         };
-        cube_client *c = connect_as("compile");
-        uint64_t k = kernel(c, test_affine_source, "affine"), fill = kernel(c, fill_source, "fill");
+        cube_client *c = test_connect(D.socket, "compile");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
         uint32_t data[N];
         cube_handle in, out, other;
         cube_error *u, *e;
 
         fill_random(data, sizeof(data), 12);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
-        other = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
+        other = test_empty(c, BYTES);
 
         /* A compile fails with a CompilationError, or a defect of the build. */
         e = cube_debug_inject(c, CUBE_FAULT_COMPILE, CUBE_IO_BUFFER_TOO_BIG, "not a build failure",
@@ -1356,7 +1290,7 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
 
         inject(c, CUBE_FAULT_COMPILE, CUBE_COMPILATION_GENERIC, "no such intrinsic on this target",
                0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         expect_claims(u, 1, 0);
         ck_assert_str_eq(cube_error_reason(expect_root(u, compile_root, LEN(compile_root))),
@@ -1369,20 +1303,21 @@ START_TEST(an_injected_compile_failure_reaches_the_launchs_outputs)
         /* A kernel that panicked while expanding is a defect, not a refusal. */
         inject(c, CUBE_FAULT_COMPILE, CUBE_COMPILATION_EXPANSION_PANICKED, "an assertion failed",
                0);
-        launch(c, over(fill, &other, NULL, 1), (uint32_t[]) { 1 }, 1);
+        test_launch_u32(c, over(fill, &other, NULL, 1), (uint32_t[]) { 1 }, 1);
         u = only_failure(c, &other, 1);
         expect_root(u, panicked, LEN(panicked));
         ck_assert(!cube_error_is_refusal(u));
         ck_assert(!cube_error_is_device_poisoned(u));
         cube_error_free(u);
-        ck_assert_uint_eq(live_failures(c), 2);
+        ck_assert_uint_eq(test_live_failures(c), 2);
         cube_disconnect(c);
 }
 END_TEST
 
 START_TEST(an_injected_poison_reaches_every_session_and_status_answers)
 {
-        cube_client *a = connect_as("first"), *b = connect_as("second"), *late;
+        cube_client *a = test_connect(D.socket, "first"), *late;
+        cube_client *b = test_connect(D.socket, "second");
         uint32_t data[N];
         cube_handle ha, hb;
         cube_status st;
@@ -1421,7 +1356,7 @@ START_TEST(an_injected_poison_reaches_every_session_and_status_answers)
         ck_ok(cube_daemon_status(b, &st));
         ck_assert(st.poisoned);
         ck_assert_str_eq(st.poison, "an injected sticky fault");
-        late = connect_as("late");
+        late = test_connect(D.socket, "late");
         ck_ok(cube_daemon_status(late, &st));
         ck_assert(st.poisoned);
         e = cube_check(late, NULL, 0);
@@ -1469,14 +1404,14 @@ START_TEST(a_daemon_without_the_flag_refuses_injection_and_changes_nothing)
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(data[i]);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
-        k = kernel(c, test_affine_source, "affine");
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        out = test_empty(c, BYTES);
+        k = test_kernel(c, test_affine_source, "affine");
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, (cube_handle[]) { in, out }, 2));
         expect_bytes(c, &in, data);
         expect_bytes(c, &out, want);
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         ck_assert(!status_of(plain.socket).poisoned);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&plain, 10000), 0);
@@ -1489,8 +1424,8 @@ END_TEST
 
 START_TEST(interleaved_workflows_on_one_stream_stay_apart)
 {
-        cube_client *c = connect_as("interleaved");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "interleaved");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t d1[N], d2[N], want[N];
         cube_handle in1, in2, t[3], u[3];
         cube_error *r;
@@ -1502,18 +1437,18 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         in1 = filled(c, d1, BYTES);
         in2 = filled(c, d2, BYTES);
         for (int i = 0; i < 3; i++) {
-                t[i] = buffer(c, BYTES);
-                u[i] = buffer(c, BYTES);
+                t[i] = test_empty(c, BYTES);
+                u[i] = test_empty(c, BYTES);
         }
 
         /* Launch by launch: the first workflow fails at its first kernel. */
         launch_refused(c, over(k, (cube_handle[]) { in1, t[0] }, test_affine_io, 2),
                        CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(k, (cube_handle[]) { in2, u[0] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[0], t[1] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[0], u[1] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { t[1], t[2] }, test_affine_io, 2), NULL, 0);
-        launch(c, over(k, (cube_handle[]) { u[1], u[2] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in2, u[0] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { t[0], t[1] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { u[0], u[1] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { t[1], t[2] }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { u[1], u[2] }, test_affine_io, 2), NULL, 0);
 
         for (uint32_t i = 0; i < N; i++)
                 want[i] = test_affine(test_affine(test_affine(d2[i])));
@@ -1531,7 +1466,7 @@ START_TEST(interleaved_workflows_on_one_stream_stay_apart)
         cube_error_free(r);
         expect_failures(cube_check(c, t, 3), &f, 1);
         ck_ok(cube_flush(c));
-        ck_assert_uint_eq(live_failures(c), 1);
+        ck_assert_uint_eq(test_live_failures(c), 1);
         cube_stream_set(0);
         cube_disconnect(c);
 }
@@ -1552,8 +1487,9 @@ static cube_error *read_halves(cube_client *c, const cube_handle *h)
 
 START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
 {
-        cube_client *c = connect_as("predicates");
-        uint64_t fill = kernel(c, fill_source, "fill"), k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "predicates");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         cube_handle h[3], in;
         uint32_t data[N];
         cube_error *e;
@@ -1562,7 +1498,7 @@ START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
         in = filled(c, data, BYTES);
         for (int i = 0; i < 3; i++) {
                 cube_handle lo, hi;
-                h[i] = buffer(c, 2 * BYTES);
+                h[i] = test_empty(c, 2 * BYTES);
                 lo = range(&h[i], 0, BYTES);
                 hi = range(&h[i], BYTES, 2 * BYTES);
                 launch_refused(c, over(fill, &lo, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
@@ -1572,12 +1508,14 @@ START_TEST(refusal_and_poison_are_judged_over_the_whole_group)
                         break;
                 case 1:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "the device faulted", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
+                        test_launch_u32(c,
+                                        over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 default:
                         inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_DEVICE_POISONED,
                                "an illegal address", 0);
-                        launch(c, over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
+                        test_launch_u32(c,
+                                        over(k, (cube_handle[]) { in, hi }, test_affine_io, 2), NULL, 0);
                         break;
                 }
         }
@@ -1670,9 +1608,11 @@ START_TEST(cubectl_failures_lists_every_live_failure)
 {
         static const char *const text[] = { "failures", NULL };
         static const char *const json[] = { "--json", "failures", NULL };
-        cube_client *c = connect_as("ctl");
-        uint64_t fill = kernel(c, fill_source, "fill"), hop = kernel(c, hop_b_source, "hop_b");
-        cube_handle a = buffer(c, BYTES), b = buffer(c, BYTES), z = buffer(c, BYTES), w;
+        cube_client *c = test_connect(D.socket, "ctl");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
+        uint64_t hop = test_kernel(c, hop_b_source, "hop_b");
+        cube_handle a = test_empty(c, BYTES), b = test_empty(c, BYTES), w;
+        cube_handle z = test_empty(c, BYTES);
         cube_failure_info *v;
         uint32_t pattern[N];
         char want[512], first_line[256];
@@ -1684,7 +1624,7 @@ START_TEST(cubectl_failures_lists_every_live_failure)
         fill_pattern(pattern, N);
         w = filled(c, pattern, BYTES);
         launch_refused(c, over(fill, &a, NULL, 1), CUBE_RESOURCE_CUBE_DIM);
-        launch(c, over(hop, (cube_handle[]) { a, b, w }, hop_io, 3), NULL, 0);
+        test_launch_u32(c, over(hop, (cube_handle[]) { a, b, w }, hop_io, 3), NULL, 0);
         launch_refused(c, over(fill, &z, NULL, 1), CUBE_RESOURCE_UNITS);
         ck_ok(cube_sync(c, NULL, 0));
         ck_ok(cube_daemon_failures(c, &v, &n));
@@ -1757,9 +1697,9 @@ END_TEST
  * next on the stream waits ms behind it on the device. */
 static uint64_t slow_stream(cube_client *c, cube_handle *ret_scratch)
 {
-        uint64_t k = kernel(c, linger_source, "linger");
+        uint64_t k = test_kernel(c, linger_source, "linger");
 
-        *ret_scratch = buffer(c, 16);
+        *ret_scratch = test_empty(c, 16);
         launch_linger(c, k, ret_scratch, 0, false, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_sync(c, NULL, 0));
         return k;
@@ -1776,7 +1716,7 @@ static void expect_late(cube_error *e, const char *reason)
 
 START_TEST(a_read_behind_a_write_that_fails_on_the_device_reports_it)
 {
-        cube_client *c = connect_as("late-read");
+        cube_client *c = test_connect(D.socket, "late-read");
         uint32_t old[N], fresh[N], back[N];
         cube_handle h, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1799,8 +1739,8 @@ END_TEST
 
 START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 {
-        cube_client *c = connect_as("late-launch");
-        uint64_t aff = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "late-launch");
+        uint64_t aff = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], fresh[N], back[N];
         cube_handle in, out, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1810,15 +1750,15 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
         fill_random(data, sizeof(data), 33);
         fill_random(fresh, sizeof(fresh), 34);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         /* Compiled, and run once on good input. */
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_sync(c, &out, 1));
 
         launch_linger(c, k, &scratch, 200, false, CUBE_LAUNCH_EXECUTE);
         inject(c, CUBE_FAULT_COPY, CUBE_SERVER_GENERIC, "the input never arrived", 0);
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
 
         /* out was computed from bytes that were never there: it carries the
          * write's own failure, one hop on, as a skipped launch's would. */
@@ -1838,18 +1778,18 @@ START_TEST(a_launch_queued_behind_a_failing_write_passes_the_failure_on)
 
         /* A good write and launch repair both. */
         ck_ok(cube_write(c, &in, fresh, sizeof(fresh)));
-        launch(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(aff, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(back[i], test_affine(fresh[i]));
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
         cube_disconnect(c);
 }
 END_TEST
 
 START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
 {
-        cube_client *c = connect_as("late-repair");
+        cube_client *c = test_connect(D.socket, "late-repair");
         uint32_t first[N], second[N], part[N / 2];
         cube_handle h, scratch;
         uint64_t k = slow_stream(c, &scratch);
@@ -1857,7 +1797,7 @@ START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
         fill_random(first, sizeof(first), 35);
         fill_random(second, sizeof(second), 36);
         fill_random(part, sizeof(part), 37);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
 
         /* W1 fails once both are queued: the bytes are W2's. */
         launch_linger(c, k, &scratch, 150, false, CUBE_LAUNCH_EXECUTE);
@@ -1867,7 +1807,7 @@ START_TEST(a_later_write_over_a_failing_one_keeps_its_bytes)
         ck_ok(cube_sync(c, &h, 1));
         ck_ok(cube_check(c, &h, 1));
         expect_bytes(c, &h, second);
-        ck_assert_uint_eq(live_failures(c), 0);
+        ck_assert_uint_eq(test_live_failures(c), 0);
 
         /* Over half of it: the failure lands on the other half alone. */
         cube_handle front = range(&h, 0, BYTES / 2), back = range(&h, BYTES / 2, BYTES);
@@ -1885,12 +1825,12 @@ END_TEST
 
 START_TEST(a_sync_waits_for_every_stream_of_its_session)
 {
-        cube_client *c = connect_as("late-streams");
+        cube_client *c = test_connect(D.socket, "late-streams");
         cube_handle scratch, out;
         uint64_t k = slow_stream(c, &scratch);
         cube_error *e;
 
-        out = buffer(c, 16);
+        out = test_empty(c, 16);
         cube_stream_set(2);
         launch_linger(c, k, &out, 200, true, CUBE_LAUNCH_EXECUTE);
         cube_stream_set(1);
@@ -1907,15 +1847,15 @@ END_TEST
 
 START_TEST(a_failed_reservation_keeps_its_failure_whatever_is_written)
 {
-        cube_client *c = connect_as("late-reservation");
-        uint64_t fill = kernel(c, fill_source, "fill");
+        cube_client *c = test_connect(D.socket, "late-reservation");
+        uint64_t fill = test_kernel(c, fill_source, "fill");
         uint8_t byte = 7;
         cube_handle h, first;
         cube_error *u;
         uint64_t f;
 
         inject(c, CUBE_FAULT_ALLOC, CUBE_IO_OUT_OF_MEMORY, "", BYTES);
-        h = buffer(c, BYTES);
+        h = test_empty(c, BYTES);
         u = only_failure(c, &h, 1);
         f = cube_error_failure(u);
         cube_error_free(u);
@@ -1936,17 +1876,17 @@ END_TEST
 START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
-        cube_client *c = connect_as("defect");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "defect");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N], back[N];
         cube_handle in, out;
         cube_error *u;
 
         fill_random(data, sizeof(data), 38);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN, "the compiler was killed", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         u = only_failure(c, &out, 1);
         ck_assert_str_eq(cube_error_reason(expect_root(u, defect, LEN(defect))),
                          "the compiler was killed");
@@ -1956,7 +1896,7 @@ START_TEST(a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried)
         ck_assert_str_eq(kernel_state(c, "affine"), "failed");
 
         /* The next launch compiles it again, and it runs. */
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(back[i], test_affine(data[i]));
@@ -1967,8 +1907,8 @@ END_TEST
 
 START_TEST(a_device_fault_injected_late_poisons_the_device)
 {
-        cube_client *c = connect_as("late-poison");
-        uint64_t k = kernel(c, test_affine_source, "affine");
+        cube_client *c = test_connect(D.socket, "late-poison");
+        uint64_t k = test_kernel(c, test_affine_source, "affine");
         uint32_t data[N];
         cube_handle in, out;
         cube_status st;
@@ -1976,9 +1916,9 @@ START_TEST(a_device_fault_injected_late_poisons_the_device)
 
         fill_random(data, sizeof(data), 39);
         in = filled(c, data, BYTES);
-        out = buffer(c, BYTES);
+        out = test_empty(c, BYTES);
         inject(c, CUBE_FAULT_DEVICE_LAUNCH, CUBE_DEVICE_POISON, "a late sticky fault", 0);
-        launch(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
+        test_launch_u32(c, over(k, (cube_handle[]) { in, out }, test_affine_io, 2), NULL, 0);
         e = cube_sync(c, NULL, 0);
         ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
                       e ? cube_error_message(e) : "ok");
@@ -2009,10 +1949,10 @@ START_TEST(a_missing_compiler_is_no_refusal)
         setenv("PATH", saved, 1);
         free(saved);
         ck_ok(cube_connect(d.socket, "no-cc", &c));
-        uint64_t k = kernel(c, fill_source, "fill");
-        out = buffer(c, BYTES);
+        uint64_t k = test_kernel(c, fill_source, "fill");
+        out = test_empty(c, BYTES);
         for (int attempt = 0; attempt < 2; attempt++) {
-                launch(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
+                test_launch_u32(c, over(k, &out, NULL, 1), (uint32_t[]) { 1 }, 1);
                 ck_ok(cube_sync(c, NULL, 0));
                 u = cube_check(c, &out, 1);
                 expect_several(u, 1);
@@ -2041,7 +1981,7 @@ static Suite *failures_suite(void)
         TCase *with_daemon[] = { claims, launches, skips, reports, inject_tc, tools, late };
 
         for (size_t i = 0; i < LEN(with_daemon); i++)
-                tcase_add_checked_fixture(with_daemon[i], start_with_faults, stop_clean);
+                tcase_add_checked_fixture(with_daemon[i], test_start_with_faults, test_stop_clean);
 
         tcase_add_test(claims, failure_ids_are_never_reused_and_die_with_their_last_carrier);
         tcase_add_test(claims, a_write_repairs_exactly_the_bytes_it_covers);

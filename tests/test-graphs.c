@@ -22,8 +22,6 @@
 #define BYTES ((uint64_t) N * sizeof(uint32_t))
 #define SPIN_1X 12000000u                       /* iterations: about 5 ms of device time */
 
-static test_daemon D;
-
 static void start_daemon(const char *const *more)
 {
         const char *args[8] = { "--enable-fault-injection" };
@@ -33,16 +31,6 @@ static void start_daemon(const char *const *more)
                 args[n++] = *more;
         args[n] = NULL;
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void start_plain(void)
-{
-        start_daemon(NULL);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 }
 
 /* Counts a volatile to scalar 0 and leaves the count in out[0]: device time
@@ -864,9 +852,9 @@ static Suite *graphs_suite(void)
         TCase *limits = tcase_create("limits");
         TCase *own = tcase_create("own-daemon");        /* each test starts its own */
 
-        tcase_add_checked_fixture(profile, start_plain, stop_clean);
-        tcase_add_checked_fixture(graphs, start_plain, stop_clean);
-        tcase_add_checked_fixture(limits, start_limited, stop_clean);
+        tcase_add_checked_fixture(profile, test_start_with_faults, test_stop_clean);
+        tcase_add_checked_fixture(graphs, test_start_with_faults, test_stop_clean);
+        tcase_add_checked_fixture(limits, start_limited, test_stop_clean);
         tcase_set_timeout(profile, 120);
         tcase_set_timeout(graphs, 240);
         tcase_set_timeout(own, 120);

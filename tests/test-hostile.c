@@ -28,7 +28,6 @@
 #include "errors.h"
 #include "wire.h"
 
-static test_daemon D;
 static cube_client *good;
 static cube_handle good_h;
 static unsigned char good_data[10000];

@@ -18,18 +18,12 @@
 
 #include "harness.h"
 
-static test_daemon D;
 static char shared_cache[64];           /* a --cache-dir outlasting one daemon */
 
-static void start_default(void)
+/* The harness's stop, then the cache a test made to outlast one daemon. */
+static void stop_clean_and_remove_cache(void)
 {
-        ck_assert_int_eq(test_daemon_start(&D, NULL), 0);
-}
-
-static void stop_clean(void)
-{
-        int status = test_daemon_stop(&D, 10000);
-
+        test_stop_clean();
         if (*shared_cache) {
                 char rm[96];
                 snprintf(rm, sizeof(rm), "rm -rf '%s'", shared_cache);
@@ -37,21 +31,11 @@ static void stop_clean(void)
                         fprintf(stderr, "could not remove %s\n", shared_cache);
                 *shared_cache = '\0';
         }
-        ck_assert_int_eq(status, 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
 }
 
 /* ---------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------- */
-
-static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
 
 /* Launches l by value, so that a test can write the launch in place; the
  * library itself must accept it (what it cannot see lands on the buffers). */
@@ -112,17 +96,6 @@ static const cube_error *expect_chain(const cube_error *e, const cube_error_kind
                         e = cube_error_source(e);
         }
         return e;
-}
-
-/* Reads h and compares with want. */
-static void expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
-{
-        void *got = malloc(n ? n : 1);
-
-        ck_assert_uint_eq(cube_handle_len(h), n);
-        ck_ok(cube_read(c, h, got, n));
-        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
-        free(got);
 }
 
 static cube_status session_status(cube_client *c)
@@ -324,7 +297,7 @@ START_TEST(sync_cube_holds_every_unit_until_the_whole_cube_arrives)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "barriers", &c));
-        k = register_kernel(c, rotate_source, "rotate");
+        k = test_kernel(c, rotate_source, "rotate");
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
                 check_rotate(c, k, shapes[i][0], shapes[i][1]);
         cube_disconnect(c);
@@ -357,7 +330,7 @@ START_TEST(shared_memory_belongs_to_one_cube)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "shared", &c));
-        k = register_kernel(c, owner_source, "owner");
+        k = test_kernel(c, owner_source, "owner");
         memset(got, 0xa5, n * sizeof(uint32_t));
         ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
         launch(c, (cube_launch) {
@@ -408,7 +381,7 @@ static cube_error *refused_launch(cube_client *c, uint64_t kernel, const uint32_
         ck_assert(cube_error_is_refusal(e));
         ck_assert(cube_error_is_refusal(root_of(e)));
         ck_assert(!cube_error_is_device_poisoned(e));
-        expect_bytes(c, in, in_data, TRIPLE_N * sizeof(uint32_t));
+        test_expect_bytes(c, in, in_data, TRIPLE_N * sizeof(uint32_t));
         return e;
 }
 
@@ -429,7 +402,7 @@ START_TEST(a_cube_dim_beyond_the_device_is_refused)
         dim[1] = 1;
         dim[2] = p->max_cube_dim[2] + 1;
         ck_assert_uint_le(dim[2], p->max_units_per_cube);
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 1, in, &hin, &hout);
         e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_CUBE_DIM, &limit);
         ck_assert(cube_error_requested_dim(limit, requested));
@@ -467,7 +440,7 @@ START_TEST(too_many_units_per_cube_are_refused)
         dim[2] = 1;
         ck_assert_uint_le(dim[1], p->max_cube_dim[1]);
         ck_assert_uint_gt((uint64_t) dim[0] * dim[1], p->max_units_per_cube);
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 2, in, &hin, &hout);
         e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_UNITS, &limit);
         ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) dim[0] * dim[1]);
@@ -513,7 +486,7 @@ START_TEST(shared_memory_beyond_the_device_is_refused)
         /* A quarter more than the device holds. */
         words = p->max_shared_memory_size / 4 + p->max_shared_memory_size / 16;
         hoard_source(source, sizeof(source), words);
-        k = register_kernel(c, source, "hoard");
+        k = test_kernel(c, source, "hoard");
         triple_buffers(c, 3, in, &hin, &hout);
         e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_SHARED_MEMORY, &limit);
         ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) words * 4);
@@ -525,7 +498,7 @@ START_TEST(shared_memory_beyond_the_device_is_refused)
         ck_ok(cube_write(c, &hout, in, sizeof(in)));
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         cube_error_free(read_failure(c, &hout));
-        expect_bytes(c, &hin, in, sizeof(in));
+        test_expect_bytes(c, &hin, in, sizeof(in));
         cube_disconnect(c);
 }
 END_TEST
@@ -549,7 +522,7 @@ START_TEST(the_shared_memory_limit_is_exact)
 
         /* All of it: the launch runs. */
         hoard_source(source, sizeof(source), words);
-        k = register_kernel(c, source, "hoard");
+        k = test_kernel(c, source, "hoard");
         triple_buffers(c, 7, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_read(c, &hout, got, sizeof(got)));
@@ -558,7 +531,7 @@ START_TEST(the_shared_memory_limit_is_exact)
 
         /* Four bytes more: refused, for exactly those bytes. */
         hoard_source(source, sizeof(source), words + 1);
-        k = register_kernel(c, source, "hoard");
+        k = test_kernel(c, source, "hoard");
         e = refused_launch(c, k, dim, &hin, in, &hout, CUBE_RESOURCE_SHARED_MEMORY, &limit);
         ck_assert_uint_eq(cube_error_requested(limit), (uint64_t) words * 4 + 4);
         ck_assert_uint_eq(cube_error_max(limit), p->max_shared_memory_size);
@@ -606,7 +579,7 @@ static cube_error *expect_compilation_error(cube_client *c, uint64_t kernel,
         expect_chain(root_of(e), chain, 3, cube_error_message(e));
         ck_assert(cube_error_is_refusal(e));
         ck_assert(!cube_error_is_device_poisoned(e));
-        expect_bytes(c, &hin, in, sizeof(in));
+        test_expect_bytes(c, &hin, in, sizeof(in));
         return e;
 }
 
@@ -619,7 +592,7 @@ START_TEST(a_kernel_that_does_not_compile_is_refused_with_the_compilers_words)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "broken", &c));
-        k = register_kernel(c, broken_source, "broken");
+        k = test_kernel(c, broken_source, "broken");
         e = expect_compilation_error(c, k, CUBE_COMPILATION_GENERIC, 4);
         ck_assert_msg(strstr(cube_error_message(e), "undeclared_cube_thing") != NULL,
                       "the compiler's diagnostic is missing: %s", cube_error_message(e));
@@ -632,7 +605,7 @@ START_TEST(a_kernel_that_does_not_compile_is_refused_with_the_compilers_words)
         ck_assert_uint_eq(session_status(c).compiles, compiles);
 
         /* The daemon keeps serving, this session and others. */
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 6, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         expect_tripled(c, in, &hout);
@@ -665,7 +638,7 @@ START_TEST(a_kernel_with_a_bad_signature_fails_validation)
 
         ck_ok(cube_connect(D.socket, "signature", &c));
         for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
-                uint64_t k = register_kernel(c, sources[i], "nosig");
+                uint64_t k = test_kernel(c, sources[i], "nosig");
                 cube_error_free(expect_compilation_error(c, k, CUBE_COMPILATION_VALIDATION,
                                                          (uint32_t) i + 10));
         }
@@ -687,7 +660,7 @@ START_TEST(compile_mode_fills_the_cache_and_runs_nothing)
 
         ck_ok(cube_connect(D.socket, "compile-mode", &c));
         ck_assert_uint_eq(session_status(c).compiles, 0);
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 20, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_COMPILE);
 
@@ -716,7 +689,7 @@ START_TEST(queue_mode_compiles_only_when_asked)
         uint64_t k, bad;
 
         ck_ok(cube_connect(D.socket, "queue-mode", &c));
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 30, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_QUEUE);
         ck_assert_uint_eq(session_status(c).compiles, 0);
@@ -733,7 +706,7 @@ START_TEST(queue_mode_compiles_only_when_asked)
         ck_assert_uint_eq(session_status(c).compiles, 1);
 
         /* A queued kernel that fails says so at its own launch, not before. */
-        bad = register_kernel(c, broken_source, "broken");
+        bad = test_kernel(c, broken_source, "broken");
         launch_triple(c, bad, &hin, &hout, CUBE_LAUNCH_QUEUE);
         ck_assert_str_eq(kernel_entry(c, "broken").state, "new");
         ck_ok(cube_compile_queued(c));
@@ -762,7 +735,7 @@ static cube_status triple_session(const char *socket, uint64_t seed)
         uint64_t k;
 
         ck_ok(cube_connect(socket, "cache", &c));
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, seed, in, &hin, &hout);
         launch_triple(c, k, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         expect_tripled(c, in, &hout);
@@ -790,7 +763,7 @@ static cube_client *triple_keeper(const char *socket)
         cube_status st;
 
         ck_ok(cube_connect(socket, "keeper", &c));
-        register_kernel(c, triple_source, "triple");
+        test_kernel(c, triple_source, "triple");
         ck_ok(cube_daemon_status(c, &st));       /* the registration has arrived */
         return c;
 }
@@ -876,7 +849,7 @@ static void ck_connect_compiled(cube_client **ret_client, uint64_t *ret_kernel, 
         cube_handle hin, hout;
 
         ck_ok(cube_connect(D.socket, name, ret_client));
-        *ret_kernel = register_kernel(*ret_client, triple_source, "triple");
+        *ret_kernel = test_kernel(*ret_client, triple_source, "triple");
         triple_buffers(*ret_client, 2, in, &hin, &hout);
         launch_triple(*ret_client, *ret_kernel, &hin, &hout, CUBE_LAUNCH_EXECUTE);
         expect_tripled(*ret_client, in, &hout);
@@ -1029,7 +1002,7 @@ START_TEST(a_burst_of_launches_runs_in_order_with_the_copies_between)
          * first overwrites in with fresh values. Only strict order between
          * batched launches and unbatched writes ends with the model's values. */
         ck_ok(cube_connect(D.socket, "burst", &c));
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 5, in, &hin, &hout);
         for (int r = 0; r < ROUNDS; r++) {
                 if (r % 100 == 0) {
@@ -1089,10 +1062,10 @@ static void fault_poisons_the_device(const char *source)
         fill_random(data, sizeof(data), 60);
         ck_ok(cube_connect(D.socket, "bystander", &bystander));
         ck_ok(cube_create(bystander, data, sizeof(data), &mine));
-        expect_bytes(bystander, &mine, data, sizeof(data));
+        test_expect_bytes(bystander, &mine, data, sizeof(data));
 
         ck_ok(cube_connect(D.socket, "faulter", &faulter));
-        k = register_kernel(faulter, source, "scribble");
+        k = test_kernel(faulter, source, "scribble");
         ck_ok(cube_empty(faulter, 64 * 4 * sizeof(uint32_t), &out));
         launch(faulter, (cube_launch) {
                 .kernel = k, .cube_count = { 4, 1, 1 }, .cube_dim = { 64, 1, 1 },
@@ -1174,7 +1147,7 @@ START_TEST(a_dynamic_count_read_from_a_buffer_runs_that_many_cubes)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "dynamic", &c));
-        k = register_kernel(c, mark_source, "mark");
+        k = test_kernel(c, mark_source, "mark");
         memset(pattern, 0xa5, sizeof(pattern));
         ck_ok(cube_create(c, pattern, sizeof(pattern), &out));
         /* The count is read in stream order: the write after the create wins. */
@@ -1218,7 +1191,7 @@ START_TEST(a_launch_binding_the_wrong_number_of_buffers_fails_validation)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "bindings", &c));
-        k = register_kernel(c, triple_source, "triple");
+        k = test_kernel(c, triple_source, "triple");
         triple_buffers(c, 70, in, &hin, &hout);
 
         /* One buffer short. */
@@ -1282,7 +1255,7 @@ START_TEST(f32_and_u32_scalars_arrive_where_the_layout_puts_them)
         for (int i = 0; i < N * STRIDE; i++)
                 x[i] = (float) (i % 101) * 0.25f - 12.0f;
         ck_ok(cube_connect(D.socket, "scalars", &c));
-        k = register_kernel(c, affine_source, "affine");
+        k = test_kernel(c, affine_source, "affine");
         memset(y, 0xff, sizeof(y));
         ck_ok(cube_create(c, x, N * STRIDE * sizeof(float), &bufs[0]));
         ck_ok(cube_create(c, y, sizeof(y), &bufs[1]));
@@ -1348,7 +1321,7 @@ START_TEST(buffer_lengths_shapes_and_strides_follow_the_scalars)
         uint64_t k;
 
         ck_ok(cube_connect(D.socket, "layout", &c));
-        k = register_kernel(c, layout_source, "layout");
+        k = test_kernel(c, layout_source, "layout");
         memset(got, 0xa5, sizeof(got));
         ck_ok(cube_create(c, got, sizeof(got), &bufs[0]));
         ck_ok(cube_create(c, nine, sizeof(nine), &bufs[1]));
@@ -1376,7 +1349,7 @@ static Suite *kernels_suite(void)
         Suite *s = suite_create("kernels");
         TCase *tc = tcase_create("kernels");
 
-        tcase_add_checked_fixture(tc, start_default, stop_clean);
+        tcase_add_checked_fixture(tc, test_start_default, stop_clean_and_remove_cache);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, the_vector_add_example_matches_its_reference);
         tcase_add_test(tc, the_reduce_example_matches_its_reference);

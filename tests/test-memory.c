@@ -29,8 +29,6 @@
 
 enum { P_SLICED, P_EXCLUSIVE, P_PERSISTENT, P_DEDICATED };
 
-static test_daemon D;
-
 /* A test that fails exits its forked process at once: take its daemon
  * along rather than leave it running. */
 static void kill_leftover_daemon(void)
@@ -78,31 +76,9 @@ static void start_message_16m(void)
         start(args);
 }
 
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
 /* ---------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------- */
-
-static cube_client *connect_as(const char *name)
-{
-        cube_client *c;
-
-        ck_ok(cube_connect(D.socket, name, &c));
-        return c;
-}
-
-static cube_handle buffer(cube_client *c, uint64_t size)
-{
-        cube_handle h;
-
-        ck_ok(cube_empty(c, size, &h));
-        return h;
-}
 
 static void mode(cube_client *c, cube_allocation_mode m)
 {
@@ -321,16 +297,16 @@ static bool wait_daemon_regions(int want, int timeout_ms)
 
 START_TEST(small_allocations_share_one_sliced_page)
 {
-        cube_client *c = connect_as("sliced");
+        cube_client *c = test_connect(D.socket, "sliced");
         uint64_t s = cube_stream_current();
         cube_memory_report r;
         cube_handle h[20];
         int n = 0;
 
         ck_assert_uint_eq(cube_client_properties(c)->alignment, 64);
-        h[n++] = buffer(c, 100);        /* 128 with its padding */
-        h[n++] = buffer(c, 1000);       /* 1024 */
-        h[n++] = buffer(c, 64 * KiB);   /* the largest slice */
+        h[n++] = test_empty(c, 100);        /* 128 with its padding */
+        h[n++] = test_empty(c, 1000);       /* 1024 */
+        h[n++] = test_empty(c, 64 * KiB);   /* the largest slice */
         ck_assert_uint_eq(h[0].stream, s);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 3, 100 + 1000 + 64 * KiB, 28 + 24, 1 * MiB,
@@ -341,23 +317,23 @@ START_TEST(small_allocations_share_one_sliced_page)
 
         /* 128 + 1024 + 15 slices of 64 KiB fill all but 64384 bytes of it. */
         while (n < 17)
-                h[n++] = buffer(c, 64 * KiB);
+                h[n++] = test_empty(c, 64 * KiB);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 17, 1100 + 15 * 64 * KiB, 52, 1 * MiB, 1, 1,
                     64 * KiB);
         /* The rest holds 64384 bytes exactly, and no more. */
-        h[n++] = buffer(c, 64384);
+        h[n++] = test_empty(c, 64384);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 18, 1100 + 15 * 64 * KiB + 64384, 52, 1 * MiB,
                     1, 1, 64 * KiB);
-        h[n++] = buffer(c, 1);
+        h[n++] = test_empty(c, 1);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 19, 1101 + 15 * 64 * KiB + 64384, 52 + 63,
                     2 * MiB, 2, 2, 64 * KiB);
 
         /* A freed slice is taken again, first fit: no page is added. */
         ck_ok(cube_free(c, &h[1]));
-        h[1] = buffer(c, 1024);
+        h[1] = test_empty(c, 1024);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 19, 1125 + 15 * 64 * KiB + 64384, 28 + 63,
                     2 * MiB, 2, 2, 64 * KiB);
@@ -382,18 +358,18 @@ END_TEST
 
 START_TEST(a_large_allocation_gets_an_exclusive_page_reused_by_size)
 {
-        cube_client *c = connect_as("exclusive");
+        cube_client *c = test_connect(D.socket, "exclusive");
         uint64_t s = cube_stream_current();
         cube_memory_report r;
         cube_handle a, b, c1, d;
 
-        a = buffer(c, 64 * KiB + 1);            /* 65600 aligned: a 1 MiB page */
+        a = test_empty(c, 64 * KiB + 1);            /* 65600 aligned: a 1 MiB page */
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 64 * KiB + 1, 63, 1 * MiB, 1, 1, 64 * KiB + 1);
         expect_untouched(r, P_SLICED);
         ck_assert_uint_eq(r.pools[P_SLICED].page_size, 1 * MiB);
 
-        b = buffer(c, 3 * MiB + 1);             /* a 4 MiB page */
+        b = test_empty(c, 3 * MiB + 1);             /* a 4 MiB page */
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 2, 3 * MiB + 64 * KiB + 2, 126, 5 * MiB, 2, 2,
                     3 * MiB + 1);
@@ -402,12 +378,12 @@ START_TEST(a_large_allocation_gets_an_exclusive_page_reused_by_size)
         ck_ok(cube_free(c, &a));
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 3 * MiB + 1, 63, 5 * MiB, 2, 2, 3 * MiB + 1);
-        c1 = buffer(c, 1 * MiB);
+        c1 = test_empty(c, 1 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 2, 4 * MiB + 1, 63, 5 * MiB, 2, 2, 3 * MiB + 1);
 
         /* Another one of that size needs a page of its own. */
-        d = buffer(c, 1 * MiB - 100);
+        d = test_empty(c, 1 * MiB - 100);
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 3, 5 * MiB + 1 - 100, 63 + 36, 6 * MiB, 3, 3,
                     3 * MiB + 1);
@@ -430,33 +406,33 @@ END_TEST
 
 START_TEST(persistent_pages_are_reused_only_by_exact_size)
 {
-        cube_client *c = connect_as("persistent");
+        cube_client *c = test_connect(D.socket, "persistent");
         uint64_t s = cube_stream_current();
         cube_memory_report r;
         cube_handle p1, p2, p3, p4, p5, a1, a2;
 
         mode(c, CUBE_ALLOCATION_PERSISTENT);
-        p1 = buffer(c, 3 * MiB);
+        p1 = test_empty(c, 3 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
 
         ck_ok(cube_free(c, &p1));
-        p2 = buffer(c, 3 * MiB);                /* the same page */
+        p2 = test_empty(c, 3 * MiB);                /* the same page */
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
 
-        p3 = buffer(c, 3 * MiB - 64);           /* no granule: a page of its exact size */
+        p3 = test_empty(c, 3 * MiB - 64);           /* no granule: a page of its exact size */
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 2, 6 * MiB - 64, 0, 6 * MiB - 64, 2, 2, 3 * MiB);
 
         /* A free 3 MiB page is no page for 2 MiB. */
         ck_ok(cube_free(c, &p2));
-        p4 = buffer(c, 2 * MiB);
+        p4 = test_empty(c, 2 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 2, 5 * MiB - 64, 0, 8 * MiB - 64, 3, 3, 3 * MiB);
 
         /* Small sizes are persistent too: a 128-byte page, not a slice. */
-        p5 = buffer(c, 100);
+        p5 = test_empty(c, 100);
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 3, 5 * MiB - 64 + 100, 28, 8 * MiB - 64 + 128, 4, 4,
                     3 * MiB);
@@ -464,8 +440,8 @@ START_TEST(persistent_pages_are_reused_only_by_exact_size)
 
         /* Auto pops the mode: back to slices and exclusive pages. */
         mode(c, CUBE_ALLOCATION_AUTO);
-        a1 = buffer(c, 100);
-        a2 = buffer(c, 3 * MiB);
+        a1 = test_empty(c, 100);
+        a2 = test_empty(c, 3 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 100, 28, 1 * MiB, 1, 1, 100);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 3 * MiB, 0, 3 * MiB, 1, 1, 3 * MiB);
@@ -486,19 +462,19 @@ END_TEST
 
 START_TEST(dedicated_pages_are_never_reused_and_go_back_at_cleanup)
 {
-        cube_client *c = connect_as("dedicated");
+        cube_client *c = test_connect(D.socket, "dedicated");
         uint64_t s = cube_stream_current();
         cube_memory_report r;
         cube_handle d1, d2, d3, d4, x;
 
         mode(c, CUBE_ALLOCATION_DEDICATED);
-        d1 = buffer(c, 1 * MiB);
-        d2 = buffer(c, 1 * MiB);
+        d1 = test_empty(c, 1 * MiB);
+        d2 = test_empty(c, 1 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 2 * MiB, 2, 2, 1 * MiB);
 
         ck_ok(cube_free(c, &d1));
-        d3 = buffer(c, 1 * MiB);                /* not d1's page: one of its own */
+        d3 = test_empty(c, 1 * MiB);                /* not d1's page: one of its own */
         r = report_of(c, s);
         expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 3 * MiB, 3, 3, 1 * MiB);
 
@@ -506,25 +482,25 @@ START_TEST(dedicated_pages_are_never_reused_and_go_back_at_cleanup)
         r = report_of(c, s);
         expect_pool(r, P_DEDICATED, 0, 0, 2, 2 * MiB, 0, 2 * MiB, 2, 3, 1 * MiB);
 
-        d4 = buffer(c, 100);
+        d4 = test_empty(c, 100);
         r = report_of(c, s);
         expect_pool(r, P_DEDICATED, 0, 0, 3, 2 * MiB + 100, 28, 2 * MiB + 128, 3, 3, 1 * MiB);
 
         /* Modes nest: persistent over dedicated, then back. */
         mode(c, CUBE_ALLOCATION_PERSISTENT);
-        x = buffer(c, 5 * MiB);
+        x = test_empty(c, 5 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_PERSISTENT, 0, 0, 1, 5 * MiB, 0, 5 * MiB, 1, 1, 5 * MiB);
         mode(c, CUBE_ALLOCATION_AUTO);
-        (void) buffer(c, 1 * MiB);
+        (void) test_empty(c, 1 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_DEDICATED, 0, 0, 4, 3 * MiB + 100, 28, 3 * MiB + 128, 4, 4, 1 * MiB);
         expect_untouched(r, P_SLICED);
         expect_untouched(r, P_EXCLUSIVE);
         mode(c, CUBE_ALLOCATION_AUTO);
         mode(c, CUBE_ALLOCATION_AUTO);          /* nothing left to pop: still auto */
-        (void) buffer(c, 200);
-        (void) buffer(c, 2 * MiB);
+        (void) test_empty(c, 200);
+        (void) test_empty(c, 2 * MiB);
         r = report_of(c, s);
         expect_pool(r, P_SLICED, 1 * MiB, 64 * KiB, 1, 200, 56, 1 * MiB, 1, 1, 200);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 1, 2 * MiB, 0, 2 * MiB, 1, 1, 2 * MiB);
@@ -545,18 +521,18 @@ END_TEST
 
 START_TEST(cleanup_returns_every_page_without_a_live_allocation)
 {
-        cube_client *c = connect_as("cleanup");
+        cube_client *c = test_connect(D.socket, "cleanup");
         uint64_t s = cube_stream_current(), other = 9001;
         cube_memory_report r;
         cube_handle s1, s2, l1, l2, l3;
         cube_status st;
 
-        s1 = buffer(c, 100);
-        s2 = buffer(c, 200);
-        l1 = buffer(c, 2 * MiB);
-        l2 = buffer(c, 5 * MiB);
+        s1 = test_empty(c, 100);
+        s2 = test_empty(c, 200);
+        l1 = test_empty(c, 2 * MiB);
+        l2 = test_empty(c, 5 * MiB);
         cube_stream_set(other);
-        l3 = buffer(c, 1 * MiB);
+        l3 = test_empty(c, 1 * MiB);
         cube_stream_set(s);
         ck_assert_uint_eq(l3.stream, other);
 
@@ -628,7 +604,7 @@ static int cmp_u64(const void *a, const void *b)
 
 START_TEST(reports_exist_only_for_created_streams_and_stream_ids_lists_them)
 {
-        cube_client *c = connect_as("streams"), *c2;
+        cube_client *c = test_connect(D.socket, "streams"), *c2;
         uint64_t s = cube_stream_current(), *ids, want[3];
         cube_memory_report r, sentinel, *all;
         thread_alloc t = {0};
@@ -659,7 +635,7 @@ START_TEST(reports_exist_only_for_created_streams_and_stream_ids_lists_them)
 
         /* One named explicitly, and a thread's own. */
         cube_stream_set(77);
-        (void) buffer(c, 100);
+        (void) test_empty(c, 100);
         cube_stream_set(0);
         ck_assert_uint_eq(cube_stream_current(), s);
         t.c = c;
@@ -691,8 +667,8 @@ START_TEST(reports_exist_only_for_created_streams_and_stream_ids_lists_them)
         ck_assert(!exists);
 
         /* The daemon-wide view holds every session's streams. */
-        c2 = connect_as("streams-2");
-        (void) buffer(c2, 5 * MiB);
+        c2 = test_connect(D.socket, "streams-2");
+        (void) test_empty(c2, 5 * MiB);
         ck_ok(cube_sync(c2, NULL, 0));
         ck_ok(cube_daemon_memory(c, &all, &n));
         {
@@ -730,7 +706,7 @@ END_TEST
 
 START_TEST(a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed)
 {
-        cube_client *c = connect_as("oom");
+        cube_client *c = test_connect(D.socket, "oom");
         uint64_t s = cube_stream_current(), other = 5005;
         cube_memory_report r;
         cube_handle a, b, cc;
@@ -738,9 +714,9 @@ START_TEST(a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed)
 
         ck_assert_uint_eq(cube_client_properties(c)->memory_bytes, 64 * MiB);
         cube_stream_set(other);
-        a = buffer(c, 40 * MiB);
+        a = test_empty(c, 40 * MiB);
         cube_stream_set(s);
-        b = buffer(c, 30 * MiB);                /* 40 + 30 > 64 */
+        b = test_empty(c, 30 * MiB);                /* 40 + 30 > 64 */
         expect_io_failure(cube_check(c, &b, 1), CUBE_IO_OUT_OF_MEMORY, 30 * MiB, true);
         ck_ok(cube_check(c, &a, 1));
         st = status(c);
@@ -754,7 +730,7 @@ START_TEST(a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed)
 
         /* ...until a reservation that finds the device full reclaims it: no
          * cleanup is asked for. */
-        cc = buffer(c, 30 * MiB);
+        cc = test_empty(c, 30 * MiB);
         ck_ok(cube_check(c, &cc, 1));
         r = report_of(c, other);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 0, 0, 0, 0, 0, 1, 40 * MiB);
@@ -774,19 +750,19 @@ END_TEST
 
 START_TEST(above_the_largest_page_is_buffer_too_big)
 {
-        cube_client *c = connect_as("too-big");
+        cube_client *c = test_connect(D.socket, "too-big");
         uint64_t s = cube_stream_current(), max = cube_client_properties(c)->max_page_size;
         cube_memory_report r;
         cube_handle big, whole;
 
         ck_assert_uint_eq(max, 64 * MiB);
-        big = buffer(c, max + 1);
+        big = test_empty(c, max + 1);
         expect_io_failure(cube_check(c, &big, 1), CUBE_IO_BUFFER_TOO_BIG, max + 1, false);
         r = report_of(c, s);
         expect_untouched(r, P_EXCLUSIVE);
 
         /* The largest page itself is fine. */
-        whole = buffer(c, max);
+        whole = test_empty(c, max);
         ck_ok(cube_check(c, &whole, 1));
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 1, max, 0, max, 1, 1, max);
@@ -795,7 +771,7 @@ START_TEST(above_the_largest_page_is_buffer_too_big)
         ck_ok(cube_free(c, &whole));
         ck_ok(cube_memory_cleanup(c));
         mode(c, CUBE_ALLOCATION_DEDICATED);
-        big = buffer(c, max + 1);
+        big = test_empty(c, max + 1);
         expect_io_failure(cube_check(c, &big, 1), CUBE_IO_BUFFER_TOO_BIG, max + 1, false);
         cube_disconnect(c);
 }
@@ -803,31 +779,31 @@ END_TEST
 
 START_TEST(sixty_five_live_page_sizes_are_page_sizes_exhausted)
 {
-        cube_client *c = connect_as("sizes");
+        cube_client *c = test_connect(D.socket, "sizes");
         uint64_t s = cube_stream_current(), sum = 0;
         cube_memory_report r;
         cube_handle h[65], extra;
 
         for (int i = 1; i <= 64; i++) {
-                h[i] = buffer(c, (uint64_t) i * MiB);
+                h[i] = test_empty(c, (uint64_t) i * MiB);
                 sum += (uint64_t) i * MiB;
         }
         ck_ok(cube_check(c, &h[1], 64));
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 64, sum, 0, sum, 64, 64, 64 * MiB);
 
-        extra = buffer(c, 65 * MiB);
+        extra = test_empty(c, 65 * MiB);
         expect_io_failure(cube_check(c, &extra, 1), CUBE_IO_PAGE_SIZES_EXHAUSTED, 65 * MiB, true);
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 64, sum, 0, sum, 64, 64, 64 * MiB);
 
         /* A size already held is no new size. */
-        extra = buffer(c, 5 * MiB);
+        extra = test_empty(c, 5 * MiB);
         ck_ok(cube_check(c, &extra, 1));
 
         /* Once a size holds nothing live, its page is cleaned up to make room. */
         ck_ok(cube_free(c, &h[1]));
-        extra = buffer(c, 65 * MiB);
+        extra = test_empty(c, 65 * MiB);
         ck_ok(cube_check(c, &extra, 1));
         r = report_of(c, s);
         expect_pool(r, P_EXCLUSIVE, 0, 0, 65, sum - 1 * MiB + 5 * MiB + 65 * MiB, 0,
@@ -842,7 +818,7 @@ END_TEST
 
 START_TEST(a_free_waits_for_the_work_queued_on_the_memory)
 {
-        cube_client *c = connect_as("deferred");
+        cube_client *c = test_connect(D.socket, "deferred");
         uint64_t s = cube_stream_current(), s2 = 4242;
         cube_region *big_src, *small_src;
         cube_memory_report r;
@@ -857,17 +833,17 @@ START_TEST(a_free_waits_for_the_work_queued_on_the_memory)
 
         /* Work that keeps the stream busy a while, then a write to a, and a
          * free of a while that write is still queued. */
-        big = buffer(c, 64 * MiB);
+        big = test_empty(c, 64 * MiB);
         for (int i = 0; i < 4; i++)
                 ck_ok(cube_write_region(c, &big, big_src, 0));
-        a = buffer(c, 1 * MiB);
+        a = test_empty(c, 1 * MiB);
         ck_ok(cube_write_region(c, &a, small_src, 0));
         ck_ok(cube_free(c, &a));
 
         /* b, of a's size on a's stream, must not get a's page while a's write
          * is pending: written and read on another stream, it holds its own
          * bytes now and after a's write has run. */
-        b = buffer(c, 1 * MiB);
+        b = test_empty(c, 1 * MiB);
         cube_stream_set(s2);
         ck_ok(cube_write_region(c, &b, small_src, 1 * MiB));
         got = malloc(1 * MiB);
@@ -940,7 +916,7 @@ static void check_tensor(cube_client *c, const uint64_t *shape, uint32_t rank, u
 
 START_TEST(strided_round_trips_land_rows_on_their_pitch)
 {
-        cube_client *c = connect_as("strided");
+        cube_client *c = test_connect(D.socket, "strided");
 
         /* 2-D, a 20-byte row on a 32-byte pitch (the next power of two). */
         check_tensor(c, (uint64_t[]) { 3, 5 }, 2, 4, (uint64_t[]) { 8, 1 }, 32, 1);
@@ -963,7 +939,7 @@ END_TEST
  * and nothing more: the rest of the allocation was never its to write. */
 START_TEST(unsupported_strides_claim_only_the_handles_range)
 {
-        cube_client *c = connect_as("strided-slice");
+        cube_client *c = test_connect(D.socket, "strided-slice");
         unsigned char data[64], back[256];
         cube_handle whole;
         cube_copy bad = { .rank = 2, .shape = { 4, 4 }, .strides = { 1, 4 }, .elem_size = 4 };
@@ -996,8 +972,8 @@ END_TEST
  * sent: no buffer is left behind and the session goes on. */
 START_TEST(null_host_memory_is_validation_and_allocates_nothing)
 {
-        cube_client *c = connect_as("null-host");
-        cube_handle h = buffer(c, 256), made = { 0 };
+        cube_client *c = test_connect(D.socket, "null-host");
+        cube_handle h = test_empty(c, 256), made = { 0 };
         uint64_t before = status(c).memory_in_use;
 
         expect_validation(cube_create(c, NULL, 4096, &made), "from NULL");
@@ -1013,7 +989,7 @@ END_TEST
 
 START_TEST(other_layouts_are_unsupported_strides_and_overruns_are_validation)
 {
-        cube_client *c = connect_as("layouts");
+        cube_client *c = test_connect(D.socket, "layouts");
         unsigned char data[256], back[256];
         cube_copy t, bad;
         struct {
@@ -1097,7 +1073,7 @@ END_TEST
 START_TEST(staged_round_trips_at_every_size)
 {
         static const uint64_t sizes[] = { 1, 4 * KiB + 1, 1 * MiB, 64 * MiB, 256 * MiB };
-        cube_client *c = connect_as("staging");
+        cube_client *c = test_connect(D.socket, "staging");
 
         for (size_t i = 0; i < LEN(sizes); i++) {
                 uint64_t n = sizes[i];
@@ -1108,7 +1084,7 @@ START_TEST(staged_round_trips_at_every_size)
                 ck_assert_uint_eq(in->size, n);
                 ck_assert_ptr_nonnull(in->data);
                 pattern(in->data, n, 1000 + i);
-                h = buffer(c, n);
+                h = test_empty(c, n);
                 ck_ok(cube_write_region(c, &h, in, 0));
                 ck_ok(cube_region_create(c, n, &out));
                 ck_ok(cube_read_region(c, &h, out, 0));
@@ -1125,7 +1101,7 @@ START_TEST(staged_round_trips_at_every_size)
         /* Offsets into a region, both ways. */
         {
                 cube_region *r;
-                cube_handle h = buffer(c, 4 * KiB + 1);
+                cube_handle h = test_empty(c, 4 * KiB + 1);
                 ck_ok(cube_region_create(c, 8 * KiB, &r));
                 memset(r->data, 0xee, 8 * KiB);
                 pattern((char *) r->data + 100, 4 * KiB + 1, 77);
@@ -1156,13 +1132,13 @@ END_TEST
 
 START_TEST(a_region_is_reused_for_several_writes_after_a_sync)
 {
-        cube_client *c = connect_as("reuse");
+        cube_client *c = test_connect(D.socket, "reuse");
         cube_handle h[4];
         cube_region *r;
 
         ck_ok(cube_region_create(c, 1 * MiB, &r));
         for (int i = 0; i < 4; i++) {
-                h[i] = buffer(c, 1 * MiB);
+                h[i] = test_empty(c, 1 * MiB);
                 pattern(r->data, 1 * MiB, 50 + (uint64_t) i);
                 ck_ok(cube_write_region(c, &h[i], r, 0));
                 ck_ok(cube_sync(c, NULL, 0));
@@ -1182,7 +1158,7 @@ END_TEST
 
 START_TEST(regions_count_against_the_session_quota)
 {
-        cube_client *c = connect_as("quota");
+        cube_client *c = test_connect(D.socket, "quota");
         cube_region *a, *b, *d, *e;
         cube_region *dummy = NULL;
 
@@ -1203,7 +1179,7 @@ START_TEST(regions_count_against_the_session_quota)
 
         /* The quota is the session's: another has all of its own. */
         {
-                cube_client *c2 = connect_as("quota-2");
+                cube_client *c2 = test_connect(D.socket, "quota-2");
                 cube_region *f;
                 ck_ok(cube_region_create(c2, 4 * MiB, &f));
                 expect_io_error(cube_region_create(c2, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
@@ -1221,8 +1197,8 @@ END_TEST
 
 START_TEST(a_range_beyond_the_region_is_validation)
 {
-        cube_client *c = connect_as("range");
-        cube_handle h = buffer(c, 4 * KiB), h2;
+        cube_client *c = test_connect(D.socket, "range");
+        cube_handle h = test_empty(c, 4 * KiB), h2;
         cube_region *r;
 
         ck_ok(cube_region_create(c, 8 * KiB, &r));
@@ -1244,7 +1220,7 @@ START_TEST(a_range_beyond_the_region_is_validation)
                 ck_assert(memcmp(r->data, want + 4 * KiB, 4 * KiB) == 0);
         }
         /* A handle longer than the whole region does not fit at offset 0. */
-        h2 = buffer(c, 8 * KiB + 1);
+        h2 = test_empty(c, 8 * KiB + 1);
         expect_validation(cube_write_region(c, &h2, r, 0), "do not fit region");
         cube_region_free(c, r);
         cube_disconnect(c);
@@ -1296,7 +1272,7 @@ START_TEST(regions_are_reclaimed_when_the_session_ends)
         ck_assert_int_eq(daemon_regions(), 2);
 
         /* Its session is one of the daemon's. */
-        c2 = connect_as("after");
+        c2 = test_connect(D.socket, "after");
         ck_ok(cube_daemon_sessions(c2, &ss, &n));
         ck_assert_uint_eq(n, 2);
         free(ss);
@@ -1339,8 +1315,8 @@ END_TEST
 START_TEST(a_large_inline_write_lands_on_exactly_its_range)
 {
         const uint64_t n = 8 * MiB, at = 1 * MiB + 5, len = 3 * MiB + 3;
-        cube_client *c = connect_as("direct-range");
-        cube_handle h = buffer(c, n), mid = cube_handle_slice(&h, at, n - at - len);
+        cube_client *c = test_connect(D.socket, "direct-range");
+        cube_handle h = test_empty(c, n), mid = cube_handle_slice(&h, at, n - at - len);
         unsigned char *want = malloc(n), *got = malloc(n);
 
         ck_assert_ptr_nonnull(want);
@@ -1361,9 +1337,9 @@ END_TEST
 
 START_TEST(a_large_write_behind_queued_work_keeps_its_place)
 {
-        cube_client *c = connect_as("direct-order");
+        cube_client *c = test_connect(D.socket, "direct-order");
         cube_region *busy, *first;
-        cube_handle big = buffer(c, 64 * MiB), a = buffer(c, 2 * MiB);
+        cube_handle big = test_empty(c, 64 * MiB), a = test_empty(c, 2 * MiB);
 
         ck_ok(cube_region_create(c, 64 * MiB, &busy));
         ck_ok(cube_region_create(c, 2 * MiB, &first));
@@ -1403,8 +1379,9 @@ static bool raw_answer_failed(int fd, uint32_t msgid)
 
 START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
 {
-        cube_client *owner = connect_as("direct-owner"), *reader = connect_as("direct-reader");
-        cube_handle h = buffer(owner, 2 * MiB), imported;
+        cube_client *owner = test_connect(D.socket, "direct-owner");
+        cube_client *reader = test_connect(D.socket, "direct-reader");
+        cube_handle h = test_empty(owner, 2 * MiB), imported;
         char token[33];
         void *data = malloc(2 * MiB);
         uint64_t nonce, session;
@@ -1500,14 +1477,14 @@ START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
 
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000),
                       "the allocation outlived its session");
-        cube_disconnect(connect_as("next"));   /* and a new peer is served */
+        cube_disconnect(test_connect(D.socket, "next"));   /* and a new peer is served */
 }
 END_TEST
 
 START_TEST(copies_beyond_one_message_go_through_staging)
 {
         const uint64_t n = 100 * MiB, inline_n = 8 * MiB;
-        cube_client *c = connect_as("big-copies");
+        cube_client *c = test_connect(D.socket, "big-copies");
         cube_session_info *ss;
         uint64_t in0 = 0, out0 = 0, in1 = 0, out1 = 0, in2 = 0, out2 = 0;
         unsigned char *data, *back;
@@ -1520,7 +1497,7 @@ START_TEST(copies_beyond_one_message_go_through_staging)
         ck_assert_ptr_nonnull(data);
         ck_assert_ptr_nonnull(back);
         pattern(data, n, 123);
-        h = buffer(c, n);
+        h = test_empty(c, n);
 
 #define SESSION_BYTES(in, out) do { \
         ck_ok(cube_daemon_sessions(c, &ss, &k)); \
@@ -1578,11 +1555,11 @@ static Suite *memory_suite(void)
         TCase *message = tcase_create("message");       /* max-message 16M */
         TCase *all[] = { pools, sizes, staging, quota, message };
 
-        tcase_add_checked_fixture(pools, start_64m, stop_clean);
-        tcase_add_checked_fixture(sizes, start_default, stop_clean);
-        tcase_add_checked_fixture(staging, start_1g, stop_clean);
-        tcase_add_checked_fixture(quota, start_region_4m, stop_clean);
-        tcase_add_checked_fixture(message, start_message_16m, stop_clean);
+        tcase_add_checked_fixture(pools, start_64m, test_stop_clean);
+        tcase_add_checked_fixture(sizes, start_default, test_stop_clean);
+        tcase_add_checked_fixture(staging, start_1g, test_stop_clean);
+        tcase_add_checked_fixture(quota, start_region_4m, test_stop_clean);
+        tcase_add_checked_fixture(message, start_message_16m, test_stop_clean);
         for (size_t i = 0; i < LEN(all); i++) {
                 tcase_set_timeout(all[i], 60);
                 suite_add_tcase(s, all[i]);

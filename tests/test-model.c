@@ -36,29 +36,6 @@
 /* A reservation failure has no reason field: its label rides in the size. */
 #define ALLOC_CODE_BASE (1ull << 40)
 
-static test_daemon D;
-
-static void start_with_faults(void)
-{
-        static const char *const args[] = { "--enable-fault-injection", NULL };
-
-        ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
-}
-
-static int timeout_multiplier(void)
-{
-        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
-        int v = m ? atoi(m) : 1;
-
-        return v > 0 ? v : 1;
-}
-
 /* ---------------------------------------------------------------------------
  * Kernels
  * ------------------------------------------------------------------------- */
@@ -82,35 +59,18 @@ static const char nap_source[] =
 
 static const cube_buffer_io nap_io[1] = { CUBE_BUFFER_WRITE_ONLY };
 
-static uint64_t kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 /* Sends a launch of k over bufs on the current stream: the u32 scalars
  * given, then each buffer's length in u32 elements. */
 static void launch(cube_client *c, uint64_t k, const cube_handle *bufs, const cube_buffer_io *io,
                    size_t n, uint32_t units, const uint32_t *scalars, size_t n_scalars,
                    cube_launch_mode mode)
 {
-        cube_info *info = cube_info_new();
         cube_launch l = {
                 .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { units, 1, 1 },
                 .buffers = bufs, .io = io, .n_buffers = n, .mode = mode,
         };
 
-        ck_assert_ptr_nonnull(info);
-        for (size_t i = 0; i < n_scalars; i++)
-                ck_assert_int_eq(cube_info_u32(info, scalars[i]), 0);
-        for (size_t i = 0; i < n; i++)
-                ck_assert_int_eq(cube_info_buffer_len(info, (uint32_t) (cube_handle_len(&bufs[i]) /
-                                                                      sizeof(uint32_t))), 0);
-        l.info = info;
-        ck_ok(cube_launch_kernel(c, &l));
-        cube_info_free(info);
+        test_launch_u32(c, l, scalars, n_scalars);
 }
 
 static void launch_affine(cube_client *c, uint64_t k, cube_handle in, cube_handle out)
@@ -610,16 +570,6 @@ static double now_s(void)
         return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-static size_t live_failures(cube_client *c)
-{
-        cube_failure_info *v;
-        size_t n;
-
-        ck_ok(cube_daemon_failures(c, &v, &n));
-        cube_failures_free(v, n);
-        return n;
-}
-
 START_TEST(random_sequences_agree_with_the_model)
 {
         struct timespec ts;
@@ -637,8 +587,8 @@ START_TEST(random_sequences_agree_with_the_model)
                 first + count);
 
         ck_ok(cube_connect(D.socket, "model", &r.c));
-        r.affine_k = kernel(r.c, test_affine_source, "affine");
-        r.nap_k = kernel(r.c, nap_source, "nap");
+        r.affine_k = test_kernel(r.c, test_affine_source, "affine");
+        r.nap_k = test_kernel(r.c, nap_source, "nap");
         precompile(r.c, r.affine_k, r.nap_k);
         for (uint64_t s = 0; s < 2; s++) {
                 cube_stream_set(s + 1);
@@ -652,9 +602,9 @@ START_TEST(random_sequences_agree_with_the_model)
                 if ((s + 1) % 1000 == 0 || s + 1 == first + count) {
                         cube_stream_set(1);
                         ck_ok(cube_sync(r.c, NULL, 0));
-                        ck_assert_msg(live_failures(r.c) == 0, "seed %" PRIu64 ", after sequence "
-                                      "%" PRIu64 ": %zu failure record(s) outlived every "
-                                      "buffer", r.seed, s, live_failures(r.c));
+                        ck_assert_msg(test_live_failures(r.c) == 0, "seed %" PRIu64 ", after "
+                                      "sequence %" PRIu64 ": %zu failure record(s) outlived "
+                                      "every buffer", r.seed, s, test_live_failures(r.c));
                 }
         }
         fprintf(stderr, "model: %" PRIu64 " sequences in %.2f s\n", count, now_s() - t0);
@@ -680,12 +630,12 @@ typedef struct fixed {
 static void fixed_start(fixed *f, const char *name)
 {
         ck_ok(cube_connect(D.socket, name, &f->c));
-        f->affine_k = kernel(f->c, test_affine_source, "affine");
-        f->nap_k = kernel(f->c, nap_source, "nap");
+        f->affine_k = test_kernel(f->c, test_affine_source, "affine");
+        f->nap_k = test_kernel(f->c, nap_source, "nap");
         precompile(f->c, f->affine_k, f->nap_k);
         cube_stream_set(1);
         ck_ok(cube_empty(f->c, BYTES, &f->scratch));
-        f->nap_us = 100000u * (uint32_t) timeout_multiplier();
+        f->nap_us = 100000u * (uint32_t) test_timeout_multiplier();
 }
 
 static void fixed_stop(fixed *f)
@@ -762,7 +712,7 @@ START_TEST(a_later_write_wins_over_an_earlier_copy_that_fails_late)
                 ck_ok(cube_free(f.c, &b));
         }
         ck_ok(cube_sync(f.c, NULL, 0));
-        ck_assert_uint_eq(live_failures(f.c), 0);
+        ck_assert_uint_eq(test_live_failures(f.c), 0);
         fixed_stop(&f);
 }
 END_TEST
@@ -869,9 +819,9 @@ static Suite *model_suite(void)
         Suite *s = suite_create("model");
         TCase *orderings = tcase_create("orderings");
         TCase *random = tcase_create("random");
-        int mult = timeout_multiplier();
+        int mult = test_timeout_multiplier();
 
-        tcase_add_checked_fixture(orderings, start_with_faults, stop_clean);
+        tcase_add_checked_fixture(orderings, test_start_with_faults, test_stop_clean);
         tcase_set_timeout(orderings, 60.0 * mult);
         tcase_add_test(orderings, a_later_write_wins_over_an_earlier_copy_that_fails_late);
         tcase_add_test(orderings, a_read_behind_a_copy_that_fails_late_reports_it);
@@ -880,7 +830,7 @@ static Suite *model_suite(void)
                        a_launch_into_a_failed_reservation_behind_a_queued_write_runs_nothing);
         suite_add_tcase(s, orderings);
 
-        tcase_add_checked_fixture(random, start_with_faults, stop_clean);
+        tcase_add_checked_fixture(random, test_start_with_faults, test_stop_clean);
         tcase_set_timeout(random, 240.0 * mult);
         tcase_add_test(random, random_sequences_agree_with_the_model);
         suite_add_tcase(s, random);

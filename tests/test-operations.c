@@ -60,23 +60,6 @@ typedef struct daemon_proc {
 /* Where every directory of this run goes; made before the tests fork. */
 static char run_dir[32];
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits scale with $CUBE_TEST_TIMEOUT_MULT (sanitizer builds are slower). */
-static int scaled(int ms)
-{
-        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
-        int v = m ? atoi(m) : 1;
-
-        return ms * (v > 0 ? v : 1);
-}
-
 static void dump_file(const char *what, const char *path)
 {
         char line[1024];
@@ -160,15 +143,9 @@ static void *notify_listener(void *arg)
                 r = recvmsg(p->notify_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
                 if (r < 0)
                         continue;
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                                int *fds = (int *) CMSG_DATA(cm);
-                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                for (size_t i = 0; i < k; i++)
-                                        close(fds[i]);
-                        }
+                test_close_passed_fds(&mh);
                 buf[r] = '\0';
-                dprintf(p->record_fd, "[%ld] %s\n", now_ms(), buf);
+                dprintf(p->record_fd, "[%ld] %s\n", test_now_ms(), buf);
                 pthread_mutex_lock(&p->lock);
                 if (p->n_notes < MAX_NOTES)
                         p->notes[p->n_notes++] = strdup(buf);
@@ -180,7 +157,7 @@ static void *notify_listener(void *arg)
  * line; returns its index, or -1. */
 static long wait_note(daemon_proc *p, size_t from, const char *line, int timeout_ms)
 {
-        long deadline = now_ms() + timeout_ms;
+        long deadline = test_now_ms() + timeout_ms;
 
         for (;;) {
                 pthread_mutex_lock(&p->lock);
@@ -190,7 +167,7 @@ static long wait_note(daemon_proc *p, size_t from, const char *line, int timeout
                                 return (long) i;
                         }
                 pthread_mutex_unlock(&p->lock);
-                if (now_ms() > deadline)
+                if (test_now_ms() > deadline)
                         return -1;
                 usleep(5000);
         }
@@ -233,7 +210,7 @@ static char *note_text(daemon_proc *p, long i)
  * -1 when a signal ended it, or -2 while it still runs. */
 static int proc_wait_exit(daemon_proc *p, int timeout_ms)
 {
-        long deadline = now_ms() + timeout_ms;
+        long deadline = test_now_ms() + timeout_ms;
         int status;
 
         if (p->pid <= 0)
@@ -244,7 +221,7 @@ static int proc_wait_exit(daemon_proc *p, int timeout_ms)
                         p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
                         return p->exit_status;
                 }
-                if (now_ms() > deadline)
+                if (test_now_ms() > deadline)
                         return -2;
                 usleep(2000);
         }
@@ -414,7 +391,7 @@ static void proc_spawn_cubed(daemon_proc *p, const char *const *args, const char
 /* Waits for READY=1 (the daemon must not have died); returns its index. */
 static long wait_ready(daemon_proc *p, size_t from)
 {
-        long deadline = now_ms() + scaled(10000);
+        long deadline = test_now_ms() + test_scaled_ms(10000);
 
         for (;;) {
                 long i = wait_note(p, from, "READY=1", 20);
@@ -424,7 +401,7 @@ static long wait_ready(daemon_proc *p, size_t from)
                         ck_abort_msg("cubed exited with status %d before READY=1",
                                      p->exit_status);
                 }
-                ck_assert_msg(now_ms() < deadline, "no READY=1 from cubed");
+                ck_assert_msg(test_now_ms() < deadline, "no READY=1 from cubed");
         }
 }
 
@@ -669,11 +646,11 @@ START_TEST(socket_activation)
 
         /* The daemon is executed on the first connection, so connect first;
          * retry while systemd-socket-activate has yet to listen. */
-        deadline = now_ms() + scaled(10000);
+        deadline = test_now_ms() + test_scaled_ms(10000);
         for (;;) {
                 if (path_exists(p.socket) && !(e = cube_connect(p.socket, "activated", &c)))
                         break;
-                ck_assert_msg(now_ms() < deadline, "could not connect to %s: %s", p.socket,
+                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p.socket,
                               e ? cube_error_message(e) : "no socket");
                 ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
                 cube_error_free(e);
@@ -685,7 +662,7 @@ START_TEST(socket_activation)
         ck_assert_str_eq(st.service, cube_client_service(c));
         ck_assert(!st.poisoned);
 
-        r = wait_note(&p, 0, "READY=1", scaled(5000));
+        r = wait_note(&p, 0, "READY=1", test_scaled_ms(5000));
         ck_assert_msg(r >= 0, "no READY=1 on the notify socket");
         /* systemd-socket-activate executes cubed in its own process. */
         snprintf(mainpid, sizeof(mainpid), "MAINPID=%d", (int) p.pid);
@@ -695,7 +672,7 @@ START_TEST(socket_activation)
         ck_assert(file_contains(p.log, "passed by systemd"));
 
         cube_disconnect(c);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         ck_assert_msg(path_exists(p.socket), "cubed removed the socket systemd had bound");
         proc_done(&p);
 }
@@ -717,9 +694,9 @@ START_TEST(notifications_from_start_to_stop)
         ck_assert_uint_eq(count_notes(&p, 0, "STOPPING=1"), 0);
 
         kill(p.pid, SIGTERM);
-        ck_assert_int_eq(proc_wait_exit(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_wait_exit(&p, test_scaled_ms(10000)), 0);
         /* Sent before the exit, so already queued: it arrives at once. */
-        stopping = wait_note(&p, 0, "STOPPING=1", scaled(2000));
+        stopping = wait_note(&p, 0, "STOPPING=1", test_scaled_ms(2000));
         ck_assert_msg(stopping > r, "STOPPING=1 came at %ld, READY=1 at %ld", stopping, r);
         ck_assert_uint_eq(count_notes(&p, 0, "READY=1"), 1);
         ck_assert(!path_exists(p.socket));
@@ -737,18 +714,19 @@ START_TEST(the_watchdog_is_fed_only_when_asked)
         proc_init(&p);
         start_daemon(&p, NULL, watchdog);
         ready = wait_note(&p, 0, "READY=1", 0);
-        deadline = now_ms() + scaled(1500);
-        while ((fed = count_notes(&p, (size_t) ready, "WATCHDOG=1")) < 3 && now_ms() < deadline)
+        deadline = test_now_ms() + test_scaled_ms(1500);
+        while ((fed = count_notes(&p, (size_t) ready, "WATCHDOG=1")) < 3 &&
+               test_now_ms() < deadline)
                 usleep(10000);
         ck_assert_msg(fed >= 3, "only %zu WATCHDOG=1 in 1.5 s with WATCHDOG_USEC=200000", fed);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 
         proc_init(&q);
         start_daemon(&q, NULL, NULL);
         usleep(500000);
         ck_assert_uint_eq(count_notes(&q, 0, "WATCHDOG=1"), 0);
-        ck_assert_int_eq(proc_stop(&q, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&q, test_scaled_ms(10000)), 0);
         proc_done(&q);
 }
 END_TEST
@@ -822,9 +800,9 @@ static void reload(daemon_proc *p)
         long reloading, ready;
 
         kill(p->pid, SIGHUP);
-        reloading = wait_note(p, from, "RELOADING=1", scaled(5000));
+        reloading = wait_note(p, from, "RELOADING=1", test_scaled_ms(5000));
         ck_assert_msg(reloading >= 0, "no RELOADING=1 after SIGHUP");
-        ready = wait_note(p, (size_t) reloading + 1, "READY=1", scaled(5000));
+        ready = wait_note(p, (size_t) reloading + 1, "READY=1", test_scaled_ms(5000));
         ck_assert_msg(ready > reloading, "no READY=1 after RELOADING=1");
 }
 
@@ -855,7 +833,7 @@ START_TEST(reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad)
         reload(&p);
         expect_max_container(p.socket, 50);
 
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -935,7 +913,7 @@ START_TEST(a_refused_reload_is_reported)
         ck_assert_out(o, line_with(o->out, "max-depth", line, sizeof(line)) &&
                       strstr(line, "20"), "max-depth is not 20");
 
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -960,7 +938,7 @@ START_TEST(the_command_line_wins_over_the_file_across_reloads)
         ck_assert(file_contains(p.log, "configuration reloaded"));
         expect_max_container(p.socket, 30);
 
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -1015,7 +993,7 @@ START_TEST(config_if_exists_reads_the_file_once_it_exists)
         write_file(missing, "max-container = 50\n");
         reload(&p);
         expect_max_container(p.socket, 50);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         ck_assert_int_eq(unlink(missing), 0);
 
         /* Where the file is required, its absence is an error. */
@@ -1055,12 +1033,12 @@ START_TEST(poison_policy_exit_ends_with_status_3)
         ck_ok(cube_connect(p.socket, "victim", &c));
         round_trip(c, 4096, 3);
         ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
-        start = now_ms();
+        start = test_now_ms();
         expect_poisoned(cube_sync(c, NULL, 0));
-        r = proc_wait_exit(&p, scaled(5000));
+        r = proc_wait_exit(&p, test_scaled_ms(5000));
         ck_assert_msg(r == 3, "cubed ended with %d, not 3, %ld ms after the poison", r,
-                      now_ms() - start);
-        ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
+                      test_now_ms() - start);
+        ck_assert(wait_note(&p, 0, "STOPPING=1", test_scaled_ms(2000)) >= 0);
         ck_assert(!path_exists(p.socket));
         cube_disconnect(c);
         proc_done(&p);
@@ -1080,7 +1058,7 @@ START_TEST(poison_policy_exit_does_not_wait_for_a_silent_session)
         start_daemon(&p, args, NULL);
         ck_ok(cube_connect(p.socket, "silent", &c));
         ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "a test poisoned it", 0));
-        r = proc_wait_exit(&p, scaled(6000));
+        r = proc_wait_exit(&p, test_scaled_ms(6000));
         ck_assert_msg(r == 3, "cubed ended with %d, not 3", r);
         cube_disconnect(c);
         proc_done(&p);
@@ -1110,14 +1088,14 @@ START_TEST(poison_policy_reinit_serves_a_new_device)
         expect_poisoned(cube_sync(c, NULL, 0));
 
         /* Until the policy acts, a new session still meets the old device. */
-        deadline = now_ms() + scaled(6000);
+        deadline = test_now_ms() + test_scaled_ms(6000);
         for (;;) {
                 /* A session that connects just as the policy acts is closed
                  * with the rest, as any client of a re-initialised device
                  * is: it connects again. */
                 e = cube_connect(p.socket, "after", &n);
                 if (e && cube_error_kind_of(e) == CUBE_SERVER_GENERIC &&
-                    strstr(cube_error_message(e), "was lost") && now_ms() < deadline) {
+                    strstr(cube_error_message(e), "was lost") && test_now_ms() < deadline) {
                         cube_error_free(e);
                         usleep(50000);
                         continue;
@@ -1126,7 +1104,7 @@ START_TEST(poison_policy_reinit_serves_a_new_device)
                 if (strcmp(cube_client_service(n), before) != 0)
                         break;
                 cube_disconnect(n);
-                ck_assert_msg(now_ms() < deadline, "the device was not re-initialised");
+                ck_assert_msg(test_now_ms() < deadline, "the device was not re-initialised");
                 ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
                 usleep(50000);
         }
@@ -1146,7 +1124,7 @@ START_TEST(poison_policy_reinit_serves_a_new_device)
         cube_error_free(e);
         cube_disconnect(c);
         cube_disconnect(n);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -1155,7 +1133,7 @@ END_TEST
  * (the reinit is done); returns the client. */
 static cube_client *connect_after_reinit(const char *socket, const char *name, const char *before)
 {
-        long deadline = now_ms() + scaled(8000);
+        long deadline = test_now_ms() + test_scaled_ms(8000);
         cube_client *n;
 
         for (;;) {
@@ -1165,7 +1143,7 @@ static cube_client *connect_after_reinit(const char *socket, const char *name, c
                 if (!e)
                         cube_disconnect(n);
                 cube_error_free(e);
-                ck_assert_msg(now_ms() < deadline, "the device was not re-initialised");
+                ck_assert_msg(test_now_ms() < deadline, "the device was not re-initialised");
                 usleep(50000);
         }
 }
@@ -1205,7 +1183,7 @@ START_TEST(a_tenant_that_poisons_again_and_again_is_refused)
         ck_assert_out(o, o->status == 0 && strstr(o->out, "bully"), "cubectl bans does not show it");
         round_trip(other, 1000, 9);
         cube_disconnect(other);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -1232,12 +1210,12 @@ START_TEST(a_poisoned_device_is_reported_during_the_grace)
         ck_assert_str_eq(cube_client_service(n), cube_client_service(c));
         ck_ok(cube_daemon_status(n, &st));
         ck_assert(st.poisoned);
-        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", scaled(2000)) >= 0);
+        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", test_scaled_ms(2000)) >= 0);
         ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
 
         cube_disconnect(n);
         cube_disconnect(c);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -1363,7 +1341,7 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
         ck_assert_out(o, strstr(o->out, "\"cube_sessions\":2"), "no cube_sessions");
 
         cube_disconnect(c);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -1437,11 +1415,11 @@ START_TEST(metrics_counters_never_go_down)
         ck_assert(metric_value(t1, "cube_sessions_opened_total{instance=\"cpu0\"}") >= 4);
         for (int i = 0; i < 3; i++)
                 cube_disconnect(c[i]);
-        for (long deadline = now_ms() + scaled(5000);;) {
+        for (long deadline = test_now_ms() + test_scaled_ms(5000);;) {
                 ck_ok(cube_daemon_status(watch, &st));
                 if (st.sessions == 1)
                         break;
-                ck_assert_msg(now_ms() < deadline, "the sessions did not end");
+                ck_assert_msg(test_now_ms() < deadline, "the sessions did not end");
                 usleep(10000);
         }
         t2 = metrics_of(watch);
@@ -1464,7 +1442,7 @@ START_TEST(metrics_counters_never_go_down)
         free(t1);
         free(t2);
         cube_disconnect(watch);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -1500,11 +1478,11 @@ START_TEST(post_mortem_of_an_ended_session)
         cube_error_free(e);
         cube_disconnect(c);
         ck_ok(cube_connect(p.socket, "watcher", &w));
-        for (long deadline = now_ms() + scaled(5000);;) {
+        for (long deadline = test_now_ms() + test_scaled_ms(5000);;) {
                 ck_ok(cube_daemon_status(w, &st));
                 if (st.sessions == 1)
                         break;
-                ck_assert_msg(now_ms() < deadline, "the session did not end");
+                ck_assert_msg(test_now_ms() < deadline, "the session did not end");
                 usleep(10000);
         }
         snprintf(want, sizeof(want), "cubed: notice: session %" PRIu64 " (pid %d, uid %u, "
@@ -1533,7 +1511,7 @@ START_TEST(post_mortem_of_an_ended_session)
 
         /* Every line of a multi-line message carries the prefix. */
         ck_ok(cube_debug_inject(w, CUBE_FAULT_POISON, 0, "first line\nforged: line", 0));
-        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", scaled(2000)) >= 0);
+        ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", test_scaled_ms(2000)) >= 0);
         ck_assert_msg(file_contains(p.log, "cubed: error: forged: line"),
                       "the continuation line lost its prefix");
         FILE *f = fopen(p.log, "r");
@@ -1543,7 +1521,7 @@ START_TEST(post_mortem_of_an_ended_session)
         if (f)
                 fclose(f);
         cube_disconnect(w);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
         proc_done(&p);
         free(o);
@@ -1594,7 +1572,7 @@ START_TEST(hostile_session_names)
         ck_assert_out(o, system(cmd) == 0, "the --json error does not parse");
 
         cube_disconnect(good);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -1646,7 +1624,7 @@ START_TEST(cubectl_kill_session)
 
         cube_disconnect(bystander);
         ck_assert(wait_memory_in_use(p.socket, 0, 5000));
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -1684,7 +1662,8 @@ START_TEST(cubectl_drain)
         cube_disconnect(late);
         ck_assert_int_eq(proc_wait_exit(&p, 200), -2);
         round_trip(last, 5000, 6);
-        ck_assert(wait_note(&p, 0, "STATUS=draining: 1 working session(s) left", scaled(2000)) >= 0);
+        ck_assert(wait_note(&p, 0, "STATUS=draining: 1 working session(s) left",
+                            test_scaled_ms(2000)) >= 0);
 
         /* Undrained, a new session works. */
         cubectl(o, p.socket, undrain);
@@ -1696,8 +1675,8 @@ START_TEST(cubectl_drain)
         ck_assert_out(o, o->status == 0, "drain exited %d", o->status);
 
         cube_disconnect(last);
-        ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
-        ck_assert(wait_note(&p, 0, "STOPPING=1", scaled(2000)) >= 0);
+        ck_assert_int_eq(proc_wait_exit(&p, test_scaled_ms(5000)), 0);
+        ck_assert(wait_note(&p, 0, "STOPPING=1", test_scaled_ms(2000)) >= 0);
         ck_assert(!path_exists(p.socket));
         ck_assert_msg(file_contains(p.log, "asked for a drain"), "the log does not say who asked");
         ck_assert_msg(file_contains(p.log, "ended the drain"), "the undrain is not logged");
@@ -1719,11 +1698,11 @@ START_TEST(cubectl_drain_with_a_deadline)
         proc_init(&p);
         start_daemon(&p, NULL, NULL);
         ck_ok(cube_connect(p.socket, "stuck", &stuck));
-        start = now_ms();
+        start = test_now_ms();
         cubectl(o, p.socket, drain);
         ck_assert_out(o, o->status == 0, "drain --timeout 1 exited %d", o->status);
-        ck_assert_int_eq(proc_wait_exit(&p, scaled(5000)), 0);
-        ck_assert_msg(now_ms() - start >= 900, "the drain did not wait for its deadline");
+        ck_assert_int_eq(proc_wait_exit(&p, test_scaled_ms(5000)), 0);
+        ck_assert_msg(test_now_ms() - start >= 900, "the drain did not wait for its deadline");
         ck_assert(file_contains(p.log, "deadline has passed with 1 working session(s) left"));
         cube_disconnect(stuck);
         proc_done(&p);
@@ -2067,7 +2046,7 @@ START_TEST(only_the_owner_and_root_may_act)
         ck_ok(cube_connect(p.socket, "again", &again));
         cube_disconnect(again);
         cube_disconnect(c);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
 }
 END_TEST
@@ -2122,7 +2101,7 @@ START_TEST(a_socket_in_use_names_its_owner)
         snprintf(pid, sizeof(pid), "pid %d", (int) p.pid);
         ck_assert_out(o, o->status != 0 && strstr(o->err, pid),
                       "cubed exited %d without naming %s", o->status, pid);
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }
@@ -2311,7 +2290,7 @@ START_TEST(identity_and_access_under_the_units_namespaces)
                       o->status);
         release_session(holder, release);
 
-        ck_assert_int_eq(proc_stop(&p, scaled(10000)), 0);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
         proc_done(&p);
         free(o);
 }

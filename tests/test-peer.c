@@ -30,18 +30,6 @@ static cube_launch affine_over(uint64_t k, const cube_handle *bufs)
         };
 }
 
-/* Stops every daemon still running, each cleanly. */
-static void stop_clean(test_group *g)
-{
-        for (int i = 0; i < g->n; i++)
-                if (g->d[i].pid > 0) {
-                        ck_assert_msg(test_daemon_stop(&g->d[i], 10000) == 0, "cpu%d did not "
-                                      "exit cleanly", i);
-                        g->d[i].pid = 0;
-                }
-        test_group_stop(g);
-}
-
 /* The address of h on its daemon, bound as a handle on the other's. */
 static cube_handle bind_peer(cube_client *owner, const cube_handle *h, cube_client *user,
                              const char *owner_name)
@@ -81,7 +69,7 @@ START_TEST(test_who_may_access)
         ck_assert(!can);
         cube_disconnect(a);
         cube_disconnect(b);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -126,7 +114,7 @@ START_TEST(test_kernel_writes_peer_buffer)
         ck_assert_uint_eq(got[N - 1], test_affine(in[N - 1]));
         cube_disconnect(a);
         cube_disconnect(b);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -174,7 +162,7 @@ START_TEST(test_kernel_reads_peer_buffer)
         ck_ok(cube_peer_bind(a, "cpu1", address, 64, &h));
         cube_disconnect(a);
         cube_disconnect(b);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -218,7 +206,7 @@ START_TEST(test_address_of_tainted_buffer)
         ck_ok(cube_peer_address(b, &h, &address));      /* its input is untouched */
         cube_disconnect(a);
         cube_disconnect(b);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -255,7 +243,7 @@ START_TEST(test_peer_of_another_user)
         ck_assert_int_eq(test_daemon_stop(&other, 10000), 0);
         unlink(sock);
         rmdir(dir);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -300,7 +288,7 @@ START_TEST(test_memory_for_the_daemons_user_only)
         ck_assert_int_eq(chmod(g.d[0].socket, 0666), 0);
         nobody_start(&n, g.d[0].socket, ask_memory_as_nobody);
         ck_assert_int_eq(nobody_finish(&n), 0);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -353,7 +341,7 @@ START_TEST(test_bind_is_for_the_daemons_user)
         ck_assert_int_eq(nobody_finish(&n), 0);
         cube_disconnect(a);
         cube_disconnect(b);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -439,7 +427,7 @@ START_TEST(test_peer_posing_as_another_user)
         unlink(link);
         unlink(sock);
         rmdir(dir);
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 
@@ -488,7 +476,7 @@ START_TEST(test_peer_dies)
         cube_disconnect(a);
         ck_assert_int_eq(test_daemon_stop(&g.d[0], 10000), 0);
         g.d[0].pid = 0;
-        stop_clean(&g);
+        test_group_stop_clean(&g);
 }
 END_TEST
 

@@ -33,34 +33,9 @@
 
 #define NOBODY 65534
 
-static test_daemon D;
-
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits scale with $CUBE_TEST_TIMEOUT_MULT (sanitizer builds are slower). */
-static int scaled(int ms)
-{
-        const char *m = getenv("CUBE_TEST_TIMEOUT_MULT");
-        int v = m ? atoi(m) : 1;
-
-        return ms * (v > 0 ? v : 1);
-}
-
 static void start(const char *const *args)
 {
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
-}
-
-static void stop_clean(void)
-{
-        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
-        ck_assert_msg(!test_daemon_socket_exists(&D), "the socket file was left behind");
 }
 
 /* A small generator for the forked clients, which must not share a sequence. */
@@ -131,14 +106,6 @@ static const char nop_source[] =
         "        (void) unused;\n"
         "}\n";
 
-static uint64_t register_kernel(cube_client *c, const char *source, const char *entry)
-{
-        uint64_t id;
-
-        ck_ok(cube_kernel_register(c, source, entry, &id));
-        return id;
-}
-
 /* A scale2 launch over n elements. Returns the library's own verdict, so
  * that forked clients, which must not use Check, can call it too. */
 static cube_error *launch_scale2(cube_client *c, uint64_t kernel, const cube_handle *in,
@@ -201,10 +168,10 @@ static uint64_t spin_rounds_for(cube_client *c, uint64_t kernel, const cube_hand
         launch_spin(c, kernel, out, 1);         /* compiles it */
         ck_ok(cube_sync(c, out, 1));
         for (;;) {
-                long t0 = now_ms();
+                long t0 = test_now_ms();
                 launch_spin(c, kernel, out, n);
                 ck_ok(cube_sync(c, out, 1));
-                long took = now_ms() - t0;
+                long took = test_now_ms() - t0;
                 if (took >= 40 || n >= (1ull << 40))
                         return (uint64_t) ((double) n * ms / (double) (took > 0 ? took : 1));
                 n *= 4;
@@ -247,16 +214,6 @@ static void expect_not_found(cube_error *e, bool claimed)
                       cube_error_kind_of(cube_error_source(io)) == CUBE_IO_NOT_FOUND,
                       "expected Io(NotFound), got %s", e ? cube_error_message(e) : "success");
         cube_error_free(e);
-}
-
-static void expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n)
-{
-        void *got = malloc(n ? n : 1);
-
-        ck_assert_uint_eq(cube_handle_len(h), n);
-        ck_ok(cube_read(c, h, got, n));
-        ck_assert_msg(memcmp(got, want, n) == 0, "the %zu bytes read back differ", n);
-        free(got);
 }
 
 /* e is the library's own refusal of a write through h, a read-only import:
@@ -359,7 +316,7 @@ static int open_fds(pid_t pid, char *list, size_t cap)
  * test fails with its exit status (its own message is on stderr). */
 static void await_holding(nobody *n)
 {
-        int said = hear(n->from_child, scaled(10000));
+        int said = hear(n->from_child, test_scaled_ms(10000));
 
         if (said != 'h')
                 ck_abort_msg("nobody stopped before holding its sessions (exit status %d)",
@@ -416,14 +373,14 @@ static cube_client *connect_and_use(const char *socket)
  * daemon notices an end when it reads it, a moment later). */
 static cube_client *connect_when_free(const char *socket)
 {
-        long deadline = now_ms() + scaled(5000);
+        long deadline = test_now_ms() + test_scaled_ms(5000);
 
         for (;;) {
                 cube_client *c;
                 cube_error *e = cube_connect(socket, "nobody", &c);
                 if (!e)
                         return c;
-                if (now_ms() > deadline) {
+                if (test_now_ms() > deadline) {
                         dprintf(2, "no place came free: %s\n", cube_error_message(e));
                         cube_error_free(e);
                         return NULL;
@@ -508,7 +465,7 @@ static _Noreturn void stress_client(int index, bool victim, uint64_t seed, int r
         uint64_t rng = (seed ^ (uint64_t) index * 0x9e3779b97f4a7c15ull) | 1, kernel;
         uint32_t k = (uint32_t) index * 7 + 3;
         stress_report r = { (uint8_t) index, 0 };
-        long give_up = now_ms() + 60000;
+        long give_up = test_now_ms() + 60000;
         unsigned char hold_data[STRESS_HOLD];
         cube_client *c;
         cube_handle hold;
@@ -524,7 +481,7 @@ static _Noreturn void stress_client(int index, bool victim, uint64_t seed, int r
         }
         for (int round = 0; ok && (victim || round < STRESS_ROUNDS); round++) {
                 ok = stress_round(c, kernel, k, &rng, index);
-                if (victim && now_ms() > give_up)
+                if (victim && test_now_ms() > give_up)
                         _exit(3);               /* never killed: the test has failed */
         }
         if (victim)
@@ -561,17 +518,17 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         start(NULL);
         /* The baseline is the listener alone: the connection start() made to
          * see the daemon ready may not be closed on its side yet. */
-        for (long settle = now_ms() + scaled(5000);; usleep(10000)) {
+        for (long settle = test_now_ms() + test_scaled_ms(5000);; usleep(10000)) {
                 baseline = open_fds(D.pid, before, sizeof(before));
                 const char *sock = strstr(before, "socket:");
-                if (!sock || !strstr(sock + 1, "socket:") || now_ms() > settle)
+                if (!sock || !strstr(sock + 1, "socket:") || test_now_ms() > settle)
                         break;
         }
 
         /* Compile the kernel once, so that no client waits for the compiler. */
         fill_words(in, 256, 1);
         ck_ok(cube_connect(D.socket, "warm", &c));
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         ck_ok(cube_create(c, in, sizeof(in), &hin));
         ck_ok(cube_empty(c, sizeof(out), &hout));
         ck_ok(launch_scale2(c, kernel, &hin, &hout, 256, 1));
@@ -597,7 +554,7 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
 
         ck_assert_int_eq(pipe(report), 0);
         ck_assert_int_eq(pipe(release), 0);
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         for (int i = 0; i < STRESS_CLIENTS; i++) {
                 pids[i] = fork();
                 ck_assert_int_ge(pids[i], 0);
@@ -617,17 +574,17 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
                                 ck_assert_int_eq(kill(pids[i], SIGKILL), 0);
                                 kill_at[i] = -1;
                         }
-                long wait = t0 + ms + 5 - now_ms();
+                long wait = t0 + ms + 5 - test_now_ms();
                 if (wait > 0)
                         usleep((useconds_t) wait * 1000);
         }
 
         /* Every survivor reports, once, that all its results were right. */
-        long deadline = now_ms() + scaled(45000);
+        long deadline = test_now_ms() + test_scaled_ms(45000);
         while (survivors < STRESS_CLIENTS - STRESS_VICTIMS) {
                 stress_report r;
                 struct pollfd p = { .fd = report[0], .events = POLLIN };
-                long left = deadline - now_ms();
+                long left = deadline - test_now_ms();
 
                 ck_assert_msg(left > 0 && poll(&p, 1, (int) left) == 1,
                               "only %d of %d survivors reported", survivors,
@@ -665,11 +622,12 @@ START_TEST(stress_with_a_quarter_of_the_clients_killed)
         ck_assert(wait_memory_in_use(D.socket, 0, 10000));
 
         /* Every connection is closed: the daemon holds what it held at first. */
-        deadline = now_ms() + scaled(5000);
-        while ((fds = open_fds(D.pid, after, sizeof(after))) != baseline && now_ms() < deadline)
+        deadline = test_now_ms() + test_scaled_ms(5000);
+        while ((fds = open_fds(D.pid, after, sizeof(after))) != baseline &&
+               test_now_ms() < deadline)
                 usleep(10000);
         ck_assert_msg(fds == baseline, "the daemon had open %s\nit has %s", before, after);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -708,7 +666,7 @@ START_TEST(work_on_another_stream_sees_what_came_before_it)
 
         /* A kernel on A writes mid; a kernel on B reads it, and a read on B
          * sees it too. */
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         cube_stream_set(1);
         ck_ok(cube_empty(c, n, &mid));
         ck_ok(cube_empty(c, n, &out));
@@ -733,7 +691,7 @@ START_TEST(work_on_another_stream_sees_what_came_before_it)
         free(back);
         free(want);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -759,10 +717,10 @@ static void *side_thread(void *arg)
         cube_stream_set(2);
         fill_random(data, sizeof(data), 99);
         usleep(50000);
-        w->began = now_ms();
+        w->began = test_now_ms();
         if (!(w->e = cube_write(w->c, &w->h, data, sizeof(data))))
                 w->e = cube_read(w->c, &w->h, back, sizeof(back));
-        w->ended = now_ms();
+        w->ended = test_now_ms();
         w->right = !w->e && memcmp(data, back, sizeof(data)) == 0;
         return NULL;
 }
@@ -778,18 +736,18 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
 
         start(NULL);
         ck_ok(cube_connect(D.socket, "concurrent", &c));
-        kernel = register_kernel(c, spin_source, "spin");
+        kernel = test_kernel(c, spin_source, "spin");
         cube_stream_set(1);
         ck_ok(cube_create(c, zero, 8, &spin_out));
         ck_ok(cube_create(c, zero, sizeof(zero), &w.h));
-        rounds = spin_rounds_for(c, kernel, &spin_out, scaled(400));
+        rounds = spin_rounds_for(c, kernel, &spin_out, test_scaled_ms(400));
 
         w.c = c;
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         launch_spin(c, kernel, &spin_out, rounds);
         ck_assert_int_eq(pthread_create(&t, NULL, side_thread, &w), 0);
         ck_ok(cube_sync(c, &spin_out, 1));
-        long kernel_ms = now_ms() - t0;
+        long kernel_ms = test_now_ms() - t0;
         pthread_join(t, NULL);
         ck_assert_msg(!w.e, "the side work failed: %s", w.e ? cube_error_message(w.e) : "");
         ck_assert_msg(w.right, "the side work read back other bytes");
@@ -798,13 +756,13 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
                 w.ended - w.began, kernel_ms);
         /* The kernel ran long enough for the comparison to mean something,
          * and the side work finished well inside it. */
-        ck_assert_msg(kernel_ms >= scaled(200), "the kernel took only %ld ms", kernel_ms);
+        ck_assert_msg(kernel_ms >= test_scaled_ms(200), "the kernel took only %ld ms", kernel_ms);
         ck_assert_msg(w.ended - w.began < kernel_ms / 4,
                       "a write and read on another stream took %ld ms beside a %ld ms kernel",
                       w.ended - w.began, kernel_ms);
         ck_assert_msg(w.ended < t0 + kernel_ms, "the side work ended after the kernel");
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -825,9 +783,9 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         memset(pattern, 0xa5, sizeof(pattern));
         ck_ok(cube_connect(D.socket, "a", &a));
         ck_ok(cube_connect(D.socket, "b", &b));
-        ka = register_kernel(a, scale2_source, "scale2");
-        kb = register_kernel(b, scale2_source, "scale2");
-        kt = register_kernel(b, twin_source, "twin");
+        ka = test_kernel(a, scale2_source, "scale2");
+        kb = test_kernel(b, scale2_source, "scale2");
+        kt = test_kernel(b, twin_source, "twin");
         ck_ok(cube_create(a, da, sizeof(da), &ha));
         ck_ok(cube_create(b, db, sizeof(db), &hb));
         ck_ok(cube_create(b, pattern, sizeof(pattern), &hout));
@@ -846,7 +804,7 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         launch_twin(b, kt, &hb, &ha, &hout2, 1024, 2);
         expect_not_found(cube_check(b, &hout2, 1), true);
         ck_ok(cube_sync(b, NULL, 0));
-        expect_bytes(a, &ha, da, sizeof(da));
+        test_expect_bytes(a, &ha, da, sizeof(da));
         ck_ok(cube_check(a, &ha, 1));
 
         /* A's own launches still run on it. */
@@ -857,7 +815,7 @@ START_TEST(a_launch_naming_another_sessions_memory_touches_nothing)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -898,32 +856,32 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         ck_ok(cube_import(b, token, false, &hb));
         ck_assert_uint_eq(hb.size, sizeof(da));
         ck_assert_uint_ne(hb.memory, ha.memory);
-        expect_bytes(b, &hb, da, sizeof(da));
+        test_expect_bytes(b, &hb, da, sizeof(da));
         ck_ok(cube_write(b, &hb, dbytes, sizeof(dbytes)));
         ck_ok(cube_sync(b, &hb, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, sizeof(da));
 
         /* Read-only: a write through it is refused at once (the next test
          * says how), and touches no holder. */
         ck_ok(cube_import(b, token, true, &hr));
-        expect_bytes(b, &hr, dbytes, sizeof(dbytes));
+        test_expect_bytes(b, &hr, dbytes, sizeof(dbytes));
         expect_refused_write(cube_write(b, &hr, dx, sizeof(dx)), &hr);
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(a, &ha, 1));
         ck_ok(cube_check(b, &hb, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
-        expect_bytes(b, &hb, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(b, &hb, dbytes, sizeof(dbytes));
 
         /* A launch that would write a read-only import is refused. */
-        kernel = register_kernel(b, scale2_source, "scale2");
+        kernel = test_kernel(b, scale2_source, "scale2");
         ck_ok(cube_import(b, token, true, &hr2));
         ck_ok(cube_create(b, dx, sizeof(dx), &hin));
         ck_ok(launch_scale2(b, kernel, &hin, &hr2, N, 1));
         expect_claimed_validation(cube_check(b, &hr2, 1), "read-only import");
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(a, &ha, 1));
-        expect_bytes(a, &ha, dbytes, sizeof(dbytes));
+        test_expect_bytes(a, &ha, dbytes, sizeof(dbytes));
 
         /* Reading it through a const parameter is what it is for. */
         ck_ok(cube_import(b, token, true, &hr3));
@@ -952,7 +910,7 @@ START_TEST(an_import_shares_the_bytes_and_a_read_only_one_refuses_writes)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -996,7 +954,7 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
         cube_region_free(b, region);
 
         /* A launch declaring it written. */
-        kernel = register_kernel(b, scale2_source, "scale2");
+        kernel = test_kernel(b, scale2_source, "scale2");
         ck_ok(cube_create(b, other, sizeof(other), &hin));
         for (int i = 0; i < 2; i++) {
                 cube_handle bufs[2] = { hin, hr };
@@ -1011,8 +969,8 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
          * launch reading it, are as good as before. */
         ck_ok(cube_sync(b, NULL, 0));
         ck_ok(cube_check(b, &hr, 1));
-        expect_bytes(b, &hr, data, sizeof(data));
-        expect_bytes(a, &ha, data, sizeof(data));
+        test_expect_bytes(b, &hr, data, sizeof(data));
+        test_expect_bytes(a, &ha, data, sizeof(data));
         ck_ok(cube_empty(b, sizeof(back), &hout));
         ck_ok(launch_scale2(b, kernel, &hr, &hout, N, 3));
         ck_ok(cube_read(b, &hout, back, sizeof(back)));
@@ -1024,12 +982,12 @@ START_TEST(a_write_to_a_read_only_import_is_refused_at_once)
         ck_ok(cube_import(b, token, false, &hw));
         ck_ok(cube_write(b, &hw, other, sizeof(other)));
         ck_ok(cube_sync(b, &hw, 1));
-        expect_bytes(b, &hr, other, sizeof(other));
+        test_expect_bytes(b, &hr, other, sizeof(other));
 
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1063,15 +1021,15 @@ START_TEST(shared_memory_lives_until_its_last_holder_lets_go)
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, N);
         ck_assert_uint_eq(session_info(b, cube_client_session(a)).memory_in_use, 0);
         ck_assert_uint_eq(session_info(b, cube_client_session(b)).memory_in_use, N);
-        expect_bytes(b, &hb, data, N);
+        test_expect_bytes(b, &hb, data, N);
         cube_disconnect(a);
-        expect_bytes(b, &hr, data, N);
+        test_expect_bytes(b, &hr, data, N);
         ck_assert_uint_eq(status_of(D.socket).memory_in_use, N);
 
         /* The token still works while anyone holds the memory. */
         ck_ok(cube_connect(D.socket, "c", &c));
         ck_ok(cube_import(c, token, true, &hc));
-        expect_bytes(c, &hc, data, N);
+        test_expect_bytes(c, &hc, data, N);
         cube_disconnect(c);
 
         /* The last name goes: so do the bytes, and the token. */
@@ -1089,12 +1047,12 @@ START_TEST(shared_memory_lives_until_its_last_holder_lets_go)
         ck_ok(cube_export(a, &ha, token));
         ck_ok(cube_import(b, token, true, &hr));
         cube_disconnect(a);
-        expect_bytes(b, &hr, data, N);
+        test_expect_bytes(b, &hr, data, N);
         ck_assert(wait_memory_in_use(D.socket, N, 5000));
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
         free(data);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1144,7 +1102,7 @@ START_TEST(session_memory_caps_one_session)
         ck_ok(cube_check(c, &h3, 1));
         cube_disconnect(c);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1170,7 +1128,7 @@ START_TEST(uid_memory_caps_a_users_sessions_together)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1201,7 +1159,7 @@ START_TEST(a_session_over_its_quota_by_inheritance_may_not_grow)
         cube_disconnect(a);
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1227,7 +1185,7 @@ START_TEST(a_session_that_imports_its_own_export_keeps_the_charge)
         expect_over_quota(cube_check(a, &more, 1), 614400, "session-memory");
         cube_disconnect(a);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1265,7 +1223,7 @@ START_TEST(max_sessions_refuses_one_more)
         cube_disconnect(root);
         tell(n.to_child, 'g');
         ck_assert_int_eq(nobody_finish(&n), 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1302,7 +1260,7 @@ START_TEST(max_sessions_per_uid_refuses_a_second)
         cube_disconnect(r2);
         tell(n.to_child, 'g');
         ck_assert_int_eq(nobody_finish(&n), 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1317,7 +1275,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
 
         start(args);
         ck_ok(cube_connect(D.socket, "streams", &c));
-        kernel = register_kernel(c, scale2_source, "scale2");
+        kernel = test_kernel(c, scale2_source, "scale2");
         for (int i = 0; i < 5; i++) {
                 fill_words(data[i], 256, 40 + (uint64_t) i);
                 cube_stream_set(1 + (uint64_t) i);
@@ -1325,7 +1283,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
         }
         cube_stream_set(1);
         for (int i = 0; i < 4; i++)
-                expect_bytes(c, &h[i], data[i], sizeof(data[i]));
+                test_expect_bytes(c, &h[i], data[i], sizeof(data[i]));
         expect_claimed_validation(cube_check(c, &h[4], 1), "max-streams");
 
         /* A read or a launch on the fifth stream is refused the same way. */
@@ -1350,7 +1308,7 @@ START_TEST(max_streams_refuses_a_fifth_stream)
         ck_ok(cube_read(c, &out, back, sizeof(back)));
         expect_scaled(back, data[0], 256, 1);
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1405,25 +1363,25 @@ static void flood_and_watch(size_t count, size_t size, uint64_t most_pending)
 
         ck_ok(cube_connect(D.socket, "flood", &f.c));
         ck_ok(cube_connect(D.socket, "watcher", &watcher));
-        f.kernel = register_kernel(f.c, spin_source, "spin");
+        f.kernel = test_kernel(f.c, spin_source, "spin");
         cube_stream_set(1);
         ck_ok(cube_empty(f.c, 8, &f.spin_out));
         ck_ok(cube_empty(f.c, count * size, &f.buf));
-        f.rounds = spin_rounds_for(f.c, f.kernel, &f.spin_out, scaled(300));
+        f.rounds = spin_rounds_for(f.c, f.kernel, &f.spin_out, test_scaled_ms(300));
         atomic_init(&f.done, false);
 
         ck_assert_int_eq(pthread_create(&t, NULL, flood_thread, &f), 0);
-        deadline = now_ms() + scaled(20000);
+        deadline = test_now_ms() + test_scaled_ms(20000);
         while (!atomic_load(&f.done)) {
                 cube_session_info *v;
                 size_t n;
-                long t0 = now_ms();
+                long t0 = test_now_ms();
 
                 ck_assert_msg(t0 < deadline, "the flood did not finish: the client hangs");
                 ck_ok(cube_daemon_sessions(watcher, &v, &n));
                 free(v);
-                if (now_ms() - t0 > slowest)
-                        slowest = now_ms() - t0;
+                if (test_now_ms() - t0 > slowest)
+                        slowest = test_now_ms() - t0;
                 answers++;
                 uint64_t p = stream_pending(watcher, cube_client_session(f.c), 1);
                 if (p > seen_pending)
@@ -1436,8 +1394,8 @@ static void flood_and_watch(size_t count, size_t size, uint64_t most_pending)
         ck_assert_msg(!f.e, "the flood failed: %s", f.e ? cube_error_message(f.e) : "");
         ck_assert_msg(f.right, "the flood's bytes read back different");
         ck_assert_msg(answers >= 5, "only %u answers during the flood", answers);
-        ck_assert_msg(slowest < scaled(250), "sessions took %ld ms to answer during a flood",
-                      slowest);
+        ck_assert_msg(slowest < test_scaled_ms(250), "sessions took %ld ms to answer during a "
+                      "flood", slowest);
         ck_assert_msg(seen_pending >= 2, "the flood was never seen queued (%" PRIu64 ")",
                       seen_pending);
         ck_assert_msg(seen_pending <= most_pending, "the daemon held %" PRIu64 " pieces of the "
@@ -1454,7 +1412,7 @@ START_TEST(max_requests_holds_back_a_flood_of_small_writes)
         start(args);
         /* In flight at most 8, and one more message's worth: a read is two. */
         flood_and_watch(200, 4096, 9);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1466,7 +1424,7 @@ START_TEST(max_queued_bytes_holds_back_a_flood_of_large_writes)
         /* The kernel, and 1 MiB of 256 KiB writes: the fourth reaches the
          * limit, and the daemon reads no further. */
         flood_and_watch(20, 256 * 1024, 6);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1503,16 +1461,16 @@ static void *fair_flood_thread(void *arg)
 
         cube_stream_set(1);
         cube_info_buffer_len(info, 1);
-        f->began = now_ms();
+        f->began = test_now_ms();
         for (long i = 0; !f->e && i < FAIR_LAUNCHES; i++) {
                 f->e = cube_launch_kernel(f->c, &l);
                 atomic_store(&f->sent, i + 1);
-                if (i % 256 == 0 && now_ms() - f->began > 2000)
+                if (i % 256 == 0 && test_now_ms() - f->began > 2000)
                         break;
         }
         if (!f->e)
                 f->e = cube_sync(f->c, &f->unused, 1);
-        f->synced = now_ms();
+        f->synced = test_now_ms();
         atomic_store(&f->sent, -1);
         cube_info_free(info);
         return NULL;
@@ -1532,8 +1490,8 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
         start(NULL);
         ck_ok(cube_connect(D.socket, "flooder", &f.c));
         ck_ok(cube_connect(D.socket, "b", &b));
-        f.kernel = register_kernel(f.c, nop_source, "nop");
-        kernel = register_kernel(b, scale2_source, "scale2");
+        f.kernel = test_kernel(f.c, nop_source, "nop");
+        kernel = test_kernel(b, scale2_source, "scale2");
         cube_stream_set(1);
         ck_ok(cube_empty(f.c, 4, &f.unused));
         fill_words(in, 1024, 61);
@@ -1560,10 +1518,10 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
                 usleep(1000);
         ck_assert_msg(sent >= 0, "the flood ended before it was 6000 launches long");
 
-        long t0 = now_ms();
+        long t0 = test_now_ms();
         ck_ok(launch_scale2(b, kernel, &hin, &hout, 1024, 2));
         ck_ok(cube_read(b, &hout, out, sizeof(out)));
-        long b_ms = now_ms() - t0, b_done = now_ms();
+        long b_ms = test_now_ms() - t0, b_done = test_now_ms();
         pending = stream_pending(b, cube_client_session(f.c), 1);
         expect_scaled(out, in, 1024, 2);
 
@@ -1578,7 +1536,7 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
                       a_ms);
         cube_disconnect(f.c);
         cube_disconnect(b);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1639,7 +1597,7 @@ START_TEST(allow_uids_admits_only_the_listed)
         expect_nobody(refused_by_allow_uids);
         ck_ok(cube_connect(D.socket, "root", &c));
         cube_disconnect(c);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1665,7 +1623,7 @@ START_TEST(every_refused_connect_is_told_why)
         start(args);
         open_socket_to_all(&D);
         expect_nobody(always_told_why);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1679,12 +1637,12 @@ START_TEST(allow_groups_admits_members_only)
         start(root_only);
         open_socket_to_all(&D);
         expect_nobody(refused_by_allow_groups);
-        stop_clean();
+        test_stop_clean();
 
         start(nogroup);
         open_socket_to_all(&D);
         expect_nobody(allowed);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1699,7 +1657,7 @@ START_TEST(socket_group_opens_the_socket_to_the_group)
         start(NULL);
         ck_assert_int_eq(chmod(D.dir, 0755), 0);
         expect_nobody(kept_out_by_the_socket);
-        stop_clean();
+        test_stop_clean();
 
         start(args);
         ck_assert_int_eq(stat(D.socket, &st), 0);
@@ -1707,7 +1665,7 @@ START_TEST(socket_group_opens_the_socket_to_the_group)
         ck_assert_uint_eq(st.st_mode & 07777, 0660);
         ck_assert_int_eq(chmod(D.dir, 0755), 0);
         expect_nobody(allowed);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 
@@ -1738,7 +1696,7 @@ static _Noreturn void exporter(int to_test)
                 goto fail;
         if (write(to_test, token, 33) != 33)
                 _exit(2);
-        for (long end = now_ms() + 60000; now_ms() < end;) {
+        for (long end = test_now_ms() + 60000; test_now_ms() < end;) {
                 for (int i = 0; i < 4096; i++)
                         in[i] = (uint32_t) next_rand(&rng);
                 cube_stream_set(1 + next_rand(&rng) % 3);
@@ -1776,13 +1734,13 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
         }
         close(pipefd[1]);
         struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
-        ck_assert_int_eq(poll(&p, 1, scaled(10000)), 1);
+        ck_assert_int_eq(poll(&p, 1, test_scaled_ms(10000)), 1);
         ck_assert_int_eq(read(pipefd[0], token, 33), 33);
         close(pipefd[0]);
 
         ck_ok(cube_connect(D.socket, "importer", &b));
         ck_ok(cube_import(b, token, false, &h));
-        expect_bytes(b, &h, data, sizeof(data));
+        test_expect_bytes(b, &h, data, sizeof(data));
 
         /* Let it get well into its work, then kill it. */
         usleep(150000);
@@ -1796,15 +1754,15 @@ START_TEST(shared_memory_outlives_a_killed_exporter)
                       "memory in use is %" PRIu64 ", not the shared %d bytes",
                       status_of(D.socket).memory_in_use, SHARED_SIZE);
         ck_assert_uint_eq(session_info(b, cube_client_session(b)).memory_in_use, SHARED_SIZE);
-        expect_bytes(b, &h, data, sizeof(data));
+        test_expect_bytes(b, &h, data, sizeof(data));
         ck_ok(cube_import(b, token, true, &hr));
-        expect_bytes(b, &hr, data, sizeof(data));
+        test_expect_bytes(b, &hr, data, sizeof(data));
         ck_ok(cube_check(b, &h, 1));
 
         cube_disconnect(b);
         ck_assert(wait_memory_in_use(D.socket, 0, 5000));
         ck_assert_uint_eq(status_of(D.socket).allocations, 0);
-        stop_clean();
+        test_stop_clean();
 }
 END_TEST
 

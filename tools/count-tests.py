@@ -4,8 +4,10 @@
 A Check program reports "Checks: N, Failures: F, Errors: E"; its cases are
 counted one by one. Any other test counts as one case. A Check program that
 died before its summary counts as one failure, so a partial run can never
-look green. A JUnit XML file (pytest --junitxml) adds its cases: failures and
-errors fail, skips skip; a missing or unreadable one counts as one failure. Prints "N passed, N failed[, N skipped]" and exits 1 on failure.
+look green. A JUnit XML file (pytest --junitxml, or tests/fuzz/run.sh's one
+case a fuzz target) adds its cases: failures and errors fail, skips skip; a
+missing or unreadable one counts as one failure. Prints "N passed, N
+failed[, N skipped]" and exits 1 on failure.
 """
 import json
 import re
@@ -35,7 +37,7 @@ for path in sys.argv[1:]:
                 else:
                     passed += 1
         if n == 0:
-            failed += 1     # a pytest run that collected nothing
+            failed += 1     # a run that collected nothing
         continue
     try:
         lines = open(path, encoding="utf-8").read().splitlines()

@@ -3,11 +3,13 @@
 #
 # Sets up and builds (tools/setup.sh), runs every meson test in build/, then
 # builds build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them all again. Then installs the Python binding into
-# build/python-venv (tools/python-setup.sh) and runs its pytest suite against
-# the cubed of build/ (the ASan run covers the C suites only). Ends with one
-# line summing every Check test case of both runs and every pytest case:
-# "N passed, N failed".
+# runs them all again, then runs every fuzz target under libFuzzer for a
+# bounded time (tests/fuzz/run.sh: all at once, $CUBE_FUZZ_SECONDS each,
+# default 60). Then installs the Python binding into build/python-venv
+# (tools/python-setup.sh) and runs its pytest suite against the cubed of
+# build/ (the ASan run covers the C suites only). Ends with one line summing
+# every Check test case of both runs, every fuzz target and every pytest
+# case: "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh build || exit 1
@@ -20,6 +22,10 @@ echo "== tests under ASan/UBSan (build-asan)"
 CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=3 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
         meson test -C build-asan --print-errorlogs --no-rebuild --timeout-multiplier 3 || rc=1
 
+echo "== fuzz targets under libFuzzer (build-fuzz)"
+rm -f build-fuzz/fuzz.xml
+tests/fuzz/run.sh || rc=1
+
 echo "== Python binding (pytest, build)"
 rm -f build/pytest.xml
 if py=$(tools/python-setup.sh build); then
@@ -30,7 +36,7 @@ else
         rc=1
 fi
 
-# A missing build/pytest.xml counts as a failure.
+# A missing build/pytest.xml or build-fuzz/fuzz.xml counts as a failure.
 python3 tools/count-tests.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
-        build/pytest.xml || rc=1
+        build-fuzz/fuzz.xml build/pytest.xml || rc=1
 exit $rc
