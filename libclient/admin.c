@@ -62,7 +62,8 @@ static cube_error *deliver_text(cube__call *call, const msgpack_object *r)
 
         if (r->type != MSGPACK_OBJECT_STR)
                 return cube__err_answer("metrics");
-        *text = strndup(r->via.str.ptr, r->via.str.size);
+        /* msgpack-c may give an empty str a NULL pointer. */
+        *text = r->via.str.size ? strndup(r->via.str.ptr, r->via.str.size) : strdup("");
         return *text ? NULL : cube__err_generic("out of memory in libcubeclient");
 }
 
