@@ -53,6 +53,7 @@
 
 #include "cpu.h"
 #include "errors.h"
+#include "io.h"
 #include "queue.h"
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
@@ -174,49 +175,9 @@ struct cube__device {
         bool stopping;
 };
 
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
 {
         return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-        const char *c = p;
-
-        while (n > 0) {
-                ssize_t w = write(fd, c, n);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return w < 0 ? -errno : -EPIPE;
-                c += w;
-                n -= (size_t) w;
-        }
-        return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-        char *c = p;
-
-        while (n > 0) {
-                ssize_t r = read(fd, c, n);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        return r < 0 ? -errno : -EPIPE;
-                c += r;
-                n -= (size_t) r;
-        }
-        return 0;
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -353,7 +314,7 @@ static void *monitor_thread(void *arg)
                 uint64_t since = atomic_load(&d->ctl->running_since);
 
                 if (timeout_ns && seq && !d->timeout_reason[0]) {
-                        uint64_t now = now_ns();
+                        uint64_t now = cube__now_ns();
                         if (now >= since + timeout_ns && atomic_load(&d->ctl->running_seq) == seq) {
                                 char what[320];
                                 pthread_mutex_lock(&d->post_lock);
@@ -505,8 +466,9 @@ static int start_device(cube__device *d, const char **ret_why)
         struct pollfd p = { .fd = d->control_fd, .events = POLLIN };
         cube__msg_reply rep;
         char text[512] = "";
-        if (poll(&p, 1, CPU_START_TIMEOUT_MS) <= 0 || read_all(d->control_fd, &rep, sizeof(rep)) < 0 ||
-            rep.len >= sizeof(text) || read_all(d->control_fd, text, rep.len) < 0) {
+        if (poll(&p, 1, CPU_START_TIMEOUT_MS) <= 0 ||
+            cube__read_all(d->control_fd, &rep, sizeof(rep)) < 0 || rep.len >= sizeof(text) ||
+            cube__read_all(d->control_fd, text, rep.len) < 0) {
                 snprintf(why, sizeof(why), "the CPU device process (%s) did not come up", d->helper);
                 *ret_why = why;
                 return -EIO;
@@ -617,9 +579,9 @@ posted:
 static void await_launch(cube__device *d, unsigned me, uint64_t seq)
 {
         cube__qslot *s = cube__q_slot(d->queue, seq);
-        uint64_t spin_until = now_ns() + d->spin_ns;
+        uint64_t spin_until = cube__now_ns() + d->spin_ns;
 
-        while (atomic_load(&s->state) != CUBE__SLOT_DONE && now_ns() < spin_until &&
+        while (atomic_load(&s->state) != CUBE__SLOT_DONE && cube__now_ns() < spin_until &&
                !atomic_load(&d->dead))
                 __builtin_ia32_pause();
         if (atomic_load(&s->state) == CUBE__SLOT_DONE)
@@ -1074,7 +1036,8 @@ static int send_with_fd(int sock, const cube__msg *m, const void *payload, int f
         while (n < 0 && errno == EINTR);
         if (n < 0)
                 return -errno;
-        return (size_t) n == iov.iov_len ? 0 : write_all(sock, buf + n, iov.iov_len - (size_t) n);
+        return (size_t) n == iov.iov_len ? 0 : cube__write_all(sock, buf + n,
+                                                               iov.iov_len - (size_t) n);
 }
 
 /* Maps a peer's memory here and in the device process, which builds PoCL
@@ -1109,12 +1072,12 @@ static cube_error *cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint3
                 r = -EPIPE;
         msg.id = slot;
         if (r == 0 && (r = send_with_fd(d->control_fd, &msg, &size, fd)) == 0 &&
-            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
+            (r = cube__read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
                 uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = read_all(d->control_fd, reason, keep);
+                r = cube__read_all(d->control_fd, reason, keep);
                 reason[keep] = '\0';
                 for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
+                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
         }
         if (r == 0 && rep.status == 0) {
                 d->peers[slot] = (peer_map) { map, size };
@@ -1347,7 +1310,7 @@ static int write_file(const char *path, const char *text)
 
         if (fd < 0)
                 return -errno;
-        r = write_all(fd, text, strlen(text));
+        r = cube__write_all(fd, text, strlen(text));
         if (close(fd) < 0 && r == 0)
                 r = -errno;
         return r;
@@ -1442,7 +1405,7 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
                 goto out;
         }
 
-        uint64_t deadline = now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
+        uint64_t deadline = cube__now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
         for (;;) {
                 pid_t w = wait4(pid, &status, WNOHANG, &ru);
                 if (w == pid)
@@ -1451,7 +1414,7 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
                         status = -1;
                         break;
                 }
-                if (now_ns() > deadline) {
+                if (cube__now_ns() > deadline) {
                         kill(pid, SIGKILL);
                         while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
                                 ;
@@ -1514,7 +1477,7 @@ static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, cons
 
         if (fd < 0)
                 return defect(CUBE_IO_UNKNOWN, "cannot open %s: %s", path, strerror(errno));
-        if (read_all(fd, &head, sizeof(head)) < 0 ||
+        if (cube__read_all(fd, &head, sizeof(head)) < 0 ||
             strncmp(head.magic, CUBE__ARTIFACT_MAGIC, sizeof(head.magic)) != 0 ||
             head.binary_bytes == 0 || head.binary_bytes > (128u << 20)) {
                 close(fd);
@@ -1522,7 +1485,7 @@ static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, cons
                               path);
         }
         payload = malloc(elen + 1 + head.binary_bytes);
-        if (!payload || read_all(fd, payload + elen + 1, head.binary_bytes) < 0) {
+        if (!payload || cube__read_all(fd, payload + elen + 1, head.binary_bytes) < 0) {
                 close(fd);
                 free(payload);
                 return defect(CUBE_LAUNCH_UNKNOWN, "cannot read the kernel binary in %s", path);
@@ -1539,14 +1502,14 @@ static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, cons
         msg.id = m->id = d->next_module++;
         if (atomic_load(&d->dead))
                 r = -EPIPE;
-        if (r == 0 && (r = write_all(d->control_fd, &msg, sizeof(msg))) == 0 &&
-            (r = write_all(d->control_fd, payload, msg.len)) == 0 &&
-            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
+        if (r == 0 && (r = cube__write_all(d->control_fd, &msg, sizeof(msg))) == 0 &&
+            (r = cube__write_all(d->control_fd, payload, msg.len)) == 0 &&
+            (r = cube__read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
                 uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = read_all(d->control_fd, reason, keep);
+                r = cube__read_all(d->control_fd, reason, keep);
                 reason[keep] = '\0';
                 for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
+                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
         }
         pthread_mutex_unlock(&d->control_lock);
         free(payload);
@@ -1571,9 +1534,9 @@ static int send_notice(cube__device *d, const cube__msg *m, const void *payload)
         int r = -EPIPE;
 
         pthread_mutex_lock(&d->control_lock);
-        if (!atomic_load(&d->dead) && (r = write_all(d->control_fd, m, sizeof(*m))) == 0 &&
+        if (!atomic_load(&d->dead) && (r = cube__write_all(d->control_fd, m, sizeof(*m))) == 0 &&
             m->len)
-                r = write_all(d->control_fd, payload, m->len);
+                r = cube__write_all(d->control_fd, payload, m->len);
         pthread_mutex_unlock(&d->control_lock);
         return r;
 }

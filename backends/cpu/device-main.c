@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "queue.h"
 #include "seal.h"
 
@@ -55,14 +56,6 @@ static uint64_t spin_ns;                /* the serve loop's spin before it sleep
 /* ---------------------------------------------------------------------------
  * Shared bits
  * ------------------------------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 /* PoCL's CPU devices, as the device uses them: "spread" (PoCL's pthread
  * device) runs a launch's cubes on a thread per core; "inline" (its basic
@@ -109,38 +102,6 @@ static int find_devices(cpu_devices *ret)
                 return 0;
         }
         return -1;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-        const char *c = p;
-
-        while (n > 0) {
-                ssize_t w = write(fd, c, n);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return -1;
-                c += w;
-                n -= (size_t) w;
-        }
-        return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-        char *c = p;
-
-        while (n > 0) {
-                ssize_t r = read(fd, c, n);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        return -1;
-                c += r;
-                n -= (size_t) r;
-        }
-        return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -293,10 +254,10 @@ static int build_main(int argc, char **argv)
 
         snprintf(path, sizeof(path), "%s/artifact", dir);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        bool written = fd >= 0 && write_all(fd, &head, sizeof(head)) == 0 &&
-                       write_all(fd, blob_head, (1 + devs.n) * sizeof(uint64_t)) == 0;
+        bool written = fd >= 0 && cube__write_all(fd, &head, sizeof(head)) == 0 &&
+                       cube__write_all(fd, blob_head, (1 + devs.n) * sizeof(uint64_t)) == 0;
         for (cl_uint i = 0; written && i < devs.n; i++)
-                written = write_all(fd, in_order[i], blob_head[1 + i]) == 0;
+                written = cube__write_all(fd, in_order[i], blob_head[1 + i]) == 0;
         if (!written || fsync(fd) < 0 || close(fd) < 0)
                 return build_fail(log, EXIT_DEFECT, "cannot write %s: %s", path, strerror(errno));
         fclose(log);
@@ -366,8 +327,8 @@ static void reply(int status, const char *fmt, ...)
                 vsnprintf(text, sizeof(text), fmt, ap);
         va_end(ap);
         r.len = (uint32_t) strlen(text);
-        if (write_all(CUBE__FD_CONTROL, &r, sizeof(r)) < 0 ||
-            write_all(CUBE__FD_CONTROL, text, r.len) < 0)
+        if (cube__write_all(CUBE__FD_CONTROL, &r, sizeof(r)) < 0 ||
+            cube__write_all(CUBE__FD_CONTROL, text, r.len) < 0)
                 syscall(SYS_exit_group, 0);
 }
 
@@ -462,8 +423,8 @@ static int recv_header(cube__msg *m, int *ret_fd)
                 if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
                     cm->cmsg_len == CMSG_LEN(sizeof(int)))
                         memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
-        return (size_t) n == sizeof(*m) ? 0 : read_all(CUBE__FD_CONTROL, (char *) m + n,
-                                                       sizeof(*m) - (size_t) n);
+        return (size_t) n == sizeof(*m) ? 0 : cube__read_all(CUBE__FD_CONTROL, (char *) m + n,
+                                                             sizeof(*m) - (size_t) n);
 }
 
 /* A peer device's memory: mapped, and given to PoCL in windows as device
@@ -537,7 +498,7 @@ static void *control_thread(void *arg)
                         fd = -1;
                 }
                 if (!(payload = malloc((size_t) m.len + 1)) ||
-                    read_all(CUBE__FD_CONTROL, payload, m.len) < 0)
+                    cube__read_all(CUBE__FD_CONTROL, payload, m.len) < 0)
                         syscall(SYS_exit_group, 0);
                 payload[m.len] = '\0';
                 if (m.type == CUBE__MSG_LOAD) {
@@ -863,7 +824,7 @@ static void run_graph(cube__qslot *s)
 {
         dgraph *g = graph_get(s->graph);
         cl_event events[DEVICE_BATCH];
-        uint64_t t = now_ns();
+        uint64_t t = cube__now_ns();
 
         s->status = 0;
         s->start_ns = t;
@@ -903,7 +864,7 @@ static void run_graph(cube__qslot *s)
                                 clWaitForEvents(1, &events[j]);
                                 clReleaseEvent(events[j]);
                         }
-                        t = now_ns();
+                        t = cube__now_ns();
                 }
                 if (err != CL_SUCCESS && s->status == 0) {
                         s->status = err;
@@ -914,7 +875,7 @@ static void run_graph(cube__qslot *s)
                 i += m;
         }
         atomic_store(&ctl->running_part, 0);
-        s->end_ns = now_ns();
+        s->end_ns = cube__now_ns();
 }
 
 /* Whether a thread of cubed sleeps until launch seq (or one before it)
@@ -963,11 +924,11 @@ static void serve_loop(void)
                 cube__qslot *s = cube__q_slot(qbase, next), *batch[DEVICE_BATCH];
                 cl_event events[DEVICE_BATCH];
                 bool queued[DEVICE_BATCH];
-                uint64_t spin_until = now_ns() + spin_ns, t;
+                uint64_t spin_until = cube__now_ns() + spin_ns, t;
                 unsigned n = 0;
 
                 while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
-                        if (now_ns() < spin_until) {
+                        if (cube__now_ns() < spin_until) {
                                 __builtin_ia32_pause();
                                 continue;
                         }
@@ -977,7 +938,7 @@ static void serve_loop(void)
                                 futex(&ctl->doorbell, FUTEX_WAIT, bell, NULL);
                         atomic_store(&ctl->device_sleeping, 0);
                 }
-                t = now_ns();
+                t = cube__now_ns();
                 atomic_store(&ctl->running_since, t);
                 atomic_store(&ctl->running_seq, next);
                 if (s->graph) {
@@ -1005,7 +966,7 @@ static void serve_loop(void)
                         if (queued[i])
                                 finish(batch[i], events[i]);
                         batch[i]->start_ns = t;
-                        batch[i]->end_ns = t = now_ns();
+                        batch[i]->end_ns = t = cube__now_ns();
                         atomic_store(&ctl->running_seq, 0);
                         atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
                         ended(next + i);
