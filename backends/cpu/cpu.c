@@ -175,11 +175,6 @@ struct cube__device {
         bool stopping;
 };
 
-static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
-{
-        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
-
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
         (void) remove(path);
@@ -296,7 +291,7 @@ static void mark_dead(cube__device *d, const char *reason)
         atomic_store(&d->dead, true);
         pthread_mutex_unlock(&d->dead_lock);
         atomic_fetch_add(&d->ctl->completions, 1);
-        futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+        cube__q_futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
         notify_loop(d);
 }
 
@@ -569,7 +564,7 @@ posted:
         pthread_mutex_unlock(&d->post_lock);
         atomic_fetch_add(&d->ctl->doorbell, 1);
         if (atomic_load(&d->ctl->device_sleeping))
-                futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
+                cube__q_futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
         return seq;
 }
 
@@ -593,7 +588,7 @@ static void await_launch(cube__device *d, unsigned me, uint64_t seq)
                         break;
                 /* A bound on the sleep: the device is not trusted to wake us. */
                 struct timespec t = { 0, 100 * 1000 * 1000 };
-                futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
+                cube__q_futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
         }
         atomic_store(&d->ctl->wanted[me], 0);
 }

@@ -289,11 +289,6 @@ static struct {
         } peers[CUBE__PEERS_MAX];
 } dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
-{
-        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
-
 /* A kernel faulted (or made a refused call): say what happened where cubed
  * reads it, and end the device. Nothing else is safe here. */
 static void on_fault(int sig, siginfo_t *si, void *uc)
@@ -901,7 +896,7 @@ static void ended(uint64_t seq)
 
         atomic_fetch_add(&ctl->completions, 1);
         if (someone_waits_for(seq))
-                futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+                cube__q_futex(&ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
         w = atomic_load(&ctl->loop_wanted);
         if (w && w <= seq && atomic_compare_exchange_strong(&ctl->loop_wanted, &w, 0))
                 (void) !write(CUBE__FD_NOTIFY, &one, sizeof(one));
@@ -935,7 +930,7 @@ static void serve_loop(void)
                         uint32_t bell = atomic_load(&ctl->doorbell);
                         atomic_store(&ctl->device_sleeping, 1);
                         if (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next)
-                                futex(&ctl->doorbell, FUTEX_WAIT, bell, NULL);
+                                cube__q_futex(&ctl->doorbell, FUTEX_WAIT, bell, NULL);
                         atomic_store(&ctl->device_sleeping, 0);
                 }
                 t = cube__now_ns();

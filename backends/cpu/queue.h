@@ -19,6 +19,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CUBE__Q_MAGIC 0x63756265u       /* "cube" */
 #define CUBE__Q_SLOTS 256u
@@ -141,6 +144,13 @@ typedef struct cube__msg_reply {
  * (of at most CUBE__PEER_SPAN bytes) and each peer's never overlap. */
 #define CUBE__PEERS_MAX 16u
 #define CUBE__PEER_SPAN (1ull << 44)
+
+/* The futex call both sides make on the ring's futex words. */
+static inline long cube__q_futex(_Atomic uint32_t *word, int op, uint32_t val,
+                                 const struct timespec *timeout)
+{
+        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
 
 /* How long a side of the ring spins before it sleeps, given how long it
  * would like to: spinning pays only while the awaited side runs meanwhile.
