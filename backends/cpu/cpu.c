@@ -58,7 +58,6 @@
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
 #define CPU_MAX_UNITS 1024
-#define CPU_PAGE_MIN (64 * 1024)        /* allocations this large are page-aligned */
 #define CPU_SPIN_NS 20000
 #define CPU_START_TIMEOUT_MS 60000
 #define COMPILE_AS_MB 4096
@@ -529,15 +528,9 @@ static void harvest_all(cube__device *d, unsigned me, cube__work **pending,
                 harvest(d, seqs[i], pending[i]);
 }
 
-/* Where a storage's bytes are in cubed: device memory, or a peer's. */
-static char *bytes_of(cube__device *d, const cube__storage *s)
-{
-        return (s->peer ? d->peers[s->peer - 1].map : d->memory) + s->offset;
-}
-
 static void copy(cube__device *d, cube__work *w)
 {
-        char *dev = bytes_of(d, w->storage) + w->offset;
+        char *dev = cube__cpu_bytes_of(d, w->storage) + w->offset;
 
         for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++) {
                 if (w->op == CUBE__WORK_COPY_TO_DEVICE)
@@ -769,105 +762,6 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
                 .num_streaming_multiprocessors = cores > 0 ? (uint32_t) cores : 1,
                 .num_cpu_cores = cores > 0 ? (uint32_t) cores : 1,
         };
-}
-
-/* Fresh device memory reads as zeros: memory freed by one session must never
- * show its bytes to another. Whole pages go back to the kernel (a hole in
- * the memfd reads as zeros and costs nothing); anything smaller is cleared. */
-static void zero(cube__device *d, uint64_t offset, uint64_t len)
-{
-        if (len >= CPU_PAGE_MIN && offset % CPU_PAGE == 0 && len % CPU_PAGE == 0 &&
-            fallocate(d->memory_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t) offset,
-                      (off_t) len) == 0)
-                return;
-        memset(d->memory + offset, 0, len);
-}
-
-static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
-{
-        uint64_t align = size >= CPU_PAGE_MIN ? CPU_PAGE : CPU_ALIGNMENT;
-        uint64_t extent = (size + align - 1) / align * align;
-        cube__storage *s;
-
-        if (size > d->memory_limit || size > CUBE__WINDOW)
-                return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
-        if (extent == 0)
-                extent = CPU_ALIGNMENT;
-        for (hole **hp = &d->holes; *hp; hp = &(*hp)->next) {
-                hole *h = *hp;
-                uint64_t start = (h->offset + align - 1) / align * align;
-                if (start / CUBE__WINDOW != (start + extent - 1) / CUBE__WINDOW)
-                        start = (start / CUBE__WINDOW + 1) * CUBE__WINDOW;
-                if (start + extent > h->offset + h->len)
-                        continue;
-                if (!(s = malloc(sizeof(*s))))
-                        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-                /* Split the hole: [offset, start) stays, [start + extent, end) too. */
-                uint64_t end = h->offset + h->len;
-                if (start > h->offset) {
-                        hole *tail = NULL;
-                        if (start + extent < end && !(tail = malloc(sizeof(*tail)))) {
-                                free(s);
-                                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-                        }
-                        h->len = start - h->offset;
-                        if (tail) {
-                                *tail = (hole) { start + extent, end - start - extent, h->next };
-                                h->next = tail;
-                        }
-                } else if (start + extent < end) {
-                        h->offset = start + extent;
-                        h->len = end - h->offset;
-                } else {
-                        *hp = h->next;
-                        free(h);
-                }
-                *s = (cube__storage) { .size = size, .offset = start, .extent = extent };
-                zero(d, start, extent);
-                d->in_use += extent;
-                *ret_storage = s;
-                return NULL;
-        }
-        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-}
-
-static void cpu_release(cube__device *d, cube__storage *s)
-{
-        hole **hp = &d->holes, *prev = NULL, *h;
-
-        if (!s)
-                return;
-        if (s->peer) {
-                free(s);        /* the peer's memory is the peer's */
-                return;
-        }
-        d->in_use -= s->extent;
-        while (*hp && (*hp)->offset < s->offset) {
-                prev = *hp;
-                hp = &(*hp)->next;
-        }
-        if (prev && prev->offset + prev->len == s->offset) {
-                prev->len += s->extent;
-                h = prev;
-        } else if (!(h = malloc(sizeof(*h)))) {
-                free(s);        /* leaks the range: better than a wrong list */
-                return;
-        } else {
-                *h = (hole) { s->offset, s->extent, *hp };
-                *hp = h;
-        }
-        if (h->next && h->offset + h->len == h->next->offset) {
-                hole *n = h->next;
-                h->len += n->len;
-                h->next = n->next;
-                free(n);
-        }
-        free(s);
-}
-
-static void *cpu_host_view(cube__device *d, cube__storage *s)
-{
-        return bytes_of(d, s);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1521,9 +1415,9 @@ const cube__driver cube__driver_cpu = {
         .open = cpu_open,
         .close = cpu_close,
         .properties = cpu_properties,
-        .alloc = cpu_alloc,
-        .release = cpu_release,
-        .host_view = cpu_host_view,
+        .alloc = cube__cpu_alloc,
+        .release = cube__cpu_release,
+        .host_view = cube__cpu_host_view,
         .stream_open = cpu_stream_open,
         .stream_close = cpu_stream_close,
         .submit = cpu_submit,

@@ -127,6 +127,16 @@ struct cube__device {
         bool stopping;
 };
 
+/* ---- device memory (alloc.c) -------------------------------------------- */
+
+/* The driver's alloc, release and host_view (driver.h). */
+cube_error *cube__cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage);
+void cube__cpu_release(cube__device *d, cube__storage *s);
+void *cube__cpu_host_view(cube__device *d, cube__storage *s);
+
+/* Where a storage's bytes are in cubed: device memory, or a peer's. */
+char *cube__cpu_bytes_of(cube__device *d, const cube__storage *s);
+
 /* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
 
 /* The OpenCL C prelude that makes the dialect of docs/KERNELS.md. */
