@@ -127,6 +127,11 @@ struct cube__device {
         bool stopping;
 };
 
+/* ---- the device process and the driver (cpu.c) -------------------------- */
+
+/* Has the core call loop_ready on its loop thread (driver.h's loop_fd). */
+void cube__cpu_notify_loop(cube__device *d);
+
 /* ---- device memory (alloc.c) -------------------------------------------- */
 
 /* The driver's alloc, release and host_view (driver.h). */
@@ -136,6 +141,24 @@ void *cube__cpu_host_view(cube__device *d, cube__storage *s);
 
 /* Where a storage's bytes are in cubed: device memory, or a peer's. */
 char *cube__cpu_bytes_of(cube__device *d, const cube__storage *s);
+
+/* ---- streams and their work (submit.c) ---------------------------------- */
+
+/* The driver's stream_open, stream_close, submit and loop_ready (driver.h). */
+cube_error *cube__cpu_stream_open(cube__device *d, cube__dstream **ret_stream);
+void cube__cpu_stream_close(cube__device *d, cube__dstream *s);
+void cube__cpu_submit(cube__device *d, cube__dstream *s, cube__work *w);
+void cube__cpu_loop_ready(cube__device *d);
+
+/* A worker thread (pthread_create's start routine; arg: the device). */
+void *cube__cpu_worker(void *arg);
+
+/* Hands back what the loop thread posted and has ended (under d->lock). */
+void cube__cpu_harvest_direct(cube__device *d);
+
+/* Where buffer i of launch l lies for the device: device memory, or a
+ * peer's (queue.h). */
+uint64_t cube__cpu_device_address(const cube__launch_work *l, uint32_t i);
 
 /* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
 
