@@ -132,6 +132,16 @@ struct cube__device {
 /* Has the core call loop_ready on its loop thread (driver.h's loop_fd). */
 void cube__cpu_notify_loop(cube__device *d);
 
+/* A signal's name without SIG ("SEGV"), or "?". */
+const char *cube__cpu_signal_name(int sig);
+
+/* Removes a directory and what it holds; "" is no directory. */
+void cube__cpu_rm_tree(const char *dir);
+
+/* Sends a control message that has no answer, with m->len bytes of
+ * payload; a device that is gone is not written to. */
+int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload);
+
 /* ---- device memory (alloc.c) -------------------------------------------- */
 
 /* The driver's alloc, release and host_view (driver.h). */
@@ -159,6 +169,19 @@ void cube__cpu_harvest_direct(cube__device *d);
 /* Where buffer i of launch l lies for the device: device memory, or a
  * peer's (queue.h). */
 uint64_t cube__cpu_device_address(const cube__launch_work *l, uint32_t i);
+
+/* ---- sandboxed builds and loads (build.c) ------------------------------- */
+
+/* The driver's compile, load and unload (driver.h). */
+cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path);
+cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
+                           cube__module **ret_module, uint32_t *ret_shared_bytes);
+void cube__cpu_unload(cube__device *d, cube__module *m);
+
+/* A failure of the host, not of the kernel: a defect, never a refusal
+ * (kind: CUBE_IO_UNKNOWN, or a launch kind). */
+cube_error *cube__cpu_defect(cube_error_kind kind, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
 
 /* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
 
