@@ -183,6 +183,16 @@ void cube__cpu_unload(cube__device *d, cube__module *m);
 cube_error *cube__cpu_defect(cube_error_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 
+/* ---- peer access (peer.c) ----------------------------------------------- */
+
+/* The driver's peer_export, peer_offset, peer_attach and peer_storage
+ * (driver.h). */
+int cube__cpu_peer_export(cube__device *d, int *ret_fd, uint64_t *ret_size);
+uint64_t cube__cpu_peer_offset(cube__device *d, cube__storage *s);
+cube_error *cube__cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint32_t *ret_slot);
+cube_error *cube__cpu_peer_storage(cube__device *d, uint32_t slot, uint64_t offset,
+                                   uint64_t size, cube__storage **ret_storage);
+
 /* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
 
 /* The OpenCL C prelude that makes the dialect of docs/KERNELS.md. */
