@@ -193,6 +193,13 @@ cube_error *cube__cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint32
 cube_error *cube__cpu_peer_storage(cube__device *d, uint32_t slot, uint64_t offset,
                                    uint64_t size, cube__storage **ret_storage);
 
+/* ---- graphs the device keeps (graphs.c) --------------------------------- */
+
+/* The driver's graph_create and graph_destroy (driver.h). */
+cube_error *cube__cpu_graph_create(cube__device *d, cube__launch_work *const *launches,
+                                   size_t n, const char *label, cube__dgraph **ret_graph);
+void cube__cpu_graph_destroy(cube__device *d, cube__dgraph *g);
+
 /* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
 
 /* The OpenCL C prelude that makes the dialect of docs/KERNELS.md. */
