@@ -1,6 +1,14 @@
 /*
  * cpu.c - cubed's side of the CPU device: a process of its own that cubed
- * starts, feeds and watches.
+ * starts, feeds and watches. This file starts it, watches it, and holds
+ * the driver table; the files beside it do the rest:
+ *
+ *   alloc.c    device memory: ranges of the memfd both processes map
+ *   submit.c   streams: copies on worker threads, launches through the ring
+ *   build.c    compiling in a sandboxed cube-device --build, and loading
+ *   peer.c     peer access: another CPU device's memory, mapped here too
+ *   graphs.c   graphs the device process keeps
+ *   dialect.c  the kernel dialect as OpenCL C
  *
  * The device is cube-device --serve (device-main.c), one process per device.
  * Device memory is a memfd both processes map: cubed allocates in it and
@@ -14,17 +22,7 @@
  * in flight and after completes with a DevicePoison naming the kernel and
  * the fault. The core's poison policy then closes the device and opens a
  * fresh one, or exits.
- *
- * A stream with nothing queued for a worker posts its launches (and the
- * fences among them) to the ring straight from cubed's loop thread, and the
- * device wakes that loop when they have ended (driver.h's loop_fd): a
- * launch + sync then costs two wake-ups, not four. Copies, which take time
- * on cubed's side, and work queued behind them go through the workers.
- *
- * Compiling is a short-lived cube-device --build, under limits of its own
- * (see compile below).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -36,14 +34,12 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -371,6 +367,20 @@ static int start_device(cube__device *d, const char **ret_why)
         return 0;
 }
 
+/* Sends a control message that has no answer (m->len bytes of payload
+ * follow it); a device that is gone is not written to. */
+int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload)
+{
+        int r = -EPIPE;
+
+        pthread_mutex_lock(&d->control_lock);
+        if (!atomic_load(&d->dead) && (r = cube__write_all(d->control_fd, m, sizeof(*m))) == 0 &&
+            m->len)
+                r = cube__write_all(d->control_fd, payload, m->len);
+        pthread_mutex_unlock(&d->control_lock);
+        return r;
+}
+
 /* ---------------------------------------------------------------------------
  * The driver
  * ------------------------------------------------------------------------- */
@@ -513,20 +523,6 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
 static const char *cpu_target(cube__device *d)
 {
         return d->target;
-}
-
-/* Sends a control message that has no answer (m->len bytes of payload
- * follow it); a device that is gone is not written to. */
-int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload)
-{
-        int r = -EPIPE;
-
-        pthread_mutex_lock(&d->control_lock);
-        if (!atomic_load(&d->dead) && (r = cube__write_all(d->control_fd, m, sizeof(*m))) == 0 &&
-            m->len)
-                r = cube__write_all(d->control_fd, payload, m->len);
-        pthread_mutex_unlock(&d->control_lock);
-        return r;
 }
 
 const cube__driver cube__driver_cpu = {
