@@ -1,0 +1,850 @@
+/*
+ * device-serve.c - cube-device --serve: the launch server, the CPU device
+ * itself.
+ *
+ * cubed starts one per CPU device with device memory (fd 3), the launch ring
+ * (fd 4, queue.h), a control socket (fd 5) and, when it has one, its loop's
+ * eventfd (fd 6). It brings PoCL up over device memory, seals itself
+ * (seal.c), and from then on runs launches from the ring, while a control
+ * thread loads the program binaries, peers' memory and graphs cubed sends.
+ * Kernel code runs here only, so whatever a kernel does ends here too: a
+ * fault is recorded in the control block and ends the process, and cubed
+ * reports it as the device's poison.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "io.h"
+#include "queue.h"
+#include "seal.h"
+
+#define DEVICE_BATCH 64         /* launches handed to PoCL at once */
+#define SPIN_NS 50000
+
+cube__qctl *cube__ctl;
+static void *qbase;
+static uint64_t spin_ns;                /* the serve loop's spin before it sleeps */
+
+typedef struct module {
+        cl_program program;
+        cl_kernel kernel;
+        uint32_t n_buffers;
+} module;
+
+static struct {
+        cl_context context;
+        cpu_devices devs;
+        cl_command_queue queues[2];     /* one per device of devs */
+        cl_mem *windows, arena;
+        uint32_t n_windows;
+        pthread_mutex_t lock;           /* modules, peers */
+        module *modules;
+        uint32_t n_modules;
+        struct {                        /* peer devices' memory (queue.h) */
+                cl_mem *windows;
+                uint32_t n_windows;
+        } peers[CUBE__PEERS_MAX];
+} dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* A kernel faulted (or made a refused call): say what happened where cubed
+ * reads it, and end the device. Nothing else is safe here. */
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+        atomic_store(&cube__ctl->fault_address, (uint64_t) (uintptr_t) si->si_addr);
+        if (sig == SIGSYS)
+                atomic_store(&cube__ctl->fault_syscall, (uint32_t) si->si_syscall);
+        atomic_store(&cube__ctl->fault_signal, (uint32_t) sig);
+        syscall(SYS_exit_group, 128 + sig);
+}
+
+static void catch_faults(void)
+{
+        static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGABRT, SIGTRAP };
+        struct sigaction sa = { .sa_sigaction = on_fault, .sa_flags = SA_SIGINFO };
+
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+                sigaction(sigs[i], &sa, NULL);
+}
+
+static void reply(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply(int status, const char *fmt, ...)
+{
+        char text[1024] = "";
+        cube__msg_reply r = { .status = status };
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (fmt)
+                vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        r.len = (uint32_t) strlen(text);
+        if (cube__write_all(CUBE__FD_CONTROL, &r, sizeof(r)) < 0 ||
+            cube__write_all(CUBE__FD_CONTROL, text, r.len) < 0)
+                syscall(SYS_exit_group, 0);
+}
+
+static void load(const cube__msg *m, char *payload)
+{
+        const char *entry = payload;
+        size_t elen = strnlen(payload, m->len);
+        const unsigned char *bin = (const unsigned char *) payload + elen + 1;
+        cl_int err;
+        module mod = { .n_buffers = m->n_buffers };
+
+        if (elen >= m->len) {
+                reply(-1, "a load without an entry point");
+                return;
+        }
+        /* The binaries, as the build laid them (queue.h). */
+        const unsigned char *blob = bin, *bins[2];
+        size_t blob_len = m->len - elen - 1, lens[2];
+        uint64_t count, size;
+        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) !=
+            dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
+                reply(-1, "the artifact holds binaries for another set of devices");
+                return;
+        }
+        size_t at = (1 + count) * sizeof(uint64_t);
+        for (uint64_t i = 0; i < count; i++) {
+                memcpy(&size, blob + (1 + i) * sizeof(uint64_t), sizeof(size));
+                if (size == 0 || size > blob_len - at) {
+                        reply(-1, "the artifact's binary %u is cut short", (unsigned) i);
+                        return;
+                }
+                bins[i] = blob + at;
+                lens[i] = size;
+                at += size;
+        }
+        mod.program = clCreateProgramWithBinary(dev.context, dev.devs.n, dev.devs.ids, lens, bins,
+                                                NULL, &err);
+        if (!mod.program) {
+                reply(err, "clCreateProgramWithBinary: %d", err);
+                return;
+        }
+        if ((err = clBuildProgram(mod.program, dev.devs.n, dev.devs.ids, "", NULL, NULL)) !=
+            CL_SUCCESS) {
+                clReleaseProgram(mod.program);
+                reply(err, "clBuildProgram of the binary: %d", err);
+                return;
+        }
+        mod.kernel = clCreateKernel(mod.program, "cube__entry", &err);
+        if (!mod.kernel) {
+                clReleaseProgram(mod.program);
+                reply(err, "clCreateKernel(%s): %d", entry, err);
+                return;
+        }
+        clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &dev.arena);
+        pthread_mutex_lock(&dev.lock);
+        if (m->id >= dev.n_modules) {
+                uint32_t n = m->id + 16;
+                module *grown = realloc(dev.modules, n * sizeof(*grown));
+                if (!grown) {
+                        pthread_mutex_unlock(&dev.lock);
+                        clReleaseKernel(mod.kernel);
+                        clReleaseProgram(mod.program);
+                        reply(-1, "out of memory");
+                        return;
+                }
+                memset(grown + dev.n_modules, 0, (n - dev.n_modules) * sizeof(*grown));
+                dev.modules = grown;
+                dev.n_modules = n;
+        }
+        dev.modules[m->id] = mod;
+        pthread_mutex_unlock(&dev.lock);
+        reply(0, NULL);
+}
+
+/* Reads a control message's header, and the descriptor that came with it
+ * (SCM_RIGHTS), or -1. */
+static int recv_header(cube__msg *m, int *ret_fd)
+{
+        union { struct cmsghdr h; char room[CMSG_SPACE(sizeof(int))]; } u;
+        struct iovec iov = { m, sizeof(*m) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.room,
+                             .msg_controllen = sizeof(u.room) };
+        ssize_t n;
+
+        *ret_fd = -1;
+        do
+                n = recvmsg(CUBE__FD_CONTROL, &mh, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0)
+                return -1;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+                    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+                        memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
+        return (size_t) n == sizeof(*m) ? 0 : cube__read_all(CUBE__FD_CONTROL, (char *) m + n,
+                                                             sizeof(*m) - (size_t) n);
+}
+
+/* A peer device's memory: mapped, and given to PoCL in windows as device
+ * memory is, so a launch may bind it (queue.h's peer addresses). */
+static void peer(const cube__msg *m, const char *payload, int fd)
+{
+        uint64_t size;
+        uint32_t n;
+        cl_mem *windows;
+        char *map;
+        cl_int err = CL_SUCCESS;
+
+        if (fd < 0 || m->len != 8 || m->id >= CUBE__PEERS_MAX) {
+                reply(-1, "a peer's memory comes with its descriptor, its size and a free slot");
+                return;
+        }
+        memcpy(&size, payload, 8);
+        if (size == 0 || size > CUBE__PEER_SPAN || dev.peers[m->id].windows) {
+                reply(-1, "a peer's memory of %llu bytes in slot %u does not fit",
+                      (unsigned long long) size, m->id);
+                return;
+        }
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        if (map == MAP_FAILED) {
+                reply(-1, "cannot map the peer's memory: %s", strerror(errno));
+                return;
+        }
+        n = (uint32_t) ((size + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        if (!(windows = calloc(n, sizeof(cl_mem)))) {
+                munmap(map, size);
+                reply(-1, "out of memory");
+                return;
+        }
+        for (uint32_t i = 0; i < n && err == CL_SUCCESS; i++) {
+                uint64_t len = size - i * CUBE__WINDOW;
+                windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                            len > CUBE__WINDOW ? CUBE__WINDOW : len,
+                                            map + i * CUBE__WINDOW, &err);
+        }
+        if (err != CL_SUCCESS) {
+                for (uint32_t i = 0; i < n; i++)
+                        if (windows[i])
+                                clReleaseMemObject(windows[i]);
+                free(windows);
+                munmap(map, size);
+                reply(err, "cannot give PoCL the peer's memory: %d", err);
+                return;
+        }
+        pthread_mutex_lock(&dev.lock);
+        dev.peers[m->id].n_windows = n;
+        dev.peers[m->id].windows = windows;
+        pthread_mutex_unlock(&dev.lock);
+        reply(0, NULL);
+}
+
+static void graph_message(const cube__msg *m, const char *payload);
+
+/* The control thread: loads, unloads, peers' memory and graphs, until cubed
+ * hangs up. */
+static void *control_thread(void *arg)
+{
+        for (;;) {
+                cube__msg m;
+                char *payload;
+                int fd;
+
+                if (recv_header(&m, &fd) < 0 || m.len > (256u << 20))
+                        syscall(SYS_exit_group, 0);
+                if (fd >= 0 && m.type != CUBE__MSG_PEER) {
+                        close(fd);
+                        fd = -1;
+                }
+                if (!(payload = malloc((size_t) m.len + 1)) ||
+                    cube__read_all(CUBE__FD_CONTROL, payload, m.len) < 0)
+                        syscall(SYS_exit_group, 0);
+                payload[m.len] = '\0';
+                if (m.type == CUBE__MSG_LOAD) {
+                        load(&m, payload);
+                } else if (m.type == CUBE__MSG_PEER) {
+                        peer(&m, payload, fd);
+                        if (fd >= 0)
+                                close(fd);
+                } else if (m.type == CUBE__MSG_GRAPH || m.type == CUBE__MSG_GRAPH_FREE) {
+                        graph_message(&m, payload);
+                } else if (m.type == CUBE__MSG_UNLOAD) {
+                        pthread_mutex_lock(&dev.lock);
+                        if (m.id < dev.n_modules && dev.modules[m.id].kernel) {
+                                clReleaseKernel(dev.modules[m.id].kernel);
+                                clReleaseProgram(dev.modules[m.id].program);
+                                dev.modules[m.id] = (module) { 0 };
+                        }
+                        pthread_mutex_unlock(&dev.lock);
+                }
+                free(payload);
+        }
+        return NULL;
+}
+
+/* Whether a launch runs on the inline device: it is one cube, which the
+ * spread device could not spread anyway (cube__dev_find_devices). */
+static bool runs_inline(const cube__qlaunch *l)
+{
+        return dev.devs.n == 2 && (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1;
+}
+
+/* The PoCL buffer a launch's address lies in (device memory, or a peer's:
+ * queue.h), and the offset there; NULL when it lies in neither. */
+static cl_mem window_of(uint64_t address, cl_ulong *ret_offset)
+{
+        uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
+        uint64_t w = at / CUBE__WINDOW;
+        cl_mem win = NULL;
+
+        if (p == 0 && w < dev.n_windows) {
+                win = dev.windows[w];
+        } else if (p > 0 && p <= CUBE__PEERS_MAX) {
+                pthread_mutex_lock(&dev.lock);
+                if (dev.peers[p - 1].windows && w < dev.peers[p - 1].n_windows)
+                        win = dev.peers[p - 1].windows[w];
+                pthread_mutex_unlock(&dev.lock);
+        }
+        *ret_offset = at % CUBE__WINDOW;
+        return win;
+}
+
+/* Sets a launch's arguments and queues it on queue, with an event for its
+ * end. Returns false, with the slot's status and reason set, when it cannot
+ * run. */
+static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
+                    cl_event *ret_event)
+{
+        size_t global[3], local[3];
+        cl_kernel k = NULL;
+        uint32_t n_buffers = 0;
+        cl_int err;
+
+        pthread_mutex_lock(&dev.lock);
+        if (s->launch.module < dev.n_modules) {
+                k = dev.modules[s->launch.module].kernel;
+                n_buffers = dev.modules[s->launch.module].n_buffers;
+        }
+        pthread_mutex_unlock(&dev.lock);
+        s->status = 0;
+        if (!k || n_buffers != s->launch.n_buffers ||
+            s->launch.n_buffers + s->launch.n_info > CUBE__Q_SLOT_WORDS) {
+                s->status = -1;
+                snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
+                return false;
+        }
+        cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
+                            s->launch.n_buffers;
+        cl_uint meta = s->launch.metadata_offset, dyn = s->launch.dynamic_offset;
+        err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
+        err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
+        err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+        for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
+                cl_ulong off;
+                cl_mem win = window_of(s->data[i], &off);
+                if (!win) {
+                        s->status = -1;
+                        snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
+                                 "memory", i);
+                        return false;
+                }
+                err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &win);
+                err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
+        }
+        for (int i = 0; i < 3; i++) {
+                local[i] = s->launch.dim[i];
+                global[i] = (size_t) s->launch.count[i] * s->launch.dim[i];
+        }
+        /* The arguments are taken when the launch is queued, so the kernel
+         * object is free for the next launch at once. */
+        if (err == CL_SUCCESS)
+                err = clEnqueueNDRangeKernel(queue, k, 3, NULL, global, local, 0, NULL,
+                                             ret_event);
+        if (err != CL_SUCCESS) {
+                s->status = err;
+                snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the launch "
+                         "(%d)", err);
+                return false;
+        }
+        return true;
+}
+
+/* Waits for a queued launch's end; a launch the runtime failed keeps why. */
+static void finish(cube__qslot *s, cl_event ev)
+{
+        cl_int status = CL_COMPLETE;
+
+        if (clWaitForEvents(1, &ev) != CL_SUCCESS &&
+            clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                           NULL) == CL_SUCCESS && status < 0) {
+                s->status = status;
+                snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime failed the launch "
+                         "(%d)", status);
+        }
+        clReleaseEvent(ev);
+}
+
+/* ---------------------------------------------------------------------------
+ * Graphs the device keeps
+ * ------------------------------------------------------------------------- */
+
+/* One launch of a kept graph: a kernel object of its own, its arguments set
+ * once, when the graph is built; a replay only queues it. */
+typedef struct glaunch {
+        cl_kernel kernel;
+        size_t global[3], local[3];
+        bool in_line;
+} glaunch;
+
+typedef struct dgraph {
+        uint32_t id;
+        uint32_t n;
+        glaunch *launches;
+        cl_mem info;                    /* every launch's info words */
+        char why[CUBE__Q_REASON];       /* not empty: it could not be built */
+        struct dgraph *next;
+} dgraph;
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t built;           /* a graph was added */
+        dgraph *head;
+} graphs = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL };
+
+static void dgraph_free(dgraph *g)
+{
+        if (!g)
+                return;
+        for (uint32_t i = 0; g->launches && i < g->n; i++)
+                if (g->launches[i].kernel)
+                        clReleaseKernel(g->launches[i].kernel);
+        if (g->info)
+                clReleaseMemObject(g->info);
+        free(g->launches);
+        free(g);
+}
+
+/* Builds the launches of a CUBE__MSG_GRAPH into g, or says in g->why why it
+ * cannot (what it built stays, for dgraph_free). The records were written by cubed, but are read as if
+ * they were not: every count is checked against what arrived. */
+static void dgraph_build(dgraph *g, const char *payload, size_t len)
+{
+        const char *p = payload, *end = payload + len;
+        uint64_t *words = NULL;
+        size_t n_words = 0;
+        cl_int err = CL_SUCCESS;
+
+        if (!(g->launches = calloc(g->n ? g->n : 1, sizeof(*g->launches)))) {
+                snprintf(g->why, sizeof(g->why), "out of memory");
+                return;
+        }
+        /* The info words first: one buffer for the whole graph. */
+        for (const char *q = p; q < end;) {
+                cube__qlaunch r;
+                if ((size_t) (end - q) < sizeof(r))
+                        break;
+                memcpy(&r, q, sizeof(r));
+                q += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
+                n_words += r.n_info;
+        }
+        if (!(words = calloc(n_words ? n_words : 1, 8))) {
+                snprintf(g->why, sizeof(g->why), "out of memory");
+                return;
+        }
+        size_t at_word = 0;
+        for (uint32_t i = 0; i < g->n; i++) {
+                cube__qlaunch r;
+                cl_kernel k = NULL;
+                if ((size_t) (end - p) < sizeof(r) ||
+                    (memcpy(&r, p, sizeof(r)), r.n_buffers + (uint64_t) r.n_info >
+                     CUBE__Q_SLOT_WORDS) ||
+                    (size_t) (end - p) - sizeof(r) < ((size_t) r.n_buffers + r.n_info) * 8) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph is cut short", i);
+                        break;
+                }
+                const uint64_t *data = (const uint64_t *) (const void *) (p + sizeof(r));
+                pthread_mutex_lock(&dev.lock);
+                if (r.module < dev.n_modules && dev.modules[r.module].program &&
+                    dev.modules[r.module].n_buffers == r.n_buffers)
+                        k = clCreateKernel(dev.modules[r.module].program, "cube__entry", &err);
+                pthread_mutex_unlock(&dev.lock);
+                if (!k) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph names no loaded "
+                                 "kernel", i);
+                        break;
+                }
+                glaunch *l = &g->launches[i];
+                l->kernel = k;
+                l->in_line = runs_inline(&r);
+                for (int d = 0; d < 3; d++) {
+                        l->local[d] = r.dim[d];
+                        l->global[d] = (size_t) r.count[d] * r.dim[d];
+                }
+                memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
+                cl_ulong info_off = at_word;
+                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset;
+                err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
+                err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
+                err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+                for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
+                        cl_ulong off;
+                        cl_mem win = window_of(data[b], &off);
+                        if (!win) {
+                                snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
+                                         "%u lies outside device memory", i, b);
+                                break;
+                        }
+                        err |= clSetKernelArg(k, 4 + 2 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(off), &off);
+                }
+                if (*g->why)
+                        break;
+                if (err != CL_SUCCESS) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
+                                 "runtime refused its arguments (%d)", i, err);
+                        break;
+                }
+                at_word += r.n_info;
+                p += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
+        }
+        if (!*g->why) {
+                g->info = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                         (n_words ? n_words : 1) * 8, words, &err);
+                if (!g->info)
+                        snprintf(g->why, sizeof(g->why), "cannot give PoCL the graph's info "
+                                 "words (%d)", err);
+        }
+        for (uint32_t i = 0; !*g->why && i < g->n; i++)
+                if ((err = clSetKernelArg(g->launches[i].kernel, 0, sizeof(cl_mem), &g->info)))
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
+                                 "runtime refused its info words (%d)", i, err);
+        free(words);
+}
+
+/* CUBE__MSG_GRAPH builds a graph (kept even when it could not be built, so
+ * that its replays fail saying why); CUBE__MSG_GRAPH_FREE drops one, which
+ * cubed sends only once no replay of it is in the ring. */
+static void graph_message(const cube__msg *m, const char *payload)
+{
+        dgraph *g;
+
+        if (m->type == CUBE__MSG_GRAPH_FREE) {
+                pthread_mutex_lock(&graphs.lock);
+                for (dgraph **at = &graphs.head; *at; at = &(*at)->next)
+                        if ((*at)->id == m->id) {
+                                g = *at;
+                                *at = g->next;
+                                pthread_mutex_unlock(&graphs.lock);
+                                dgraph_free(g);
+                                return;
+                        }
+                pthread_mutex_unlock(&graphs.lock);
+                return;
+        }
+        if (!(g = calloc(1, sizeof(*g))))
+                syscall(SYS_exit_group, 0);     /* its replays could not be told */
+        g->id = m->id;
+        g->n = m->n_buffers <= CUBE__QG_LAUNCHES ? m->n_buffers : 0;
+        if (g->n == 0)
+                snprintf(g->why, sizeof(g->why), "a graph of %u launches", m->n_buffers);
+        else
+                dgraph_build(g, payload, m->len);
+        pthread_mutex_lock(&graphs.lock);
+        g->next = graphs.head;
+        graphs.head = g;
+        pthread_cond_broadcast(&graphs.built);
+        pthread_mutex_unlock(&graphs.lock);
+}
+
+/* The graph a replay names, once the control thread has built it (cubed
+ * sends it before any replay of it). */
+static dgraph *graph_get(uint32_t id)
+{
+        dgraph *g;
+
+        pthread_mutex_lock(&graphs.lock);
+        for (;;) {
+                for (g = graphs.head; g && g->id != id; g = g->next)
+                        ;
+                if (g)
+                        break;
+                pthread_cond_wait(&graphs.built, &graphs.lock);
+        }
+        pthread_mutex_unlock(&graphs.lock);
+        return g;
+}
+
+/* Runs a replay of a kept graph: its launches in order, as the serve loop
+ * runs the ring's (a run of spread launches goes to PoCL together, an
+ * inline one alone), each watched by the kernel timeout from its own
+ * start. The first that fails ends the replay; its place goes back in
+ * failed_part, for cubed to name its kernel. */
+static void run_graph(cube__qslot *s)
+{
+        dgraph *g = graph_get(s->graph);
+        cl_event events[DEVICE_BATCH];
+        uint64_t t = cube__now_ns();
+
+        s->status = 0;
+        s->start_ns = t;
+        if (*g->why) {
+                s->status = -1;
+                snprintf(s->reason, sizeof(s->reason), "the device could not keep the graph: "
+                         "%.200s", g->why);
+        }
+        for (uint32_t i = 0; s->status == 0 && i < g->n;) {
+                bool in_line = g->launches[i].in_line;
+                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
+                uint32_t m = 0;
+                cl_int err = CL_SUCCESS;
+
+                /* The inline device runs a launch when it is flushed. */
+                atomic_store(&cube__ctl->running_part, i + 1);
+                atomic_store(&cube__ctl->running_since, t);
+                for (; i + m < g->n && m < (in_line ? 1u : DEVICE_BATCH) &&
+                       g->launches[i + m].in_line == in_line; m++) {
+                        glaunch *l = &g->launches[i + m];
+                        err = clEnqueueNDRangeKernel(queue, l->kernel, 3, NULL, l->global,
+                                                     l->local, 0, NULL, &events[m]);
+                        if (err != CL_SUCCESS)
+                                break;
+                }
+                clFlush(queue);
+                for (uint32_t j = 0; j < m; j++) {
+                        if (j > 0) {
+                                atomic_store(&cube__ctl->running_part, i + j + 1);
+                                atomic_store(&cube__ctl->running_since, t);
+                        }
+                        if (s->status == 0) {
+                                finish(s, events[j]);
+                                if (s->status != 0)
+                                        s->failed_part = i + j + 1;
+                        } else {
+                                clWaitForEvents(1, &events[j]);
+                                clReleaseEvent(events[j]);
+                        }
+                        t = cube__now_ns();
+                }
+                if (err != CL_SUCCESS && s->status == 0) {
+                        s->status = err;
+                        s->failed_part = i + m + 1;
+                        snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the "
+                                 "launch (%d)", err);
+                }
+                i += m;
+        }
+        atomic_store(&cube__ctl->running_part, 0);
+        s->end_ns = cube__now_ns();
+}
+
+/* Whether a thread of cubed sleeps until launch seq (or one before it)
+ * has ended. Read after the launch's state and the completions count are
+ * stored: a waiter stores what it wants before it reads them, so one of the
+ * two always sees the other. */
+static bool someone_waits_for(uint64_t seq)
+{
+        for (unsigned i = 0; i < CUBE__Q_WAITERS; i++) {
+                uint64_t w = atomic_load(&cube__ctl->wanted[i]);
+                if (w && w <= seq)
+                        return true;
+        }
+        return false;
+}
+
+/* Launch seq has ended (its slot says DONE): tells whoever waits for it,
+ * a worker of cubed or its loop thread. */
+static void ended(uint64_t seq)
+{
+        static const uint64_t one = 1;
+        uint64_t w;
+
+        atomic_fetch_add(&cube__ctl->completions, 1);
+        if (someone_waits_for(seq))
+                cube__q_futex(&cube__ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+        w = atomic_load(&cube__ctl->loop_wanted);
+        if (w && w <= seq && atomic_compare_exchange_strong(&cube__ctl->loop_wanted, &w, 0))
+                (void) !write(CUBE__FD_NOTIFY, &one, sizeof(one));
+}
+
+/* The device's main loop: the launches in the ring, in order, forever. The
+ * launches posted together go to PoCL together and are waited for one by
+ * one, each handed back as it ends: one wake-up of PoCL's workers for a
+ * batch, not one per launch. A launch that runs inline goes alone: it runs
+ * on this thread, and a batch of them would end together. The queue runs
+ * one launch at a time, so each runs from the end of the one before it (the
+ * first, from when it was queued) to its own end: the device's timestamps
+ * of it. A batch never mixes the two devices, so the launch before is always
+ * done when the next device starts. */
+static void serve_loop(void)
+{
+        uint64_t next = 1;
+
+        for (;;) {
+                cube__qslot *s = cube__q_slot(qbase, next), *batch[DEVICE_BATCH];
+                cl_event events[DEVICE_BATCH];
+                bool queued[DEVICE_BATCH];
+                uint64_t spin_until = cube__now_ns() + spin_ns, t;
+                unsigned n = 0;
+
+                while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
+                        if (cube__now_ns() < spin_until) {
+                                __builtin_ia32_pause();
+                                continue;
+                        }
+                        uint32_t bell = atomic_load(&cube__ctl->doorbell);
+                        atomic_store(&cube__ctl->device_sleeping, 1);
+                        if (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next)
+                                cube__q_futex(&cube__ctl->doorbell, FUTEX_WAIT, bell, NULL);
+                        atomic_store(&cube__ctl->device_sleeping, 0);
+                }
+                t = cube__now_ns();
+                atomic_store(&cube__ctl->running_since, t);
+                atomic_store(&cube__ctl->running_seq, next);
+                if (s->graph) {
+                        run_graph(s);
+                        atomic_store(&cube__ctl->running_seq, 0);
+                        atomic_store(&s->state, CUBE__SLOT_DONE);
+                        ended(next);
+                        next++;
+                        continue;
+                }
+                bool in_line = runs_inline(&s->launch);
+                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
+                for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
+                        cube__qslot *q = cube__q_slot(qbase, seq);
+                        if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
+                            q->graph || runs_inline(&q->launch) != in_line)
+                                break;
+                        batch[n] = q;
+                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);
+                }
+                clFlush(queue);
+                for (unsigned i = 0; i < n; i++) {
+                        atomic_store(&cube__ctl->running_since, t);
+                        atomic_store(&cube__ctl->running_seq, next + i);
+                        if (queued[i])
+                                finish(batch[i], events[i]);
+                        batch[i]->start_ns = t;
+                        batch[i]->end_ns = t = cube__now_ns();
+                        atomic_store(&cube__ctl->running_seq, 0);
+                        atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
+                        ended(next + i);
+                }
+                next += n;
+        }
+}
+
+/* Everything the device does to itself before a client's code can run:
+ * every descriptor but its four closed, no capability, no new privilege,
+ * the file system fenced to kcache, the system calls to seal.c's list. */
+int cube__dev_seal_self(const char *kcache)
+{
+        int r;
+
+        if (close_range(CUBE__FD_NOTIFY + 1, ~0u, 0) < 0)
+                return -errno;
+        if ((r = cube__seal_privileges()) < 0)
+                return r;
+        if ((r = cube__seal_landlock(kcache, true)) < 0 && r != -ENOSYS)
+                return r;
+        catch_faults();
+        return cube__seal_seccomp();
+}
+
+static int serve_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int serve_fail(const char *fmt, ...)
+{
+        char text[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        reply(-1, "%s", text);
+        return 1;
+}
+
+int cube__dev_serve_main(int argc, char **argv)
+{
+        const char *kcache;
+        uint64_t memory_bytes;
+        cl_int err;
+        void *memory;
+        pthread_t control;
+        char version[256] = "", name[256] = "";
+        int r;
+
+        if (argc != 4)
+                return 1;
+        kcache = argv[2];
+        memory_bytes = strtoull(argv[3], NULL, 10);
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+                return 1;
+        cube__dev_limit(RLIMIT_CORE, 0);
+        qbase = mmap(NULL, CUBE__Q_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, CUBE__FD_QUEUE, 0);
+        memory = mmap(NULL, memory_bytes ? memory_bytes : 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+                      CUBE__FD_MEMORY, 0);
+        if (qbase == MAP_FAILED || memory == MAP_FAILED)
+                return serve_fail("cannot map device memory: %s", strerror(errno));
+        cube__ctl = qbase;
+        setenv("POCL_CACHE_DIR", kcache, 1);
+        if (cube__dev_find_devices(&dev.devs) < 0 || dev.devs.n == 0)
+                return serve_fail("no OpenCL CPU device (is pocl-opencl-icd installed?)");
+        dev.context = clCreateContext(NULL, dev.devs.n, dev.devs.ids, NULL, NULL, &err);
+        if (!dev.context)
+                return serve_fail("clCreateContext: %d", err);
+        for (cl_uint i = 0; i < dev.devs.n; i++) {
+                dev.queues[i] = clCreateCommandQueueWithProperties(dev.context, dev.devs.ids[i],
+                                                                   NULL, &err);
+                if (!dev.queues[i])
+                        return serve_fail("clCreateCommandQueue: %d", err);
+        }
+        dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        if (!(dev.windows = calloc(dev.n_windows ? dev.n_windows : 1, sizeof(cl_mem))))
+                return serve_fail("out of memory");
+        for (uint32_t i = 0; i < dev.n_windows; i++) {
+                uint64_t len = memory_bytes - i * CUBE__WINDOW;
+                if (len > CUBE__WINDOW)
+                        len = CUBE__WINDOW;
+                dev.windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                                len, (char *) memory + i * CUBE__WINDOW, &err);
+                if (!dev.windows[i])
+                        return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
+                                          (unsigned long long) len, err);
+        }
+        dev.arena = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+                                   CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
+                                   (char *) qbase + CUBE__Q_CTL_BYTES, &err);
+        if (!dev.arena)
+                return serve_fail("cannot give PoCL the launch ring: %d", err);
+        clGetPlatformInfo(dev.devs.platform, CL_PLATFORM_VERSION, sizeof(version) - 1, version,
+                          NULL);
+        clGetDeviceInfo(dev.devs.ids[0], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+        if (dev.devs.n == 2)
+                strncat(name, ", one-cube launches inline", sizeof(name) - strlen(name) - 1);
+
+        /* Whatever PoCL starts lazily, start it now: a warm-up launch of a
+         * built-in-free empty program would compile, so none runs here. */
+        if (pthread_create(&control, NULL, control_thread, NULL) != 0)
+                return serve_fail("cannot start the control thread");
+
+        spin_ns = cube__q_spin_ns(SPIN_NS);
+
+        /* The seal: from here on a client's code may run. */
+        if ((r = cube__dev_seal_self(kcache)) < 0)
+                return serve_fail("cannot seal the device process: %s", strerror(-r));
+        cube__ctl->ready = 1;
+        reply(0, "%s %s", version, name);
+        serve_loop();
+        return 0;
+}
+
