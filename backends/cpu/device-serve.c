@@ -33,33 +33,12 @@
 #include "queue.h"
 #include "seal.h"
 
-#define DEVICE_BATCH 64         /* launches handed to PoCL at once */
 #define SPIN_NS 50000
 
 cube__qctl *cube__ctl;
+cube__dev_state cube__dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
 static void *qbase;
 static uint64_t spin_ns;                /* the serve loop's spin before it sleeps */
-
-typedef struct module {
-        cl_program program;
-        cl_kernel kernel;
-        uint32_t n_buffers;
-} module;
-
-static struct {
-        cl_context context;
-        cpu_devices devs;
-        cl_command_queue queues[2];     /* one per device of devs */
-        cl_mem *windows, arena;
-        uint32_t n_windows;
-        pthread_mutex_t lock;           /* modules, peers */
-        module *modules;
-        uint32_t n_modules;
-        struct {                        /* peer devices' memory (queue.h) */
-                cl_mem *windows;
-                uint32_t n_windows;
-        } peers[CUBE__PEERS_MAX];
-} dev = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* A kernel faulted (or made a refused call): say what happened where cubed
  * reads it, and end the device. Nothing else is safe here. */
@@ -116,7 +95,7 @@ static void load(const cube__msg *m, char *payload)
         size_t blob_len = m->len - elen - 1, lens[2];
         uint64_t count, size;
         if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) !=
-            dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
+            cube__dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
                 reply(-1, "the artifact holds binaries for another set of devices");
                 return;
         }
@@ -131,14 +110,14 @@ static void load(const cube__msg *m, char *payload)
                 lens[i] = size;
                 at += size;
         }
-        mod.program = clCreateProgramWithBinary(dev.context, dev.devs.n, dev.devs.ids, lens, bins,
-                                                NULL, &err);
+        mod.program = clCreateProgramWithBinary(cube__dev.context, cube__dev.devs.n,
+                                                cube__dev.devs.ids, lens, bins, NULL, &err);
         if (!mod.program) {
                 reply(err, "clCreateProgramWithBinary: %d", err);
                 return;
         }
-        if ((err = clBuildProgram(mod.program, dev.devs.n, dev.devs.ids, "", NULL, NULL)) !=
-            CL_SUCCESS) {
+        if ((err = clBuildProgram(mod.program, cube__dev.devs.n, cube__dev.devs.ids, "", NULL,
+                                  NULL)) != CL_SUCCESS) {
                 clReleaseProgram(mod.program);
                 reply(err, "clBuildProgram of the binary: %d", err);
                 return;
@@ -149,24 +128,24 @@ static void load(const cube__msg *m, char *payload)
                 reply(err, "clCreateKernel(%s): %d", entry, err);
                 return;
         }
-        clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &dev.arena);
-        pthread_mutex_lock(&dev.lock);
-        if (m->id >= dev.n_modules) {
+        clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &cube__dev.arena);
+        pthread_mutex_lock(&cube__dev.lock);
+        if (m->id >= cube__dev.n_modules) {
                 uint32_t n = m->id + 16;
-                module *grown = realloc(dev.modules, n * sizeof(*grown));
+                module *grown = realloc(cube__dev.modules, n * sizeof(*grown));
                 if (!grown) {
-                        pthread_mutex_unlock(&dev.lock);
+                        pthread_mutex_unlock(&cube__dev.lock);
                         clReleaseKernel(mod.kernel);
                         clReleaseProgram(mod.program);
                         reply(-1, "out of memory");
                         return;
                 }
-                memset(grown + dev.n_modules, 0, (n - dev.n_modules) * sizeof(*grown));
-                dev.modules = grown;
-                dev.n_modules = n;
+                memset(grown + cube__dev.n_modules, 0, (n - cube__dev.n_modules) * sizeof(*grown));
+                cube__dev.modules = grown;
+                cube__dev.n_modules = n;
         }
-        dev.modules[m->id] = mod;
-        pthread_mutex_unlock(&dev.lock);
+        cube__dev.modules[m->id] = mod;
+        pthread_mutex_unlock(&cube__dev.lock);
         reply(0, NULL);
 }
 
@@ -209,7 +188,7 @@ static void peer(const cube__msg *m, const char *payload, int fd)
                 return;
         }
         memcpy(&size, payload, 8);
-        if (size == 0 || size > CUBE__PEER_SPAN || dev.peers[m->id].windows) {
+        if (size == 0 || size > CUBE__PEER_SPAN || cube__dev.peers[m->id].windows) {
                 reply(-1, "a peer's memory of %llu bytes in slot %u does not fit",
                       (unsigned long long) size, m->id);
                 return;
@@ -227,7 +206,8 @@ static void peer(const cube__msg *m, const char *payload, int fd)
         }
         for (uint32_t i = 0; i < n && err == CL_SUCCESS; i++) {
                 uint64_t len = size - i * CUBE__WINDOW;
-                windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                windows[i] = clCreateBuffer(cube__dev.context,
+                                            CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
                                             len > CUBE__WINDOW ? CUBE__WINDOW : len,
                                             map + i * CUBE__WINDOW, &err);
         }
@@ -240,14 +220,12 @@ static void peer(const cube__msg *m, const char *payload, int fd)
                 reply(err, "cannot give PoCL the peer's memory: %d", err);
                 return;
         }
-        pthread_mutex_lock(&dev.lock);
-        dev.peers[m->id].n_windows = n;
-        dev.peers[m->id].windows = windows;
-        pthread_mutex_unlock(&dev.lock);
+        pthread_mutex_lock(&cube__dev.lock);
+        cube__dev.peers[m->id].n_windows = n;
+        cube__dev.peers[m->id].windows = windows;
+        pthread_mutex_unlock(&cube__dev.lock);
         reply(0, NULL);
 }
-
-static void graph_message(const cube__msg *m, const char *payload);
 
 /* The control thread: loads, unloads, peers' memory and graphs, until cubed
  * hangs up. */
@@ -275,15 +253,15 @@ static void *control_thread(void *arg)
                         if (fd >= 0)
                                 close(fd);
                 } else if (m.type == CUBE__MSG_GRAPH || m.type == CUBE__MSG_GRAPH_FREE) {
-                        graph_message(&m, payload);
+                        cube__dev_graph_message(&m, payload);
                 } else if (m.type == CUBE__MSG_UNLOAD) {
-                        pthread_mutex_lock(&dev.lock);
-                        if (m.id < dev.n_modules && dev.modules[m.id].kernel) {
-                                clReleaseKernel(dev.modules[m.id].kernel);
-                                clReleaseProgram(dev.modules[m.id].program);
-                                dev.modules[m.id] = (module) { 0 };
+                        pthread_mutex_lock(&cube__dev.lock);
+                        if (m.id < cube__dev.n_modules && cube__dev.modules[m.id].kernel) {
+                                clReleaseKernel(cube__dev.modules[m.id].kernel);
+                                clReleaseProgram(cube__dev.modules[m.id].program);
+                                cube__dev.modules[m.id] = (module) { 0 };
                         }
-                        pthread_mutex_unlock(&dev.lock);
+                        pthread_mutex_unlock(&cube__dev.lock);
                 }
                 free(payload);
         }
@@ -292,26 +270,26 @@ static void *control_thread(void *arg)
 
 /* Whether a launch runs on the inline device: it is one cube, which the
  * spread device could not spread anyway (cube__dev_find_devices). */
-static bool runs_inline(const cube__qlaunch *l)
+bool cube__dev_runs_inline(const cube__qlaunch *l)
 {
-        return dev.devs.n == 2 && (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1;
+        return cube__dev.devs.n == 2 && (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1;
 }
 
 /* The PoCL buffer a launch's address lies in (device memory, or a peer's:
  * queue.h), and the offset there; NULL when it lies in neither. */
-static cl_mem window_of(uint64_t address, cl_ulong *ret_offset)
+cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
 {
         uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
         uint64_t w = at / CUBE__WINDOW;
         cl_mem win = NULL;
 
-        if (p == 0 && w < dev.n_windows) {
-                win = dev.windows[w];
+        if (p == 0 && w < cube__dev.n_windows) {
+                win = cube__dev.windows[w];
         } else if (p > 0 && p <= CUBE__PEERS_MAX) {
-                pthread_mutex_lock(&dev.lock);
-                if (dev.peers[p - 1].windows && w < dev.peers[p - 1].n_windows)
-                        win = dev.peers[p - 1].windows[w];
-                pthread_mutex_unlock(&dev.lock);
+                pthread_mutex_lock(&cube__dev.lock);
+                if (cube__dev.peers[p - 1].windows && w < cube__dev.peers[p - 1].n_windows)
+                        win = cube__dev.peers[p - 1].windows[w];
+                pthread_mutex_unlock(&cube__dev.lock);
         }
         *ret_offset = at % CUBE__WINDOW;
         return win;
@@ -328,12 +306,12 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         uint32_t n_buffers = 0;
         cl_int err;
 
-        pthread_mutex_lock(&dev.lock);
-        if (s->launch.module < dev.n_modules) {
-                k = dev.modules[s->launch.module].kernel;
-                n_buffers = dev.modules[s->launch.module].n_buffers;
+        pthread_mutex_lock(&cube__dev.lock);
+        if (s->launch.module < cube__dev.n_modules) {
+                k = cube__dev.modules[s->launch.module].kernel;
+                n_buffers = cube__dev.modules[s->launch.module].n_buffers;
         }
-        pthread_mutex_unlock(&dev.lock);
+        pthread_mutex_unlock(&cube__dev.lock);
         s->status = 0;
         if (!k || n_buffers != s->launch.n_buffers ||
             s->launch.n_buffers + s->launch.n_info > CUBE__Q_SLOT_WORDS) {
@@ -349,7 +327,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
         for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
                 cl_ulong off;
-                cl_mem win = window_of(s->data[i], &off);
+                cl_mem win = cube__dev_window_of(s->data[i], &off);
                 if (!win) {
                         s->status = -1;
                         snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
@@ -378,7 +356,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
 }
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
-static void finish(cube__qslot *s, cl_event ev)
+void cube__dev_finish(cube__qslot *s, cl_event ev)
 {
         cl_int status = CL_COMPLETE;
 
@@ -390,259 +368,6 @@ static void finish(cube__qslot *s, cl_event ev)
                          "(%d)", status);
         }
         clReleaseEvent(ev);
-}
-
-/* ---------------------------------------------------------------------------
- * Graphs the device keeps
- * ------------------------------------------------------------------------- */
-
-/* One launch of a kept graph: a kernel object of its own, its arguments set
- * once, when the graph is built; a replay only queues it. */
-typedef struct glaunch {
-        cl_kernel kernel;
-        size_t global[3], local[3];
-        bool in_line;
-} glaunch;
-
-typedef struct dgraph {
-        uint32_t id;
-        uint32_t n;
-        glaunch *launches;
-        cl_mem info;                    /* every launch's info words */
-        char why[CUBE__Q_REASON];       /* not empty: it could not be built */
-        struct dgraph *next;
-} dgraph;
-
-static struct {
-        pthread_mutex_t lock;
-        pthread_cond_t built;           /* a graph was added */
-        dgraph *head;
-} graphs = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL };
-
-static void dgraph_free(dgraph *g)
-{
-        if (!g)
-                return;
-        for (uint32_t i = 0; g->launches && i < g->n; i++)
-                if (g->launches[i].kernel)
-                        clReleaseKernel(g->launches[i].kernel);
-        if (g->info)
-                clReleaseMemObject(g->info);
-        free(g->launches);
-        free(g);
-}
-
-/* Builds the launches of a CUBE__MSG_GRAPH into g, or says in g->why why it
- * cannot (what it built stays, for dgraph_free). The records were written by cubed, but are read as if
- * they were not: every count is checked against what arrived. */
-static void dgraph_build(dgraph *g, const char *payload, size_t len)
-{
-        const char *p = payload, *end = payload + len;
-        uint64_t *words = NULL;
-        size_t n_words = 0;
-        cl_int err = CL_SUCCESS;
-
-        if (!(g->launches = calloc(g->n ? g->n : 1, sizeof(*g->launches)))) {
-                snprintf(g->why, sizeof(g->why), "out of memory");
-                return;
-        }
-        /* The info words first: one buffer for the whole graph. */
-        for (const char *q = p; q < end;) {
-                cube__qlaunch r;
-                if ((size_t) (end - q) < sizeof(r))
-                        break;
-                memcpy(&r, q, sizeof(r));
-                q += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
-                n_words += r.n_info;
-        }
-        if (!(words = calloc(n_words ? n_words : 1, 8))) {
-                snprintf(g->why, sizeof(g->why), "out of memory");
-                return;
-        }
-        size_t at_word = 0;
-        for (uint32_t i = 0; i < g->n; i++) {
-                cube__qlaunch r;
-                cl_kernel k = NULL;
-                if ((size_t) (end - p) < sizeof(r) ||
-                    (memcpy(&r, p, sizeof(r)), r.n_buffers + (uint64_t) r.n_info >
-                     CUBE__Q_SLOT_WORDS) ||
-                    (size_t) (end - p) - sizeof(r) < ((size_t) r.n_buffers + r.n_info) * 8) {
-                        snprintf(g->why, sizeof(g->why), "launch %u of the graph is cut short", i);
-                        break;
-                }
-                const uint64_t *data = (const uint64_t *) (const void *) (p + sizeof(r));
-                pthread_mutex_lock(&dev.lock);
-                if (r.module < dev.n_modules && dev.modules[r.module].program &&
-                    dev.modules[r.module].n_buffers == r.n_buffers)
-                        k = clCreateKernel(dev.modules[r.module].program, "cube__entry", &err);
-                pthread_mutex_unlock(&dev.lock);
-                if (!k) {
-                        snprintf(g->why, sizeof(g->why), "launch %u of the graph names no loaded "
-                                 "kernel", i);
-                        break;
-                }
-                glaunch *l = &g->launches[i];
-                l->kernel = k;
-                l->in_line = runs_inline(&r);
-                for (int d = 0; d < 3; d++) {
-                        l->local[d] = r.dim[d];
-                        l->global[d] = (size_t) r.count[d] * r.dim[d];
-                }
-                memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
-                cl_ulong info_off = at_word;
-                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset;
-                err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
-                err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
-                err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
-                for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
-                        cl_ulong off;
-                        cl_mem win = window_of(data[b], &off);
-                        if (!win) {
-                                snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
-                                         "%u lies outside device memory", i, b);
-                                break;
-                        }
-                        err |= clSetKernelArg(k, 4 + 2 * b, sizeof(cl_mem), &win);
-                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(off), &off);
-                }
-                if (*g->why)
-                        break;
-                if (err != CL_SUCCESS) {
-                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
-                                 "runtime refused its arguments (%d)", i, err);
-                        break;
-                }
-                at_word += r.n_info;
-                p += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
-        }
-        if (!*g->why) {
-                g->info = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                         (n_words ? n_words : 1) * 8, words, &err);
-                if (!g->info)
-                        snprintf(g->why, sizeof(g->why), "cannot give PoCL the graph's info "
-                                 "words (%d)", err);
-        }
-        for (uint32_t i = 0; !*g->why && i < g->n; i++)
-                if ((err = clSetKernelArg(g->launches[i].kernel, 0, sizeof(cl_mem), &g->info)))
-                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
-                                 "runtime refused its info words (%d)", i, err);
-        free(words);
-}
-
-/* CUBE__MSG_GRAPH builds a graph (kept even when it could not be built, so
- * that its replays fail saying why); CUBE__MSG_GRAPH_FREE drops one, which
- * cubed sends only once no replay of it is in the ring. */
-static void graph_message(const cube__msg *m, const char *payload)
-{
-        dgraph *g;
-
-        if (m->type == CUBE__MSG_GRAPH_FREE) {
-                pthread_mutex_lock(&graphs.lock);
-                for (dgraph **at = &graphs.head; *at; at = &(*at)->next)
-                        if ((*at)->id == m->id) {
-                                g = *at;
-                                *at = g->next;
-                                pthread_mutex_unlock(&graphs.lock);
-                                dgraph_free(g);
-                                return;
-                        }
-                pthread_mutex_unlock(&graphs.lock);
-                return;
-        }
-        if (!(g = calloc(1, sizeof(*g))))
-                syscall(SYS_exit_group, 0);     /* its replays could not be told */
-        g->id = m->id;
-        g->n = m->n_buffers <= CUBE__QG_LAUNCHES ? m->n_buffers : 0;
-        if (g->n == 0)
-                snprintf(g->why, sizeof(g->why), "a graph of %u launches", m->n_buffers);
-        else
-                dgraph_build(g, payload, m->len);
-        pthread_mutex_lock(&graphs.lock);
-        g->next = graphs.head;
-        graphs.head = g;
-        pthread_cond_broadcast(&graphs.built);
-        pthread_mutex_unlock(&graphs.lock);
-}
-
-/* The graph a replay names, once the control thread has built it (cubed
- * sends it before any replay of it). */
-static dgraph *graph_get(uint32_t id)
-{
-        dgraph *g;
-
-        pthread_mutex_lock(&graphs.lock);
-        for (;;) {
-                for (g = graphs.head; g && g->id != id; g = g->next)
-                        ;
-                if (g)
-                        break;
-                pthread_cond_wait(&graphs.built, &graphs.lock);
-        }
-        pthread_mutex_unlock(&graphs.lock);
-        return g;
-}
-
-/* Runs a replay of a kept graph: its launches in order, as the serve loop
- * runs the ring's (a run of spread launches goes to PoCL together, an
- * inline one alone), each watched by the kernel timeout from its own
- * start. The first that fails ends the replay; its place goes back in
- * failed_part, for cubed to name its kernel. */
-static void run_graph(cube__qslot *s)
-{
-        dgraph *g = graph_get(s->graph);
-        cl_event events[DEVICE_BATCH];
-        uint64_t t = cube__now_ns();
-
-        s->status = 0;
-        s->start_ns = t;
-        if (*g->why) {
-                s->status = -1;
-                snprintf(s->reason, sizeof(s->reason), "the device could not keep the graph: "
-                         "%.200s", g->why);
-        }
-        for (uint32_t i = 0; s->status == 0 && i < g->n;) {
-                bool in_line = g->launches[i].in_line;
-                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
-                uint32_t m = 0;
-                cl_int err = CL_SUCCESS;
-
-                /* The inline device runs a launch when it is flushed. */
-                atomic_store(&cube__ctl->running_part, i + 1);
-                atomic_store(&cube__ctl->running_since, t);
-                for (; i + m < g->n && m < (in_line ? 1u : DEVICE_BATCH) &&
-                       g->launches[i + m].in_line == in_line; m++) {
-                        glaunch *l = &g->launches[i + m];
-                        err = clEnqueueNDRangeKernel(queue, l->kernel, 3, NULL, l->global,
-                                                     l->local, 0, NULL, &events[m]);
-                        if (err != CL_SUCCESS)
-                                break;
-                }
-                clFlush(queue);
-                for (uint32_t j = 0; j < m; j++) {
-                        if (j > 0) {
-                                atomic_store(&cube__ctl->running_part, i + j + 1);
-                                atomic_store(&cube__ctl->running_since, t);
-                        }
-                        if (s->status == 0) {
-                                finish(s, events[j]);
-                                if (s->status != 0)
-                                        s->failed_part = i + j + 1;
-                        } else {
-                                clWaitForEvents(1, &events[j]);
-                                clReleaseEvent(events[j]);
-                        }
-                        t = cube__now_ns();
-                }
-                if (err != CL_SUCCESS && s->status == 0) {
-                        s->status = err;
-                        s->failed_part = i + m + 1;
-                        snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the "
-                                 "launch (%d)", err);
-                }
-                i += m;
-        }
-        atomic_store(&cube__ctl->running_part, 0);
-        s->end_ns = cube__now_ns();
 }
 
 /* Whether a thread of cubed sleeps until launch seq (or one before it)
@@ -709,19 +434,19 @@ static void serve_loop(void)
                 atomic_store(&cube__ctl->running_since, t);
                 atomic_store(&cube__ctl->running_seq, next);
                 if (s->graph) {
-                        run_graph(s);
+                        cube__dev_run_graph(s);
                         atomic_store(&cube__ctl->running_seq, 0);
                         atomic_store(&s->state, CUBE__SLOT_DONE);
                         ended(next);
                         next++;
                         continue;
                 }
-                bool in_line = runs_inline(&s->launch);
-                cl_command_queue queue = dev.queues[in_line ? 1 : 0];
+                bool in_line = cube__dev_runs_inline(&s->launch);
+                cl_command_queue queue = cube__dev.queues[in_line ? 1 : 0];
                 for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
                         if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
-                            q->graph || runs_inline(&q->launch) != in_line)
+                            q->graph || cube__dev_runs_inline(&q->launch) != in_line)
                                 break;
                         batch[n] = q;
                         queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);
@@ -731,7 +456,7 @@ static void serve_loop(void)
                         atomic_store(&cube__ctl->running_since, t);
                         atomic_store(&cube__ctl->running_seq, next + i);
                         if (queued[i])
-                                finish(batch[i], events[i]);
+                                cube__dev_finish(batch[i], events[i]);
                         batch[i]->start_ns = t;
                         batch[i]->end_ns = t = cube__now_ns();
                         atomic_store(&cube__ctl->running_seq, 0);
@@ -797,39 +522,43 @@ int cube__dev_serve_main(int argc, char **argv)
                 return serve_fail("cannot map device memory: %s", strerror(errno));
         cube__ctl = qbase;
         setenv("POCL_CACHE_DIR", kcache, 1);
-        if (cube__dev_find_devices(&dev.devs) < 0 || dev.devs.n == 0)
+        if (cube__dev_find_devices(&cube__dev.devs) < 0 || cube__dev.devs.n == 0)
                 return serve_fail("no OpenCL CPU device (is pocl-opencl-icd installed?)");
-        dev.context = clCreateContext(NULL, dev.devs.n, dev.devs.ids, NULL, NULL, &err);
-        if (!dev.context)
+        cube__dev.context = clCreateContext(NULL, cube__dev.devs.n, cube__dev.devs.ids, NULL, NULL,
+                                            &err);
+        if (!cube__dev.context)
                 return serve_fail("clCreateContext: %d", err);
-        for (cl_uint i = 0; i < dev.devs.n; i++) {
-                dev.queues[i] = clCreateCommandQueueWithProperties(dev.context, dev.devs.ids[i],
-                                                                   NULL, &err);
-                if (!dev.queues[i])
+        for (cl_uint i = 0; i < cube__dev.devs.n; i++) {
+                cube__dev.queues[i] = clCreateCommandQueueWithProperties(cube__dev.context,
+                                                                         cube__dev.devs.ids[i],
+                                                                         NULL, &err);
+                if (!cube__dev.queues[i])
                         return serve_fail("clCreateCommandQueue: %d", err);
         }
-        dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
-        if (!(dev.windows = calloc(dev.n_windows ? dev.n_windows : 1, sizeof(cl_mem))))
+        cube__dev.n_windows = (uint32_t) ((memory_bytes + CUBE__WINDOW - 1) / CUBE__WINDOW);
+        if (!(cube__dev.windows = calloc(cube__dev.n_windows ? cube__dev.n_windows : 1,
+                                         sizeof(cl_mem))))
                 return serve_fail("out of memory");
-        for (uint32_t i = 0; i < dev.n_windows; i++) {
+        for (uint32_t i = 0; i < cube__dev.n_windows; i++) {
                 uint64_t len = memory_bytes - i * CUBE__WINDOW;
                 if (len > CUBE__WINDOW)
                         len = CUBE__WINDOW;
-                dev.windows[i] = clCreateBuffer(dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                                len, (char *) memory + i * CUBE__WINDOW, &err);
-                if (!dev.windows[i])
+                cube__dev.windows[i] = clCreateBuffer(cube__dev.context,
+                                                      CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, len,
+                                                      (char *) memory + i * CUBE__WINDOW, &err);
+                if (!cube__dev.windows[i])
                         return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
                                           (unsigned long long) len, err);
         }
-        dev.arena = clCreateBuffer(dev.context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
-                                   CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
-                                   (char *) qbase + CUBE__Q_CTL_BYTES, &err);
-        if (!dev.arena)
+        cube__dev.arena = clCreateBuffer(cube__dev.context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+                                         CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
+                                         (char *) qbase + CUBE__Q_CTL_BYTES, &err);
+        if (!cube__dev.arena)
                 return serve_fail("cannot give PoCL the launch ring: %d", err);
-        clGetPlatformInfo(dev.devs.platform, CL_PLATFORM_VERSION, sizeof(version) - 1, version,
-                          NULL);
-        clGetDeviceInfo(dev.devs.ids[0], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
-        if (dev.devs.n == 2)
+        clGetPlatformInfo(cube__dev.devs.platform, CL_PLATFORM_VERSION, sizeof(version) - 1,
+                          version, NULL);
+        clGetDeviceInfo(cube__dev.devs.ids[0], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);
+        if (cube__dev.devs.n == 2)
                 strncat(name, ", one-cube launches inline", sizeof(name) - strlen(name) - 1);
 
         /* Whatever PoCL starts lazily, start it now: a warm-up launch of a
