@@ -59,6 +59,11 @@ int cube__dev_find_devices(cpu_devices *ret);
 /* Sets a resource's soft and hard limit. */
 void cube__dev_limit(int resource, rlim_t value);
 
+/* ---- the build mode (device-build.c) ------------------------------------ */
+
+/* cube-device --build. */
+int cube__dev_build_main(int argc, char **argv);
+
 /* ---- the launch server (device-serve.c) --------------------------------- */
 
 /* The serving device's state. */
