@@ -214,9 +214,9 @@ typedef struct cube__driver {
                                     uint64_t size, cube__storage **ret_storage);
 } cube__driver;
 
-/* The dialect's rules that no compiler enforces (backends/dialect.c): NULL,
- * or a CompilationError::Validation naming the line that breaks one. The
- * core asks it of every source, whatever the backend. */
+/* The dialect's rules that no compiler enforces (backends/dialect-check.c):
+ * NULL, or a CompilationError::Validation naming the line that breaks one.
+ * The core asks it of every source, whatever the backend. */
 cube_error *cube__dialect_check(const char *source);
 
 extern const cube__driver cube__driver_cpu;

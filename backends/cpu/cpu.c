@@ -8,7 +8,7 @@
  *   build.c    compiling in a sandboxed cube-device --build, and loading
  *   peer.c     peer access: another CPU device's memory, mapped here too
  *   graphs.c   graphs the device process keeps
- *   dialect.c  the kernel dialect as OpenCL C
+ *   opencl.c   the kernel dialect rewritten as OpenCL C
  *
  * The device is cube-device --serve (device-main.c), one process per device.
  * Device memory is a memfd both processes map: cubed allocates in it and

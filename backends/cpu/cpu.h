@@ -200,7 +200,7 @@ cube_error *cube__cpu_graph_create(cube__device *d, cube__launch_work *const *la
                                    size_t n, const char *label, cube__dgraph **ret_graph);
 void cube__cpu_graph_destroy(cube__device *d, cube__dgraph *g);
 
-/* ---- the dialect as OpenCL C (dialect.c) -------------------------------- */
+/* ---- the dialect as OpenCL C (opencl.c) --------------------------------- */
 
 /* The OpenCL C prelude that makes the dialect of docs/KERNELS.md. */
 extern const char cube__cpu_prelude[];
