@@ -3,11 +3,13 @@
  *
  * The CPU device is a process of its own (device-main.c). cubed and the
  * device both map two memfds: device memory, and this control block with its
- * launch slots. Launches go one way through the slots and completions come
- * back in the same slots; a futex word in each direction is the doorbell, rung
- * only when the other side says it sleeps, so a burst of launches costs no
- * system call per launch. Nothing but loads (module binaries, rare) travels
- * on the control socket.
+ * launch slots. Launches (and replays of the graphs the device keeps) go one
+ * way through the slots and completions come back in the same slots; a futex
+ * word in each direction is the doorbell, rung only when the other side says
+ * it sleeps, so a burst of launches costs no system call per launch. Only
+ * what is rare travels on the control socket (CUBE__MSG_*): program binaries
+ * to load and unload, a peer's memory (its descriptor passed along), and the
+ * launches of a graph for the device to keep, and to drop.
  *
  * The device is not trusted: a kernel can scribble over this block (its info
  * words live in it). cubed reads from it only sequence numbers and bounded
