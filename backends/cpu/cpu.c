@@ -10,7 +10,7 @@
  *   graphs.c   graphs the device process keeps
  *   opencl.c   the kernel dialect rewritten as OpenCL C
  *
- * The device is cube-device --serve (device-main.c), one process per device.
+ * The device is cube-device --serve (device-serve.c), one process per device.
  * Device memory is a memfd both processes map: cubed allocates in it and
  * copies into and out of it with memcpy, on worker threads, in stream order;
  * the device's kernels (PoCL, over the same pages) read and write it in

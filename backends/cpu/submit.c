@@ -67,7 +67,7 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
         seq = ++d->next_seq;
         s = cube__q_slot(d->queue, seq);
         /* Never taken: the workers hold fewer launches than the ring has
-         * slots (the assertion above), so this slot's last launch is done. */
+         * slots (cpu.h's assertion), so this slot's last launch is done. */
         while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead))
                 sched_yield();
         s->seq = seq;
