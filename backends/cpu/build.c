@@ -264,14 +264,8 @@ cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const
         if (atomic_load(&d->dead))
                 r = -EPIPE;
         if (r == 0 && (r = cube__write_all(d->control_fd, &msg, sizeof(msg))) == 0 &&
-            (r = cube__write_all(d->control_fd, payload, msg.len)) == 0 &&
-            (r = cube__read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
-                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = cube__read_all(d->control_fd, reason, keep);
-                reason[keep] = '\0';
-                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
-        }
+            (r = cube__write_all(d->control_fd, payload, msg.len)) == 0)
+                r = cube__cpu_read_reply(d, &rep, reason, sizeof(reason));
         pthread_mutex_unlock(&d->control_lock);
         free(payload);
         if (r < 0 || rep.status != 0) {

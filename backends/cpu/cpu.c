@@ -381,6 +381,26 @@ int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *paylo
         return r;
 }
 
+/* Reads the device's answer to a control message (under control_lock): its
+ * status, and its reason into reason, cut to what cap holds (the rest is
+ * read and dropped). Returns 0, or a negative errno. */
+int cube__cpu_read_reply(cube__device *d, cube__msg_reply *ret_reply, char *reason, size_t cap)
+{
+        cube__msg_reply rep;
+        int r = cube__read_all(d->control_fd, &rep, sizeof(rep));
+
+        if (r == 0) {
+                uint32_t keep = rep.len < cap ? rep.len : (uint32_t) cap - 1;
+                r = cube__read_all(d->control_fd, reason, keep);
+                reason[keep] = '\0';
+                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
+                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
+        }
+        if (r == 0)
+                *ret_reply = rep;
+        return r;
+}
+
 /* ---------------------------------------------------------------------------
  * The driver
  * ------------------------------------------------------------------------- */

@@ -142,6 +142,10 @@ void cube__cpu_rm_tree(const char *dir);
  * payload; a device that is gone is not written to. */
 int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload);
 
+/* Reads the device's answer to a control message: its status, and its
+ * reason, cut to cap bytes with the '\0'. */
+int cube__cpu_read_reply(cube__device *d, cube__msg_reply *ret_reply, char *reason, size_t cap);
+
 /* ---- device memory (alloc.c) -------------------------------------------- */
 
 /* The driver's alloc, release and host_view (driver.h). */

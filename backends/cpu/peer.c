@@ -100,14 +100,8 @@ cube_error *cube__cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint32
         else if (atomic_load(&d->dead))
                 r = -EPIPE;
         msg.id = slot;
-        if (r == 0 && (r = send_with_fd(d->control_fd, &msg, &size, fd)) == 0 &&
-            (r = cube__read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
-                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = cube__read_all(d->control_fd, reason, keep);
-                reason[keep] = '\0';
-                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
-        }
+        if (r == 0 && (r = send_with_fd(d->control_fd, &msg, &size, fd)) == 0)
+                r = cube__cpu_read_reply(d, &rep, reason, sizeof(reason));
         if (r == 0 && rep.status == 0) {
                 d->peers[slot] = (peer_map) { map, size };
                 atomic_store(&d->n_peers, slot + 1);
