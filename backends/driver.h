@@ -3,8 +3,9 @@
  *
  * The core owns everything that is the same on every device: sessions,
  * handles, streams and their order, accounting, the failure store. A backend
- * implements only what touches the device: storage, streams, copies and
- * fences (kernels join them later). It is shaped for an asynchronous device:
+ * implements only what touches the device: storage, streams, copies, fences
+ * and kernels (compiled, loaded, launched), and where it can, graphs it keeps
+ * itself and peer access. It is shaped for an asynchronous device:
  * a copy is *submitted* on a stream and *completes* later, from whatever
  * thread the backend likes, through the completion function the core gave it
  * at open. The core never waits on the device on its event-loop thread.
@@ -158,11 +159,12 @@ typedef struct cube__driver {
                             uint32_t *ret_shared_bytes);
         void (*unload)(cube__device *d, cube__module *m);
 
-        /* Graphs (optional, NULL: supported). The core keeps a software
-         * graph that replays through submit, which every backend runs; a
-         * backend that cannot replay recorded launch records (device state
-         * a record cannot hold) answers true, and begin_capture, end_capture
-         * and replay then answer the reference's graph_capture_unsupported(). */
+        /* Graph capture (optional; NULL: the backend captures). The core
+         * records a capture's launches and replays them through submit (a
+         * software graph), which needs nothing more of a backend. One that
+         * cannot replay recorded launch records (device state a record
+         * cannot hold) answers true, and begin_capture, end_capture and
+         * replay then answer the reference's graph_capture_unsupported(). */
         bool (*cannot_capture)(cube__device *d);
         /* A graph the device keeps (optional, NULL: replays go through
          * submit as their launches). graph_create takes a captured graph's
@@ -214,9 +216,9 @@ typedef struct cube__driver {
                                     uint64_t size, cube__storage **ret_storage);
 } cube__driver;
 
-/* The dialect's rules that no compiler enforces (backends/dialect.c): NULL,
- * or a CompilationError::Validation naming the line that breaks one. The
- * core asks it of every source, whatever the backend. */
+/* The dialect's rules that no compiler enforces (backends/dialect-check.c):
+ * NULL, or a CompilationError::Validation naming the line that breaks one.
+ * The core asks it of every source, whatever the backend. */
 cube_error *cube__dialect_check(const char *source);
 
 extern const cube__driver cube__driver_cpu;

@@ -1,8 +1,16 @@
 /*
  * cpu.c - cubed's side of the CPU device: a process of its own that cubed
- * starts, feeds and watches.
+ * starts, feeds and watches. This file starts it, watches it, and holds
+ * the driver table; the files beside it do the rest:
  *
- * The device is cube-device --serve (device-main.c), one process per device.
+ *   alloc.c    device memory: ranges of the memfd both processes map
+ *   submit.c   streams: copies on worker threads, launches through the ring
+ *   build.c    compiling in a sandboxed cube-device --build, and loading
+ *   peer.c     peer access: another CPU device's memory, mapped here too
+ *   graphs.c   graphs the device process keeps
+ *   opencl.c   the kernel dialect rewritten as OpenCL C
+ *
+ * The device is cube-device --serve (device-serve.c), one process per device.
  * Device memory is a memfd both processes map: cubed allocates in it and
  * copies into and out of it with memcpy, on worker threads, in stream order;
  * the device's kernels (PoCL, over the same pages) read and write it in
@@ -14,17 +22,7 @@
  * in flight and after completes with a DevicePoison naming the kernel and
  * the fault. The core's poison policy then closes the device and opens a
  * fresh one, or exits.
- *
- * A stream with nothing queued for a worker posts its launches (and the
- * fences among them) to the ring straight from cubed's loop thread, and the
- * device wakes that loop when they have ended (driver.h's loop_fd): a
- * launch + sync then costs two wake-ups, not four. Copies, which take time
- * on cubed's side, and work queued behind them go through the workers.
- *
- * Compiling is a short-lived cube-device --build, under limits of its own
- * (see compile below).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -36,14 +34,12 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -53,172 +49,13 @@
 
 #include "cpu.h"
 #include "errors.h"
+#include "io.h"
 #include "queue.h"
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
 #define CPU_MAX_UNITS 1024
-#define CPU_ALIGNMENT 64
-#define CPU_PAGE 4096
-#define CPU_PAGE_MIN (64 * 1024)        /* allocations this large are page-aligned */
-#define CPU_WORKER_BATCH 16
-#define CPU_MAX_WORKERS 8               /* x CPU_WORKER_BATCH < CUBE__Q_SLOTS */
-#define CPU_DIRECT_MAX 96               /* launches posted from the loop thread, unharvested */
 #define CPU_SPIN_NS 20000
 #define CPU_START_TIMEOUT_MS 60000
-#define COMPILE_AS_MB 4096
-#define COMPILE_FSIZE_MB 256
-
-_Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS,
-               "each worker waits in a wanted entry of its own");
-_Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH + CPU_DIRECT_MAX < CUBE__Q_SLOTS,
-               "the ring must hold every launch the workers and the loop may have in flight");
-
-struct cube__storage {
-        uint64_t size;
-        uint64_t offset;                /* in device memory, or in the peer's */
-        uint64_t extent;                /* bytes reserved there */
-        uint32_t peer;                  /* 0: this device's memory; else peer slot + 1 */
-};
-
-/* A peer device's memory, mapped here and in the device process. */
-typedef struct peer_map {
-        char *map;
-        uint64_t size;
-} peer_map;
-
-struct cube__module {
-        uint32_t id;
-        uint32_t n_buffers;
-};
-
-/* A graph the device process keeps (queue.h's CUBE__MSG_GRAPH). */
-struct cube__dgraph {
-        uint32_t id;
-        uint32_t n;
-        char label[40];
-        char (*kernels)[48];            /* per launch: its kernel, for reports */
-};
-
-/* A free range of device memory; the list is sorted by offset. */
-typedef struct hole {
-        uint64_t offset, len;
-        struct hole *next;
-} hole;
-
-/* A stream: its work in order. A stream is on the ready list while it has
- * work and no worker runs it, so one stream's work never overlaps itself. */
-struct cube__dstream {
-        cube__work *head, *tail;
-        unsigned direct_n;              /* of its work among the device's direct */
-        bool busy;
-        bool ready;
-        bool closed;    /* by the daemon, while a worker still held it */
-        cube__dstream *next_ready;
-};
-
-struct cube__device {
-        cube__device_config config;
-        uint64_t spin_ns;               /* harvest's spin before it sleeps */
-        uint64_t memory_limit;
-        uint64_t window;                /* bytes of each of PoCL's windows (queue.h) */
-        uint64_t in_use;                /* loop thread only, as holes */
-        hole *holes;
-
-        int memory_fd, queue_fd, control_fd;
-        char *memory;
-        void *queue;
-        cube__qctl *ctl;
-        pid_t pid;
-        int pidfd;
-        char kcache[PATH_MAX];
-        char helper[PATH_MAX];
-        char target[512];
-        pthread_mutex_t control_lock;   /* the control socket */
-        uint32_t next_module;
-        peer_map peers[CUBE__PEERS_MAX]; /* under control_lock while being attached */
-        _Atomic uint32_t n_peers;
-
-        pthread_t monitor;
-        bool monitor_started;
-        atomic_bool dead;
-        atomic_bool closing;
-        pthread_mutex_t dead_lock;
-        char dead_reason[768];
-        char timeout_reason[512];       /* set just before the monitor kills */
-
-        uint32_t next_graph;            /* loop thread only */
-        uint32_t graph_launches;        /* in every kept graph; loop thread only */
-
-        pthread_mutex_t post_lock;
-        uint64_t next_seq;
-        const char *slot_kernel[CUBE__Q_SLOTS];
-        const cube__dgraph *slot_graph[CUBE__Q_SLOTS]; /* a replay's graph, or NULL */
-
-        sem_t compiles;                 /* builders that may run at once */
-
-        /* Work posted from the loop thread, in the order posted (so in the
-         * ring's order): a launch's seq, or 0 for a fence or a launch that
-         * failed to post, which end when everything before them has. */
-        struct {
-                cube__work *w;
-                uint64_t seq;
-                cube__dstream *s;
-        } direct[CPU_DIRECT_MAX];
-        unsigned direct_first, direct_n; /* under lock */
-
-        pthread_t *workers;
-        unsigned n_workers;
-        _Atomic unsigned worker_ids;    /* each worker's index in the ring's wanted */
-        pthread_mutex_t lock;
-        pthread_cond_t wake;
-        cube__dstream *ready_head, *ready_tail; /* under lock */
-        bool stopping;
-};
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
-static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
-{
-        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-        const char *c = p;
-
-        while (n > 0) {
-                ssize_t w = write(fd, c, n);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return w < 0 ? -errno : -EPIPE;
-                c += w;
-                n -= (size_t) w;
-        }
-        return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-        char *c = p;
-
-        while (n > 0) {
-                ssize_t r = read(fd, c, n);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        return r < 0 ? -errno : -EPIPE;
-                c += r;
-                n -= (size_t) r;
-        }
-        return 0;
-}
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -226,7 +63,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
         return 0;
 }
 
-static void rm_tree(const char *dir)
+void cube__cpu_rm_tree(const char *dir)
 {
         if (dir[0])
                 (void) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -263,7 +100,7 @@ static int find_helper(char *buf, size_t cap)
         return access(buf, X_OK) == 0 ? 0 : -ENOENT;
 }
 
-static const char *signal_name(int sig)
+const char *cube__cpu_signal_name(int sig)
 {
         const char *name = sigabbrev_np(sig);
         return name ? name : "?";
@@ -309,18 +146,19 @@ static void compose_death(cube__device *d, int status, char *buf, size_t cap)
                          atomic_load(&c->fault_syscall));
         else if (sig)
                 snprintf(buf, cap, "%s faulted on the CPU device: %s (%s) at address 0x%" PRIx64,
-                         where, signal_name((int) sig), strsignal((int) sig),
+                         where, cube__cpu_signal_name((int) sig), strsignal((int) sig),
                          atomic_load(&c->fault_address));
         else if (WIFSIGNALED(status))
                 snprintf(buf, cap, "the CPU device process was killed by %s (%s) while running "
-                         "%s", signal_name(WTERMSIG(status)), strsignal(WTERMSIG(status)), where);
+                         "%s", cube__cpu_signal_name(WTERMSIG(status)), strsignal(WTERMSIG(status)),
+                         where);
         else
                 snprintf(buf, cap, "the CPU device process exited with status %d while running "
                          "%s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, where);
 }
 
 /* Has the core call loop_ready on its loop thread. */
-static void notify_loop(cube__device *d)
+void cube__cpu_notify_loop(cube__device *d)
 {
         uint64_t one = 1;
 
@@ -336,8 +174,8 @@ static void mark_dead(cube__device *d, const char *reason)
         atomic_store(&d->dead, true);
         pthread_mutex_unlock(&d->dead_lock);
         atomic_fetch_add(&d->ctl->completions, 1);
-        futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
-        notify_loop(d);
+        cube__q_futex(&d->ctl->completions, FUTEX_WAKE, INT_MAX, NULL);
+        cube__cpu_notify_loop(d);
 }
 
 /* Watches the device process: reaps it when it dies, and kills it when one
@@ -354,7 +192,7 @@ static void *monitor_thread(void *arg)
                 uint64_t since = atomic_load(&d->ctl->running_since);
 
                 if (timeout_ns && seq && !d->timeout_reason[0]) {
-                        uint64_t now = now_ns();
+                        uint64_t now = cube__now_ns();
                         if (now >= since + timeout_ns && atomic_load(&d->ctl->running_seq) == seq) {
                                 char what[320];
                                 pthread_mutex_lock(&d->post_lock);
@@ -374,7 +212,7 @@ static void *monitor_thread(void *arg)
                 /* The device is not trusted to wake the loop either. */
                 uint64_t lw = atomic_load(&d->ctl->loop_wanted);
                 if (lw && atomic_load(&cube__q_slot(d->queue, lw)->state) == CUBE__SLOT_DONE)
-                        notify_loop(d);
+                        cube__cpu_notify_loop(d);
                 int status = 0;
                 bool gone;
                 if (d->pidfd >= 0) {
@@ -506,8 +344,9 @@ static int start_device(cube__device *d, const char **ret_why)
         struct pollfd p = { .fd = d->control_fd, .events = POLLIN };
         cube__msg_reply rep;
         char text[512] = "";
-        if (poll(&p, 1, CPU_START_TIMEOUT_MS) <= 0 || read_all(d->control_fd, &rep, sizeof(rep)) < 0 ||
-            rep.len >= sizeof(text) || read_all(d->control_fd, text, rep.len) < 0) {
+        if (poll(&p, 1, CPU_START_TIMEOUT_MS) <= 0 ||
+            cube__read_all(d->control_fd, &rep, sizeof(rep)) < 0 || rep.len >= sizeof(text) ||
+            cube__read_all(d->control_fd, text, rep.len) < 0) {
                 snprintf(why, sizeof(why), "the CPU device process (%s) did not come up", d->helper);
                 *ret_why = why;
                 return -EIO;
@@ -535,262 +374,38 @@ static int start_device(cube__device *d, const char **ret_why)
         return 0;
 }
 
-/* ---------------------------------------------------------------------------
- * Launches through the ring
- * ------------------------------------------------------------------------- */
-
-static cube_error *dead_error(cube__device *d)
+/* Sends a control message that has no answer (m->len bytes of payload
+ * follow it); a device that is gone is not written to. */
+int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload)
 {
-        cube_error *e;
+        int r = -EPIPE;
 
-        pthread_mutex_lock(&d->dead_lock);
-        e = cube__err_poison("%s", d->dead_reason);
-        pthread_mutex_unlock(&d->dead_lock);
-        return e;
+        pthread_mutex_lock(&d->control_lock);
+        if (!atomic_load(&d->dead) && (r = cube__write_all(d->control_fd, m, sizeof(*m))) == 0 &&
+            m->len)
+                r = cube__write_all(d->control_fd, payload, m->len);
+        pthread_mutex_unlock(&d->control_lock);
+        return r;
 }
 
-/* Where buffer i of launch l lies for the device: device memory, or a
- * peer's (queue.h). */
-static uint64_t device_address(const cube__launch_work *l, uint32_t i)
+/* Reads the device's answer to a control message (under control_lock): its
+ * status, and its reason into reason, cut to what cap holds (the rest is
+ * read and dropped). Returns 0, or a negative errno. */
+int cube__cpu_read_reply(cube__device *d, cube__msg_reply *ret_reply, char *reason, size_t cap)
 {
-        const cube__storage *st = l->storages[i];
+        cube__msg_reply rep;
+        int r = cube__read_all(d->control_fd, &rep, sizeof(rep));
 
-        return (st->peer ? CUBE__PEER_SPAN * st->peer : 0) + st->offset + l->offsets[i];
-}
-
-/* Puts a launch, or a replay of graph g when l is NULL, in the ring and
- * rings the doorbell if the device sleeps. Returns its sequence number, or
- * 0 with *ret_error set. */
-static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dgraph *g,
-                     cube_error **ret_error)
-{
-        uint64_t seq;
-        cube__qslot *s;
-
-        if (atomic_load(&d->dead)) {
-                *ret_error = dead_error(d);
-                return 0;
+        if (r == 0) {
+                uint32_t keep = rep.len < cap ? rep.len : (uint32_t) cap - 1;
+                r = cube__read_all(d->control_fd, reason, keep);
+                reason[keep] = '\0';
+                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
+                        r = cube__read_all(d->control_fd, (char[1]) { 0 }, 1);
         }
-        if (l && (uint64_t) l->n_buffers + l->n_info > CUBE__Q_SLOT_WORDS) {
-                *ret_error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                        CUBE_LAUNCH_UNKNOWN, "a launch of '%s' carries %u buffers and %u info "
-                        "words; the CPU device takes %u in all", l->kernel, l->n_buffers,
-                        l->n_info, CUBE__Q_SLOT_WORDS));
-                return 0;
-        }
-        pthread_mutex_lock(&d->post_lock);
-        seq = ++d->next_seq;
-        s = cube__q_slot(d->queue, seq);
-        /* Never taken: the workers hold fewer launches than the ring has
-         * slots (the assertion above), so this slot's last launch is done. */
-        while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead))
-                sched_yield();
-        s->seq = seq;
-        s->status = 0;
-        s->failed_part = 0;
-        s->reason[0] = '\0';
-        if (!l) {
-                s->graph = g->id;
-                s->launch = (cube__qlaunch) { 0 };
-                d->slot_kernel[seq % CUBE__Q_SLOTS] = g->label;
-                d->slot_graph[seq % CUBE__Q_SLOTS] = g;
-                goto posted;
-        }
-        s->graph = 0;
-        s->launch.module = l->module->id;
-        memcpy(s->launch.count, l->count, sizeof(s->launch.count));
-        memcpy(s->launch.dim, l->dim, sizeof(s->launch.dim));
-        s->launch.n_buffers = l->n_buffers;
-        s->launch.n_info = l->n_info;
-        s->launch.metadata_offset = l->metadata_offset;
-        s->launch.dynamic_offset = l->dynamic_offset;
-        for (uint32_t i = 0; i < l->n_buffers; i++)
-                s->data[i] = device_address(l, i);
-        if (l->n_info)
-                memcpy(s->data + l->n_buffers, l->info, (size_t) l->n_info * 8);
-        d->slot_kernel[seq % CUBE__Q_SLOTS] = l->kernel;
-        d->slot_graph[seq % CUBE__Q_SLOTS] = NULL;
-posted:
-        atomic_store(&s->state, CUBE__SLOT_POSTED);
-        pthread_mutex_unlock(&d->post_lock);
-        atomic_fetch_add(&d->ctl->doorbell, 1);
-        if (atomic_load(&d->ctl->device_sleeping))
-                futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
-        return seq;
-}
-
-/* Waits, as waiter me (a worker's index), until launch seq has ended or
- * the device is dead. The device runs launches in order, so every launch
- * before seq has ended too. */
-static void await_launch(cube__device *d, unsigned me, uint64_t seq)
-{
-        cube__qslot *s = cube__q_slot(d->queue, seq);
-        uint64_t spin_until = now_ns() + d->spin_ns;
-
-        while (atomic_load(&s->state) != CUBE__SLOT_DONE && now_ns() < spin_until &&
-               !atomic_load(&d->dead))
-                __builtin_ia32_pause();
-        if (atomic_load(&s->state) == CUBE__SLOT_DONE)
-                return;
-        atomic_store(&d->ctl->wanted[me], seq);
-        for (;;) {
-                uint32_t v = atomic_load(&d->ctl->completions);
-                if (atomic_load(&s->state) == CUBE__SLOT_DONE || atomic_load(&d->dead))
-                        break;
-                /* A bound on the sleep: the device is not trusted to wake us. */
-                struct timespec t = { 0, 100 * 1000 * 1000 };
-                futex(&d->ctl->completions, FUTEX_WAIT, v, &t);
-        }
-        atomic_store(&d->ctl->wanted[me], 0);
-}
-
-/* Takes the result of launch seq, which has ended (await_launch), into w:
- * its error, and when the device ran it (driver.h's device timing). */
-static void harvest(cube__device *d, uint64_t seq, cube__work *w)
-{
-        cube__qslot *s = cube__q_slot(d->queue, seq);
-        cube_error *e = NULL;
-
-        if (atomic_load(&s->state) == CUBE__SLOT_DONE && s->seq == seq) {
-                w->start_ns = s->start_ns;
-                w->end_ns = s->end_ns;
-                if (s->status != 0) {
-                        char reason[CUBE__Q_REASON];
-                        memcpy(reason, s->reason, sizeof(reason));
-                        reason[sizeof(reason) - 1] = '\0';
-                        uint32_t part = s->failed_part;
-                        if (w->op == CUBE__WORK_GRAPH && part >= 1 && part <= w->graph->n)
-                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                        CUBE_LAUNCH_UNKNOWN, "%s stopped at its launch %u, of "
-                                        "kernel '%s', on the CPU device: %s", w->graph->label,
-                                        part, w->graph->kernels[part - 1], reason));
-                        else if (w->op == CUBE__WORK_GRAPH)
-                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                        CUBE_LAUNCH_UNKNOWN, "%s did not run on the CPU device: "
-                                        "%s", w->graph->label, reason));
-                        else
-                                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                        CUBE_LAUNCH_UNKNOWN, "kernel '%s' did not run on the CPU "
-                                        "device: %s", d->slot_kernel[seq % CUBE__Q_SLOTS], reason));
-                }
-        } else {
-                e = dead_error(d);
-        }
-        atomic_store(&s->state, CUBE__SLOT_FREE);
-        w->error = e;
-}
-
-/* Waits for the n launches posted (seqs, in order) and takes their results. */
-static void harvest_all(cube__device *d, unsigned me, cube__work **pending,
-                        const uint64_t *seqs, unsigned n)
-{
-        if (n == 0)
-                return;
-        await_launch(d, me, seqs[n - 1]);
-        for (unsigned i = 0; i < n; i++)
-                harvest(d, seqs[i], pending[i]);
-}
-
-/* Where a storage's bytes are in cubed: device memory, or a peer's. */
-static char *bytes_of(cube__device *d, const cube__storage *s)
-{
-        return (s->peer ? d->peers[s->peer - 1].map : d->memory) + s->offset;
-}
-
-static void copy(cube__device *d, cube__work *w)
-{
-        char *dev = bytes_of(d, w->storage) + w->offset;
-
-        for (uint64_t r = 0; r < (w->rows > 1 ? w->rows : 1); r++) {
-                if (w->op == CUBE__WORK_COPY_TO_DEVICE)
-                        memcpy(dev + r * w->pitch, (const char *) w->host + r * w->len, w->len);
-                else
-                        memcpy((char *) w->host + r * w->len, dev + r * w->pitch, w->len);
-        }
-}
-
-/* Runs a batch of one stream's work in order. Launches in a row go into the
- * ring together and are waited for together; a copy or a fence waits for the
- * launches before it, so the stream's order holds. */
-static void perform(cube__device *d, unsigned me, cube__work *batch)
-{
-        cube__work *pending[CPU_WORKER_BATCH];
-        uint64_t seqs[CPU_WORKER_BATCH];
-        unsigned n = 0;
-
-        for (cube__work *w = batch; w; w = w->next) {
-                if (w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH) {
-                        uint64_t seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL,
-                                            w->graph, &w->error);
-                        if (seq) {
-                                pending[n] = w;
-                                seqs[n++] = seq;
-                        }
-                        continue;
-                }
-                harvest_all(d, me, pending, seqs, n);
-                n = 0;
-                if (w->op != CUBE__WORK_FENCE)
-                        copy(d, w);
-        }
-        harvest_all(d, me, pending, seqs, n);
-}
-
-static void make_ready(cube__device *d, cube__dstream *s)
-{
-        if (s->ready || s->busy || s->direct_n || !s->head)
-                return;
-        s->ready = true;
-        s->next_ready = NULL;
-        if (d->ready_tail)
-                d->ready_tail->next_ready = s;
-        else
-                d->ready_head = s;
-        d->ready_tail = s;
-        pthread_cond_signal(&d->wake);
-}
-
-/* A worker: takes a ready stream and up to CPU_WORKER_BATCH pieces of work
- * queued on it, performs them in order, hands them back with one completion,
- * and puts the stream at the back of the ready list if more is queued. */
-static void *cpu_worker(void *arg)
-{
-        cube__device *d = arg;
-        unsigned me = atomic_fetch_add(&d->worker_ids, 1);     /* < CPU_MAX_WORKERS */
-
-        pthread_mutex_lock(&d->lock);
-        for (;;) {
-                while (!d->ready_head && !d->stopping)
-                        pthread_cond_wait(&d->wake, &d->lock);
-                if (!d->ready_head)
-                        break;
-                cube__dstream *s = d->ready_head;
-                d->ready_head = s->next_ready;
-                if (!d->ready_head)
-                        d->ready_tail = NULL;
-                s->ready = false;
-                s->busy = true;
-                cube__work *batch = s->head, *last = batch;
-                for (int n = 1; n < CPU_WORKER_BATCH && last->next; n++)
-                        last = last->next;
-                s->head = last->next;
-                if (!s->head)
-                        s->tail = NULL;
-                last->next = NULL;
-                pthread_mutex_unlock(&d->lock);
-
-                perform(d, me, batch);
-                d->config.complete(d->config.complete_ctx, batch);
-
-                pthread_mutex_lock(&d->lock);
-                s->busy = false;
-                if (s->closed)
-                        free(s);
-                else
-                        make_ready(d, s);
-        }
-        pthread_mutex_unlock(&d->lock);
-        return NULL;
+        if (r == 0)
+                *ret_reply = rep;
+        return r;
 }
 
 /* ---------------------------------------------------------------------------
@@ -798,7 +413,6 @@ static void *cpu_worker(void *arg)
  * ------------------------------------------------------------------------- */
 
 static void cpu_close(cube__device *d);
-static void harvest_direct(cube__device *d);
 
 static int cpu_open(const cube__device_config *config, cube__device **ret_device, const char **ret_why)
 {
@@ -841,7 +455,7 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
                 n = CPU_MAX_WORKERS;
         d->workers = calloc(n, sizeof(*d->workers));
         for (unsigned i = 0; d->workers && i < n; i++) {
-                if (pthread_create(&d->workers[i], NULL, cpu_worker, d) != 0)
+                if (pthread_create(&d->workers[i], NULL, cube__cpu_worker, d) != 0)
                         break;
                 d->n_workers++;
         }
@@ -862,7 +476,7 @@ static void cpu_close(cube__device *d)
          * run what it leaves behind. */
         for (;;) {
                 pthread_mutex_lock(&d->lock);
-                harvest_direct(d);
+                cube__cpu_harvest_direct(d);
                 unsigned left = d->direct_n;
                 pthread_mutex_unlock(&d->lock);
                 if (!left)
@@ -897,7 +511,7 @@ static void cpu_close(cube__device *d)
                 close(d->memory_fd);
         if (d->queue_fd >= 0)
                 close(d->queue_fd);
-        rm_tree(d->kcache);
+        cube__cpu_rm_tree(d->kcache);
         for (hole *h = d->holes, *next; h; h = next) {
                 next = h->next;
                 free(h);
@@ -933,748 +547,9 @@ static void cpu_properties(cube__device *d, cube_device_properties *ret)
         };
 }
 
-/* Fresh device memory reads as zeros: memory freed by one session must never
- * show its bytes to another. Whole pages go back to the kernel (a hole in
- * the memfd reads as zeros and costs nothing); anything smaller is cleared. */
-static void zero(cube__device *d, uint64_t offset, uint64_t len)
-{
-        if (len >= CPU_PAGE_MIN && offset % CPU_PAGE == 0 && len % CPU_PAGE == 0 &&
-            fallocate(d->memory_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t) offset,
-                      (off_t) len) == 0)
-                return;
-        memset(d->memory + offset, 0, len);
-}
-
-static cube_error *cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
-{
-        uint64_t align = size >= CPU_PAGE_MIN ? CPU_PAGE : CPU_ALIGNMENT;
-        uint64_t extent = (size + align - 1) / align * align;
-        cube__storage *s;
-
-        if (size > d->memory_limit || size > d->window)
-                return cube__err_io_size(CUBE_IO_BUFFER_TOO_BIG, size);
-        if (extent == 0)
-                extent = CPU_ALIGNMENT;
-        for (hole **hp = &d->holes; *hp; hp = &(*hp)->next) {
-                hole *h = *hp;
-                uint64_t start = (h->offset + align - 1) / align * align;
-                if (start / d->window != (start + extent - 1) / d->window)
-                        start = (start / d->window + 1) * d->window;
-                if (start + extent > h->offset + h->len)
-                        continue;
-                if (!(s = malloc(sizeof(*s))))
-                        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-                /* Split the hole: [offset, start) stays, [start + extent, end) too. */
-                uint64_t end = h->offset + h->len;
-                if (start > h->offset) {
-                        hole *tail = NULL;
-                        if (start + extent < end && !(tail = malloc(sizeof(*tail)))) {
-                                free(s);
-                                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-                        }
-                        h->len = start - h->offset;
-                        if (tail) {
-                                *tail = (hole) { start + extent, end - start - extent, h->next };
-                                h->next = tail;
-                        }
-                } else if (start + extent < end) {
-                        h->offset = start + extent;
-                        h->len = end - h->offset;
-                } else {
-                        *hp = h->next;
-                        free(h);
-                }
-                *s = (cube__storage) { .size = size, .offset = start, .extent = extent };
-                zero(d, start, extent);
-                d->in_use += extent;
-                *ret_storage = s;
-                return NULL;
-        }
-        return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-}
-
-static void cpu_release(cube__device *d, cube__storage *s)
-{
-        hole **hp = &d->holes, *prev = NULL, *h;
-
-        if (!s)
-                return;
-        if (s->peer) {
-                free(s);        /* the peer's memory is the peer's */
-                return;
-        }
-        d->in_use -= s->extent;
-        while (*hp && (*hp)->offset < s->offset) {
-                prev = *hp;
-                hp = &(*hp)->next;
-        }
-        if (prev && prev->offset + prev->len == s->offset) {
-                prev->len += s->extent;
-                h = prev;
-        } else if (!(h = malloc(sizeof(*h)))) {
-                free(s);        /* leaks the range: better than a wrong list */
-                return;
-        } else {
-                *h = (hole) { s->offset, s->extent, *hp };
-                *hp = h;
-        }
-        if (h->next && h->offset + h->len == h->next->offset) {
-                hole *n = h->next;
-                h->len += n->len;
-                h->next = n->next;
-                free(n);
-        }
-        free(s);
-}
-
-static void *cpu_host_view(cube__device *d, cube__storage *s)
-{
-        return bytes_of(d, s);
-}
-
-/* ---------------------------------------------------------------------------
- * Peer access: two CPU devices of one user map each other's memory
- * ------------------------------------------------------------------------- */
-
-static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-
-/* This device's memory, for a peer daemon to map. */
-static int cpu_peer_export(cube__device *d, int *ret_fd, uint64_t *ret_size)
-{
-        int fd = fcntl(d->memory_fd, F_DUPFD_CLOEXEC, 0);
-
-        if (fd < 0)
-                return -errno;
-        *ret_fd = fd;
-        *ret_size = d->memory_limit;
-        return 0;
-}
-
-static uint64_t cpu_peer_offset(cube__device *d, cube__storage *s)
-{
-        (void) d;
-        return s->offset;
-}
-
-/* Sends the control message m with fd passed along (SCM_RIGHTS). */
-static int send_with_fd(int sock, const cube__msg *m, const void *payload, int fd)
-{
-        char buf[sizeof(*m) + 8];
-        union { struct cmsghdr h; char room[CMSG_SPACE(sizeof(int))]; } u;
-        struct iovec iov = { buf, sizeof(*m) + m->len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.room,
-                             .msg_controllen = sizeof(u.room) };
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        ssize_t n;
-
-        if (m->len > 8)
-                return -EINVAL;
-        memset(&u, 0, sizeof(u));
-        memcpy(buf, m, sizeof(*m));
-        memcpy(buf + sizeof(*m), payload, m->len);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        do
-                n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-                return -errno;
-        return (size_t) n == iov.iov_len ? 0 : write_all(sock, buf + n, iov.iov_len - (size_t) n);
-}
-
-/* Maps a peer's memory here and in the device process, which builds PoCL
- * buffers over it as it does over device memory. Takes fd. */
-static cube_error *cpu_peer_attach(cube__device *d, int fd, uint64_t size, uint32_t *ret_slot)
-{
-        cube__msg msg = { .type = CUBE__MSG_PEER, .len = 8 };
-        cube__msg_reply rep = { 0 };
-        char reason[512] = "";
-        struct stat st;
-        uint32_t slot;
-        char *map;
-        int r = 0;
-
-        if (fstat(fd, &st) < 0 || (uint64_t) st.st_size < size || size == 0 ||
-            size > CUBE__PEER_SPAN) {
-                close(fd);
-                return cube__err_validation("the peer's memory descriptor does not hold the "
-                                            "%" PRIu64 " bytes it claims", size);
-        }
-        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-        if (map == MAP_FAILED) {
-                close(fd);
-                return defect(CUBE_IO_UNKNOWN, "cannot map the peer's memory: %s",
-                              strerror(errno));
-        }
-        pthread_mutex_lock(&d->control_lock);
-        slot = atomic_load(&d->n_peers);
-        if (slot >= CUBE__PEERS_MAX)
-                r = -ENOSPC;
-        else if (atomic_load(&d->dead))
-                r = -EPIPE;
-        msg.id = slot;
-        if (r == 0 && (r = send_with_fd(d->control_fd, &msg, &size, fd)) == 0 &&
-            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
-                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = read_all(d->control_fd, reason, keep);
-                reason[keep] = '\0';
-                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
-        }
-        if (r == 0 && rep.status == 0) {
-                d->peers[slot] = (peer_map) { map, size };
-                atomic_store(&d->n_peers, slot + 1);
-        }
-        pthread_mutex_unlock(&d->control_lock);
-        close(fd);
-        if (r == 0 && rep.status == 0) {
-                *ret_slot = slot;
-                return NULL;
-        }
-        munmap(map, size);
-        if (r == -ENOSPC)
-                return cube__err_validation("the CPU device maps at most %u peers",
-                                            CUBE__PEERS_MAX);
-        if (r < 0)
-                return defect(CUBE_IO_UNKNOWN, "the CPU device did not map the peer's memory: "
-                              "its process is gone");
-        return defect(CUBE_IO_UNKNOWN, "the CPU device could not map the peer's memory: %s",
-                      reason);
-}
-
-static cube_error *cpu_peer_storage(cube__device *d, uint32_t slot, uint64_t offset,
-                                    uint64_t size, cube__storage **ret_storage)
-{
-        cube__storage *s;
-
-        if (slot >= atomic_load(&d->n_peers) || offset > d->peers[slot].size ||
-            size > d->peers[slot].size - offset || offset / d->window !=
-            (offset + (size ? size - 1 : 0)) / d->window)
-                return cube__err_validation("%" PRIu64 " bytes at %" PRIu64 " do not lie in one "
-                                            "window of the peer's memory", size, offset);
-        if (!(s = calloc(1, sizeof(*s))))
-                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
-        *s = (cube__storage) { .size = size, .offset = offset, .extent = size, .peer = slot + 1 };
-        *ret_storage = s;
-        return NULL;
-}
-
-static cube_error *cpu_stream_open(cube__device *d, cube__dstream **ret_stream)
-{
-        cube__dstream *s = calloc(1, sizeof(*s));
-
-        if (!s)
-                return cube__err_generic("out of host memory creating a stream");
-        *ret_stream = s;
-        return NULL;
-}
-
-static void cpu_stream_close(cube__device *d, cube__dstream *s)
-{
-        bool busy;
-
-        pthread_mutex_lock(&d->lock);
-        busy = s->busy;
-        s->closed = true;
-        pthread_mutex_unlock(&d->lock);
-        if (!busy)
-                free(s);
-}
-
-/* Asks the device to write loop_fd when the last launch posted from the
- * loop thread has ended, or writes it now when nothing it waits for is on
- * the ring (under lock). */
-static void arm_loop(cube__device *d)
-{
-        uint64_t last = 0;
-
-        for (unsigned k = d->direct_n; k > 0 && !last; k--)
-                last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
-        /* Stored before the slot is read, as the device stores DONE before
-         * it reads this: one of the two sees the other. */
-        if (last) {
-                atomic_store(&d->ctl->loop_wanted, last);
-                if (atomic_load(&cube__q_slot(d->queue, last)->state) == CUBE__SLOT_DONE)
-                        notify_loop(d);
-        } else if (d->direct_n) {
-                notify_loop(d);         /* only fences and failures: they end now */
-        }
-}
-
-/* What the loop thread may post: work that takes cubed no time. */
-static bool postable(const cube__work *w)
-{
-        return w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH ||
-               w->op == CUBE__WORK_FENCE;
-}
-
-/* Whether all of w's chain is postable. */
-static bool all_postable(const cube__work *w)
-{
-        for (; w; w = w->next)
-                if (!postable(w))
-                        return false;
-        return true;
-}
-
-/* Posts the launches and fences at the head of stream s to the ring, from
- * the loop thread, while the loop may hold more (under lock). */
-static void post_direct(cube__device *d, cube__dstream *s)
-{
-        while (s->head && d->direct_n < CPU_DIRECT_MAX && postable(s->head)) {
-                cube__work *w = s->head;
-                uint64_t seq = 0;
-
-                s->head = w->next;
-                if (!s->head)
-                        s->tail = NULL;
-                w->next = NULL;
-                if (w->op != CUBE__WORK_FENCE)
-                        seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL, w->graph,
-                                   &w->error);
-                unsigned i = (d->direct_first + d->direct_n++) % CPU_DIRECT_MAX;
-                d->direct[i].w = w;
-                d->direct[i].seq = seq;
-                d->direct[i].s = s;
-                s->direct_n++;
-        }
-}
-
-/* Takes back what was posted from the loop thread and has ended, in order
- * (all of it once the device is dead), and hands it back (under lock). A
- * stream left with none of its work on the ring goes on: more of it is
- * posted, or it goes to the workers, which take it only after this hands
- * back what came before it. */
-static void harvest_direct(cube__device *d)
-{
-        cube__work *done = NULL, **tail = &done;
-        bool dead = atomic_load(&d->dead);
-
-        while (d->direct_n) {
-                unsigned i = d->direct_first;
-                uint64_t seq = d->direct[i].seq;
-                cube__dstream *s = d->direct[i].s;
-                cube__work *w = d->direct[i].w;
-
-                if (seq && !dead &&
-                    atomic_load(&cube__q_slot(d->queue, seq)->state) != CUBE__SLOT_DONE)
-                        break;
-                if (seq)
-                        harvest(d, seq, w);
-                d->direct_first = (i + 1) % CPU_DIRECT_MAX;
-                d->direct_n--;
-                *tail = w;
-                tail = &w->next;
-                if (--s->direct_n == 0 && s->head) {
-                        post_direct(d, s);
-                        make_ready(d, s);
-                }
-        }
-        if (done)
-                d->config.complete(d->config.complete_ctx, done);
-}
-
-static void cpu_loop_ready(cube__device *d)
-{
-        pthread_mutex_lock(&d->lock);
-        harvest_direct(d);
-        arm_loop(d);
-        pthread_mutex_unlock(&d->lock);
-}
-
-static void cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
-{
-        cube__work *last = w;
-
-        while (last->next)
-                last = last->next;
-        pthread_mutex_lock(&d->lock);
-        if (s->tail)
-                s->tail->next = w;
-        else
-                s->head = w;
-        s->tail = last;
-        /* A stream a worker holds, or will, keeps its order there; so does
-         * a chain with a copy in it, which a worker then takes whole rather
-         * than after a trip through the loop. */
-        if (d->config.loop_fd >= 0 && !s->busy && !s->ready &&
-            (s->direct_n || (s->head == w && all_postable(w)))) {
-                post_direct(d, s);
-                arm_loop(d);
-        }
-        make_ready(d, s);
-        pthread_mutex_unlock(&d->lock);
-}
-
 static const char *cpu_target(cube__device *d)
 {
         return d->target;
-}
-
-/* ---------------------------------------------------------------------------
- * Compiling and loading
- * ------------------------------------------------------------------------- */
-
-/* Build failures that say nothing about the kernel: the compiler, the host
- * or the cache directory let it down. They are defects, never refusals, and
- * the core compiles again at a later launch. */
-static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-static cube_error *defect(cube_error_kind kind, const char *fmt, ...)
-{
-        char reason[4096];
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(reason, sizeof(reason), fmt, ap);
-        va_end(ap);
-        if (kind == CUBE_IO_UNKNOWN)
-                return cube__err_wrap(CUBE_SERVER_IO, cube__err_text(kind, "%s", reason));
-        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(kind, "%s", reason));
-}
-
-static char *read_text(const char *path, size_t max)
-{
-        char *buf = calloc(1, max + 1);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd >= 0 && buf && (n = read(fd, buf, max)) > 0)
-                buf[n] = '\0';
-        if (fd >= 0)
-                close(fd);
-        return buf;
-}
-
-static int write_file(const char *path, const char *text)
-{
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), r;
-
-        if (fd < 0)
-                return -errno;
-        r = write_all(fd, text, strlen(text));
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        return r;
-}
-
-/* Says what a builder that did not exit 0 means. The rule: a build stopped
- * by its own limits (CPU time, file size, address space) is the source's
- * doing, a refusal; one that died otherwise, or outlived its wall-clock
- * limit without using its CPU time (starved, not runaway), is a defect. */
-static cube_error *judge(const cube__kernel_desc *desc, int status, const struct rusage *ru,
-                         bool wall_timeout, unsigned cpu_s, const char *log)
-{
-        double cpu = (double) ru->ru_utime.tv_sec + (double) ru->ru_stime.tv_sec +
-                     ((double) ru->ru_utime.tv_usec + (double) ru->ru_stime.tv_usec) / 1e6;
-        bool ran_out = cpu + 0.5 >= (double) cpu_s;
-        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-
-        if (wall_timeout && !ran_out)
-                return defect(CUBE_LAUNCH_UNKNOWN, "building kernel '%s' outlived its wall-clock "
-                              "limit after only %.1f s of CPU time (the machine is starved); a "
-                              "later launch tries again", desc->entry, cpu);
-        if (wall_timeout || ((sig == SIGXCPU || sig == SIGKILL) && ran_out))
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' ran past "
-                                      "its CPU time limit of %u s and was stopped", desc->entry,
-                                      cpu_s);
-        if (sig == SIGXFSZ)
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' wrote past "
-                                      "its output limit of %u MiB and was stopped", desc->entry,
-                                      COMPILE_FSIZE_MB);
-        if (sig && log && (strstr(log, "out of memory") || strstr(log, "bad_alloc") ||
-                           strstr(log, "Cannot allocate memory")))
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' ran past "
-                                      "its address-space limit of %u MiB and was stopped",
-                                      desc->entry, COMPILE_AS_MB);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 10)
-                return cube__err_text(CUBE_COMPILATION_GENERIC, "the OpenCL compiler could not "
-                                      "build kernel '%s':\n%s", desc->entry, log ? log : "");
-        if (sig)
-                return defect(CUBE_LAUNCH_UNKNOWN, "the kernel compiler died of %s while building "
-                              "kernel '%s'; a later launch tries again:\n%s", signal_name(sig),
-                              desc->entry, log ? log : "");
-        return defect(CUBE_LAUNCH_UNKNOWN, "the kernel compiler failed while building kernel "
-                      "'%s' (exit status %d); a later launch tries again:\n%s", desc->entry,
-                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, log ? log : "");
-}
-
-/* Runs the builder in a private directory beside the artifact, waits for it
- * within its wall-clock limit, and puts what it built at artifact_path. */
-static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const char *translated,
-                         const char *artifact_path)
-{
-        extern char **environ;
-        unsigned cpu_s = d->config.compile_cpu_s ? d->config.compile_cpu_s : 60;
-        char dir[PATH_MAX], path[PATH_MAX + 16], cpu_arg[16], as_arg[16], fs_arg[16];
-        const char *slash = strrchr(artifact_path, '/');
-        posix_spawn_file_actions_t fa;
-        struct rusage ru = { 0 };
-        int status = 0, r;
-        bool wall_timeout = false;
-        pid_t pid;
-        cube_error *e = NULL;
-
-        snprintf(dir, sizeof(dir), "%.*s/.build-XXXXXX", slash ? (int) (slash - artifact_path) : 1,
-                 slash ? artifact_path : ".");
-        if (!mkdtemp(dir))
-                return defect(CUBE_IO_UNKNOWN, "cannot create a build directory beside %s: %s; "
-                              "check the cache directory", artifact_path, strerror(errno));
-        snprintf(path, sizeof(path), "%s/kernel.cl", dir);
-        r = write_file(path, translated);
-        snprintf(path, sizeof(path), "%s/entry", dir);
-        if (r == 0)
-                r = write_file(path, desc->entry);
-        if (r < 0) {
-                e = defect(CUBE_IO_UNKNOWN, "cannot write the kernel source into %s: %s; check "
-                           "the cache directory", dir, strerror(-r));
-                goto out;
-        }
-        snprintf(cpu_arg, sizeof(cpu_arg), "%u", cpu_s);
-        snprintf(as_arg, sizeof(as_arg), "%u", COMPILE_AS_MB);
-        snprintf(fs_arg, sizeof(fs_arg), "%u", COMPILE_FSIZE_MB);
-        char *argv[] = { d->helper, (char *) "--build", dir, cpu_arg, as_arg, fs_arg, NULL };
-        snprintf(path, sizeof(path), "%s/stderr", dir);
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        r = posix_spawn(&pid, d->helper, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        if (r != 0) {
-                e = defect(CUBE_LAUNCH_UNKNOWN, "cannot run the kernel compiler (%s): %s",
-                           d->helper, strerror(r));
-                goto out;
-        }
-
-        uint64_t deadline = now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
-        for (;;) {
-                pid_t w = wait4(pid, &status, WNOHANG, &ru);
-                if (w == pid)
-                        break;
-                if (w < 0 && errno != EINTR) {
-                        status = -1;
-                        break;
-                }
-                if (now_ns() > deadline) {
-                        kill(pid, SIGKILL);
-                        while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
-                                ;
-                        wall_timeout = true;
-                        break;
-                }
-                struct timespec t = { 0, 2 * 1000 * 1000 };
-                nanosleep(&t, NULL);
-        }
-        if (wall_timeout || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                char *log, *err;
-                snprintf(path, sizeof(path), "%s/log", dir);
-                log = read_text(path, 16 * 1024);
-                snprintf(path, sizeof(path), "%s/stderr", dir);
-                err = read_text(path, 4 * 1024);
-                if (log && err && err[0] && !log[0]) {
-                        free(log);
-                        log = err;
-                        err = NULL;
-                }
-                e = judge(desc, status, &ru, wall_timeout, cpu_s, log);
-                free(log);
-                free(err);
-                goto out;
-        }
-        snprintf(path, sizeof(path), "%s/artifact", dir);
-        if (rename(path, artifact_path) < 0)
-                e = defect(CUBE_IO_UNKNOWN, "cannot store the compiled kernel at %s: %s; check "
-                           "the cache directory", artifact_path, strerror(errno));
-out:
-        rm_tree(dir);
-        return e;
-}
-
-static cube_error *cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
-{
-        char *translated = NULL;
-        cube_error *e;
-
-        if ((e = cube__cpu_translate(desc, &translated)))
-                return e;
-        while (sem_wait(&d->compiles) < 0 && errno == EINTR)
-                ;
-        e = build(d, desc, translated, path);
-        sem_post(&d->compiles);
-        free(translated);
-        return e;
-}
-
-static cube_error *cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
-                            cube__module **ret_module, uint32_t *ret_shared_bytes)
-{
-        cube__artifact_head head;
-        cube__module *m;
-        cube__msg msg = { .type = CUBE__MSG_LOAD };
-        cube__msg_reply rep = { 0 };
-        char *payload = NULL, reason[1024] = "";
-        size_t elen = strlen(desc->entry);
-        int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
-
-        if (fd < 0)
-                return defect(CUBE_IO_UNKNOWN, "cannot open %s: %s", path, strerror(errno));
-        if (read_all(fd, &head, sizeof(head)) < 0 ||
-            strncmp(head.magic, CUBE__ARTIFACT_MAGIC, sizeof(head.magic)) != 0 ||
-            head.binary_bytes == 0 || head.binary_bytes > (128u << 20)) {
-                close(fd);
-                return defect(CUBE_LAUNCH_UNKNOWN, "%s is not a kernel the CPU device built",
-                              path);
-        }
-        payload = malloc(elen + 1 + head.binary_bytes);
-        if (!payload || read_all(fd, payload + elen + 1, head.binary_bytes) < 0) {
-                close(fd);
-                free(payload);
-                return defect(CUBE_LAUNCH_UNKNOWN, "cannot read the kernel binary in %s", path);
-        }
-        close(fd);
-        memcpy(payload, desc->entry, elen + 1);
-        if (!(m = calloc(1, sizeof(*m)))) {
-                free(payload);
-                return defect(CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory loading a kernel");
-        }
-        msg.len = (uint32_t) (elen + 1 + head.binary_bytes);
-        msg.n_buffers = desc->n_buffers;
-        pthread_mutex_lock(&d->control_lock);
-        msg.id = m->id = d->next_module++;
-        if (atomic_load(&d->dead))
-                r = -EPIPE;
-        if (r == 0 && (r = write_all(d->control_fd, &msg, sizeof(msg))) == 0 &&
-            (r = write_all(d->control_fd, payload, msg.len)) == 0 &&
-            (r = read_all(d->control_fd, &rep, sizeof(rep))) == 0) {
-                uint32_t keep = rep.len < sizeof(reason) ? rep.len : sizeof(reason) - 1;
-                r = read_all(d->control_fd, reason, keep);
-                reason[keep] = '\0';
-                for (uint32_t left = rep.len - keep; r == 0 && left > 0; left--)
-                        r = read_all(d->control_fd, (char[1]) { 0 }, 1);
-        }
-        pthread_mutex_unlock(&d->control_lock);
-        free(payload);
-        if (r < 0 || rep.status != 0) {
-                free(m);
-                if (r < 0)
-                        return defect(CUBE_LAUNCH_UNKNOWN, "the CPU device did not load kernel "
-                                      "'%s': its process is gone", desc->entry);
-                return defect(CUBE_LAUNCH_UNKNOWN, "the CPU device could not load kernel '%s' "
-                              "from %s: %s", desc->entry, path, reason);
-        }
-        m->n_buffers = desc->n_buffers;
-        *ret_shared_bytes = head.shared_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t) head.shared_bytes;
-        *ret_module = m;
-        return NULL;
-}
-
-/* Sends a control message that has no answer (m->len bytes of payload
- * follow it); a device that is gone is not written to. */
-static int send_notice(cube__device *d, const cube__msg *m, const void *payload)
-{
-        int r = -EPIPE;
-
-        pthread_mutex_lock(&d->control_lock);
-        if (!atomic_load(&d->dead) && (r = write_all(d->control_fd, m, sizeof(*m))) == 0 &&
-            m->len)
-                r = write_all(d->control_fd, payload, m->len);
-        pthread_mutex_unlock(&d->control_lock);
-        return r;
-}
-
-static void cpu_unload(cube__device *d, cube__module *m)
-{
-        if (!m)
-                return;
-        (void) send_notice(d, &(cube__msg) { .type = CUBE__MSG_UNLOAD, .id = m->id }, NULL);
-        free(m);
-}
-
-/* Hands the device process a captured graph to keep: a replay is then one
- * slot of the ring instead of one per launch. Graphs beyond what the device
- * keeps (queue.h) replay through their launches. */
-static cube_error *cpu_graph_create(cube__device *d, cube__launch_work *const *launches,
-                                    size_t n, const char *label, cube__dgraph **ret_graph)
-{
-        cube__msg msg = { .type = CUBE__MSG_GRAPH };
-        size_t bytes = 0, at = 0;
-        cube__dgraph *g;
-        char *payload;
-
-        if (n > CUBE__QG_LAUNCHES || d->graph_launches + n > CUBE__QG_TOTAL)
-                return cube__err_generic("the CPU device keeps graphs of at most %u launches, "
-                                         "%u in all (%u kept now)", CUBE__QG_LAUNCHES,
-                                         CUBE__QG_TOTAL, d->graph_launches);
-        for (size_t i = 0; i < n; i++) {
-                if ((uint64_t) launches[i]->n_buffers + launches[i]->n_info > CUBE__Q_SLOT_WORDS)
-                        return cube__err_generic("launch %zu carries too many words", i);
-                bytes += sizeof(cube__qlaunch) +
-                         ((size_t) launches[i]->n_buffers + launches[i]->n_info) * 8;
-        }
-        if (bytes > CUBE__QG_BYTES)
-                return cube__err_generic("the CPU device keeps graphs of at most %u bytes of "
-                                         "launch records; this one has %zu", CUBE__QG_BYTES,
-                                         bytes);
-        g = calloc(1, sizeof(*g));
-        payload = malloc(bytes ? bytes : 1);
-        if (g)
-                g->kernels = calloc(n, sizeof(*g->kernels));
-        if (!g || !payload || !g->kernels) {
-                if (g)
-                        free(g->kernels);
-                free(g);
-                free(payload);
-                return cube__err_generic("out of host memory");
-        }
-        for (size_t i = 0; i < n; i++) {
-                const cube__launch_work *l = launches[i];
-                cube__qlaunch rec = {
-                        .module = l->module->id, .n_buffers = l->n_buffers, .n_info = l->n_info,
-                        .metadata_offset = l->metadata_offset,
-                        .dynamic_offset = l->dynamic_offset,
-                };
-                memcpy(rec.count, l->count, sizeof(rec.count));
-                memcpy(rec.dim, l->dim, sizeof(rec.dim));
-                memcpy(payload + at, &rec, sizeof(rec));
-                at += sizeof(rec);
-                for (uint32_t b = 0; b < l->n_buffers; b++, at += 8) {
-                        uint64_t address = device_address(l, b);
-                        memcpy(payload + at, &address, 8);
-                }
-                memcpy(payload + at, l->info, (size_t) l->n_info * 8);
-                at += (size_t) l->n_info * 8;
-                snprintf(g->kernels[i], sizeof(g->kernels[i]), "%s", l->kernel);
-        }
-        g->n = (uint32_t) n;
-        snprintf(g->label, sizeof(g->label), "%s", label);
-        msg.id = g->id = ++d->next_graph;
-        msg.n_buffers = g->n;
-        msg.len = (uint32_t) bytes;
-        /* A device that is gone fails the replays, as it fails launches. */
-        (void) send_notice(d, &msg, payload);
-        free(payload);
-        d->graph_launches += g->n;
-        *ret_graph = g;
-        return NULL;
-}
-
-static void cpu_graph_destroy(cube__device *d, cube__dgraph *g)
-{
-        if (!g)
-                return;
-        (void) send_notice(d, &(cube__msg) { .type = CUBE__MSG_GRAPH_FREE, .id = g->id }, NULL);
-        pthread_mutex_lock(&d->post_lock);
-        for (unsigned i = 0; i < CUBE__Q_SLOTS; i++)
-                if (d->slot_graph[i] == g)
-                        d->slot_graph[i] = NULL;
-        pthread_mutex_unlock(&d->post_lock);
-        d->graph_launches -= g->n;
-        free(g->kernels);
-        free(g);
 }
 
 const cube__driver cube__driver_cpu = {
@@ -1682,22 +557,22 @@ const cube__driver cube__driver_cpu = {
         .open = cpu_open,
         .close = cpu_close,
         .properties = cpu_properties,
-        .alloc = cpu_alloc,
-        .release = cpu_release,
-        .host_view = cpu_host_view,
-        .stream_open = cpu_stream_open,
-        .stream_close = cpu_stream_close,
-        .submit = cpu_submit,
-        .loop_ready = cpu_loop_ready,
+        .alloc = cube__cpu_alloc,
+        .release = cube__cpu_release,
+        .host_view = cube__cpu_host_view,
+        .stream_open = cube__cpu_stream_open,
+        .stream_close = cube__cpu_stream_close,
+        .submit = cube__cpu_submit,
+        .loop_ready = cube__cpu_loop_ready,
         .artifact_ext = "ocl",
         .target = cpu_target,
-        .compile = cpu_compile,
-        .load = cpu_load,
-        .unload = cpu_unload,
-        .graph_create = cpu_graph_create,
-        .graph_destroy = cpu_graph_destroy,
-        .peer_export = cpu_peer_export,
-        .peer_offset = cpu_peer_offset,
-        .peer_attach = cpu_peer_attach,
-        .peer_storage = cpu_peer_storage,
+        .compile = cube__cpu_compile,
+        .load = cube__cpu_load,
+        .unload = cube__cpu_unload,
+        .graph_create = cube__cpu_graph_create,
+        .graph_destroy = cube__cpu_graph_destroy,
+        .peer_export = cube__cpu_peer_export,
+        .peer_offset = cube__cpu_peer_offset,
+        .peer_attach = cube__cpu_peer_attach,
+        .peer_storage = cube__cpu_peer_storage,
 };

@@ -3,11 +3,13 @@
  *
  * The CPU device is a process of its own (device-main.c). cubed and the
  * device both map two memfds: device memory, and this control block with its
- * launch slots. Launches go one way through the slots and completions come
- * back in the same slots; a futex word in each direction is the doorbell, rung
- * only when the other side says it sleeps, so a burst of launches costs no
- * system call per launch. Nothing but loads (module binaries, rare) travels
- * on the control socket.
+ * launch slots. Launches (and replays of the graphs the device keeps) go one
+ * way through the slots and completions come back in the same slots; a futex
+ * word in each direction is the doorbell, rung only when the other side says
+ * it sleeps, so a burst of launches costs no system call per launch. Only
+ * what is rare travels on the control socket (CUBE__MSG_*): program binaries
+ * to load and unload, a peer's memory (its descriptor passed along), and the
+ * launches of a graph for the device to keep, and to drop.
  *
  * The device is not trusted: a kernel can scribble over this block (its info
  * words live in it). cubed reads from it only sequence numbers and bounded
@@ -19,6 +21,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CUBE__Q_MAGIC 0x63756265u       /* "cube" */
 #define CUBE__Q_SLOTS 256u
@@ -146,6 +151,13 @@ typedef struct cube__msg_reply {
  * (of at most CUBE__PEER_SPAN bytes) and each peer's never overlap. */
 #define CUBE__PEERS_MAX 16u
 #define CUBE__PEER_SPAN (1ull << 44)
+
+/* The futex call both sides make on the ring's futex words. */
+static inline long cube__q_futex(_Atomic uint32_t *word, int op, uint32_t val,
+                                 const struct timespec *timeout)
+{
+        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
 
 /* How long a side of the ring spins before it sleeps, given how long it
  * would like to: spinning pays only while the awaited side runs meanwhile.

@@ -46,6 +46,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "io.h"
 #include "transport.h"
 
 namespace {
@@ -58,44 +59,18 @@ constexpr uint64_t kGatherMax = 64 * 1024;
 /* The heads' slots, apart from those of Gloo's own collectives (gloo/types.h). */
 constexpr uint8_t kHeadSlotPrefix = 0x20;
 
-bool read_all(int fd, void *buf, size_t n)
-{
-        char *p = static_cast<char *>(buf);
-        while (n) {
-                ssize_t r = ::recv(fd, p, n, 0);
-                if (r <= 0)
-                        return false;
-                p += r;
-                n -= (size_t) r;
-        }
-        return true;
-}
-
-bool write_all(int fd, const void *buf, size_t n)
-{
-        const char *p = static_cast<const char *>(buf);
-        while (n) {
-                ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL);
-                if (r <= 0)
-                        return false;
-                p += r;
-                n -= (size_t) r;
-        }
-        return true;
-}
-
 bool write_blob(int fd, const void *p, uint32_t n)
 {
-        return write_all(fd, &n, 4) && write_all(fd, p, n);
+        return cube__write_all(fd, &n, 4) == 0 && cube__write_all(fd, p, n) == 0;
 }
 
 bool read_blob(int fd, std::string *ret)
 {
         uint32_t n;
-        if (!read_all(fd, &n, 4) || n > (64u << 20))
+        if (cube__read_all(fd, &n, 4) < 0 || n > (64u << 20))
                 return false;
         ret->resize(n);
-        return read_all(fd, &(*ret)[0], n);
+        return cube__read_all(fd, &(*ret)[0], n) == 0;
 }
 
 /* The store rank 0 serves: the map, the threads answering the others. */
@@ -171,9 +146,9 @@ private:
                 uint64_t nonce = 0;
                 char cmd;
                 std::string key, value;
-                if (!read_all(c, &nonce, 8) || nonce != nonce_)
+                if (cube__read_all(c, &nonce, 8) < 0 || nonce != nonce_)
                         return;
-                while (read_all(c, &cmd, 1) && read_blob(c, &key)) {
+                while (cube__read_all(c, &cmd, 1) == 0 && read_blob(c, &key)) {
                         if (cmd == 'S') {
                                 if (!read_blob(c, &value))
                                         return;
@@ -181,7 +156,7 @@ private:
                         } else {
                                 std::vector<char> v;
                                 uint8_t found = lookup(key, &v);
-                                if (!write_all(c, &found, 1) ||
+                                if (cube__write_all(c, &found, 1) < 0 ||
                                     (found && !write_blob(c, v.data(), (uint32_t) v.size())))
                                         return;
                         }
@@ -230,7 +205,7 @@ public:
                         std::this_thread::sleep_for(ms(20));
                 }
                 setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-                if (!write_all(fd_, &nonce, 8))
+                if (cube__write_all(fd_, &nonce, 8) < 0)
                         throw std::runtime_error("rank 0's rendezvous store closed");
         }
         ~RemoteStore() override
@@ -241,7 +216,8 @@ public:
         void set(const std::string &key, const std::vector<char> &data) override
         {
                 char cmd = 'S';
-                if (!write_all(fd_, &cmd, 1) || !write_blob(fd_, key.data(), (uint32_t) key.size()) ||
+                if (cube__write_all(fd_, &cmd, 1) < 0 ||
+                    !write_blob(fd_, key.data(), (uint32_t) key.size()) ||
                     !write_blob(fd_, data.data(), (uint32_t) data.size()))
                         throw std::runtime_error("rank 0's rendezvous store closed");
         }
@@ -250,8 +226,9 @@ public:
                 char cmd = 'G';
                 uint8_t found = 0;
                 std::string v;
-                if (!write_all(fd_, &cmd, 1) || !write_blob(fd_, key.data(), (uint32_t) key.size()) ||
-                    !read_all(fd_, &found, 1))
+                if (cube__write_all(fd_, &cmd, 1) < 0 ||
+                    !write_blob(fd_, key.data(), (uint32_t) key.size()) ||
+                    cube__read_all(fd_, &found, 1) < 0)
                         throw std::runtime_error("rank 0's rendezvous store closed or timed out");
                 if (!found || !read_blob(fd_, &v))
                         throw std::runtime_error("timed out waiting for member key " + key);

@@ -1,5 +1,6 @@
 /*
- * dialect.c - the rules of the kernel dialect that no compiler enforces.
+ * dialect-check.c - the check of every kernel source, whatever its backend,
+ * against the rules of the kernel dialect that no compiler enforces.
  *
  * One source runs on every device, so the dialect (docs/KERNELS.md) is the
  * part of C that both OpenCL C and CUDA C++ compile, without a C library. A

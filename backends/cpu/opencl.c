@@ -1,13 +1,14 @@
 /*
- * dialect.c - the kernel dialect (docs/KERNELS.md) as OpenCL C for PoCL.
+ * opencl.c - the kernel dialect (docs/KERNELS.md) rewritten as OpenCL C, for
+ * PoCL on the CPU device.
  *
  * One source runs on every device, so the dialect is the part of C that both
- * OpenCL C and CUDA C++ compile, without a C library (backends/dialect.c
+ * OpenCL C and CUDA C++ compile, without a C library (backends/dialect-check.c
  * checks the rules no compiler would catch). This file rewrites the entry
- * point for the CPU device: every buffer
- * parameter becomes a window of device memory and a byte offset into it,
- * rebased at the top of the body, and INFO becomes a pointer into the launch ring.
- * The prelude supplies the rest.
+ * point for the CPU device: every buffer parameter becomes a window of
+ * device memory and a byte offset into it, rebased at the top of the body,
+ * and INFO becomes a pointer into the launch ring. The prelude supplies the
+ * rest.
  */
 #include <ctype.h>
 #include <stdarg.h>

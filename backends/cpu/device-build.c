@@ -1,0 +1,180 @@
+/*
+ * device-build.c - cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB
+ * FILE_SIZE_MB: one kernel compiled, in a sandbox.
+ *
+ * A short-lived compiler run: under limits it sets itself (CPU time,
+ * address space, file size), without a network, writing only into DIR, it
+ * builds DIR/kernel.cl with PoCL and writes the program binary to
+ * DIR/artifact (queue.h's artifact header first). Exit 0: built; 10: the
+ * source did not build (DIR/log has the compiler's words); 11: anything else.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "io.h"
+#include "queue.h"
+#include "seal.h"
+
+#define EXIT_SOURCE 10
+#define EXIT_DEFECT 11
+
+static int build_fail(FILE *log, int code, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (log) {
+                vfprintf(log, fmt, ap);
+                fputc('\n', log);
+                fclose(log);
+        }
+        va_end(ap);
+        return code;
+}
+
+static char *slurp(const char *path, size_t *ret_len)
+{
+        FILE *f = fopen(path, "rb");
+        char *buf = NULL;
+        long len;
+
+        if (!f)
+                return NULL;
+        if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (buf = malloc((size_t) len + 1)) && fread(buf, 1, (size_t) len, f) == (size_t) len) {
+                buf[len] = '\0';
+                *ret_len = (size_t) len;
+        } else {
+                free(buf);
+                buf = NULL;
+        }
+        fclose(f);
+        return buf;
+}
+
+int cube__dev_build_main(int argc, char **argv)
+{
+        char path[PATH_MAX];
+        const char *dir;
+        cpu_devices devs;
+        cl_device_id device;
+        cl_context context;
+        cl_program program;
+        cl_kernel kernels[1];
+        cl_uint n_kernels = 0;
+        cl_int err;
+        size_t src_len;
+        char *src, *entry;
+        FILE *log;
+
+        if (argc != 6)
+                return EXIT_DEFECT;
+        dir = argv[2];
+        /* The limits come first: whatever the source makes the compiler do
+         * happens under them. */
+        cube__dev_limit(RLIMIT_CPU, (rlim_t) strtoul(argv[3], NULL, 10));
+#if !defined(__SANITIZE_ADDRESS__)
+        cube__dev_limit(RLIMIT_AS, (rlim_t) strtoul(argv[4], NULL, 10) << 20);
+#endif
+        cube__dev_limit(RLIMIT_FSIZE, (rlim_t) strtoul(argv[5], NULL, 10) << 20);
+        cube__dev_limit(RLIMIT_CORE, 0);
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        (void) unshare(CLONE_NEWNET);
+        (void) cube__seal_privileges();
+        (void) cube__seal_landlock(dir, false);
+
+        snprintf(path, sizeof(path), "%s/log", dir);
+        if (!(log = fopen(path, "w")))
+                return EXIT_DEFECT;
+        snprintf(path, sizeof(path), "%s/kernel.cl", dir);
+        if (!(src = slurp(path, &src_len)))
+                return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
+        snprintf(path, sizeof(path), "%s/entry", dir);
+        if (!(entry = slurp(path, &src_len)))
+                return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
+        setenv("POCL_CACHE_DIR", dir, 1);
+        if (cube__dev_find_devices(&devs) < 0 || devs.n == 0)
+                return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
+                                  "installed?)");
+        device = devs.ids[0];
+        context = clCreateContext(NULL, devs.n, devs.ids, NULL, NULL, &err);
+        if (!context)
+                return build_fail(log, EXIT_DEFECT, "clCreateContext: %d", err);
+        program = clCreateProgramWithSource(context, 1, (const char **) &src, NULL, &err);
+        if (!program)
+                return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
+        err = clBuildProgram(program, devs.n, devs.ids, "", NULL, NULL);
+        if (err != CL_SUCCESS) {
+                size_t n = 0;
+                char *text;
+                clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+                text = calloc(1, n + 1);
+                if (text)
+                        clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, n, text, NULL);
+                return build_fail(log, err == CL_BUILD_PROGRAM_FAILURE ? EXIT_SOURCE : EXIT_DEFECT,
+                                  "%s", text && *text ? text : "the OpenCL compiler failed");
+        }
+        err = clCreateKernelsInProgram(program, 0, NULL, &n_kernels);
+        kernels[0] = clCreateKernel(program, "cube__entry", &err);
+        if (!kernels[0])
+                return build_fail(log, EXIT_SOURCE, "the program has no kernel %s (%d)", entry, err);
+
+        cube__artifact_head head = { .magic = CUBE__ARTIFACT_MAGIC };
+        cl_ulong local = 0;
+        clGetKernelWorkGroupInfo(kernels[0], device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local),
+                                 &local, NULL);
+        head.shared_bytes = local;
+        /* Asking for the binaries makes PoCL build the generic work-group
+         * functions into them, so the sealed device never compiles. One per
+         * device, in cube__dev_find_devices' order (queue.h says how they are laid). */
+        cl_device_id order[2];
+        size_t sizes[2] = { 0, 0 };
+        unsigned char *bins[2] = { NULL, NULL };
+        uint64_t blob_head[3] = { devs.n, 0, 0 };
+        if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, devs.n * sizeof(cl_device_id), order,
+                             NULL) != CL_SUCCESS ||
+            clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, devs.n * sizeof(size_t), sizes,
+                             NULL) != CL_SUCCESS)
+                return build_fail(log, EXIT_DEFECT, "no program binaries");
+        for (cl_uint i = 0; i < devs.n; i++) {
+                if (sizes[i] == 0 || !(bins[i] = malloc(sizes[i])))
+                        return build_fail(log, EXIT_DEFECT, "no program binary for device %u", i);
+        }
+        err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, devs.n * sizeof(bins[0]), bins, NULL);
+        if (err != CL_SUCCESS)
+                return build_fail(log, EXIT_DEFECT, "clGetProgramInfo(BINARIES): %d", err);
+        /* The blob lists the binaries in cube__dev_find_devices' order, whatever
+         * order PoCL keeps them in. */
+        unsigned char *in_order[2];
+        for (cl_uint i = 0; i < devs.n; i++) {
+                cl_uint j = devs.n == 2 && order[0] != devs.ids[0] ? 1 - i : i;
+                in_order[i] = bins[j];
+                blob_head[1 + i] = sizes[j];
+        }
+        head.binary_bytes = (1 + devs.n) * sizeof(uint64_t);
+        for (cl_uint i = 0; i < devs.n; i++)
+                head.binary_bytes += blob_head[1 + i];
+
+        snprintf(path, sizeof(path), "%s/artifact", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        bool written = fd >= 0 && cube__write_all(fd, &head, sizeof(head)) == 0 &&
+                       cube__write_all(fd, blob_head, (1 + devs.n) * sizeof(uint64_t)) == 0;
+        for (cl_uint i = 0; written && i < devs.n; i++)
+                written = cube__write_all(fd, in_order[i], blob_head[1 + i]) == 0;
+        if (!written || fsync(fd) < 0 || close(fd) < 0)
+                return build_fail(log, EXIT_DEFECT, "cannot write %s: %s", path, strerror(errno));
+        fclose(log);
+        return 0;
+}

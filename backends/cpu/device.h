@@ -1,0 +1,100 @@
+/*
+ * device.h - cube-device, the CPU device's own process, as its files share
+ * it: PoCL's devices, the serving device's state, and the calls each file
+ * makes of another.
+ */
+#ifndef CUBE_CPU_DEVICE_H
+#define CUBE_CPU_DEVICE_H
+
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#include "queue.h"
+
+/* PoCL's CPU devices, as the device uses them: "spread" (PoCL's pthread
+ * device) runs a launch's cubes on a thread per core; "inline" (its basic
+ * device) runs them on the calling thread. A launch of one cube cannot be
+ * spread, and waking PoCL's workers for it costs tens of microseconds, so
+ * such launches run inline, in about one. Without a basic device every
+ * launch is spread. */
+typedef struct cpu_devices {
+        cl_platform_id platform;
+        cl_device_id ids[2];            /* [0] spread, [1] inline when n == 2 */
+        cl_uint n;
+} cpu_devices;
+
+#define DEVICE_BATCH 64         /* launches handed to PoCL at once */
+
+/* A loaded program, and its kernel object for the ring's launches. */
+typedef struct module {
+        cl_program program;
+        cl_kernel kernel;
+        uint32_t n_buffers;
+} module;
+
+/* The serving device. */
+typedef struct cube__dev_state {
+        cl_context context;
+        cpu_devices devs;
+        cl_command_queue queues[2];     /* one per device of devs */
+        cl_mem *windows, arena;
+        uint64_t window;                /* bytes of each window (queue.h) */
+        uint32_t n_windows;
+        pthread_mutex_t lock;           /* modules, peers */
+        module *modules;
+        uint32_t n_modules;
+        struct {                        /* peer devices' memory (queue.h) */
+                cl_mem *windows;
+                uint32_t n_windows;
+        } peers[CUBE__PEERS_MAX];
+} cube__dev_state;
+
+/* ---- the modes, and what they share (device-main.c) --------------------- */
+
+int cube__dev_find_devices(cpu_devices *ret);
+
+/* Sets a resource's soft and hard limit. */
+void cube__dev_limit(int resource, rlim_t value);
+
+/* ---- the build mode (device-build.c) ------------------------------------ */
+
+/* cube-device --build. */
+int cube__dev_build_main(int argc, char **argv);
+
+/* ---- the launch server (device-serve.c) --------------------------------- */
+
+/* The serving device's state. */
+extern cube__dev_state cube__dev;
+
+/* The control block, at the start of the ring. */
+extern cube__qctl *cube__ctl;
+
+/* cube-device --serve. */
+int cube__dev_serve_main(int argc, char **argv);
+
+/* Everything the device does to itself before a client's code can run. */
+int cube__dev_seal_self(const char *kcache);
+
+/* Whether a launch runs on the inline device (cpu_devices). */
+bool cube__dev_runs_inline(const cube__qlaunch *l);
+
+/* The PoCL buffer a launch's address lies in, and the offset there; NULL
+ * when it lies in none. */
+cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
+
+/* Waits for a queued launch's end; a launch the runtime failed keeps why. */
+void cube__dev_finish(cube__qslot *s, cl_event ev);
+
+/* ---- graphs the device keeps (device-graphs.c) -------------------------- */
+
+/* CUBE__MSG_GRAPH and CUBE__MSG_GRAPH_FREE, on the control thread. */
+void cube__dev_graph_message(const cube__msg *m, const char *payload);
+
+/* Runs a replay of a kept graph, posted in slot s. */
+void cube__dev_run_graph(cube__qslot *s);
+
+#endif
