@@ -1,6 +1,7 @@
 /*
  * errors.c - the error taxonomy: building cube_error trees, what they say,
- * the predicates callers branch on, and their msgpack encoding.
+ * and the predicates callers branch on (their msgpack encoding is in
+ * errors-wire.c).
  *
  * The tree mirrors the reference's enums (ServerError, LaunchError,
  * CompilationError, ResourceLimitError, IoError, ProfileError, DevicePoison)
@@ -9,6 +10,10 @@
  * never from the message. Everything that differs per variant (its name, its
  * family, the shape of its payload, the words around its fields) lives in one
  * table indexed by kind.
+ *
+ * It is long (about 1,100 lines) because the taxonomy is wide: a table entry,
+ * a constructor and an accessor per variant and field, kept beside the
+ * predicates that read them so a new variant is added in one file.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,39 +23,12 @@
 #include <string.h>
 
 #include "errors.h"
+#include "errors-table.h"
 #include "wire.h"
-
-/* Error levels a decoded tree may nest, the top level included. */
-#define CUBE_ERR_MAX_DEPTH 64
-
-/* What a variant carries, which is also how its payload is encoded. */
-enum payload {
-        PAYLOAD_UNIT,           /* nil */
-        PAYLOAD_WRAP,           /* the wrapped value itself, in members[0] */
-        PAYLOAD_TEXT,           /* {key: text} */
-        PAYLOAD_TEXT_PAIR,      /* {key: text, key2: text2} */
-        PAYLOAD_SIZE,           /* {size: a} */
-        PAYLOAD_LIMIT,          /* {requested: a, max: b} */
-        PAYLOAD_DIM,            /* {requested: [3], max: [3]} */
-        PAYLOAD_OPERATION,      /* {operation: name} */
-        PAYLOAD_MAPPING,        /* {size: a, source: members[0]} */
-        PAYLOAD_UNWRITTEN,      /* {failure: a, claimed: b, chain, root: members[0]} */
-        PAYLOAD_SEVERAL,        /* {errors: members} */
-};
-
-struct kind_info {
-        const char *name;               /* the reference's variant name */
-        cube__err_family family;
-        enum payload payload;
-        cube__err_family inner;         /* family of the source, root or members */
-        const char *key, *key2;         /* map keys of the text fields */
-        bool narrow;                    /* LIMIT: the fields are u32 in the reference */
-        const char *lead, *mid, *tail;  /* the message around the fields */
-};
 
 #define F(x) CUBE__FAMILY_##x
 
-static const struct kind_info kind_table[CUBE_DEVICE_POISON + 1] = {
+const struct cube__err_info cube__err_table[CUBE__ERR_KINDS] = {
         /* ServerError */
         [CUBE_SERVER_VALIDATION] = {
                 "Validation", F(SERVER), PAYLOAD_TEXT, .key = "message",
@@ -216,7 +194,7 @@ static const char *const family_names[] = {
 };
 
 /* The reference's Display of Collective, which is also its wire name. */
-static const char *const collective_names[CUBE_COLLECTIVE_MAX_] = {
+const char *const cube__err_collective_names[CUBE_COLLECTIVE_MAX_] = {
         [CUBE_COLLECTIVE_COMM_INIT] = "comm_init",
         [CUBE_COLLECTIVE_ALL_REDUCE] = "all_reduce",
         [CUBE_COLLECTIVE_ALL_GATHER] = "all_gather",
@@ -229,34 +207,34 @@ static const char *const collective_names[CUBE_COLLECTIVE_MAX_] = {
         [CUBE_COLLECTIVE_PEER_ACCESS] = "peer_access",
 };
 
-static const struct kind_info *kind_info(cube_error_kind kind)
+const struct cube__err_info *cube__err_info(cube_error_kind kind)
 {
-        if ((unsigned) kind >= sizeof(kind_table) / sizeof(kind_table[0]))
+        if ((unsigned) kind >= sizeof(cube__err_table) / sizeof(cube__err_table[0]))
                 return NULL;
-        if (!kind_table[kind].name)
+        if (!cube__err_table[kind].name)
                 return NULL;
-        return &kind_table[kind];
+        return &cube__err_table[kind];
 }
 
-static enum payload payload_of(const cube_error *e)
+enum cube__err_payload cube__err_payload(const cube_error *e)
 {
-        const struct kind_info *info = e ? kind_info(e->kind) : NULL;
+        const struct cube__err_info *info = e ? cube__err_info(e->kind) : NULL;
 
         return info ? info->payload : PAYLOAD_UNIT;
 }
 
 cube__err_family cube__err_family_of(cube_error_kind kind)
 {
-        const struct kind_info *info = kind_info(kind);
+        const struct cube__err_info *info = cube__err_info(kind);
 
         return info ? info->family : CUBE__FAMILY_INVALID;
 }
 
 /* The single error a wrapping variant, StorageMappingFailed or Unwritten
  * stands on; NULL for every other kind. */
-static const cube_error *source_of(const cube_error *e)
+const cube_error *cube__err_source(const cube_error *e)
 {
-        switch (payload_of(e)) {
+        switch (cube__err_payload(e)) {
         case PAYLOAD_WRAP:
         case PAYLOAD_MAPPING:
         case PAYLOAD_UNWRITTEN:
@@ -287,7 +265,7 @@ void cube_error_free(cube_error *e)
         free(e);
 }
 
-static cube_error *node_new(cube_error_kind kind)
+cube_error *cube__err_node_new(cube_error_kind kind)
 {
         cube_error *e = calloc(1, sizeof(*e));
 
@@ -316,7 +294,7 @@ cube_error *cube_error_clone(const cube_error *e)
         if (!e)
                 return NULL;
 
-        c = node_new(e->kind);
+        c = cube__err_node_new(e->kind);
         if (!c)
                 return NULL;
 
@@ -388,7 +366,7 @@ static char *vformat(const char *fmt, va_list ap)
 }
 
 /* Takes ownership of source: it becomes members[0], or is freed. */
-static int attach_source(cube_error *e, cube_error *source)
+int cube__err_attach(cube_error *e, cube_error *source)
 {
         e->members = malloc(sizeof(*e->members));
         if (!e->members) {
@@ -400,23 +378,23 @@ static int attach_source(cube_error *e, cube_error *source)
         return 0;
 }
 
-static bool has_payload(cube_error_kind kind, enum payload payload)
+static bool has_payload(cube_error_kind kind, enum cube__err_payload payload)
 {
-        const struct kind_info *info = kind_info(kind);
+        const struct cube__err_info *info = cube__err_info(kind);
 
         return info && info->payload == payload;
 }
 
 cube_error *cube__err_new(cube_error_kind kind)
 {
-        const struct kind_info *info = kind_info(kind);
+        const struct cube__err_info *info = cube__err_info(kind);
 
         /* A variant that stands on another error has a constructor taking it. */
         if (!info || info->payload == PAYLOAD_WRAP || info->payload == PAYLOAD_MAPPING ||
             info->payload == PAYLOAD_UNWRITTEN)
                 return NULL;
 
-        return node_new(kind);
+        return cube__err_node_new(kind);
 }
 
 static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap)
@@ -429,7 +407,7 @@ static cube_error *text_new_va(cube_error_kind kind, const char *fmt, va_list ap
         if (!has_payload(kind, PAYLOAD_TEXT))
                 return NULL;
 
-        e = node_new(kind);
+        e = cube__err_node_new(kind);
         if (!e)
                 return NULL;
 
@@ -454,7 +432,7 @@ cube_error *cube__err_text(cube_error_kind kind, const char *fmt, ...)
 
 cube_error *cube__err_wrap(cube_error_kind kind, cube_error *source)
 {
-        const struct kind_info *info = kind_info(kind);
+        const struct cube__err_info *info = cube__err_info(kind);
         cube_error *e;
 
         if (!info || info->payload != PAYLOAD_WRAP || !source ||
@@ -463,12 +441,12 @@ cube_error *cube__err_wrap(cube_error_kind kind, cube_error *source)
                 return NULL;
         }
 
-        e = node_new(kind);
+        e = cube__err_node_new(kind);
         if (!e) {
                 cube_error_free(source);
                 return NULL;
         }
-        if (attach_source(e, source) < 0) {
+        if (cube__err_attach(e, source) < 0) {
                 cube_error_free(e);
                 return NULL;
         }
@@ -482,7 +460,7 @@ cube_error *cube__err_size(cube_error_kind kind, uint64_t size)
         if (!has_payload(kind, PAYLOAD_SIZE))
                 return NULL;
 
-        e = node_new(kind);
+        e = cube__err_node_new(kind);
         if (e)
                 e->a = size;
         return e;
@@ -512,7 +490,7 @@ cube_error *cube__err_generic(const char *fmt, ...)
 
 static cube_error *pair_new(cube_error_kind kind, const char *text, const char *text2)
 {
-        cube_error *e = node_new(kind);
+        cube_error *e = cube__err_node_new(kind);
 
         if (!e)
                 return NULL;
@@ -545,7 +523,7 @@ cube_error *cube__err_no_device_transport(cube_collective operation)
         if ((unsigned) operation >= CUBE_COLLECTIVE_MAX_)
                 return NULL;
 
-        e = node_new(CUBE_SERVER_NO_DEVICE_TRANSPORT);
+        e = cube__err_node_new(CUBE_SERVER_NO_DEVICE_TRANSPORT);
         if (e)
                 e->operation = operation;
         return e;
@@ -582,7 +560,7 @@ cube_error *cube__err_poison(const char *fmt, ...)
  * producing a value the decoder would refuse. */
 cube_error *cube__err_resource(cube_error_kind kind, uint64_t requested, uint64_t max)
 {
-        const struct kind_info *info = kind_info(kind);
+        const struct cube__err_info *info = cube__err_info(kind);
         cube_error *e;
 
         if (!info || info->payload != PAYLOAD_LIMIT)
@@ -595,7 +573,7 @@ cube_error *cube__err_resource(cube_error_kind kind, uint64_t requested, uint64_
                         max = UINT32_MAX;
         }
 
-        e = node_new(kind);
+        e = cube__err_node_new(kind);
         if (!e)
                 return NULL;
         e->a = requested;
@@ -610,7 +588,7 @@ cube_error *cube__err_cube_dim(const uint32_t requested[3], const uint32_t max[3
         if (!requested || !max)
                 return NULL;
 
-        e = node_new(CUBE_RESOURCE_CUBE_DIM);
+        e = cube__err_node_new(CUBE_RESOURCE_CUBE_DIM);
         if (!e)
                 return NULL;
         memcpy(e->dim_requested, requested, sizeof(e->dim_requested));
@@ -627,13 +605,13 @@ cube_error *cube__err_storage_mapping_failed(uint64_t size, cube_error *io_sourc
                 return NULL;
         }
 
-        e = node_new(CUBE_IO_STORAGE_MAPPING_FAILED);
+        e = cube__err_node_new(CUBE_IO_STORAGE_MAPPING_FAILED);
         if (!e) {
                 cube_error_free(io_source);
                 return NULL;
         }
         e->a = size;
-        if (attach_source(e, io_source) < 0) {
+        if (cube__err_attach(e, io_source) < 0) {
                 cube_error_free(e);
                 return NULL;
         }
@@ -649,7 +627,7 @@ cube_error *cube__err_unwritten(uint64_t failure, uint32_t claimed, char **chain
             (!chain && n_chain > 0))
                 goto fail;
 
-        e = node_new(CUBE_SERVER_UNWRITTEN);
+        e = cube__err_node_new(CUBE_SERVER_UNWRITTEN);
         if (!e)
                 goto fail;
 
@@ -661,7 +639,7 @@ cube_error *cube__err_unwritten(uint64_t failure, uint32_t claimed, char **chain
         } else
                 free(chain);
 
-        if (attach_source(e, root) < 0) {
+        if (cube__err_attach(e, root) < 0) {
                 cube_error_free(e);
                 return NULL;
         }
@@ -677,7 +655,7 @@ fail:
 
 cube_error *cube__err_several(void)
 {
-        return node_new(CUBE_SERVER_SEVERAL);
+        return cube__err_node_new(CUBE_SERVER_SEVERAL);
 }
 
 /* Consumes member whatever happens. A NULL member is a constructor that ran
@@ -721,21 +699,21 @@ cube_error_kind cube_error_kind_of(const cube_error *e)
 
 const char *cube_error_variant(const cube_error *e)
 {
-        const struct kind_info *info = e ? kind_info(e->kind) : NULL;
+        const struct cube__err_info *info = e ? cube__err_info(e->kind) : NULL;
 
         return info ? info->name : NULL;
 }
 
 const char *cube_error_family(const cube_error *e)
 {
-        const struct kind_info *info = e ? kind_info(e->kind) : NULL;
+        const struct cube__err_info *info = e ? cube__err_info(e->kind) : NULL;
 
         return info ? family_names[info->family] : NULL;
 }
 
 const char *cube_error_reason(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_TEXT ? e->text : NULL;
+        return cube__err_payload(e) == PAYLOAD_TEXT ? e->text : NULL;
 }
 
 const char *cube_error_kernel(const cube_error *e)
@@ -771,24 +749,24 @@ const char *cube_error_requested_service(const cube_error *e)
 
 uint64_t cube_error_size(const cube_error *e)
 {
-        enum payload p = payload_of(e);
+        enum cube__err_payload p = cube__err_payload(e);
 
         return p == PAYLOAD_SIZE || p == PAYLOAD_MAPPING ? e->a : 0;
 }
 
 uint64_t cube_error_requested(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_LIMIT ? e->a : 0;
+        return cube__err_payload(e) == PAYLOAD_LIMIT ? e->a : 0;
 }
 
 uint64_t cube_error_max(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_LIMIT ? e->b : 0;
+        return cube__err_payload(e) == PAYLOAD_LIMIT ? e->b : 0;
 }
 
 bool cube_error_requested_dim(const cube_error *e, uint32_t ret_dim[3])
 {
-        if (payload_of(e) != PAYLOAD_DIM)
+        if (cube__err_payload(e) != PAYLOAD_DIM)
                 return false;
         memcpy(ret_dim, e->dim_requested, sizeof(e->dim_requested));
         return true;
@@ -796,7 +774,7 @@ bool cube_error_requested_dim(const cube_error *e, uint32_t ret_dim[3])
 
 bool cube_error_max_dim(const cube_error *e, uint32_t ret_dim[3])
 {
-        if (payload_of(e) != PAYLOAD_DIM)
+        if (cube__err_payload(e) != PAYLOAD_DIM)
                 return false;
         memcpy(ret_dim, e->dim_max, sizeof(e->dim_max));
         return true;
@@ -804,41 +782,41 @@ bool cube_error_max_dim(const cube_error *e, uint32_t ret_dim[3])
 
 int cube_error_operation(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_OPERATION ? e->operation : -1;
+        return cube__err_payload(e) == PAYLOAD_OPERATION ? e->operation : -1;
 }
 
 uint64_t cube_error_failure(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_UNWRITTEN ? e->a : 0;
+        return cube__err_payload(e) == PAYLOAD_UNWRITTEN ? e->a : 0;
 }
 
 uint32_t cube_error_claimed(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_UNWRITTEN ? (uint32_t) e->b : 0;
+        return cube__err_payload(e) == PAYLOAD_UNWRITTEN ? (uint32_t) e->b : 0;
 }
 
 size_t cube_error_chain_len(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_UNWRITTEN ? e->n_chain : 0;
+        return cube__err_payload(e) == PAYLOAD_UNWRITTEN ? e->n_chain : 0;
 }
 
 const char *cube_error_chain_at(const cube_error *e, size_t i)
 {
-        if (payload_of(e) != PAYLOAD_UNWRITTEN || i >= e->n_chain)
+        if (cube__err_payload(e) != PAYLOAD_UNWRITTEN || i >= e->n_chain)
                 return NULL;
         return e->chain[i];
 }
 
 const cube_error *cube_error_source(const cube_error *e)
 {
-        return source_of(e);
+        return cube__err_source(e);
 }
 
 const cube_error *cube_error_root(const cube_error *e)
 {
         for (;;) {
-                const cube_error *next = source_of(e);
-                if (!next && payload_of(e) == PAYLOAD_SEVERAL && e->n_members == 1)
+                const cube_error *next = cube__err_source(e);
+                if (!next && cube__err_payload(e) == PAYLOAD_SEVERAL && e->n_members == 1)
                         next = e->members[0];
                 if (!next)
                         return e;
@@ -848,12 +826,12 @@ const cube_error *cube_error_root(const cube_error *e)
 
 size_t cube_error_count(const cube_error *e)
 {
-        return payload_of(e) == PAYLOAD_SEVERAL ? e->n_members : 0;
+        return cube__err_payload(e) == PAYLOAD_SEVERAL ? e->n_members : 0;
 }
 
 const cube_error *cube_error_at(const cube_error *e, size_t i)
 {
-        if (payload_of(e) != PAYLOAD_SEVERAL || i >= e->n_members)
+        if (cube__err_payload(e) != PAYLOAD_SEVERAL || i >= e->n_members)
                 return NULL;
         return e->members[i];
 }
@@ -874,7 +852,7 @@ bool cube_error_is_refusal(const cube_error *e)
         case CUBE_SERVER_LAUNCH:
         case CUBE_SERVER_UNWRITTEN:
         case CUBE_LAUNCH_COMPILATION_ERROR:
-                return cube_error_is_refusal(source_of(e));
+                return cube_error_is_refusal(cube__err_source(e));
 
         case CUBE_SERVER_SEVERAL:
                 /* Every root must refuse, and an empty group refuses nothing. */
@@ -916,7 +894,7 @@ bool cube_error_is_device_poisoned(const cube_error *e)
         case CUBE_IO_STORAGE_MAPPING_FAILED:
         case CUBE_PROFILE_LAUNCH:
         case CUBE_PROFILE_SERVER:
-                return cube_error_is_device_poisoned(source_of(e));
+                return cube_error_is_device_poisoned(cube__err_source(e));
 
         case CUBE_SERVER_SEVERAL:
                 /* One poisoned root is enough: nothing on the device can be trusted. */
@@ -936,7 +914,7 @@ bool cube_error_may_succeed_after_reclaim(const cube_error *e)
                 return false;
 
         if (e->kind == CUBE_SERVER_IO)
-                return cube_error_may_succeed_after_reclaim(source_of(e));
+                return cube_error_may_succeed_after_reclaim(cube__err_source(e));
 
         if (cube__err_family_of(e->kind) != CUBE__FAMILY_IO)
                 return false;
@@ -1008,7 +986,7 @@ static void text_dim(struct text *t, const uint32_t d[3])
 
 static void render(const cube_error *e, struct text *t)
 {
-        const struct kind_info *info = e ? kind_info(e->kind) : NULL;
+        const struct cube__err_info *info = e ? cube__err_info(e->kind) : NULL;
 
         if (!info) {
                 text_puts(t, "An error of an unknown kind");
@@ -1021,7 +999,7 @@ static void render(const cube_error *e, struct text *t)
         case PAYLOAD_UNIT:
                 break;
         case PAYLOAD_WRAP:
-                render(source_of(e), t);
+                render(cube__err_source(e), t);
                 break;
         case PAYLOAD_TEXT:
                 text_puts(t, e->text);
@@ -1046,12 +1024,12 @@ static void render(const cube_error *e, struct text *t)
                 break;
         case PAYLOAD_OPERATION:
                 if (e->operation >= 0 && e->operation < CUBE_COLLECTIVE_MAX_)
-                        text_puts(t, collective_names[e->operation]);
+                        text_puts(t, cube__err_collective_names[e->operation]);
                 break;
         case PAYLOAD_MAPPING:
                 text_u64(t, e->a);
                 text_puts(t, info->mid);
-                render(source_of(e), t);
+                render(cube__err_source(e), t);
                 break;
         case PAYLOAD_UNWRITTEN:
                 text_u64(t, e->a);
@@ -1064,7 +1042,7 @@ static void render(const cube_error *e, struct text *t)
                         text_puts(t, "\n");
                 }
                 text_puts(t, "Caused by:\n  ");
-                render(source_of(e), t);
+                render(cube__err_source(e), t);
                 return;
         case PAYLOAD_SEVERAL:
                 for (size_t i = 0; i < e->n_members; i++) {
@@ -1146,470 +1124,4 @@ bool cube__err_equal(const cube_error *a, const cube_error *b)
                         return false;
 
         return true;
-}
-
-/* ---------------------------------------------------------------------------
- * Encoding: [variant, payload]
- * ------------------------------------------------------------------------- */
-
-static int pack_str(msgpack_packer *pk, const char *s)
-{
-        size_t n = s ? strlen(s) : 0;
-
-        if (msgpack_pack_str(pk, n) != 0)
-                return -ENOMEM;
-        if (msgpack_pack_str_body(pk, s ? s : "", n) != 0)
-                return -ENOMEM;
-        return 0;
-}
-
-static int pack_key_str(msgpack_packer *pk, const char *key, const char *s)
-{
-        int r = pack_str(pk, key);
-
-        return r < 0 ? r : pack_str(pk, s);
-}
-
-static int pack_key_u64(msgpack_packer *pk, const char *key, uint64_t v)
-{
-        int r = pack_str(pk, key);
-
-        if (r < 0)
-                return r;
-        return msgpack_pack_uint64(pk, v) != 0 ? -ENOMEM : 0;
-}
-
-static int pack_key_dim(msgpack_packer *pk, const char *key, const uint32_t d[3])
-{
-        int r = pack_str(pk, key);
-
-        if (r < 0)
-                return r;
-        if (msgpack_pack_array(pk, 3) != 0)
-                return -ENOMEM;
-        for (size_t i = 0; i < 3; i++)
-                if (msgpack_pack_uint32(pk, d[i]) != 0)
-                        return -ENOMEM;
-        return 0;
-}
-
-static int pack_value(msgpack_packer *pk, const cube_error *e);
-
-static int pack_key_value(msgpack_packer *pk, const char *key, const cube_error *e)
-{
-        int r = pack_str(pk, key);
-
-        return r < 0 ? r : pack_value(pk, e);
-}
-
-/* Encodes one node and what hangs under it. A node missing what its kind
- * requires (only reachable by building one by hand) is refused with -EINVAL
- * rather than sent as something the other side would reject. */
-static int pack_value(msgpack_packer *pk, const cube_error *e)
-{
-        const struct kind_info *info = e ? kind_info(e->kind) : NULL;
-        const cube_error *source;
-        int r;
-
-        if (!info)
-                return -EINVAL;
-
-        source = source_of(e);
-        switch (info->payload) {
-        case PAYLOAD_WRAP:
-        case PAYLOAD_MAPPING:
-        case PAYLOAD_UNWRITTEN:
-                if (!source)
-                        return -EINVAL;
-                break;
-        case PAYLOAD_OPERATION:
-                if (e->operation < 0 || e->operation >= CUBE_COLLECTIVE_MAX_)
-                        return -EINVAL;
-                break;
-        default:
-                break;
-        }
-
-        if (msgpack_pack_array(pk, 2) != 0)
-                return -ENOMEM;
-        r = pack_str(pk, info->name);
-        if (r < 0)
-                return r;
-
-        switch (info->payload) {
-        case PAYLOAD_UNIT:
-                return msgpack_pack_nil(pk) != 0 ? -ENOMEM : 0;
-
-        case PAYLOAD_WRAP:
-                return pack_value(pk, source);
-
-        case PAYLOAD_TEXT:
-                if (msgpack_pack_map(pk, 1) != 0)
-                        return -ENOMEM;
-                return pack_key_str(pk, info->key, e->text);
-
-        case PAYLOAD_TEXT_PAIR:
-                if (msgpack_pack_map(pk, 2) != 0)
-                        return -ENOMEM;
-                r = pack_key_str(pk, info->key, e->text);
-                if (r < 0)
-                        return r;
-                return pack_key_str(pk, info->key2, e->text2);
-
-        case PAYLOAD_SIZE:
-                if (msgpack_pack_map(pk, 1) != 0)
-                        return -ENOMEM;
-                return pack_key_u64(pk, "size", e->a);
-
-        case PAYLOAD_LIMIT:
-                if (msgpack_pack_map(pk, 2) != 0)
-                        return -ENOMEM;
-                r = pack_key_u64(pk, "requested", e->a);
-                if (r < 0)
-                        return r;
-                return pack_key_u64(pk, "max", e->b);
-
-        case PAYLOAD_DIM:
-                if (msgpack_pack_map(pk, 2) != 0)
-                        return -ENOMEM;
-                r = pack_key_dim(pk, "requested", e->dim_requested);
-                if (r < 0)
-                        return r;
-                return pack_key_dim(pk, "max", e->dim_max);
-
-        case PAYLOAD_OPERATION:
-                if (msgpack_pack_map(pk, 1) != 0)
-                        return -ENOMEM;
-                return pack_key_str(pk, "operation", collective_names[e->operation]);
-
-        case PAYLOAD_MAPPING:
-                if (msgpack_pack_map(pk, 2) != 0)
-                        return -ENOMEM;
-                r = pack_key_u64(pk, "size", e->a);
-                if (r < 0)
-                        return r;
-                return pack_key_value(pk, "source", source);
-
-        case PAYLOAD_UNWRITTEN:
-                if (msgpack_pack_map(pk, 4) != 0)
-                        return -ENOMEM;
-                r = pack_key_u64(pk, "failure", e->a);
-                if (r < 0)
-                        return r;
-                r = pack_key_u64(pk, "claimed", e->b);
-                if (r < 0)
-                        return r;
-                r = pack_str(pk, "chain");
-                if (r < 0)
-                        return r;
-                if (msgpack_pack_array(pk, e->n_chain) != 0)
-                        return -ENOMEM;
-                for (size_t i = 0; i < e->n_chain; i++) {
-                        r = pack_str(pk, e->chain[i]);
-                        if (r < 0)
-                                return r;
-                }
-                return pack_key_value(pk, "root", source);
-
-        case PAYLOAD_SEVERAL:
-                if (msgpack_pack_map(pk, 1) != 0)
-                        return -ENOMEM;
-                r = pack_str(pk, "errors");
-                if (r < 0)
-                        return r;
-                if (msgpack_pack_array(pk, e->n_members) != 0)
-                        return -ENOMEM;
-                for (size_t i = 0; i < e->n_members; i++) {
-                        r = pack_value(pk, e->members[i]);
-                        if (r < 0)
-                                return r;
-                }
-                return 0;
-        }
-
-        return -EINVAL;
-}
-
-int cube__err_pack(msgpack_packer *pk, const cube_error *e)
-{
-        return pack_value(pk, e);
-}
-
-/* ---------------------------------------------------------------------------
- * Decoding
- *
- * Every check answers -EBADMSG; only a failed allocation answers -ENOMEM. A
- * half-built node is freed on the way out, so nothing leaks on any path.
- * ------------------------------------------------------------------------- */
-
-static int unpack_value(const msgpack_object *o, cube__err_family family, unsigned depth,
-                        cube_error **ret);
-
-static const struct kind_info *kind_by_name(cube__err_family family, const char *name, size_t n,
-                                            cube_error_kind *ret_kind) {
-        for (size_t k = 0; k < sizeof(kind_table) / sizeof(kind_table[0]); k++) {
-                const struct kind_info *info = &kind_table[k];
-
-                if (!info->name || info->family != family)
-                        continue;
-                if (strlen(info->name) == n && memcmp(info->name, name, n) == 0) {
-                        *ret_kind = (cube_error_kind) k;
-                        return info;
-                }
-        }
-        return NULL;
-}
-
-/* msgpack strings are counted, not terminated. One holding a NUL cannot
- * become a C string without changing what it says, so it is refused. */
-static int obj_str(const msgpack_object *o, char **ret)
-{
-        char *s;
-
-        if (!o || o->type != MSGPACK_OBJECT_STR)
-                return -EBADMSG;
-        if (memchr(o->via.str.ptr, '\0', o->via.str.size))
-                return -EBADMSG;
-
-        s = malloc((size_t) o->via.str.size + 1);
-        if (!s)
-                return -ENOMEM;
-        memcpy(s, o->via.str.ptr, o->via.str.size);
-        s[o->via.str.size] = '\0';
-        *ret = s;
-        return 0;
-}
-
-static int obj_uint(const msgpack_object *o, uint64_t max, uint64_t *ret)
-{
-        uint64_t v;
-
-        if (!o)
-                return -EBADMSG;
-
-        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                v = o->via.u64;
-        else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER && o->via.i64 >= 0)
-                v = (uint64_t) o->via.i64;
-        else
-                return -EBADMSG;
-
-        if (v > max)
-                return -EBADMSG;
-        *ret = v;
-        return 0;
-}
-
-static int obj_dim(const msgpack_object *o, uint32_t ret[3])
-{
-        uint64_t v;
-        int r;
-
-        if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3)
-                return -EBADMSG;
-
-        for (size_t i = 0; i < 3; i++) {
-                r = obj_uint(&o->via.array.ptr[i], UINT32_MAX, &v);
-                if (r < 0)
-                        return r;
-                ret[i] = (uint32_t) v;
-        }
-        return 0;
-}
-
-static int obj_operation(const msgpack_object *o, int *ret)
-{
-        if (!o || o->type != MSGPACK_OBJECT_STR)
-                return -EBADMSG;
-
-        for (int i = 0; i < CUBE_COLLECTIVE_MAX_; i++) {
-                const char *name = collective_names[i];
-
-                if (strlen(name) == o->via.str.size &&
-                    memcmp(name, o->via.str.ptr, o->via.str.size) == 0) {
-                        *ret = i;
-                        return 0;
-                }
-        }
-        return -EBADMSG;
-}
-
-/* Decodes the one error a wrapping variant, StorageMappingFailed or
- * Unwritten stands on, into members[0]. */
-static int unpack_source(cube_error *e, const msgpack_object *o, cube__err_family family,
-                         unsigned depth)
-{
-        cube_error *source = NULL;
-        int r;
-
-        if (!o)
-                return -EBADMSG;
-
-        r = unpack_value(o, family, depth + 1, &source);
-        if (r < 0)
-                return r;
-        return attach_source(e, source);
-}
-
-static int unpack_chain(cube_error *e, const msgpack_object *o)
-{
-        int r;
-
-        if (!o || o->type != MSGPACK_OBJECT_ARRAY)
-                return -EBADMSG;
-        if (o->via.array.size == 0)
-                return 0;
-
-        e->chain = calloc(o->via.array.size, sizeof(*e->chain));
-        if (!e->chain)
-                return -ENOMEM;
-        e->n_chain = o->via.array.size;
-
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-                r = obj_str(&o->via.array.ptr[i], &e->chain[i]);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static int unpack_members(cube_error *e, const msgpack_object *o, unsigned depth)
-{
-        int r;
-
-        if (!o || o->type != MSGPACK_OBJECT_ARRAY)
-                return -EBADMSG;
-        if (o->via.array.size == 0)
-                return 0;
-
-        e->members = calloc(o->via.array.size, sizeof(*e->members));
-        if (!e->members)
-                return -ENOMEM;
-        e->n_members = o->via.array.size;
-
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-                r = unpack_value(&o->via.array.ptr[i], CUBE__FAMILY_SERVER, depth + 1,
-                                 &e->members[i]);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Fills e's fields from its payload p. On failure e may hold part of them;
- * the caller frees it whole. */
-static int unpack_payload(cube_error *e, const struct kind_info *info, const msgpack_object *p,
-                          unsigned depth)
-{
-        uint64_t v;
-        int r;
-
-        if (info->payload == PAYLOAD_UNIT)
-                return p->type == MSGPACK_OBJECT_NIL ? 0 : -EBADMSG;
-
-        if (info->payload == PAYLOAD_WRAP)
-                return unpack_source(e, p, info->inner, depth);
-
-        if (p->type != MSGPACK_OBJECT_MAP)
-                return -EBADMSG;
-
-        switch (info->payload) {
-        case PAYLOAD_TEXT:
-                return obj_str(cube__map_get(p, info->key), &e->text);
-
-        case PAYLOAD_TEXT_PAIR:
-                r = obj_str(cube__map_get(p, info->key), &e->text);
-                if (r < 0)
-                        return r;
-                return obj_str(cube__map_get(p, info->key2), &e->text2);
-
-        case PAYLOAD_SIZE:
-                return obj_uint(cube__map_get(p, "size"), UINT64_MAX, &e->a);
-
-        case PAYLOAD_LIMIT:
-                v = info->narrow ? UINT32_MAX : UINT64_MAX;
-                r = obj_uint(cube__map_get(p, "requested"), v, &e->a);
-                if (r < 0)
-                        return r;
-                return obj_uint(cube__map_get(p, "max"), v, &e->b);
-
-        case PAYLOAD_DIM:
-                r = obj_dim(cube__map_get(p, "requested"), e->dim_requested);
-                if (r < 0)
-                        return r;
-                return obj_dim(cube__map_get(p, "max"), e->dim_max);
-
-        case PAYLOAD_OPERATION:
-                return obj_operation(cube__map_get(p, "operation"), &e->operation);
-
-        case PAYLOAD_MAPPING:
-                r = obj_uint(cube__map_get(p, "size"), UINT64_MAX, &e->a);
-                if (r < 0)
-                        return r;
-                return unpack_source(e, cube__map_get(p, "source"), info->inner, depth);
-
-        case PAYLOAD_UNWRITTEN:
-                r = obj_uint(cube__map_get(p, "failure"), UINT64_MAX, &e->a);
-                if (r < 0)
-                        return r;
-                r = obj_uint(cube__map_get(p, "claimed"), UINT32_MAX, &e->b);
-                if (r < 0)
-                        return r;
-                r = unpack_chain(e, cube__map_get(p, "chain"));
-                if (r < 0)
-                        return r;
-                return unpack_source(e, cube__map_get(p, "root"), info->inner, depth);
-
-        case PAYLOAD_SEVERAL:
-                return unpack_members(e, cube__map_get(p, "errors"), depth);
-
-        default:
-                return -EBADMSG;
-        }
-}
-
-/* depth counts error levels, the top one being 1. */
-static int unpack_value(const msgpack_object *o, cube__err_family family, unsigned depth,
-                        cube_error **ret)
-{
-        const struct kind_info *info;
-        const msgpack_object *name;
-        cube_error_kind kind;
-        cube_error *e;
-        int r;
-
-        if (depth > CUBE_ERR_MAX_DEPTH)
-                return -EBADMSG;
-
-        if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2)
-                return -EBADMSG;
-
-        name = &o->via.array.ptr[0];
-        if (name->type != MSGPACK_OBJECT_STR)
-                return -EBADMSG;
-
-        info = kind_by_name(family, name->via.str.ptr, name->via.str.size, &kind);
-        if (!info)
-                return -EBADMSG;
-
-        e = node_new(kind);
-        if (!e)
-                return -ENOMEM;
-
-        r = unpack_payload(e, info, &o->via.array.ptr[1], depth);
-        if (r < 0) {
-                cube_error_free(e);
-                return r;
-        }
-
-        *ret = e;
-        return 0;
-}
-
-int cube__err_unpack(const msgpack_object *o, cube__err_family family, cube_error **ret_error)
-{
-        if (!ret_error || (unsigned) family >= CUBE__FAMILY_INVALID)
-                return -EBADMSG;
-
-        return unpack_value(o, family, 1, ret_error);
 }
