@@ -18,6 +18,10 @@
  * is under again. A connection must say hello within hello-timeout, and a
  * message that has started must keep arriving: frame-timeout seconds
  * without a byte of it end the connection.
+ *
+ * It is long (about 970 lines): reading, framing, writing and the flow control
+ * between them share one connection's state (its buffers, its holds, its
+ * caps), and are easiest to check against each other in one file.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -15,6 +15,9 @@
  *  - Destructors accept NULL.
  *  - A cube_client is safe to share between threads. Each thread works on its
  *    own stream unless it names one with cube_stream_set().
+ *
+ * One header for the whole library, as libuv keeps one: it is long (about 830
+ * lines) because every call carries the comment that says what it does.
  */
 #ifndef CUBE_H
 #define CUBE_H

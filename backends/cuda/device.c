@@ -26,6 +26,9 @@
  * in flight completes with a DevicePoison naming the kernels that were in
  * flight, every later one at once; the core's poison policy then closes the
  * device (which resets the primary context) and opens it again, or exits.
+ *
+ * It is long (about 1,160 lines): the submitter, the completion thread and the
+ * driver table share one device lock and the invariants around it.
  */
 #include <errno.h>
 #include <inttypes.h>
