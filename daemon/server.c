@@ -386,6 +386,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         srv->completions_fd = srv->device_fd = -1;
         srv->disk_cache.fd = -1;
         srv->opts = *opts;
+        srv->up = &upcalls;
         srv->overrides = overrides;
         srv->n_overrides = n_overrides;
         srv->loop = uv_default_loop();
@@ -414,7 +415,6 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
         uv_poll_init(srv->loop, &srv->completions_poll, srv->completions_fd);
         srv->completions_poll.data = srv;
         uv_poll_start(&srv->completions_poll, UV_READABLE, on_completions);
-        srv->up = &upcalls;
         srv->loop_thread = uv_thread_self();
         uv_idle_init(srv->loop, &srv->local_completions);
         srv->local_completions.data = srv;
