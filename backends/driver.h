@@ -27,6 +27,7 @@ typedef struct cube__dstream cube__dstream;
 typedef struct cube__work cube__work;
 typedef struct cube__module cube__module;
 typedef struct cube__dgraph cube__dgraph;
+typedef struct cube__fe_facts cube__fe_facts;
 
 /* What a submitted piece of work asks of the device. */
 typedef enum cube__work_op {
@@ -37,13 +38,18 @@ typedef enum cube__work_op {
         CUBE__WORK_GRAPH,               /* runs graph's launches in order (graph_create) */
 } cube__work_op;
 
-/* What the core learned from a kernel's source (the dialect is the same on
- * every backend, so the core reads signatures itself). */
+/* What the core learned from a kernel's source through the front end
+ * (backends/frontend/; the dialect is the same on every backend). source
+ * is the checked form the front end wrote, which each backend compiles
+ * behind its own prelude (the CUBE__ macros). */
 typedef struct cube__kernel_desc {
         const char *source;
         const char *entry;
-        uint32_t n_buffers;             /* buffer parameters, before INFO */
+        uint32_t n_buffers;             /* buffer parameters, before the scalars */
         bool uses_sync;                 /* calls sync_cube() */
+        /* The parse's facts, valid while the module lives: a launch that went
+         * out of bounds is described with them. */
+        const cube__fe_facts *facts;
 } cube__kernel_desc;
 
 /* One kernel launch, as the device runs it. */
@@ -60,6 +66,11 @@ typedef struct cube__launch_work {
         uint32_t metadata_offset;       /* in words */
         uint32_t dynamic_offset;        /* in words */
 } cube__launch_work;
+/* n_info counts the words the core adds after the launch's own (frontend.h's
+ * CUBE__CHECK_TAIL_WORDS and the bindings' lengths): a checked launch that
+ * goes out of bounds writes its record there, and the backend that ran it
+ * completes it with ServerError::Validation describing the record
+ * (cube__fe_describe_oob) instead of handing back clean work. */
 
 /* One unit of device work. The core embeds it in its own bookkeeping and
  * fills the fields; the backend sets error on failure and hands the work back

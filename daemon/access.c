@@ -21,7 +21,7 @@
 
 #include "services.h"
 
-static bool id_listed(const cube__id_list *l, uint32_t id)
+bool cube__id_listed(const cube__id_list *l, uint32_t id)
 {
         for (size_t i = 0; i < l->n; i++)
                 if (l->ids[i] == id)
@@ -69,10 +69,10 @@ bool cube__access_refused(const cube__options *o, const struct ucred *cred,
                 return false;
         if (cred->uid == 0 || cred->uid == geteuid())
                 return false;
-        if (id_listed(uids, cred->uid) || id_listed(gids, cred->gid))
+        if (cube__id_listed(uids, cred->uid) || cube__id_listed(gids, cred->gid))
                 return false;
         for (size_t i = 0; i < n_groups; i++)
-                if (id_listed(gids, groups[i]))
+                if (cube__id_listed(gids, groups[i]))
                         return false;
         snprintf(why, len, "uid %u may not use this daemon: it is not in allow-uids, nor a member "
                  "of allow-groups", (unsigned) cred->uid);

@@ -21,7 +21,8 @@
 
 #include "services.h"
 
-enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE, K_LIST };
+enum kind { K_STRING, K_SIZE, K_U32, K_BOOL, K_LEVEL, K_POLICY, K_SECONDS, K_INSTANCE, K_LIST,
+            K_CHECK };
 
 typedef struct option_spec {
         const char *key;
@@ -51,6 +52,8 @@ static const option_spec specs[] = {
         { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
         { "kernel-timeout", K_SECONDS, OFF(kernel_timeout_s), 0, 86400, false },
         { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
+        { "check-mode", K_CHECK, OFF(check_mode), 0, 0, false },
+        { "unchecked-uids", K_LIST, OFF(unchecked_uids), 0, 0, true },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
         { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
         { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
@@ -87,6 +90,12 @@ static const option_spec specs[] = {
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
+static const char *const check_modes[] = { "auto", "enforce", "validate" };
+
+const char *cube__check_mode_name(cube__check_mode m)
+{
+        return m <= CUBE__CHECK_VALIDATE ? check_modes[m] : "?";
+}
 
 void cube__options_default(cube__options *o)
 {
@@ -138,6 +147,8 @@ void cube__options_done(cube__options *o)
         free(o->allow_groups);
         free(o->allow_uid_ids.ids);
         free(o->allow_gid_ids.ids);
+        free(o->unchecked_uids);
+        free(o->unchecked_uid_ids.ids);
         *o = (cube__options) {0};
 }
 
@@ -253,6 +264,9 @@ void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len
                 return;
         case K_POLICY:
                 snprintf(buf, len, "%s", policies[o->poison_policy]);
+                return;
+        case K_CHECK:
+                snprintf(buf, len, "%s", cube__check_mode_name(o->check_mode));
                 return;
         }
         snprintf(buf, len, "?");
@@ -374,6 +388,14 @@ int cube__option_set(cube__options *o, const char *key, const char *value, const
                         return -EINVAL;
                 }
                 return 0;
+        case K_CHECK:
+                for (int i = 0; i < 3; i++)
+                        if (strcmp(value, check_modes[i]) == 0) {
+                                o->check_mode = (cube__check_mode) i;
+                                return 0;
+                        }
+                *ret_why = "must be auto, enforce or validate";
+                return -EINVAL;
         }
         *ret_why = "unknown option";
         return -ENOENT;
@@ -497,6 +519,9 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
                 r = cube__id_list_parse(o.allow_uids, false, &o.allow_uid_ids, why, why_len);
         if (r == 0)
                 r = cube__id_list_parse(o.allow_groups, true, &o.allow_gid_ids, why, why_len);
+        if (r == 0)
+                r = cube__id_list_parse(o.unchecked_uids, false, &o.unchecked_uid_ids, why,
+                                        why_len);
         if (r < 0) {
                 cube__options_done(&o);
                 return r;
@@ -521,9 +546,9 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             strcmp(cur->backend, next->backend) != 0 || cur->device_index != next->device_index ||
             strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit ||
             cur->kernel_timeout_s != next->kernel_timeout_s ||
-            cur->compile_limit_s != next->compile_limit_s)
+            cur->compile_limit_s != next->compile_limit_s || cur->check_mode != next->check_mode)
                 cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory, "
-                          "memory limit, kernel timeout and compile limit change only when the "
+                          "memory limit, kernel timeout, compile limit and check mode change only when the "
                           "device is opened again; they keep their values");
         cur->limits = next->limits;
         cur->log_level = next->log_level;
@@ -566,6 +591,15 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         if ((next->allow_uid_ids.n && !cur->allow_uid_ids.ids) ||
             (next->allow_gid_ids.n && !cur->allow_gid_ids.ids))
                 cur->allow_uid_ids.n = cur->allow_gid_ids.n = 0;
+        free(cur->unchecked_uids);
+        free(cur->unchecked_uid_ids.ids);
+        cur->unchecked_uids = next->unchecked_uids ? strdup(next->unchecked_uids) : NULL;
+        cur->unchecked_uid_ids = next->unchecked_uid_ids;
+        cur->unchecked_uid_ids.ids = next->unchecked_uid_ids.n ?
+                memdup(next->unchecked_uid_ids.ids, next->unchecked_uid_ids.n * sizeof(uint32_t)) :
+                NULL;
+        if (next->unchecked_uid_ids.n && !cur->unchecked_uid_ids.ids)
+                cur->unchecked_uid_ids.n = 0;
         cur->fault_injection = next->fault_injection;
         cur->poison_ban_after = next->poison_ban_after;
         cur->poison_ban_s = next->poison_ban_s;

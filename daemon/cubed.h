@@ -315,7 +315,11 @@ typedef struct cube__kernel {
         char *source;
         char *entry;
         cube__kernel_desc desc;
-        cube_buffer_io *io;             /* the compiled answer, per buffer parameter */
+        cube_buffer_io *io;             /* the parse's answer, per buffer parameter */
+        cube__fe_facts *facts;          /* the front end's, once checked */
+        char *checked;                  /* the source the backend compiles */
+        bool unchecked;                 /* compiled without bounds checks */
+        struct cube__kernel *unchecked_twin; /* the same source unchecked, once asked for */
         cube__kernel_state state;
         cube__module *module;
         uint32_t shared_bytes;
@@ -330,6 +334,7 @@ typedef struct cube__kernel {
         uint64_t artifact_bytes;
         unsigned refs;                  /* sessions' kernel ids, and a compile in flight */
         double compile_ms;
+        double check_ms;                /* the front end's part of compile_ms */
         uint64_t hits;
         cube__kernel_waiter *waiters;
         size_t n_waiters;
@@ -348,6 +353,12 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
  * new, and calls waiter once it is ready or failed. Returns false, calling
  * nothing, when there is nothing to wait for. */
 bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
+/* The unchecked form of checked kernel k (the reference's unsafe launch),
+ * an entry of its own in the cache, which k keeps; NULL when out of memory. */
+cube__kernel *cube__kernel_unchecked(cube__kernel *k);
+/* Runs the front end on k's source (kernel-check.c): fills k->facts and
+ * k->checked, or answers the refusal or the defect. Off the loop thread. */
+cube_error *cube__kernel_check(cube__kernel *k, bool in_cache);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))

@@ -2,8 +2,8 @@
  * kernels.c - the kernel cache every session shares, on disk and in memory.
  *
  * A kernel is compiled once for everyone: its cache key is a SHA-256 over the
- * backend, the compiler and its options (the driver's target), the entry
- * point and the source, and the compiled artifact is kept in the cache
+ * backend, the compiler and its options (the driver's target), the front
+ * end's version, the check mode and variant, the entry point and the source, and the compiled artifact is kept in the cache
  * directory under that key, so a later run of the daemon loads it instead of
  * compiling. Compiling and loading run on libuv's thread pool; the loop only
  * learns the outcome.
@@ -22,9 +22,12 @@
  * was checked (cache.c). A planted or altered one is compiled again, never
  * loaded, and the event is logged.
  *
- * The core reads a kernel's signature itself, since the dialect is the same
- * on every backend: how many buffers it binds, which of them are const (the
- * compiled answer ReadOnly), and whether it has barriers.
+ * Before anything is built, the kernel front end reads the source
+ * (kernel-check.c): the signature (buffers, what the body does with each,
+ * scalars), the checked source the backend compiles, or a refusal. A
+ * kernel is checked unless a launch asks for its unchecked twin (the
+ * reference's unsafe launch), a cache entry of its own; the check mode and
+ * the variant are part of the key.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -37,107 +40,12 @@
 #include <unistd.h>
 
 #include "cubed.h"
+#include "frontend.h"
 #include "sha256.h"
 
 static bool is_ident(int ch)
 {
         return isalnum(ch) || ch == '_';
-}
-
-static const char *skip_space(const char *p, const char *end)
-{
-        while (p < end && isspace((unsigned char) *p))
-                p++;
-        return p;
-}
-
-/* Whether [p, end) starts with the word w followed by a non-identifier. */
-static bool word_at(const char *p, const char *end, const char *w)
-{
-        size_t n = strlen(w);
-        return (size_t) (end - p) > n && memcmp(p, w, n) == 0 && !is_ident((unsigned char) p[n]);
-}
-
-/* Reads `KERNEL void ENTRY(params, INFO)` and fills desc and io from it. */
-static cube_error *read_signature(cube__kernel *k)
-{
-        const char *src = k->source, *end = src + strlen(src), *p = src, *params = NULL;
-        uint32_t n = 0;
-        int depth = 0;
-
-        while ((p = strstr(p, "KERNEL")) != NULL) {
-                const char *q = p + 6;
-                bool standalone = (p == src || !is_ident((unsigned char) p[-1])) &&
-                                  q < end && !is_ident((unsigned char) *q);
-                p = q;
-                if (!standalone)
-                        continue;
-                q = skip_space(q, end);
-                if (!word_at(q, end, "void"))
-                        continue;
-                q = skip_space(q + 4, end);
-                if (!word_at(q, end, k->entry))
-                        continue;
-                q = skip_space(q + strlen(k->entry), end);
-                if (q < end && *q == '(') {
-                        params = q + 1;
-                        break;
-                }
-        }
-        if (!params)
-                return cube__err_text(CUBE_COMPILATION_VALIDATION, "the source defines no "
-                                      "`KERNEL void %s(...)`", k->entry);
-
-        /* Split at the commas of depth 0 up to the closing parenthesis. */
-        const char *start = params;
-        char *last = NULL;
-        for (p = params; p < end; p++) {
-                if (*p == '(')
-                        depth++;
-                else if (*p == ')' && depth > 0)
-                        depth--;
-                else if ((*p == ',' || *p == ')') && depth == 0) {
-                        const char *a = skip_space(start, p), *b = p;
-                        while (b > a && isspace((unsigned char) b[-1]))
-                                b--;
-                        free(last);
-                        last = strndup(a, (size_t) (b - a));
-                        if (!last)
-                                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory reading "
-                                        "a kernel's signature"));
-                        if (*p == ')')
-                                break;
-                        if (!strchr(last, '*')) {
-                                cube_error *e = cube__err_text(CUBE_COMPILATION_VALIDATION,
-                                        "parameter %u of kernel '%s' (%s) is not a pointer: "
-                                        "buffers come first, then INFO; scalars travel in the "
-                                        "info words", n + 1, k->entry, last);
-                                free(last);
-                                return e;
-                        }
-                        cube_buffer_io *grown = realloc(k->io, (n + 1) * sizeof(*grown));
-                        if (!grown) {
-                                free(last);
-                                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory reading "
-                                        "a kernel's signature"));
-                        }
-                        k->io = grown;
-                        k->io[n++] = word_at(last, last + strlen(last) + 1, "const") ?
-                                     CUBE_BUFFER_READ_ONLY : CUBE_BUFFER_UNDECLARED;
-                        start = p + 1;
-                }
-        }
-        if (!last || strcmp(last, "INFO") != 0) {
-                free(last);
-                return cube__err_text(CUBE_COMPILATION_VALIDATION, "the last parameter of kernel "
-                                      "'%s' must be INFO", k->entry);
-        }
-        free(last);
-        k->desc.n_buffers = n;
-        k->desc.uses_sync = strstr(src, "sync_cube") != NULL;
-        return NULL;
 }
 
 static uint64_t hash_prefix(const char *hex)
@@ -157,10 +65,13 @@ static bool valid_entry(const char *entry, size_t len)
         return true;
 }
 
-cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
-                                  const char *entry, size_t entry_len)
+/* Finds or adds the entry for source and entry, checked or not. */
+static cube__kernel *intern(cube__server *srv, const char *source, size_t source_len,
+                            const char *entry, size_t entry_len, bool unchecked)
 {
-        static const char tag[] = "cube kernel v1";
+        static const char tag[] = "cube kernel v2";
+        const char *variant = unchecked ? "unchecked" : "checked";
+        const char *mode = cube__check_mode_name(srv->opts.check_mode);
         const char *target = srv->driver->target(srv->device);
         cube__sha256 sha;
         char hash[65];
@@ -170,6 +81,9 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         cube__sha256_update(&sha, tag, sizeof(tag));
         cube__sha256_update(&sha, srv->driver->name, strlen(srv->driver->name) + 1);
         cube__sha256_update(&sha, target, strlen(target) + 1);
+        cube__sha256_update(&sha, CUBE__FRONTEND_VERSION, sizeof(CUBE__FRONTEND_VERSION));
+        cube__sha256_update(&sha, mode, strlen(mode) + 1);
+        cube__sha256_update(&sha, variant, strlen(variant) + 1);
         cube__sha256_update(&sha, entry, entry_len);
         cube__sha256_update(&sha, "", 1);
         cube__sha256_update(&sha, source, source_len);
@@ -196,11 +110,12 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         }
         k->desc.source = k->source;
         k->desc.entry = k->entry;
+        k->unchecked = unchecked;
         if (!valid_entry(entry, entry_len) || strlen(k->source) != source_len)
                 k->error = cube__err_text(CUBE_COMPILATION_VALIDATION, "a kernel's entry point "
                                           "must be a C identifier of at most 63 characters, and "
                                           "its source may hold no NUL byte");
-        else if (!(k->error = read_signature(k)))
+        else
                 k->error = cube__dialect_check(k->source);
         k->state = k->error ? CUBE__KERNEL_FAILED : CUBE__KERNEL_NEW;
 
@@ -224,11 +139,30 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
         return k;
 }
 
+cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t source_len,
+                                  const char *entry, size_t entry_len)
+{
+        return intern(srv, source, source_len, entry, entry_len, false);
+}
+
+cube__kernel *cube__kernel_unchecked(cube__kernel *k)
+{
+        if (k->unchecked)
+                return k;
+        if (!k->unchecked_twin)
+                k->unchecked_twin = intern(k->server, k->source, strlen(k->source), k->entry,
+                                           strlen(k->entry), true);
+        return k->unchecked_twin;
+}
+
 /* Frees k and what it holds; it is in no index or list any more. */
 static void kernel_destroy(cube__kernel *k)
 {
         if (k->module)
                 k->server->driver->unload(k->server->device, k->module);
+        cube__kernel_unref(k->unchecked_twin);
+        cube__fe_facts_free(k->facts);
+        free(k->checked);
         cube_error_free(k->error);
         free(k->waiters);
         free(k->io);
@@ -318,6 +252,23 @@ static cube_error *load_fd(cube__kernel *k, int fd)
         return srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
 }
 
+/* What the parse says of the entry point becomes the kernel's signature. */
+static void use_facts(cube__kernel *k)
+{
+        const cube__fe_facts *f = k->facts;
+
+        k->desc.source = k->checked;
+        k->desc.n_buffers = f->n_buffers;
+        k->desc.uses_sync = f->uses_sync;
+        k->desc.facts = f;
+        free(k->io);
+        k->io = calloc(f->n_buffers ? f->n_buffers : 1, sizeof(*k->io));
+        for (uint32_t i = 0; k->io && i < f->n_buffers; i++)
+                k->io[i] = f->buffers[i].io == CUBE__PARAM_READ ? CUBE_BUFFER_READ_ONLY :
+                           f->buffers[i].io == CUBE__PARAM_WRITE ? CUBE_BUFFER_WRITE_ONLY :
+                           CUBE_BUFFER_UNDECLARED;
+}
+
 /* On the thread pool: load the artifact a run before left, if it is what
  * was written then, else compile. */
 static void prepare_work(uv_work_t *w)
@@ -334,6 +285,17 @@ static void prepare_work(uv_work_t *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
+        /* The front end first, whether the artifact is on disk or not: the
+         * launch needs its facts (and a source it refuses is never built). */
+        uint64_t check_start = uv_hrtime();
+        if ((e = cube__kernel_check(k, srv->cache_trusted && intact))) {
+                k->error = e;
+                k->check_ms = ms_since(check_start);
+                free(path);
+                return;
+        }
+        k->check_ms = ms_since(check_start);
+        use_facts(k);
         cube__artifact_name(&srv->disk_cache, k->hash, name);
         if (srv->cache_trusted && !intact) {
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the kernel cache %s is no "

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cubed.h"
+#include "frontend.h"
 #include "launch.h"
 
 cube__dispatched cube__do_register(cube__msg *k)
@@ -107,6 +108,8 @@ typedef struct launch_req {
         size_t info_len;
         uint32_t metadata_offset, dynamic_offset;
         uint32_t mode;
+        bool has_groups;                /* the launch said how many scalars of each type */
+        uint32_t groups[CUBE__SCALAR_GROUPS];
         cube__name **names;             /* per buffer; NULL where it did not resolve */
         cube__alloc **allocs;
         uint64_t *start, *end;
@@ -135,7 +138,7 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         const msgpack_object_array *arr, *count, *offsets;
         uint64_t io;
 
-        if (k->n != 9 || !cube__obj_u64(&p[0], &r->stream) || !cube__obj_u64(&p[1], &r->kernel_id) ||
+        if ((k->n != 9 && k->n != 10) || !cube__obj_u64(&p[0], &r->stream) || !cube__obj_u64(&p[1], &r->kernel_id) ||
             !cube__obj_array(&p[2], &count) || count->size != 2 ||
             count->ptr[0].type != MSGPACK_OBJECT_STR || !obj_u32x3(&p[3], r->dim) ||
             !cube__obj_array(&p[4], &arr) || p[5].type != MSGPACK_OBJECT_ARRAY ||
@@ -143,10 +146,21 @@ static bool parse_launch(cube__msg *k, launch_req *r)
             !cube__obj_array(&p[7], &offsets) || offsets->size != 2 ||
             !cube__obj_u32(&offsets->ptr[0], &r->metadata_offset) ||
             !cube__obj_u32(&offsets->ptr[1], &r->dynamic_offset) ||
-            !cube__obj_u32(&p[8], &r->mode) || r->mode > CUBE_LAUNCH_QUEUE)
+            !cube__obj_u32(&p[8], &r->mode) || r->mode > CUBE_LAUNCH_UNCHECKED)
                 return cube__reply_malformed(k, "params must be [stream, kernel, count, dim, [handle, "
                                        "...], [io, ...], info, [metadata_offset, "
-                                       "dynamic_offset], mode]");
+                                       "dynamic_offset], mode, [f32, f64, i32, i64, u32, u64]?]");
+        if (k->n == 10) {
+                const msgpack_object_array *groups;
+                if (!cube__obj_array(&p[9], &groups) || groups->size != CUBE__SCALAR_GROUPS)
+                        return cube__reply_malformed(k, "the scalar counts must be [f32, f64, i32, "
+                                               "i64, u32, u64]");
+                for (int g = 0; g < CUBE__SCALAR_GROUPS; g++)
+                        if (!cube__obj_u32(&groups->ptr[g], &r->groups[g]))
+                                return cube__reply_malformed(k, "the scalar counts must be "
+                                                       "[f32, f64, i32, i64, u32, u64]");
+                r->has_groups = true;
+        }
         if (count->ptr[0].via.str.size == 6 && memcmp(count->ptr[0].via.str.ptr, "static", 6) == 0) {
                 if (!obj_u32x3(&count->ptr[1], r->count))
                         return cube__reply_malformed(k, "a static count must be [x, y, z]");
@@ -358,6 +372,97 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
         return NULL;
 }
 
+/* The info words the device gets: the launch's own, then what a checked
+ * kernel needs to keep in bounds (frontend.h): each binding's length in
+ * bytes, read-only imports marked, then the out-of-bounds record, the sink
+ * and the zeros, all cleared. */
+static size_t info_words(const launch_req *r)
+{
+        return r->info_len / 8 + r->n + CUBE__CHECK_TAIL_WORDS;
+}
+
+static void fill_info(const launch_req *r, cube__launch_work *l)
+{
+        uint64_t *tail = l->info + r->info_len / 8;
+
+        memcpy(l->info, r->info, r->info_len);
+        for (size_t i = 0; i < r->n; i++)
+                tail[i] = (r->end[i] - r->start[i]) |
+                          (r->names[i]->read_only ? CUBE__CHECK_READ_ONLY : 0);
+        memset(tail + r->n, 0, CUBE__CHECK_TAIL_WORDS * 8);
+        l->n_info = (uint32_t) info_words(r);
+}
+
+/* The launch's scalars against the parameters the parse found: the same
+ * number of each type, in the same groups. A kernel with scalar parameters
+ * cannot be given a scalar it does not take, nor miss one. */
+static cube_error *check_scalars(const launch_req *r, const cube__kernel *kernel)
+{
+        static const char *const names[CUBE__SCALAR_GROUPS] = { "f32", "f64", "i32", "i64",
+                                                                 "u32", "u64" };
+        const cube__fe_facts *f = kernel->facts;
+
+        /* A kernel without scalar parameters reads its scalars with SCALAR,
+         * each read checked against the launch's words. */
+        if (!f || f->n_scalars == 0)
+                return NULL;
+        if (!r->has_groups)
+                return cube__err_validation("kernel '%s' takes %u scalar parameter(s), and the "
+                                            "launch does not say which scalars it gives",
+                                            kernel->entry, f->n_scalars);
+        for (int g = 0; g < CUBE__SCALAR_GROUPS; g++) {
+                if (r->groups[g] == f->group_counts[g])
+                        continue;
+                /* Name the first parameter of the group the launch does not match. */
+                uint32_t seen = 0;
+                for (uint32_t i = 0; i < f->n_scalars; i++) {
+                        if (f->scalars[i].group != (cube__scalar_group) g)
+                                continue;
+                        if (seen++ == r->groups[g])
+                                return cube__err_validation(
+                                        "kernel '%s' takes %s parameter '%s' (%s scalar %u), and "
+                                        "the launch gives only %u %s scalar(s)", kernel->entry,
+                                        f->scalars[i].type, f->scalars[i].name, names[g], seen,
+                                        r->groups[g], names[g]);
+                }
+                return cube__err_validation("kernel '%s' takes %u %s scalar parameter(s), and the "
+                                            "launch gives %u", kernel->entry, f->group_counts[g],
+                                            names[g], r->groups[g]);
+        }
+        return NULL;
+}
+
+/* An unchecked launch under the check mode: NULL and the kernel to run, or
+ * the refusal. */
+static cube_error *unchecked_kernel(cube__session *s, cube__kernel *kernel,
+                                    cube__kernel **ret_kernel)
+{
+        const cube__options *o = &s->server->opts;
+
+        switch (o->check_mode) {
+        case CUBE__CHECK_VALIDATE:
+                *ret_kernel = kernel;   /* run checked: validated */
+                return NULL;
+        case CUBE__CHECK_ENFORCE:
+                return cube__err_validation("an unchecked launch of '%s' is refused: this daemon "
+                                            "runs every launch checked (check-mode enforce)",
+                                            kernel->entry);
+        case CUBE__CHECK_AUTO:
+                break;
+        }
+        if (!cube__id_listed(&o->unchecked_uid_ids, s->uid))
+                return cube__err_validation("an unchecked launch of '%s' is refused: uid %u is not "
+                                            "in the daemon's unchecked-uids; launch it checked",
+                                            kernel->entry, (unsigned) s->uid);
+        cube__kernel *twin = cube__kernel_unchecked(kernel);
+        if (!twin)
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing an unchecked "
+                        "launch"));
+        *ret_kernel = twin;
+        return NULL;
+}
+
 /* Builds the device's record of the launch and queues it. */
 static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st,
                    cube__awaits *awaits, bool deferred_skip)
@@ -366,7 +471,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         size_t n = r->n, w = 0;
         /* The launch's record and its arrays ride in the op's own block. */
         size_t extra = sizeof(cube__launch_work) + n * sizeof(cube__storage *) +
-                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) + r->info_len + 8;
+                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) + info_words(r) * 8 + 8;
         void *block;
         cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, n + (r->count_alloc ? 1 : 0), extra,
                                    &block);
@@ -389,7 +494,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         o->awaits = *awaits;
         *awaits = (cube__awaits) {0};
         l->info = (uint64_t *) (l + 1);
-        l->offsets = l->info + r->info_len / 8 + 1;
+        l->offsets = l->info + info_words(r) + 1;
         l->storages = (cube__storage **) (l->offsets + n);
         o->written = (cube__alloc **) (l->storages + n);
         l->module = kernel->module;
@@ -397,8 +502,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         memcpy(l->count, r->count, sizeof(l->count));
         memcpy(l->dim, r->dim, sizeof(l->dim));
         l->n_buffers = (uint32_t) r->n;
-        memcpy(l->info, r->info, r->info_len);
-        l->n_info = (uint32_t) (r->info_len / 8);
+        fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
         for (size_t i = 0; i < r->n; i++) {
@@ -436,7 +540,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
 static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
 {
         size_t n = r->n;
-        cube__launch_work *l = calloc(1, sizeof(*l) + r->info_len + 8 + n * sizeof(uint64_t) +
+        cube__launch_work *l = calloc(1, sizeof(*l) + info_words(r) * 8 + 8 + n * sizeof(uint64_t) +
                                          n * sizeof(cube__storage *) + 2 * n + 2);
         bool *rd, *wr;
 
@@ -448,7 +552,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                 return;
         }
         l->info = (uint64_t *) (l + 1);
-        l->offsets = l->info + r->info_len / 8 + 1;
+        l->offsets = l->info + info_words(r) + 1;
         l->storages = (cube__storage **) (l->offsets + n);
         rd = (bool *) (l->storages + n);
         wr = rd + n + 1;
@@ -457,8 +561,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         memcpy(l->count, r->count, sizeof(l->count));
         memcpy(l->dim, r->dim, sizeof(l->dim));
         l->n_buffers = (uint32_t) n;
-        memcpy(l->info, r->info, r->info_len);
-        l->n_info = (uint32_t) (r->info_len / 8);
+        fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
         for (size_t i = 0; i < n; i++) {
@@ -543,6 +646,10 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 e = cube__poisoned(srv);
         if (!e)
                 e = validate(srv, &r);
+        if (!e && r.mode == CUBE_LAUNCH_UNCHECKED) {
+                e = unchecked_kernel(s, kernel, &kernel);
+                r.mode = CUBE_LAUNCH_EXECUTE;
+        }
         if (e) {
                 refuse(k, &r, kernel, e);
                 goto out;
@@ -576,6 +683,10 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, NULL, cube__err_validation("kernel '%s' binds %u buffers; the launch "
                                                          "gave %zu", kernel->entry,
                                                          kernel->desc.n_buffers, r.n));
+                goto out;
+        }
+        if ((e = check_scalars(&r, kernel))) {
+                refuse(k, &r, kernel, e);
                 goto out;
         }
         if (kernel->shared_bytes > srv->properties.max_shared_memory_size) {

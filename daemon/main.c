@@ -46,6 +46,9 @@ static void usage(FILE *f)
 "  --kernel-timeout S     seconds one launch may run before it poisons the device\n"
 "                         (default 5; 0: no limit)\n"
 "  --compile-limit S      CPU seconds one kernel build may take (default 60)\n"
+"  --check-mode M         auto, enforce or validate: which launches run checked\n"
+"                         (default auto: all but unchecked-uids' unchecked ones)\n"
+"  --unchecked-uids LIST  users who may launch unchecked under check-mode auto\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -119,6 +122,8 @@ int main(int argc, char **argv)
                 { "poison-grace", required_argument, NULL, 'o' },
                 { "kernel-timeout", required_argument, NULL, 'o' },
                 { "compile-limit", required_argument, NULL, 'o' },
+                { "check-mode", required_argument, NULL, 'o' },
+                { "unchecked-uids", required_argument, NULL, 'o' },
                 { "session-memory", required_argument, NULL, 'o' },
                 { "uid-memory", required_argument, NULL, 'o' },
                 { "max-sessions", required_argument, NULL, 'o' },

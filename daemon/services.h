@@ -375,6 +375,14 @@ typedef enum cube__poison_policy {
         CUBE__POISON_REINIT,            /* bring the device up again once sessions were told */
 } cube__poison_policy;
 
+/* The reference's BoundsCheckMode: which launches run checked
+ * (docs/KERNELS.md, "Checked kernels"). */
+typedef enum cube__check_mode {
+        CUBE__CHECK_AUTO,               /* checked, unless an unchecked launch by an unchecked-uids user */
+        CUBE__CHECK_ENFORCE,            /* every launch checked; unchecked launches refused */
+        CUBE__CHECK_VALIDATE,           /* every launch checked; unchecked launches run checked */
+} cube__check_mode;
+
 /* allow-uids or allow-groups, resolved to numeric ids when loaded. */
 typedef struct cube__id_list {
         uint32_t *ids;
@@ -385,10 +393,13 @@ typedef struct cube__id_list {
 /* Resolves a comma-separated list of names or numbers; why names an entry
  * that names no user or group. */
 int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len);
+const char *cube__check_mode_name(cube__check_mode m);
+/* Whether id is in the list (access.c). */
+bool cube__id_listed(const cube__id_list *l, uint32_t id);
 
 /* Where an option's value came from, for cubectl config. */
 enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
-#define CUBE__OPTIONS_MAX 48
+#define CUBE__OPTIONS_MAX 96
 
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
@@ -436,6 +447,9 @@ typedef struct cube__options {
         uint32_t poison_ban_s;          /* for how long */
         uint32_t kernel_timeout_s;      /* a launch running longer poisons the device; 0: none */
         uint32_t compile_limit_s;       /* CPU time one kernel build may take */
+        cube__check_mode check_mode;
+        char *unchecked_uids;           /* who may launch unchecked under check-mode auto */
+        cube__id_list unchecked_uid_ids;
         bool fault_injection;           /* tests only */
         /* Collectives (groups.c, collectives.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */

@@ -410,6 +410,10 @@ typedef enum cube_launch_mode {
         CUBE_LAUNCH_EXECUTE = 0,        /* compile if needed, then run */
         CUBE_LAUNCH_COMPILE,            /* compile and validate now, run nothing */
         CUBE_LAUNCH_QUEUE,              /* queue the compile for cube_compile_queued, run nothing */
+        /* Run without bounds checks (the reference's unsafe launch): honoured
+         * only under check-mode auto for the operator's unchecked-uids, and
+         * refused for anyone else; under check-mode validate it runs checked. */
+        CUBE_LAUNCH_UNCHECKED,
 } cube_launch_mode;
 
 /* The info words a kernel reads: scalars first, grouped by type in the order

@@ -96,6 +96,14 @@ static int pad8(bytes *b)
         return b->len % 8 ? put(b, zero, 8 - b->len % 8) : 0;
 }
 
+void cube__info_scalar_counts(const cube_info *info, uint32_t ret[6])
+{
+        static const unsigned size[N_GROUPS] = { 4, 8, 4, 8, 4, 8 };
+
+        for (int g = 0; g < N_GROUPS; g++)
+                ret[g] = info ? (uint32_t) (info->groups[g].len / size[g]) : 0;
+}
+
 int cube__info_words(const cube_info *info, uint8_t **ret_words, size_t *ret_len,
                      uint32_t *ret_metadata_offset, uint32_t *ret_dynamic_offset)
 {

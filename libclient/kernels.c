@@ -65,13 +65,13 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
                                                     l->buffers[i].memory);
         if (l->dynamic_count && (e = cube__check_handle(c, l->dynamic_count)))
                 return e;
-        if (l->mode > CUBE_LAUNCH_QUEUE)
+        if (l->mode > CUBE_LAUNCH_UNCHECKED)
                 return cube__err_validation("unknown launch mode %d", (int) l->mode);
         if (cube__info_words(l->info, &words, &words_len, &meta, &dyn) < 0)
                 return cube__err_generic("out of memory in libcubeclient");
 
         cube__frame_init(&f);
-        PACK(cube__pack_notify(&f.pk, "launch", 9));
+        PACK(cube__pack_notify(&f.pk, "launch", 10));
         PACK(msgpack_pack_uint64(&f.pk, cube_stream_current()));
         PACK(msgpack_pack_uint64(&f.pk, l->kernel));
         PACK(msgpack_pack_array(&f.pk, 2));
@@ -103,6 +103,11 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         PACK(msgpack_pack_uint32(&f.pk, meta));
         PACK(msgpack_pack_uint32(&f.pk, dyn));
         PACK(msgpack_pack_uint32(&f.pk, (uint32_t) l->mode));
+        uint32_t counts[6];
+        cube__info_scalar_counts(l->info, counts);
+        PACK(msgpack_pack_array(&f.pk, 6));
+        for (int g = 0; g < 6; g++)
+                PACK(msgpack_pack_uint32(&f.pk, counts[g]));
         free(words);
         e = cube__send_batched(c, f.data, f.len);
         cube__frame_destroy(&f);

@@ -24,7 +24,7 @@ LAYERS = [
     ("services", ["idmap.c", "log.c", "history.c", "failures.c", "pools.c", "cache.c",
                   "sha256.c", "config.c", "access.c", "progress.c", "closer.c"],
      ["services.h", "sha256.h"]),
-    ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c",
+    ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c", "kernel-check.c",
               "launches.c", "memory-methods.c", "graphs.c", "profile.c", "groups.c",
               "collectives.c", "peer.c", "share.c", "inject.c"],
      ["cubed.h", "comms.h"]),

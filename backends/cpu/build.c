@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include "cpu.h"
 #include "errors.h"
 #include "io.h"
+#include "sandbox.h"
 
 #define COMPILE_AS_MB 4096
 #define COMPILE_FSIZE_MB 256
@@ -118,15 +118,10 @@ static cube_error *judge(const cube__kernel_desc *desc, int status, const struct
 static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const char *translated,
                          const char *artifact_path)
 {
-        extern char **environ;
         unsigned cpu_s = d->config.compile_cpu_s ? d->config.compile_cpu_s : 60;
-        char dir[PATH_MAX], path[PATH_MAX + 16], cpu_arg[16], as_arg[16], fs_arg[16];
+        char dir[PATH_MAX], path[PATH_MAX + 16];
         const char *slash = strrchr(artifact_path, '/');
-        posix_spawn_file_actions_t fa;
-        struct rusage ru = { 0 };
-        int status = 0, r;
-        bool wall_timeout = false;
-        pid_t pid;
+        int r;
         cube_error *e = NULL;
 
         snprintf(dir, sizeof(dir), "%.*s/.build-XXXXXX", slash ? (int) (slash - artifact_path) : 1,
@@ -145,42 +140,17 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
                                      "%s; check the cache directory", dir, strerror(-r));
                 goto out;
         }
-        snprintf(cpu_arg, sizeof(cpu_arg), "%u", cpu_s);
-        snprintf(as_arg, sizeof(as_arg), "%u", COMPILE_AS_MB);
-        snprintf(fs_arg, sizeof(fs_arg), "%u", COMPILE_FSIZE_MB);
-        char *argv[] = { d->helper, (char *) "--build", dir, cpu_arg, as_arg, fs_arg, NULL };
-        snprintf(path, sizeof(path), "%s/stderr", dir);
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        r = posix_spawn(&pid, d->helper, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
+        cube__sandbox_result res;
+        r = cube__sandbox_run(d->helper, "--build", dir, cpu_s, COMPILE_AS_MB, COMPILE_FSIZE_MB,
+                              &res);
         if (r != 0) {
                 e = cube__cpu_defect(CUBE_LAUNCH_UNKNOWN, "cannot run the kernel compiler (%s): %s",
                                      d->helper, strerror(r));
                 goto out;
         }
-
-        uint64_t deadline = cube__now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
-        for (;;) {
-                pid_t w = wait4(pid, &status, WNOHANG, &ru);
-                if (w == pid)
-                        break;
-                if (w < 0 && errno != EINTR) {
-                        status = -1;
-                        break;
-                }
-                if (cube__now_ns() > deadline) {
-                        kill(pid, SIGKILL);
-                        while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
-                                ;
-                        wall_timeout = true;
-                        break;
-                }
-                struct timespec t = { 0, 2 * 1000 * 1000 };
-                nanosleep(&t, NULL);
-        }
+        int status = res.status;
+        bool wall_timeout = res.wall_timeout;
+        struct rusage ru = res.ru;
         if (wall_timeout || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 char *log, *err;
                 snprintf(path, sizeof(path), "%s/log", dir);
@@ -277,6 +247,7 @@ cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const
                                         "'%s' from %s: %s", desc->entry, path, reason);
         }
         m->n_buffers = desc->n_buffers;
+        m->facts = desc->facts;
         *ret_shared_bytes = head.shared_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t) head.shared_bytes;
         *ret_module = m;
         return NULL;

@@ -50,6 +50,7 @@
 #include "cpu.h"
 #include "errors.h"
 #include "io.h"
+#include "sandbox.h"
 #include "queue.h"
 
 #define CPU_DEFAULT_MEMORY (4ull << 30)
@@ -72,33 +73,6 @@ void cube__cpu_rm_tree(const char *dir)
 /* ---------------------------------------------------------------------------
  * The device process
  * ------------------------------------------------------------------------- */
-
-/* cube-device: beside cubed (the build tree, or one install directory),
- * else where meson installs it; $CUBE_DEVICE_BIN overrides both. */
-static int find_helper(char *buf, size_t cap)
-{
-        const char *env = getenv("CUBE_DEVICE_BIN");
-        char self[PATH_MAX];
-        ssize_t n;
-
-        if (env && *env) {
-                snprintf(buf, cap, "%s", env);
-                return access(buf, X_OK) == 0 ? 0 : -ENOENT;
-        }
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n > 0) {
-                self[n] = '\0';
-                char *slash = strrchr(self, '/');
-                if (slash) {
-                        *slash = '\0';
-                        int len = snprintf(buf, cap, "%s/cube-device", self);
-                        if (len > 0 && (size_t) len < cap && access(buf, X_OK) == 0)
-                                return 0;
-                }
-        }
-        snprintf(buf, cap, "%s", CUBE_DEVICE_INSTALLED);
-        return access(buf, X_OK) == 0 ? 0 : -ENOENT;
-}
 
 const char *cube__cpu_signal_name(int sig)
 {
@@ -257,7 +231,7 @@ static int start_device(cube__device *d, const char **ret_why)
         posix_spawn_file_actions_t fa;
         const char *tmp = getenv("TMPDIR");
 
-        if (find_helper(d->helper, sizeof(d->helper)) < 0) {
+        if (cube__device_helper(d->helper, sizeof(d->helper)) < 0) {
                 snprintf(why, sizeof(why), "cannot find cube-device (looked beside cubed and at "
                          "%s)", CUBE_DEVICE_INSTALLED);
                 *ret_why = why;

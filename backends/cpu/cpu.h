@@ -42,6 +42,7 @@ typedef struct peer_map {
 struct cube__module {
         uint32_t id;
         uint32_t n_buffers;
+        const cube__fe_facts *facts;    /* the kernel's, for reports */
 };
 
 /* A graph the device process keeps (queue.h's CUBE__MSG_GRAPH). */
@@ -50,6 +51,7 @@ struct cube__dgraph {
         uint32_t n;
         char label[40];
         char (*kernels)[48];            /* per launch: its kernel, for reports */
+        const cube__fe_facts **facts;   /* per launch: its kernel's facts */
 };
 
 /* A free range of device memory; the list is sorted by offset. */
@@ -105,6 +107,7 @@ struct cube__device {
         pthread_mutex_t post_lock;
         uint64_t next_seq;
         const char *slot_kernel[CUBE__Q_SLOTS];
+        const cube__fe_facts *slot_facts[CUBE__Q_SLOTS];
         const cube__dgraph *slot_graph[CUBE__Q_SLOTS]; /* a replay's graph, or NULL */
 
         sem_t compiles;                 /* builders that may run at once */

@@ -25,13 +25,16 @@ typedef struct glaunch {
         cl_kernel kernel;
         size_t global[3], local[3];
         bool in_line;
+        size_t info_at;                 /* its info words in the graph's */
+        uint32_t n_info;
 } glaunch;
 
 typedef struct dgraph {
         uint32_t id;
         uint32_t n;
         glaunch *launches;
-        cl_mem info;                    /* every launch's info words */
+        cl_mem info;                    /* every launch's info words, in words */
+        uint64_t *words;
         char why[CUBE__Q_REASON];       /* not empty: it could not be built */
         struct dgraph *next;
 } dgraph;
@@ -51,6 +54,7 @@ static void dgraph_free(dgraph *g)
                         clReleaseKernel(g->launches[i].kernel);
         if (g->info)
                 clReleaseMemObject(g->info);
+        free(g->words);
         free(g->launches);
         free(g);
 }
@@ -113,11 +117,14 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                         l->global[d] = (size_t) r.count[d] * r.dim[d];
                 }
                 memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
+                l->info_at = at_word;
+                l->n_info = r.n_info;
                 cl_ulong info_off = at_word;
-                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset;
+                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset, nw = r.n_info;
                 err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
                 err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
                 err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+                err |= clSetKernelArg(k, 4, sizeof(nw), &nw);
                 for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
                         cl_ulong off;
                         cl_mem win = cube__dev_window_of(data[b], &off);
@@ -126,8 +133,8 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                                          "%u lies outside device memory", i, b);
                                 break;
                         }
-                        err |= clSetKernelArg(k, 4 + 2 * b, sizeof(cl_mem), &win);
-                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(off), &off);
+                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, 6 + 2 * b, sizeof(off), &off);
                 }
                 if (*g->why)
                         break;
@@ -139,8 +146,11 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 at_word += r.n_info;
                 p += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
         }
+        /* The graph keeps its words: its checked launches write their
+         * out-of-bounds records there. */
+        g->words = words;
         if (!*g->why) {
-                g->info = clCreateBuffer(cube__dev.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                g->info = clCreateBuffer(cube__dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
                                          (n_words ? n_words : 1) * 8, words, &err);
                 if (!g->info)
                         snprintf(g->why, sizeof(g->why), "cannot give PoCL the graph's info "
@@ -150,7 +160,6 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 if ((err = clSetKernelArg(g->launches[i].kernel, 0, sizeof(cl_mem), &g->info)))
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
                                  "runtime refused its info words (%d)", i, err);
-        free(words);
 }
 
 /* CUBE__MSG_GRAPH builds a graph (kept even when it could not be built, so
@@ -248,7 +257,9 @@ void cube__dev_run_graph(cube__qslot *s)
                                 atomic_store(&cube__ctl->running_since, t);
                         }
                         if (s->status == 0) {
+                                glaunch *l = &g->launches[i + j];
                                 cube__dev_finish(s, events[j]);
+                                cube__dev_take_record(s, g->words + l->info_at, l->n_info);
                                 if (s->status != 0)
                                         s->failed_part = i + j + 1;
                         } else {

@@ -130,6 +130,8 @@ int main(int argc, char **argv)
                 return cube__dev_serve_main(argc, argv);
         if (argc >= 2 && strcmp(argv[1], "--build") == 0)
                 return cube__dev_build_main(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "--check") == 0)
+                return cube__dev_check_main(argc, argv);
         if (argc >= 2 && strcmp(argv[1], "--probe-seal") == 0)
                 return probe_main(argc, argv);
         fprintf(stderr, "usage: cube-device --serve KCACHE_DIR MEMORY_BYTES\n"

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "frontend.h"
 #include "io.h"
 #include "queue.h"
 #include "seal.h"
@@ -325,6 +326,8 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
         err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
         err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
+        cl_uint words = s->launch.n_info;
+        err |= clSetKernelArg(k, 4, sizeof(words), &words);
         for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
                 cl_ulong off;
                 cl_mem win = cube__dev_window_of(s->data[i], &off);
@@ -334,8 +337,8 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                                  "memory", i);
                         return false;
                 }
-                err |= clSetKernelArg(k, 4 + 2 * i, sizeof(cl_mem), &win);
-                err |= clSetKernelArg(k, 5 + 2 * i, sizeof(off), &off);
+                err |= clSetKernelArg(k, 5 + 2 * i, sizeof(cl_mem), &win);
+                err |= clSetKernelArg(k, 6 + 2 * i, sizeof(off), &off);
         }
         for (int i = 0; i < 3; i++) {
                 local[i] = s->launch.dim[i];
@@ -368,6 +371,21 @@ void cube__dev_finish(cube__qslot *s, cl_event ev)
                          "(%d)", status);
         }
         clReleaseEvent(ev);
+}
+
+/* Takes a checked launch's record of its first access out of bounds (the
+ * info words' tail, frontend.h) into the slot: a failed launch, whose
+ * reason is the record. The record is cleared for the next run. */
+void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info)
+{
+        if (n_info < CUBE__CHECK_TAIL_WORDS)
+                return;
+        uint64_t *rec = info + n_info - CUBE__CHECK_TAIL_WORDS;
+        if (rec[0] && s->status == 0) {
+                s->status = CUBE__Q_OUT_OF_BOUNDS;
+                memcpy(s->reason, rec, sizeof(cube__oob_record));
+        }
+        memset(rec, 0, sizeof(cube__oob_record));
 }
 
 /* Whether a thread of cubed sleeps until launch seq (or one before it)
@@ -455,8 +473,12 @@ static void serve_loop(void)
                 for (unsigned i = 0; i < n; i++) {
                         atomic_store(&cube__ctl->running_since, t);
                         atomic_store(&cube__ctl->running_seq, next + i);
-                        if (queued[i])
+                        if (queued[i]) {
                                 cube__dev_finish(batch[i], events[i]);
+                                cube__dev_take_record(batch[i], batch[i]->data +
+                                                      batch[i]->launch.n_buffers,
+                                                      batch[i]->launch.n_info);
+                        }
                         batch[i]->start_ns = t;
                         batch[i]->end_ns = t = cube__now_ns();
                         atomic_store(&cube__ctl->running_seq, 0);
@@ -568,7 +590,9 @@ int cube__dev_serve_main(int argc, char **argv)
                         return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
                                           (unsigned long long) len, err);
         }
-        cube__dev.arena = clCreateBuffer(cube__dev.context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+        /* Read and written: a checked launch records its first access out of
+         * bounds among its info words. */
+        cube__dev.arena = clCreateBuffer(cube__dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
                                          CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
                                          (char *) qbase + CUBE__Q_CTL_BYTES, &err);
         if (!cube__dev.arena)

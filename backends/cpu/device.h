@@ -64,6 +64,8 @@ void cube__dev_limit(int resource, rlim_t value);
 
 /* cube-device --build. */
 int cube__dev_build_main(int argc, char **argv);
+/* cube-device --check (backends/frontend/check-main.c). */
+int cube__dev_check_main(int argc, char **argv);
 
 /* ---- the launch server (device-serve.c) --------------------------------- */
 
@@ -87,6 +89,7 @@ bool cube__dev_runs_inline(const cube__qlaunch *l);
 cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
+void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info);
 void cube__dev_finish(cube__qslot *s, cl_event ev);
 
 /* ---- graphs the device keeps (device-graphs.c) -------------------------- */

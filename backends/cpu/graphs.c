@@ -41,11 +41,15 @@ cube_error *cube__cpu_graph_create(cube__device *d, cube__launch_work *const *la
                                          bytes);
         g = calloc(1, sizeof(*g));
         payload = malloc(bytes ? bytes : 1);
-        if (g)
+        if (g) {
                 g->kernels = calloc(n, sizeof(*g->kernels));
-        if (!g || !payload || !g->kernels) {
-                if (g)
+                g->facts = calloc(n, sizeof(*g->facts));
+        }
+        if (!g || !payload || !g->kernels || !g->facts) {
+                if (g) {
                         free(g->kernels);
+                        free(g->facts);
+                }
                 free(g);
                 free(payload);
                 return cube__err_generic("out of host memory");
@@ -68,6 +72,7 @@ cube_error *cube__cpu_graph_create(cube__device *d, cube__launch_work *const *la
                 memcpy(payload + at, l->info, (size_t) l->n_info * 8);
                 at += (size_t) l->n_info * 8;
                 snprintf(g->kernels[i], sizeof(g->kernels[i]), "%s", l->kernel);
+                g->facts[i] = l->module->facts;
         }
         g->n = (uint32_t) n;
         snprintf(g->label, sizeof(g->label), "%s", label);
@@ -95,5 +100,6 @@ void cube__cpu_graph_destroy(cube__device *d, cube__dgraph *g)
         pthread_mutex_unlock(&d->post_lock);
         d->graph_launches -= g->n;
         free(g->kernels);
+        free(g->facts);
         free(g);
 }

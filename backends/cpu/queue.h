@@ -29,6 +29,9 @@
 #define CUBE__Q_SLOTS 256u
 #define CUBE__Q_SLOT_WORDS 8192u        /* offsets + info words one launch may carry */
 #define CUBE__Q_REASON 256u
+/* A slot's status for a checked launch that went out of bounds: its reason
+ * holds the record (frontend.h's cube__oob_record), not text. */
+#define CUBE__Q_OUT_OF_BOUNDS 1
 #define CUBE__Q_WAITERS 8u              /* cubed threads that wait on the ring */
 
 /* A slot's state: who owns it now. */
@@ -60,7 +63,8 @@ typedef struct cube__qslot {
         uint32_t graph;                 /* not 0: a replay of this graph (CUBE__MSG_GRAPH) */
         uint64_t seq;
         cube__qlaunch launch;           /* when graph is 0 */
-        int32_t status;                 /* 0, or the OpenCL error the launch got */
+        int32_t status;                 /* 0, CUBE__Q_OUT_OF_BOUNDS, or the OpenCL error the
+                                         * launch got */
         uint32_t failed_part;           /* a replay that failed: at which launch, from 1 */
         uint64_t start_ns, end_ns;      /* CLOCK_MONOTONIC, where the device ran it */
         char reason[CUBE__Q_REASON];    /* why status is not 0 */

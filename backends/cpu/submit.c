@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "frontend.h"
 #include "errors.h"
 #include "io.h"
 
@@ -78,6 +79,7 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
                 s->graph = g->id;
                 s->launch = (cube__qlaunch) { 0 };
                 d->slot_kernel[seq % CUBE__Q_SLOTS] = g->label;
+                d->slot_facts[seq % CUBE__Q_SLOTS] = NULL;
                 d->slot_graph[seq % CUBE__Q_SLOTS] = g;
                 goto posted;
         }
@@ -94,6 +96,7 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
         if (l->n_info)
                 memcpy(s->data + l->n_buffers, l->info, (size_t) l->n_info * 8);
         d->slot_kernel[seq % CUBE__Q_SLOTS] = l->kernel;
+        d->slot_facts[seq % CUBE__Q_SLOTS] = l->module->facts;
         d->slot_graph[seq % CUBE__Q_SLOTS] = NULL;
 posted:
         atomic_store(&s->state, CUBE__SLOT_POSTED);
@@ -129,6 +132,28 @@ static void await_launch(cube__device *d, unsigned me, uint64_t seq)
         atomic_store(&d->ctl->wanted[me], 0);
 }
 
+/* A checked launch that went out of bounds: the launch's failure, a
+ * Validation (the kernel and the device are fine; this launch's inputs or
+ * indexing were not), described from the record the device took. */
+static cube_error *out_of_bounds(cube__device *d, uint64_t seq, cube__work *w,
+                                 const cube__qslot *s)
+{
+        cube__oob_record r;
+        const cube__fe_facts *facts = d->slot_facts[seq % CUBE__Q_SLOTS];
+        const char *kernel = d->slot_kernel[seq % CUBE__Q_SLOTS];
+        char text[768], graph[160] = "";
+        uint32_t part = s->failed_part;
+
+        memcpy(&r, s->reason, sizeof(r));
+        if (w->op == CUBE__WORK_GRAPH && part >= 1 && part <= w->graph->n) {
+                facts = w->graph->facts[part - 1];
+                kernel = w->graph->kernels[part - 1];
+                snprintf(graph, sizeof(graph), " (launch %u of %s)", part, w->graph->label);
+        }
+        cube__fe_describe_oob(facts, kernel ? kernel : "?", &r, text, sizeof(text));
+        return cube__err_validation("%s%s", text, graph);
+}
+
 /* Takes the result of launch seq, which has ended (await_launch), into w:
  * its error, and when the device ran it (driver.h's device timing). */
 static void harvest(cube__device *d, uint64_t seq, cube__work *w)
@@ -139,7 +164,9 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
         if (atomic_load(&s->state) == CUBE__SLOT_DONE && s->seq == seq) {
                 w->start_ns = s->start_ns;
                 w->end_ns = s->end_ns;
-                if (s->status != 0) {
+                if (s->status == CUBE__Q_OUT_OF_BOUNDS) {
+                        e = out_of_bounds(d, seq, w, s);
+                } else if (s->status != 0) {
                         char reason[CUBE__Q_REASON];
                         memcpy(reason, s->reason, sizeof(reason));
                         reason[sizeof(reason) - 1] = '\0';

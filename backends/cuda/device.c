@@ -407,10 +407,10 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         const cube__launch_work *l = w->launch;
         uint32_t n = l->n_buffers;
         CUdeviceptr *ptrs = calloc(n + 1, sizeof(*ptrs));
-        void **params = calloc(n + 3, sizeof(*params));
+        void **params = calloc(n + 4, sizeof(*params));
         CUdeviceptr info = 0;
         uint64_t info_bytes = (uint64_t) l->n_info * 8;
-        uint32_t meta = l->metadata_offset, dyn = l->dynamic_offset;
+        uint32_t meta = l->metadata_offset, dyn = l->dynamic_offset, words = l->n_info;
         void *big = NULL;
         int slot = -1;
         CUresult r = CUDA_SUCCESS;
@@ -451,6 +451,7 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         params[n] = &info;
         params[n + 1] = &meta;
         params[n + 2] = &dyn;
+        params[n + 3] = &words;
         r = d->cu->cuLaunchKernel(l->module->fn, l->count[0], l->count[1], l->count[2],
                                   l->dim[0], l->dim[1], l->dim[2], 0, s->stream, params, NULL);
         if (!check(d, r, "cuLaunchKernel")) {

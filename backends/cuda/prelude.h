@@ -7,11 +7,9 @@
  * <stdint.h>, <stddef.h>, <stdbool.h>, <math.h>, <limits.h> or <float.h> get
  * empty ones (compile.c). Math functions are NVRTC built-ins.
  *
- * INFO is three parameters: the info words in device memory (const and
- * __restrict__, so SCALAR and META_U32 loads go through the read-only path)
- * and the word offsets of the static and dynamic metadata, which the CPU
- * prelude keeps in its per-unit record. The launch passes the bound buffers
- * in binding order, then these three (device.c).
+ * The launch passes the bound buffers in binding order, then the info words
+ * in device memory, the word offsets of the static and dynamic metadata and
+ * the number of info words (device.c; CUBE__PARAMS_TAIL below).
  *
  * This file is part of every CUDA kernel's cache key (its SHA-256).
  */
@@ -127,3 +125,17 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 #define META_U32(i) (((const uint32_t *) (cube__info + cube__meta))[i])
 #define DYN_U32(i) (((const uint32_t *) (cube__info + cube__dyn))[i])
 #define BUFFER_LEN(b) META_U32(b)
+
+/* The checked form the kernel front end writes (backends/frontend/): the
+ * entry point keeps its name, takes its buffers as bytes, then the info
+ * words (read and, for the out-of-bounds record, written), the metadata
+ * offsets and the number of info words. */
+#define CUBE__KERNEL extern "C" __global__
+#define CUBE__ENTRY_NAME(n) n
+#define CUBE__PARAMS_HEAD
+#define CUBE__BUFFER(k) char *cube__p##k,
+#define CUBE__BUFFER_PTR(k) cube__p##k
+#define CUBE__PARAMS_TAIL const uint64_t *cube__info, uint32_t cube__meta, uint32_t cube__dyn, \
+        uint32_t cube__nw
+#define CUBE__ENTRY_BEGIN
+#define CUBE__CAS32(p, o, n) atomicCAS((unsigned *) (p), (o), (n))

@@ -1,0 +1,1579 @@
+/*
+ * frontend.c - a kernel source read by libclang, checked against the
+ * dialect's rules, and rewritten into its checked form.
+ *
+ * Why a compiler front end and not a scan of the text: a kernel that can
+ * name memory by any expression C allows can reach any byte the device
+ * holds, and only a parse knows which expressions touch memory, through
+ * which pointer, with which element type. The rewrite works on the user's
+ * own text, by insertions around the expressions the parse found, so the
+ * result keeps the user's lines and columns (compiler messages point at
+ * them) and every backend compiles it behind its own prelude.
+ *
+ * What the rewrite does (docs/KERNELS.md, "Checked kernels"):
+ * - every function gets the launch's check context as a first parameter,
+ *   and every call of a function of the source passes it on;
+ * - the entry point takes its buffers as the backend binds them, then
+ *   reads its scalars from the launch's info words;
+ * - an access through a pointer becomes a guarded load or a guarded store:
+ *   through a buffer parameter the body never moves, a check of the index
+ *   against that binding's length; through any other pointer, a check that
+ *   the bytes lie in one of the launch's bindings (a writable one for a
+ *   store);
+ * - an index into an array (shared, private, constant) is checked against
+ *   the array's length;
+ * - what cannot be guarded is refused: integer/pointer casts, pointer type
+ *   punning, casting away const, pointers to anything but numbers, pointers
+ *   into arrays or variables, function pointers, inline assembly, calls
+ *   that hand a pointer to a function the source does not define, the
+ *   names cube reserves, and the spellings of one device's language.
+ */
+#include <clang-c/Index.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "frontend.h"
+
+/* The dialect as C, for the parse only: each backend has its own prelude for
+ * compiling. The positions and info readers are functions here so that they
+ * read as values, never as memory. */
+static const char parse_prelude[] =
+"typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;\n"
+"typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;\n"
+"typedef unsigned long uint64_t; typedef unsigned long size_t; typedef long ptrdiff_t;\n"
+"typedef _Bool bool;\n#define true 1\n#define false 0\n#define NULL 0\n"
+"#define INT8_MIN (-128)\n#define INT16_MIN (-32768)\n#define INT32_MIN (-2147483647 - 1)\n"
+"#define INT64_MIN (-9223372036854775807L - 1)\n#define INT8_MAX 127\n#define INT16_MAX 32767\n"
+"#define INT32_MAX 2147483647\n#define INT64_MAX 9223372036854775807L\n#define UINT8_MAX 255\n"
+"#define UINT16_MAX 65535\n#define UINT32_MAX 4294967295U\n#define UINT64_MAX 18446744073709551615UL\n"
+"#define SIZE_MAX UINT64_MAX\n#define CHAR_BIT 8\n#define INT_MIN INT32_MIN\n#define INT_MAX INT32_MAX\n"
+"#define UINT_MAX UINT32_MAX\n#define LONG_MIN INT64_MIN\n#define LONG_MAX INT64_MAX\n"
+"#define ULONG_MAX UINT64_MAX\n#define FLT_MAX 3.402823466e+38F\n#define FLT_MIN 1.175494351e-38F\n"
+"#define FLT_EPSILON 1.192092896e-07F\n#define DBL_MAX 1.7976931348623158e+308\n"
+"#define DBL_MIN 2.2250738585072014e-308\n#define DBL_EPSILON 2.2204460492503131e-16\n"
+"float cube__inf(void);\n#define INFINITY cube__inf()\n#define NAN cube__inf()\n"
+"#define HUGE_VALF INFINITY\n#define HUGE_VAL ((double) INFINITY)\n"
+"#define M_E 2.7182818284590452354\n#define M_LN2 0.69314718055994530942\n"
+"#define M_PI 3.14159265358979323846\n#define M_PI_2 1.57079632679489661923\n"
+"#define M_SQRT2 1.41421356237309504880\n"
+"#define KERNEL __attribute__((annotate(\"cube_kernel\")))\n"
+"#define SHARED __attribute__((annotate(\"cube_shared\")))\n"
+"#define GLOBAL\n#define CONSTANT const\n#define DEVICE_FN\n"
+"#define INFO int cube__info_param\n"
+"unsigned cube__unit(int); unsigned cube__cube(int); unsigned cube__dim(int); unsigned cube__count(int);\n"
+"#define UNIT_POS_X cube__unit(0)\n#define UNIT_POS_Y cube__unit(1)\n#define UNIT_POS_Z cube__unit(2)\n"
+"#define CUBE_POS_X cube__cube(0)\n#define CUBE_POS_Y cube__cube(1)\n#define CUBE_POS_Z cube__cube(2)\n"
+"#define CUBE_DIM_X cube__dim(0)\n#define CUBE_DIM_Y cube__dim(1)\n#define CUBE_DIM_Z cube__dim(2)\n"
+"#define CUBE_COUNT_X cube__count(0)\n#define CUBE_COUNT_Y cube__count(1)\n"
+"#define CUBE_COUNT_Z cube__count(2)\n"
+"#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)\n"
+"#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)\n"
+"#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)\n"
+"#define UNIT_POS (UNIT_POS_X + UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_Z * CUBE_DIM_X * CUBE_DIM_Y)\n"
+"#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)\n"
+"#define CUBE_POS (CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_Z * CUBE_COUNT_X * CUBE_COUNT_Y)\n"
+"#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)\n"
+"#define ABSOLUTE_POS ((uint64_t) CUBE_POS * CUBE_DIM + UNIT_POS)\n"
+"void cube__sync(void);\n#define sync_cube() cube__sync()\n"
+"double cube__scalar(unsigned long, unsigned long);\n"
+"#define SCALAR(type, word, i) ((type) cube__scalar((word), (i)))\n"
+"unsigned cube__meta(unsigned long); unsigned cube__dyn(unsigned long);\n"
+"#define META_U32(i) cube__meta(i)\n#define DYN_U32(i) cube__dyn(i)\n"
+"#define BUFFER_LEN(b) META_U32(b)\n";
+
+/* The guards every checked source starts with, after the backend's prelude
+ * (which defines GLOBAL, CUBE__CAS32 and the fixed-width types). The daemon
+ * sets CUBE__CHECKED (0 for an unchecked launch) and CUBE__CHECK_REPORT (0
+ * under check-mode enforce: out-of-bounds accesses are dropped silently). */
+static const char guards[] =
+"#ifndef CUBE__CHECKED\n#define CUBE__CHECKED 1\n#endif\n"
+"#ifndef CUBE__CHECK_REPORT\n#define CUBE__CHECK_REPORT 1\n#endif\n"
+"typedef struct cube__ctx_t {\n"
+"        GLOBAL const char *base[CUBE__NB];\n"
+"        uint64_t bytes[CUBE__NB];\n"
+"        uint32_t ro[CUBE__NB];\n"
+"        GLOBAL uint64_t *rec;\n"
+"        GLOBAL char *sink;\n"
+"        GLOBAL const char *zero;\n"
+"        GLOBAL const uint64_t *info;\n"
+"        uint64_t meta, dyn, words;\n"
+"} cube__ctx_t;\n"
+"static inline void cube__oob(cube__ctx_t *c, uint32_t site, uint64_t i, uint64_t n, uint32_t w)\n"
+"{\n#if CUBE__CHECK_REPORT\n"
+"        if (CUBE__CAS32((GLOBAL uint32_t *) c->rec, 0u, site + 1u) == 0u) {\n"
+"                c->rec[1] = i; c->rec[2] = n; c->rec[3] = w;\n"
+"        }\n#endif\n}\n"
+"static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
+"{\n#if CUBE__CHECKED\n"
+"        if ((uint64_t) i >= n) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
+"#endif\n        return (uint64_t) i;\n}\n"
+"static inline int cube__in(cube__ctx_t *c, GLOBAL const char *q, uint64_t size, int w)\n"
+"{\n"
+"        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
+"                uint64_t off = (uint64_t) q - (uint64_t) c->base[b];\n"
+"                if (off < c->bytes[b] && c->bytes[b] - off >= size && !(w && c->ro[b]))\n"
+"                        return 1;\n"
+"        }\n"
+"        return 0;\n"
+"}\n"
+"static inline GLOBAL const char *cube__info_at(cube__ctx_t *c, uint64_t from, uint64_t to,\n"
+"                                               uint64_t byte, uint64_t size)\n"
+"{\n#if CUBE__CHECKED\n"
+"        if (byte < from * 8 || byte + size > to * 8) {\n"
+"                cube__oob(c, 0u, byte / size, (to * 8 - from * 8) / size, 0u);\n"
+"                return c->zero;\n"
+"        }\n#endif\n"
+"        return (GLOBAL const char *) c->info + byte;\n"
+"}\n"
+"#undef SCALAR\n#undef META_U32\n#undef DYN_U32\n#undef BUFFER_LEN\n"
+"#define SCALAR(type, word, i) (*(GLOBAL const type *) cube__info_at(cube__ctx, 0, cube__ctx->meta, \\\n"
+"        (uint64_t) (word) * 8 + (uint64_t) (i) * sizeof(type), sizeof(type)))\n"
+"#define META_U32(i) (*(GLOBAL const uint32_t *) cube__info_at(cube__ctx, cube__ctx->meta, \\\n"
+"        cube__ctx->dyn, cube__ctx->meta * 8 + (uint64_t) (i) * 4, 4))\n"
+"#define DYN_U32(i) (*(GLOBAL const uint32_t *) cube__info_at(cube__ctx, cube__ctx->dyn, \\\n"
+"        cube__ctx->words, cube__ctx->dyn * 8 + (uint64_t) (i) * 4, 4))\n"
+"#define BUFFER_LEN(b) META_U32(b)\n"
+"#if CUBE__CHECKED\n"
+"#define CUBE__GUARDS(T, S) \\\n"
+"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n) return p[i]; \\\n"
+"  cube__oob(c, site, (uint64_t) i, n, 0u); return (T) 0; } \\\n"
+"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i) \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n && !c->ro[k]) return p + i; \\\n"
+"  cube__oob(c, site, (uint64_t) i, n, 1u); return (GLOBAL T *) c->sink; } \\\n"
+"static inline T cube__ld_##S(cube__ctx_t *c, uint32_t site, GLOBAL const T *p, int64_t i) \\\n"
+"{ GLOBAL const T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 0)) return *q; \\\n"
+"  cube__oob(c, site, (uint64_t) i, 0, 0u); return (T) 0; } \\\n"
+"static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
+"{ GLOBAL T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 1)) return q; \\\n"
+"  cube__oob(c, site, (uint64_t) i, 0, 1u); return (GLOBAL T *) c->sink; }\n"
+"#else\n"
+"#define CUBE__GUARDS(T, S) \\\n"
+"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
+"{ (void) c; (void) site; (void) k; return p[i]; } \\\n"
+"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i) \\\n"
+"{ (void) c; (void) site; (void) k; return p + i; } \\\n"
+"static inline T cube__ld_##S(cube__ctx_t *c, uint32_t site, GLOBAL const T *p, int64_t i) \\\n"
+"{ (void) c; (void) site; return p[i]; } \\\n"
+"static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
+"{ (void) c; (void) site; return p + i; }\n"
+"#endif\n"
+"CUBE__GUARDS(char, char)\nCUBE__GUARDS(signed char, schar)\nCUBE__GUARDS(unsigned char, uchar)\n"
+"CUBE__GUARDS(short, short)\nCUBE__GUARDS(unsigned short, ushort)\nCUBE__GUARDS(int, int)\n"
+"CUBE__GUARDS(unsigned int, uint)\nCUBE__GUARDS(long, long)\nCUBE__GUARDS(unsigned long, ulong)\n"
+"CUBE__GUARDS(float, float)\nCUBE__GUARDS(double, double)\n"
+"static inline void cube__ctx_init(cube__ctx_t *c, GLOBAL const uint64_t *info, uint64_t words,\n"
+"                                  uint64_t meta, uint64_t dyn, uint32_t nb)\n"
+"{\n"
+"        uint64_t own = words - nb - " "36" ";\n"
+"        c->info = info;\n"
+"        c->words = own;\n"
+"        c->meta = meta < own ? meta : own;\n"
+"        c->dyn = dyn < own && dyn > c->meta ? dyn : (dyn < c->meta ? c->meta : own);\n"
+"        c->rec = (GLOBAL uint64_t *) (info + own + nb);\n"
+"        c->sink = (GLOBAL char *) (info + own + nb + 4);\n"
+"        c->zero = (GLOBAL const char *) (info + own + nb + 20);\n"
+"        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
+"                uint64_t w = b < nb ? info[own + b] : 0;\n"
+"                c->bytes[b] = w & ~(1ul << 63);\n"
+"                c->ro[b] = (uint32_t) (w >> 63);\n"
+"                c->base[b] = (GLOBAL const char *) 0;\n"
+"        }\n"
+"}\n";
+
+/* ---------------------------------------------------------------------------
+ * The tree: libclang's cursors with parents, and offsets into the source.
+ * ------------------------------------------------------------------------- */
+
+typedef struct node {
+        CXCursor c;
+        enum CXCursorKind kind;
+        struct node *parent;
+        struct node **kids;
+        unsigned n_kids, cap;
+        unsigned start, end;            /* byte offsets in the source; end exclusive */
+        bool located;                   /* start and end are in the source */
+} node;
+
+typedef struct edit {
+        unsigned at, cut;               /* replace cut bytes at at */
+        int order;                      /* among edits at one offset */
+        char *text;
+} edit;
+
+typedef struct fe {
+        CXTranslationUnit tu;
+        CXFile file;
+        const char *src;
+        size_t len;
+        const char *entry;
+        node *root;
+        edit *edits;
+        size_t n_edits, cap_edits;
+        char *error;                    /* the first refusal */
+        bool oom;
+        /* the entry point */
+        node *entry_fn;
+        node **params;
+        unsigned n_params;
+        bool *param_moved;              /* assigned, incremented or its address taken */
+        bool *param_read, *param_written;
+        char **sites;
+        unsigned n_sites, cap_sites;
+        unsigned depth;
+} fe;
+
+static void line_col(fe *f, unsigned offset, unsigned *ret_line, unsigned *ret_col)
+{
+        unsigned line = 1, col = 1;
+
+        for (unsigned i = 0; i < offset && i < f->len; i++) {
+                if (f->src[i] == '\n') {
+                        line++;
+                        col = 1;
+                } else {
+                        col++;
+                }
+        }
+        *ret_line = line;
+        *ret_col = col;
+}
+
+/* Refuses the source at offset, naming the rule. Only the first counts. */
+static void refuse(fe *f, unsigned offset, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse(fe *f, unsigned offset, const char *fmt, ...)
+{
+        char text[512];
+        unsigned line, col;
+        va_list ap;
+
+        if (f->error)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        line_col(f, offset, &line, &col);
+        char *msg = NULL;
+        if (asprintf(&msg, "%s.c:%u:%u: %s (docs/KERNELS.md, \"Checked kernels\")", f->entry, line,
+                     col, text) < 0)
+                f->oom = true;
+        else
+                f->error = msg;
+}
+
+static bool offset_of(fe *f, CXSourceLocation loc, unsigned *ret)
+{
+        CXFile file;
+        unsigned off;
+
+        clang_getFileLocation(loc, &file, NULL, NULL, &off);
+        if (!file || !clang_File_isEqual(file, f->file) || off > f->len)
+                return false;
+        *ret = off;
+        return true;
+}
+
+static node *node_new(fe *f, CXCursor c, node *parent)
+{
+        node *n = calloc(1, sizeof(*n));
+        if (!n) {
+                f->oom = true;
+                return NULL;
+        }
+        n->c = c;
+        n->kind = clang_getCursorKind(c);
+        n->parent = parent;
+        CXSourceRange r = clang_getCursorExtent(c);
+        unsigned a, b;
+        if (offset_of(f, clang_getRangeStart(r), &a) && offset_of(f, clang_getRangeEnd(r), &b) &&
+            a <= b) {
+                n->start = a;
+                n->end = b;
+                n->located = true;
+        }
+        return n;
+}
+
+static void node_free(node *n)
+{
+        if (!n)
+                return;
+        for (unsigned i = 0; i < n->n_kids; i++)
+                node_free(n->kids[i]);
+        free(n->kids);
+        free(n);
+}
+
+typedef struct build_ctx {
+        fe *f;
+        node *parent;
+} build_ctx;
+
+static enum CXChildVisitResult build_visit(CXCursor c, CXCursor parent, CXClientData data)
+{
+        build_ctx *b = data;
+        fe *f = b->f;
+        (void) parent;
+
+        if (f->oom || f->depth > 512) {
+                if (f->depth > 512)
+                        refuse(f, b->parent->start, "the source nests deeper than 512 levels");
+                return CXChildVisit_Break;
+        }
+        /* The parse prelude's own declarations are not the user's. */
+        if (b->parent == f->root && !clang_Location_isFromMainFile(clang_getCursorLocation(c)))
+                return CXChildVisit_Continue;
+        node *n = node_new(f, c, b->parent);
+        if (!n)
+                return CXChildVisit_Break;
+        node *p = b->parent;
+        if (p->n_kids == p->cap) {
+                unsigned cap = p->cap ? p->cap * 2 : 4;
+                node **g = realloc(p->kids, cap * sizeof(*g));
+                if (!g) {
+                        f->oom = true;
+                        node_free(n);
+                        return CXChildVisit_Break;
+                }
+                p->kids = g;
+                p->cap = cap;
+        }
+        p->kids[p->n_kids++] = n;
+        build_ctx sub = { f, n };
+        f->depth++;
+        clang_visitChildren(c, build_visit, &sub);
+        f->depth--;
+        return CXChildVisit_Continue;
+}
+
+/* ---------------------------------------------------------------------------
+ * Edits
+ * ------------------------------------------------------------------------- */
+
+static void add_edit(fe *f, unsigned at, unsigned cut, int order, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+static void add_edit(fe *f, unsigned at, unsigned cut, int order, const char *fmt, ...)
+{
+        va_list ap;
+        char *text = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&text, fmt, ap) < 0)
+                text = NULL;
+        va_end(ap);
+        if (!text) {
+                f->oom = true;
+                return;
+        }
+        if (f->n_edits == f->cap_edits) {
+                size_t cap = f->cap_edits ? f->cap_edits * 2 : 64;
+                edit *g = realloc(f->edits, cap * sizeof(*g));
+                if (!g) {
+                        free(text);
+                        f->oom = true;
+                        return;
+                }
+                f->edits = g;
+                f->cap_edits = cap;
+        }
+        f->edits[f->n_edits++] = (edit) { at, cut, order, text };
+}
+
+static int edit_cmp(const void *a, const void *b)
+{
+        const edit *x = a, *y = b;
+
+        if (x->at != y->at)
+                return x->at < y->at ? -1 : 1;
+        if (x->order != y->order)
+                return x->order < y->order ? -1 : 1;
+        return strcmp(x->text, y->text);
+}
+
+/* Applies the edits to the source. A macro argument used twice shows one
+ * access twice: identical edits are one; edits that disagree on one byte are
+ * a refusal. */
+static char *apply_edits(fe *f)
+{
+        qsort(f->edits, f->n_edits, sizeof(*f->edits), edit_cmp);
+        size_t cap = f->len + 1;
+        for (size_t i = 0; i < f->n_edits; i++)
+                cap += strlen(f->edits[i].text);
+        char *out = malloc(cap), *o = out;
+        if (!out) {
+                f->oom = true;
+                return NULL;
+        }
+        unsigned at = 0;
+        for (size_t i = 0; i < f->n_edits; i++) {
+                edit *e = &f->edits[i];
+                if (i > 0 && e->at == e[-1].at && e->cut == e[-1].cut && e->order == e[-1].order &&
+                    strcmp(e->text, e[-1].text) == 0)
+                        continue;
+                if (e->at < at) {
+                        refuse(f, e->at, "this expression is checked in two different ways "
+                               "(a macro argument used twice?): write it out");
+                        free(out);
+                        return NULL;
+                }
+                memcpy(o, f->src + at, e->at - at);
+                o += e->at - at;
+                size_t tl = strlen(e->text);
+                memcpy(o, e->text, tl);
+                o += tl;
+                at = e->at + e->cut;
+        }
+        memcpy(o, f->src + at, f->len - at);
+        o += f->len - at;
+        *o = '\0';
+        return out;
+}
+
+/* ---------------------------------------------------------------------------
+ * Types
+ * ------------------------------------------------------------------------- */
+
+/* The guard suffix for an element type, or NULL when a buffer cannot hold it. */
+static const char *elem_suffix(CXType t)
+{
+        switch (clang_getCanonicalType(t).kind) {
+        case CXType_Char_S: return "char";
+        case CXType_SChar: return "schar";
+        case CXType_Char_U: return "char";
+        case CXType_UChar: return "uchar";
+        case CXType_Short: return "short";
+        case CXType_UShort: return "ushort";
+        case CXType_Int: return "int";
+        case CXType_UInt: return "uint";
+        case CXType_Long: return "long";
+        case CXType_ULong: return "ulong";
+        case CXType_Float: return "float";
+        case CXType_Double: return "double";
+        default: return NULL;
+        }
+}
+
+static bool is_pointer(CXType t)
+{
+        return clang_getCanonicalType(t).kind == CXType_Pointer;
+}
+
+static bool is_array(CXType t)
+{
+        enum CXTypeKind k = clang_getCanonicalType(t).kind;
+        return k == CXType_ConstantArray || k == CXType_IncompleteArray ||
+               k == CXType_VariableArray || k == CXType_DependentSizedArray;
+}
+
+/* Says what is wrong with a type a kernel declares, or NULL: a pointer may
+ * point only at numbers, the element types a buffer holds. */
+static const char *type_problem(CXType t)
+{
+        t = clang_getCanonicalType(t);
+        if (t.kind == CXType_Pointer) {
+                CXType p = clang_getCanonicalType(clang_getPointeeType(t));
+                if (p.kind == CXType_Void)
+                        return "a void pointer cannot be checked: point at the element type";
+                if (p.kind == CXType_FunctionProto || p.kind == CXType_FunctionNoProto)
+                        return "function pointers are not allowed";
+                if (p.kind == CXType_Pointer)
+                        return "a pointer to a pointer cannot be checked";
+                if (p.kind == CXType_Record)
+                        return "a pointer to a struct or union cannot be checked: a buffer "
+                               "holds numbers";
+                if (is_array(p))
+                        return "a pointer to an array cannot be checked: index the buffer";
+                if (!elem_suffix(p))
+                        return "a pointer may point only at char, short, int, long (signed or "
+                               "unsigned), float or double";
+                return NULL;
+        }
+        if (is_array(t))
+                return type_problem(clang_getArrayElementType(t));
+        return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * The walk
+ * ------------------------------------------------------------------------- */
+
+static node *strip(node *n)
+{
+        while (n && (n->kind == CXCursor_UnexposedExpr || n->kind == CXCursor_ParenExpr) &&
+               n->n_kids == 1)
+                n = n->kids[0];
+        return n;
+}
+
+static node *up(node *n)
+{
+        node *p = n->parent;
+        while (p && (p->kind == CXCursor_UnexposedExpr || p->kind == CXCursor_ParenExpr))
+                p = p->parent;
+        return p;
+}
+
+/* The text of an operator between (or around) a node's operands. */
+static void op_text(fe *f, unsigned a, unsigned b, char *buf, size_t cap)
+{
+        size_t n = 0;
+
+        for (unsigned i = a; i < b && i < f->len && n + 1 < cap; i++)
+                if (!isspace((unsigned char) f->src[i]) && f->src[i] != '(' && f->src[i] != ')')
+                        buf[n++] = f->src[i];
+        buf[n] = '\0';
+}
+
+/* For a unary operator: its text ("*", "&", "++", "-", ...) and whether it
+ * comes after its operand. */
+static void unary_op(fe *f, node *n, char *buf, size_t cap, bool *ret_postfix)
+{
+        node *o = n->n_kids ? n->kids[0] : NULL;
+
+        buf[0] = '\0';
+        *ret_postfix = false;
+        if (!o || !o->located || !n->located)
+                return;
+        if (o->start > n->start) {
+                op_text(f, n->start, o->start, buf, cap);
+        } else {
+                op_text(f, o->end, n->end, buf, cap);
+                *ret_postfix = true;
+        }
+}
+
+static void binary_op(fe *f, node *n, char *buf, size_t cap)
+{
+        buf[0] = '\0';
+        if (n->n_kids == 2 && n->kids[0]->located && n->kids[1]->located)
+                op_text(f, n->kids[0]->end, n->kids[1]->start, buf, cap);
+}
+
+/* How an expression's value is used: an access needs to know whether it is
+ * read, written, or both. */
+typedef enum use { USE_READ, USE_WRITE, USE_READ_WRITE, USE_ADDRESS, USE_NONE } use;
+
+static use use_of(fe *f, node *n)
+{
+        node *child = n, *p = n->parent;
+        char op[8];
+        bool postfix;
+
+        while (p && (p->kind == CXCursor_UnexposedExpr || p->kind == CXCursor_ParenExpr)) {
+                child = p;
+                p = p->parent;
+        }
+        if (!p)
+                return USE_READ;
+        switch (p->kind) {
+        case CXCursor_BinaryOperator:
+                binary_op(f, p, op, sizeof(op));
+                if (strcmp(op, "=") == 0 && p->kids[0] == child)
+                        return USE_WRITE;
+                return USE_READ;
+        case CXCursor_CompoundAssignOperator:
+                return p->kids[0] == child ? USE_READ_WRITE : USE_READ;
+        case CXCursor_UnaryOperator:
+                unary_op(f, p, op, sizeof(op), &postfix);
+                if (strcmp(op, "++") == 0 || strcmp(op, "--") == 0)
+                        return USE_READ_WRITE;
+                if (strcmp(op, "&") == 0)
+                        return USE_ADDRESS;
+                return USE_READ;
+        case CXCursor_UnaryExpr:        /* sizeof, alignof */
+                return USE_NONE;
+        default:
+                return USE_READ;
+        }
+}
+
+static int param_index(fe *f, node *ref)
+{
+        if (!ref || ref->kind != CXCursor_DeclRefExpr || !f->entry_fn)
+                return -1;
+        CXCursor d = clang_getCursorReferenced(ref->c);
+        for (unsigned i = 0; i < f->n_params; i++)
+                if (clang_equalCursors(d, f->params[i]->c))
+                        return (int) i;
+        return -1;
+}
+
+static bool inside(node *n, node *fn)
+{
+        for (; n; n = n->parent)
+                if (n == fn)
+                        return true;
+        return false;
+}
+
+static unsigned new_site(fe *f, unsigned offset, const char *what)
+{
+        unsigned line, col;
+
+        if (f->n_sites >= CUBE__FE_MAX_SITES) {
+                refuse(f, offset, "more than %u memory accesses in one source",
+                       CUBE__FE_MAX_SITES);
+                return 0;
+        }
+        if (f->n_sites == f->cap_sites) {
+                unsigned cap = f->cap_sites ? f->cap_sites * 2 : 64;
+                char **g = realloc(f->sites, cap * sizeof(*g));
+                if (!g) {
+                        f->oom = true;
+                        return 0;
+                }
+                f->sites = g;
+                f->cap_sites = cap;
+        }
+        line_col(f, offset, &line, &col);
+        char *s = NULL;
+        if (asprintf(&s, "%s at %s.c:%u:%u", what, f->entry, line, col) < 0) {
+                f->oom = true;
+                return 0;
+        }
+        f->sites[f->n_sites] = s;
+        return f->n_sites++;
+}
+
+/* Finds c after offset a, skipping spaces; returns its offset or -1. */
+static long next_char(fe *f, unsigned a, unsigned b, char c)
+{
+        for (unsigned i = a; i < b && i < f->len; i++) {
+                if (f->src[i] == c)
+                        return i;
+                if (!isspace((unsigned char) f->src[i]))
+                        return -1;
+        }
+        return -1;
+}
+
+/* base[index]: a guarded load or store through a pointer, or a checked
+ * index into an array. */
+static void on_subscript(fe *f, node *n)
+{
+        if (n->n_kids != 2 || !n->located) {
+                refuse(f, n->start, "an array access the checker cannot place");
+                return;
+        }
+        node *a = n->kids[0], *b = n->kids[1];
+        node *base = a, *index = b;
+        CXType bt = clang_getCursorType(strip(a)->c);
+        if (!is_pointer(clang_getCursorType(a->c)) && !is_array(bt)) {
+                base = b;       /* index[base] */
+                index = a;
+        }
+        node *sb = strip(base);
+        CXType st = clang_getCursorType(sb->c);
+        if (!base->located || !index->located || base->end > index->start ||
+            f->src[n->end - 1] != ']') {
+                refuse(f, n->start, "a memory access written inside a macro cannot be "
+                       "checked: write the access out, or pass the index to the macro");
+                return;
+        }
+        long lb = next_char(f, base->end, index->start, '[');
+        if (lb < 0) {
+                refuse(f, n->start, "a memory access written inside a macro cannot be "
+                       "checked: write the access out");
+                return;
+        }
+        unsigned rb = n->end - 1;
+        use u = use_of(f, n);
+
+        if (is_array(st)) {
+                long long len = clang_getArraySize(clang_getCanonicalType(st));
+                if (len < 0) {
+                        refuse(f, n->start, "an array without a constant length cannot be "
+                               "checked");
+                        return;
+                }
+                const char *what = "an array";
+                node *d = sb;
+                if (d->kind == CXCursor_DeclRefExpr || d->kind == CXCursor_MemberRefExpr) {
+                        CXString s = clang_getCursorSpelling(d->c);
+                        char buf[128];
+                        snprintf(buf, sizeof(buf), "array '%s'", clang_getCString(s));
+                        clang_disposeString(s);
+                        unsigned site = new_site(f, index->start, buf);
+                        add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
+                                 len);
+                } else {
+                        unsigned site = new_site(f, index->start, what);
+                        add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
+                                 len);
+                }
+                add_edit(f, rb, 1, 0, "))]");
+                return;
+        }
+        if (!is_pointer(st)) {
+                refuse(f, n->start, "an access through something that is not a pointer");
+                return;
+        }
+        if (u == USE_ADDRESS || u == USE_NONE)
+                return;         /* &p[i] and sizeof touch nothing */
+        const char *sfx = elem_suffix(clang_getPointeeType(clang_getCanonicalType(st)));
+        if (!sfx) {
+                refuse(f, n->start, "an access of an element type a buffer cannot hold");
+                return;
+        }
+        int k = param_index(f, sb);
+        bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
+        char what[128];
+        if (k >= 0) {
+                CXString s = clang_getCursorSpelling(f->params[k]->c);
+                snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
+                clang_disposeString(s);
+        } else {
+                snprintf(what, sizeof(what), "a pointer");
+        }
+        unsigned site = new_site(f, n->start, what);
+        bool write = u != USE_READ;
+        if (direct) {
+                if (u == USE_READ || u == USE_READ_WRITE)
+                        f->param_read[k] = true;
+                if (write)
+                        f->param_written[k] = true;
+        }
+        if (!write && direct)
+                add_edit(f, base->start, 0, -1000 + (int) f->depth, "cube__pld_%s(cube__ctx, %uu, %du, ", sfx,
+                         site, k);
+        else if (!write)
+                add_edit(f, base->start, 0, -1000 + (int) f->depth, "cube__ld_%s(cube__ctx, %uu, ", sfx, site);
+        else if (direct)
+                add_edit(f, base->start, 0, -1000 + (int) f->depth, "(*cube__pst_%s(cube__ctx, %uu, %du, ", sfx,
+                         site, k);
+        else
+                add_edit(f, base->start, 0, -1000 + (int) f->depth, "(*cube__st_%s(cube__ctx, %uu, ", sfx, site);
+        add_edit(f, (unsigned) lb, 1, 0, ", (");
+        add_edit(f, rb, 1, 0, write ? ")))" : "))");
+}
+
+/* *p: a guarded load or store through a pointer. */
+static void on_deref(fe *f, node *n)
+{
+        node *o = n->kids[0], *so = strip(o);
+        CXType t = clang_getCursorType(so->c);
+
+        if (!is_pointer(t)) {
+                /* *array: index 0 of it */
+                if (is_array(t))
+                        refuse(f, n->start, "dereferencing an array: index it instead");
+                return;
+        }
+        use u = use_of(f, n);
+        if (u == USE_ADDRESS || u == USE_NONE)
+                return;
+        if (!n->located || !o->located || f->src[n->start] != '*') {
+                refuse(f, n->start, "a memory access written inside a macro cannot be "
+                       "checked: write the access out");
+                return;
+        }
+        const char *sfx = elem_suffix(clang_getPointeeType(clang_getCanonicalType(t)));
+        if (!sfx) {
+                refuse(f, n->start, "an access of an element type a buffer cannot hold");
+                return;
+        }
+        int k = param_index(f, so);
+        char what[128];
+        if (k >= 0) {
+                CXString s = clang_getCursorSpelling(f->params[k]->c);
+                snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
+                clang_disposeString(s);
+        } else {
+                snprintf(what, sizeof(what), "a pointer");
+        }
+        unsigned site = new_site(f, n->start, what);
+        bool write = u != USE_READ;
+        bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
+        if (direct) {
+                if (u != USE_WRITE)
+                        f->param_read[k] = true;
+                if (write)
+                        f->param_written[k] = true;
+        }
+        if (direct)
+                add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (" :
+                         "cube__pld_%s(cube__ctx, %uu, %du, (", sfx, site, k);
+        else if (write)
+                add_edit(f, n->start, 1, 0, "(*cube__st_%s(cube__ctx, %uu, (", sfx, site);
+        else
+                add_edit(f, n->start, 1, 0, "cube__ld_%s(cube__ctx, %uu, (", sfx, site);
+        add_edit(f, o->end, 0, -2000 - (int) f->depth, write ? "), 0))" : "), 0)");
+}
+
+/* (T) e: no integer becomes a pointer or back, no pointer changes its
+ * element type, nothing loses const. */
+static void on_cast(fe *f, node *n)
+{
+        CXType to = clang_getCanonicalType(clang_getCursorType(n->c));
+        node *o = n->n_kids ? n->kids[n->n_kids - 1] : NULL;
+        if (!o)
+                return;
+        CXType from = clang_getCanonicalType(clang_getCursorType(o->c));
+
+        if (to.kind == CXType_Pointer && from.kind == CXType_Pointer) {
+                CXType tp = clang_getPointeeType(to), fp = clang_getPointeeType(from);
+                if (clang_getCanonicalType(tp).kind != clang_getCanonicalType(fp).kind ||
+                    !elem_suffix(tp))
+                        refuse(f, n->start, "a cast from one pointer type to another (type "
+                               "punning) cannot be checked");
+                else if (clang_isConstQualifiedType(fp) && !clang_isConstQualifiedType(tp))
+                        refuse(f, n->start, "casting away const is not allowed: a const buffer "
+                               "is read-only");
+        } else if (to.kind == CXType_Pointer && from.kind != CXType_Pointer) {
+                if (is_array(from))
+                        refuse(f, n->start, "a pointer into an array or a variable cannot be "
+                               "checked: index the array");
+                else
+                        refuse(f, n->start, "an integer cast to a pointer cannot be checked");
+        } else if (from.kind == CXType_Pointer && to.kind != CXType_Void) {
+                refuse(f, n->start, "a pointer cast to an integer is not allowed");
+        }
+}
+
+/* The names one device's language spells, with the dialect's own. */
+static const struct { const char *name, *instead; } foreign[] = {
+        { "__global", "GLOBAL" }, { "__local", "SHARED" }, { "__kernel", "KERNEL" },
+        { "__constant", "CONSTANT" }, { "__private", "nothing (locals are private)" },
+        { "get_global_id", "ABSOLUTE_POS_X/_Y/_Z" },
+        { "get_local_id", "UNIT_POS_X/_Y/_Z" }, { "get_group_id", "CUBE_POS_X/_Y/_Z" },
+        { "get_local_size", "CUBE_DIM_X/_Y/_Z" }, { "get_num_groups", "CUBE_COUNT_X/_Y/_Z" },
+        { "get_global_size", "CUBE_COUNT_X * CUBE_DIM_X" },
+        { "get_local_linear_id", "UNIT_POS" }, { "barrier", "sync_cube()" },
+        { "mem_fence", "sync_cube()" }, { "__global__", "KERNEL" }, { "__shared__", "SHARED" },
+        { "__device__", "nothing (helpers are plain functions)" },
+        { "__constant__", "CONSTANT" }, { "threadIdx", "UNIT_POS_X/_Y/_Z" },
+        { "blockIdx", "CUBE_POS_X/_Y/_Z" }, { "blockDim", "CUBE_DIM_X/_Y/_Z" },
+        { "gridDim", "CUBE_COUNT_X/_Y/_Z" }, { "__syncthreads", "sync_cube()" },
+};
+
+/* Whether d is a function the source itself declares (not one the parse
+ * declared implicitly at a call, nor one of the dialect's). */
+static bool is_source_function(fe *f, CXCursor d)
+{
+        if (clang_Cursor_isNull(d) || d.kind != CXCursor_FunctionDecl)
+                return false;
+        CXCursor c = clang_getCanonicalCursor(d);
+        for (unsigned i = 0; i < f->root->n_kids; i++)
+                if (f->root->kids[i]->kind == CXCursor_FunctionDecl &&
+                    clang_equalCursors(clang_getCanonicalCursor(f->root->kids[i]->c), c))
+                        return true;
+        return false;
+}
+
+/* A call: of a function of the source, it passes the check context on; of
+ * anything else, it may not hand over a pointer. */
+static void on_call(fe *f, node *n)
+{
+        CXCursor d = clang_getCursorReferenced(n->c);
+        CXString name = clang_getCursorSpelling(n->c);
+        const char *s = clang_getCString(name);
+        bool ours = is_source_function(f, d);
+
+        if (!ours) {
+                if (d.kind != CXCursor_FunctionDecl && !clang_Cursor_isNull(d) &&
+                    d.kind != CXCursor_NoDeclFound) {
+                        refuse(f, n->start, "a call through something that is not a function");
+                } else {
+                        for (unsigned i = 1; i < n->n_kids; i++)
+                                if (is_pointer(clang_getCursorType(n->kids[i]->c)) ||
+                                    is_array(clang_getCursorType(strip(n->kids[i])->c))) {
+                                        refuse(f, n->kids[i]->start, "'%s' is not a function of "
+                                               "the source or the dialect, and a pointer cannot "
+                                               "be handed to it unchecked", s);
+                                        break;
+                                }
+                }
+                clang_disposeString(name);
+                return;
+        }
+        clang_disposeString(name);
+        if (!n->located || n->n_kids == 0 || !n->kids[0]->located) {
+                refuse(f, n->start, "a call of a function of the source written inside a macro "
+                       "cannot be checked: write the call out");
+                return;
+        }
+        long lp = next_char(f, n->kids[0]->end, n->end, '(');
+        if (lp < 0) {
+                refuse(f, n->start, "a call the checker cannot place");
+                return;
+        }
+        add_edit(f, (unsigned) lp + 1, 0, -1500, n->n_kids > 1 ? "cube__ctx, " : "cube__ctx");
+}
+
+/* A function of the source other than the entry point: it takes the check
+ * context first. */
+static void on_function(fe *f, node *n)
+{
+        CXType t = clang_getCursorType(n->c);
+        const char *p;
+
+        if (!n->located) {
+                refuse(f, n->start, "a function declared inside a macro cannot be checked");
+                return;
+        }
+        /* The '(' after the name. */
+        CXSourceLocation loc = clang_getCursorLocation(n->c);
+        unsigned at;
+        if (!offset_of(f, loc, &at)) {
+                refuse(f, n->start, "a function declared inside a macro cannot be checked");
+                return;
+        }
+        CXString name = clang_getCursorSpelling(n->c);
+        at += (unsigned) strlen(clang_getCString(name));
+        clang_disposeString(name);
+        long lp = next_char(f, at, n->end, '(');
+        if (lp < 0) {
+                refuse(f, n->start, "a function the checker cannot place");
+                return;
+        }
+        bool none = clang_getNumArgTypes(t) == 0;
+        if (none) {
+                /* f(void) or f() */
+                p = f->src + lp + 1;
+                while (isspace((unsigned char) *p))
+                        p++;
+                if (strncmp(p, "void", 4) == 0) {
+                        add_edit(f, (unsigned) (p - f->src), 4, 0, "cube__ctx_t *cube__ctx");
+                        return;
+                }
+        }
+        add_edit(f, (unsigned) lp + 1, 0, -1000, none ? "cube__ctx_t *cube__ctx" :
+                 "cube__ctx_t *cube__ctx, ");
+}
+
+static bool annotated(node *n, const char *what)
+{
+        for (unsigned i = 0; i < n->n_kids; i++)
+                if (n->kids[i]->kind == CXCursor_AnnotateAttr) {
+                        CXString s = clang_getCursorSpelling(n->kids[i]->c);
+                        bool yes = strcmp(clang_getCString(s), what) == 0;
+                        clang_disposeString(s);
+                        if (yes)
+                                return true;
+                }
+        return false;
+}
+
+static void check_decl_type(fe *f, node *n)
+{
+        const char *why = type_problem(clang_getCursorType(n->c));
+        if (why)
+                refuse(f, n->start, "%s", why);
+        if (n->kind == CXCursor_FieldDecl && is_pointer(clang_getCursorType(n->c)))
+                refuse(f, n->start, "a struct or union may not hold a pointer");
+}
+
+/* Marks the entry's parameters that the body moves: a moved parameter no
+ * longer points at its binding's start, so its accesses get the general
+ * guard. */
+static void find_moves(fe *f, node *n)
+{
+        for (unsigned i = 0; i < n->n_kids; i++)
+                find_moves(f, n->kids[i]);
+        if (n->kind != CXCursor_DeclRefExpr)
+                return;
+        int k = param_index(f, n);
+        if (k < 0)
+                return;
+        use u = use_of(f, n);
+        if (u == USE_WRITE || u == USE_READ_WRITE || u == USE_ADDRESS)
+                f->param_moved[k] = true;
+        /* Handed on as a pointer value (to a variable, a helper, arithmetic):
+         * what happens there is not this parameter's direct access. */
+        node *p = up(n);
+        if (p && p->kind != CXCursor_ArraySubscriptExpr &&
+            !(p->kind == CXCursor_UnaryOperator && f->src[p->start] == '*')) {
+                f->param_read[k] = true;
+                if (!clang_isConstQualifiedType(clang_getPointeeType(
+                            clang_getCanonicalType(clang_getCursorType(f->params[k]->c)))))
+                        f->param_written[k] = true;
+        }
+}
+
+static void walk(fe *f, node *n)
+{
+        char op[8];
+        bool postfix;
+
+        if (f->error || f->oom)
+                return;
+        switch (n->kind) {
+        case CXCursor_FunctionDecl:
+                check_decl_type(f, n);
+                if (n != f->entry_fn)
+                        on_function(f, n);
+                break;
+        case CXCursor_VarDecl:
+        case CXCursor_ParmDecl:
+        case CXCursor_FieldDecl:
+        case CXCursor_TypedefDecl:
+                check_decl_type(f, n);
+                if (n->kind == CXCursor_ParmDecl && n->parent != f->entry_fn) {
+                        CXString s = clang_getCursorSpelling(n->c);
+                        if (strcmp(clang_getCString(s), "cube__info_param") == 0)
+                                refuse(f, n->start, "INFO is the entry point's last parameter "
+                                       "only");
+                        clang_disposeString(s);
+                }
+                if (n->kind == CXCursor_VarDecl && annotated(n, "cube_shared") &&
+                    (!f->entry_fn || !inside(n, f->entry_fn)))
+                        refuse(f, n->start, "SHARED belongs in the entry point's own body");
+                break;
+        case CXCursor_AsmStmt:
+        case CXCursor_MSAsmStmt:
+                refuse(f, n->start, "inline assembly is not allowed");
+                return;
+        case CXCursor_CStyleCastExpr:
+                on_cast(f, n);
+                break;
+        case CXCursor_ArraySubscriptExpr:
+                on_subscript(f, n);
+                break;
+        case CXCursor_UnaryOperator:
+                unary_op(f, n, op, sizeof(op), &postfix);
+                if (strcmp(op, "*") == 0) {
+                        on_deref(f, n);
+                } else if (strcmp(op, "&") == 0) {
+                        node *o = strip(n->kids[0]);
+                        bool ok = o->kind == CXCursor_ArraySubscriptExpr &&
+                                  is_pointer(clang_getCursorType(strip(o->kids[0])->c));
+                        if (o->kind == CXCursor_UnaryOperator && f->src[o->start] == '*')
+                                ok = true;
+                        if (!ok)
+                                refuse(f, n->start, "a pointer into a variable or an array "
+                                       "cannot be checked: only buffer elements have "
+                                       "addresses");
+                }
+                break;
+        case CXCursor_DeclRefExpr:
+        case CXCursor_MemberRefExpr: {
+                CXType t = clang_getCursorType(n->c);
+                if (is_array(t)) {
+                        node *p = up(n);
+                        bool ok = p && ((p->kind == CXCursor_ArraySubscriptExpr) ||
+                                        p->kind == CXCursor_UnaryExpr ||
+                                        p->kind == CXCursor_MemberRefExpr);
+                        if (!ok)
+                                refuse(f, n->start, "an array used as a pointer cannot be "
+                                       "checked: index it where it is declared");
+                }
+                CXCursor d = clang_getCursorReferenced(n->c);
+                if (d.kind == CXCursor_FunctionDecl && n->kind == CXCursor_DeclRefExpr) {
+                        node *p = up(n);
+                        if (!p || p->kind != CXCursor_CallExpr || strip(p->kids[0]) != n)
+                                refuse(f, n->start, "a function used as a value (a function "
+                                       "pointer) is not allowed");
+                }
+                break;
+        }
+        case CXCursor_CallExpr:
+                on_call(f, n);
+                break;
+        default:
+                break;
+        }
+        f->depth++;
+        for (unsigned i = 0; i < n->n_kids && !f->error; i++)
+                walk(f, n->kids[i]);
+        f->depth--;
+}
+
+/* ---------------------------------------------------------------------------
+ * Tokens: reserved names and another language's spellings
+ * ------------------------------------------------------------------------- */
+
+static void check_tokens(fe *f)
+{
+        CXSourceRange all = clang_getRange(clang_getLocationForOffset(f->tu, f->file, 0),
+                                           clang_getLocationForOffset(f->tu, f->file,
+                                                                      (unsigned) f->len));
+        CXToken *toks = NULL;
+        unsigned n = 0;
+
+        clang_tokenize(f->tu, all, &toks, &n);
+        for (unsigned i = 0; i < n && !f->error; i++) {
+                CXTokenKind k = clang_getTokenKind(toks[i]);
+                if (k != CXToken_Identifier && k != CXToken_Keyword)
+                        continue;
+                CXString s = clang_getTokenSpelling(f->tu, toks[i]);
+                const char *t = clang_getCString(s);
+                unsigned off = 0;
+                offset_of(f, clang_getTokenLocation(f->tu, toks[i]), &off);
+                if (strncasecmp(t, "cube__", 6) == 0 || strcmp(t, "cube__info_param") == 0)
+                        refuse(f, off, "'%s': names beginning with cube__ are reserved", t);
+                /* Builtins count only where they are called: a variable may be
+                 * named barrier. */
+                bool called = false;
+                if (i + 1 < n && clang_getTokenKind(toks[i + 1]) == CXToken_Punctuation) {
+                        CXString ps = clang_getTokenSpelling(f->tu, toks[i + 1]);
+                        called = strcmp(clang_getCString(ps), "(") == 0;
+                        clang_disposeString(ps);
+                }
+                bool keyword = t[0] == '_' || strncmp(t, "threadIdx", 9) == 0 ||
+                               strncmp(t, "blockIdx", 8) == 0 || strncmp(t, "blockDim", 8) == 0 ||
+                               strncmp(t, "gridDim", 7) == 0;
+                for (size_t j = 0; j < sizeof(foreign) / sizeof(foreign[0]) && !f->error; j++)
+                        if (strcmp(t, foreign[j].name) == 0 && (keyword || called))
+                                refuse(f, off, "'%s' belongs to one device's language; the "
+                                       "dialect says %s", t, foreign[j].instead);
+                clang_disposeString(s);
+        }
+        clang_disposeTokens(f->tu, toks, n);
+}
+
+/* ---------------------------------------------------------------------------
+ * The entry point
+ * ------------------------------------------------------------------------- */
+
+static const char *scalar_group(CXType t, cube__scalar_group *ret)
+{
+        switch (clang_getCanonicalType(t).kind) {
+        case CXType_Float: *ret = CUBE__SCALAR_F32; return "float";
+        case CXType_Double: *ret = CUBE__SCALAR_F64; return "double";
+        case CXType_Int: *ret = CUBE__SCALAR_I32; return "int32_t";
+        case CXType_Long: *ret = CUBE__SCALAR_I64; return "int64_t";
+        case CXType_UInt: *ret = CUBE__SCALAR_U32; return "uint32_t";
+        case CXType_ULong: *ret = CUBE__SCALAR_U64; return "uint64_t";
+        default: return NULL;
+        }
+}
+
+static node *find_entry(fe *f)
+{
+        for (unsigned i = 0; i < f->root->n_kids; i++) {
+                node *n = f->root->kids[i];
+                if (n->kind != CXCursor_FunctionDecl || !clang_isCursorDefinition(n->c))
+                        continue;
+                CXString s = clang_getCursorSpelling(n->c);
+                bool yes = strcmp(clang_getCString(s), f->entry) == 0;
+                clang_disposeString(s);
+                if (yes)
+                        return n;
+        }
+        return NULL;
+}
+
+typedef struct sbuf {
+        char *p;
+        size_t len, cap;
+        bool oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+        va_list ap;
+        char *t = NULL;
+        int n;
+
+        va_start(ap, fmt);
+        n = vasprintf(&t, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+                b->oom = true;
+                return;
+        }
+        if (b->len + (size_t) n + 1 > b->cap) {
+                size_t cap = (b->len + (size_t) n + 1) * 2;
+                char *g = realloc(b->p, cap);
+                if (!g) {
+                        free(t);
+                        b->oom = true;
+                        return;
+                }
+                b->p = g;
+                b->cap = cap;
+        }
+        memcpy(b->p + b->len, t, (size_t) n + 1);
+        b->len += (size_t) n;
+        free(t);
+}
+
+/* Rewrites the entry point's head: its buffers as the backend binds them,
+ * the check context, its buffers' pointers and its scalars, on the line of
+ * its opening brace so that every later line keeps its number. Writes the
+ * signature facts. */
+static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
+{
+        node *fn = f->entry_fn, *body = NULL;
+        uint32_t nb = 0, ns = 0, counts[CUBE__SCALAR_GROUPS] = { 0 };
+        bool seen_scalar = false, seen_info = false;
+
+        for (unsigned i = 0; i < fn->n_kids; i++)
+                if (fn->kids[i]->kind == CXCursor_CompoundStmt)
+                        body = fn->kids[i];
+        CXType rt = clang_getResultType(clang_getCursorType(fn->c));
+        if (rt.kind != CXType_Void) {
+                refuse(f, fn->start, "the entry point '%s' must return void", f->entry);
+                return;
+        }
+        if (!annotated(fn, "cube_kernel")) {
+                refuse(f, fn->start, "the entry point '%s' must be marked KERNEL", f->entry);
+                return;
+        }
+        if (!body || !body->located || !fn->located || f->src[body->start] != '{') {
+                refuse(f, fn->start, "the entry point '%s' cannot be placed", f->entry);
+                return;
+        }
+        /* Scalars in their groups, for their words. */
+        cube__scalar_group groups[CUBE__FE_MAX_PARAMS];
+        for (unsigned i = 0; i < f->n_params; i++) {
+                node *p = f->params[i];
+                CXType t = clang_getCursorType(p->c);
+                CXString s = clang_getCursorSpelling(p->c);
+                const char *name = clang_getCString(s);
+                if (strcmp(name, "cube__info_param") == 0) {
+                        if (i + 1 != f->n_params)
+                                refuse(f, p->start, "INFO must be the last parameter");
+                        seen_info = true;
+                } else if (is_pointer(t)) {
+                        if (seen_scalar)
+                                refuse(f, p->start, "buffer parameter '%s' comes after a scalar: "
+                                       "buffers come first, then scalars", name);
+                        nb++;
+                } else {
+                        const char *ty = scalar_group(t, &groups[i]);
+                        if (!ty)
+                                refuse(f, p->start, "scalar parameter '%s' must be float, double, "
+                                       "int32_t, int64_t, uint32_t or uint64_t", name);
+                        else
+                                counts[groups[i]]++;
+                        seen_scalar = true;
+                        ns++;
+                }
+                if (!name[0])
+                        refuse(f, p->start, "every parameter of the entry point needs a name");
+                clang_disposeString(s);
+        }
+        if (f->error)
+                return;
+        (void) seen_info;
+        /* The words each group starts at: groups are packed in a fixed order,
+         * each padded to whole words. */
+        static const unsigned group_bytes[CUBE__SCALAR_GROUPS] = { 4, 8, 4, 8, 4, 8 };
+        uint64_t group_word[CUBE__SCALAR_GROUPS], word = 0;
+        for (int g = 0; g < CUBE__SCALAR_GROUPS; g++) {
+                group_word[g] = word;
+                word += (counts[g] * group_bytes[g] + 7) / 8;
+        }
+
+        sbuf head = { 0 };
+        put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", f->entry);
+        for (uint32_t k = 0; k < nb; k++)
+                put(&head, " CUBE__BUFFER(%u)", k);
+        put(&head, " CUBE__PARAMS_TAIL)");
+        /* Keep the lines the old head spanned. */
+        for (unsigned i = fn->start; i < body->start; i++)
+                if (f->src[i] == '\n')
+                        put(&head, "\n");
+        put(&head, "{ CUBE__ENTRY_BEGIN; cube__ctx_t cube__c0; cube__ctx_t *cube__ctx = &cube__c0; "
+            "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu); ", nb);
+        uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
+        uint32_t k = 0;
+        for (unsigned i = 0; i < f->n_params; i++) {
+                node *p = f->params[i];
+                CXType t = clang_getCursorType(p->c);
+                CXString s = clang_getCursorSpelling(p->c);
+                const char *name = clang_getCString(s);
+                if (strcmp(name, "cube__info_param") == 0) {
+                        clang_disposeString(s);
+                        continue;
+                }
+                if (is_pointer(t)) {
+                        CXType pt = clang_getPointeeType(clang_getCanonicalType(t));
+                        bool is_const = clang_isConstQualifiedType(pt);
+                        CXString ts = clang_getTypeSpelling(clang_getCanonicalType(pt));
+                        const char *tn = clang_getCString(ts);
+                        if (strncmp(tn, "const ", 6) == 0)
+                                tn += 6;
+                        put(&head, "cube__ctx->base[%u] = (GLOBAL const char *) CUBE__BUFFER_PTR(%u); "
+                            "GLOBAL %s%s *%s = (GLOBAL %s%s *) CUBE__BUFFER_PTR(%u); ", k, k,
+                            is_const ? "const " : "", tn, name, is_const ? "const " : "", tn, k);
+                        int io = (f->param_read[k] ? CUBE__PARAM_READ : 0) |
+                                 (f->param_written[k] ? CUBE__PARAM_WRITE : 0);
+                        if (is_const)
+                                io = CUBE__PARAM_READ;
+                        if (!io)
+                                io = CUBE__PARAM_READ;
+                        put(facts, "buffer %u %d %s %lld %s\n", k, io, is_const ? "const" : "mut",
+                            clang_Type_getSizeOf(pt), name);
+                        put(facts, "buffertype %u %s\n", k, tn);
+                        clang_disposeString(ts);
+                        k++;
+                } else {
+                        cube__scalar_group g = groups[i];
+                        const char *ty = scalar_group(t, &g);
+                        uint64_t w = group_word[g], idx = in_group[g]++;
+                        put(&head, "%s %s = SCALAR(%s, %llu, %llu); ", ty, name, ty,
+                            (unsigned long long) w, (unsigned long long) idx);
+                        put(facts, "scalar %d %s %s\n", (int) g, ty, name);
+                }
+                clang_disposeString(s);
+        }
+        if (head.oom) {
+                free(head.p);
+                f->oom = true;
+                return;
+        }
+        add_edit(f, fn->start, body->start + 1 - fn->start, 0, "%s", head.p);
+        free(head.p);
+        *ret_nb = nb;
+}
+
+/* Other KERNEL functions are helpers: they lose the mark. */
+static void unmark_helpers(fe *f)
+{
+        for (unsigned i = 0; i < f->root->n_kids; i++) {
+                node *n = f->root->kids[i];
+                if (n == f->entry_fn || n->kind != CXCursor_FunctionDecl || !n->located)
+                        continue;
+                if (annotated(n, "cube_kernel") && strncmp(f->src + n->start, "KERNEL", 6) == 0)
+                        add_edit(f, n->start, 6, 0, "      ");
+        }
+}
+
+/* Blanks what the parse did not see (skipped conditional branches) and the
+ * conditionals themselves, so every backend compiles exactly what was
+ * checked; keeps the newlines. Drops OpenCL's fp64 pragma, which the CPU
+ * prelude already enables. */
+static void blank_preprocessor(fe *f, char *out_src)
+{
+        CXSourceRangeList *skipped = clang_getAllSkippedRanges(f->tu);
+        for (unsigned i = 0; skipped && i < skipped->count; i++) {
+                unsigned a, b;
+                if (!offset_of(f, clang_getRangeStart(skipped->ranges[i]), &a) ||
+                    !offset_of(f, clang_getRangeEnd(skipped->ranges[i]), &b))
+                        continue;
+                for (unsigned j = a; j < b && j < f->len; j++)
+                        if (out_src[j] != '\n')
+                                out_src[j] = ' ';
+        }
+        clang_disposeSourceRangeList(skipped);
+        /* Directive lines: #if, #ifdef, #ifndef, #elif, #else, #endif, #pragma. */
+        for (size_t i = 0; i < f->len;) {
+                size_t j = i;
+                while (j < f->len && (out_src[j] == ' ' || out_src[j] == '\t'))
+                        j++;
+                size_t eol = j;
+                while (eol < f->len && out_src[eol] != '\n')
+                        eol++;
+                if (j < f->len && out_src[j] == '#') {
+                        const char *d = out_src + j + 1;
+                        while (*d == ' ' || *d == '\t')
+                                d++;
+                        if (strncmp(d, "if", 2) == 0 || strncmp(d, "el", 2) == 0 ||
+                            strncmp(d, "endif", 5) == 0 || strncmp(d, "pragma", 6) == 0) {
+                                /* A continued directive goes on to later lines. */
+                                size_t e = eol;
+                                while (e > j && e < f->len && out_src[e - 1] == '\\') {
+                                        e++;
+                                        while (e < f->len && out_src[e] != '\n')
+                                                e++;
+                                }
+                                for (size_t q = j; q < e; q++)
+                                        if (out_src[q] != '\n')
+                                                out_src[q] = ' ';
+                                eol = e;
+                        }
+                }
+                i = eol + 1;
+        }
+}
+
+/* ---------------------------------------------------------------------------
+ * The run
+ * ------------------------------------------------------------------------- */
+
+static char *diagnostics(fe *f, bool *ret_fatal)
+{
+        sbuf b = { 0 };
+        unsigned n = clang_getNumDiagnostics(f->tu);
+
+        *ret_fatal = false;
+        for (unsigned i = 0; i < n; i++) {
+                CXDiagnostic d = clang_getDiagnostic(f->tu, i);
+                enum CXDiagnosticSeverity sev = clang_getDiagnosticSeverity(d);
+                if (sev >= CXDiagnostic_Error) {
+                        CXString s = clang_getDiagnosticSpelling(d);
+                        CXFile file;
+                        unsigned line = 0, col = 0;
+                        clang_getFileLocation(clang_getDiagnosticLocation(d), &file, &line, &col,
+                                              NULL);
+                        bool ours = file && clang_File_isEqual(file, f->file);
+                        if (ours)
+                                put(&b, "%s.c:%u:%u: error: %s\n", f->entry, line, col,
+                                    clang_getCString(s));
+                        else
+                                put(&b, "error: %s\n", clang_getCString(s));
+                        clang_disposeString(s);
+                        *ret_fatal = true;
+                }
+                clang_disposeDiagnostic(d);
+        }
+        return b.p;
+}
+
+static void fe_free(fe *f)
+{
+        node_free(f->root);
+        for (size_t i = 0; i < f->n_edits; i++)
+                free(f->edits[i].text);
+        free(f->edits);
+        free(f->params);
+        free(f->param_moved);
+        free(f->param_read);
+        free(f->param_written);
+        for (unsigned i = 0; i < f->n_sites; i++)
+                free(f->sites[i]);
+        free(f->sites);
+        free(f->error);
+}
+
+cube__fe_status cube__frontend_run(const char *source, const char *entry, char **ret_checked,
+                                   char **ret_facts, char **ret_error)
+{
+        static const char *const args[] = {
+                "-x", "c", "-std=c11", "-nostdinc", "-ffreestanding", "-fno-builtin",
+                "--target=x86_64-unknown-linux-gnu", "-include", "/cube/dialect.h",
+                "-Wno-implicit-function-declaration", "-Wno-unknown-pragmas",
+                "-Werror=int-conversion", "-Werror=incompatible-pointer-types",
+                "-Werror=incompatible-pointer-types-discards-qualifiers",
+                "-Werror=int-to-pointer-cast", "-Werror=pointer-to-int-cast",
+                "-Werror=incompatible-function-pointer-types", "-Werror=return-type",
+                "-ferror-limit=8",
+        };
+        char file_name[96];
+        fe f = { .src = source, .len = strlen(source), .entry = entry };
+        cube__fe_status st = CUBE__FE_DEFECT;
+        sbuf facts = { 0 }, out = { 0 };
+        char *edited = NULL;
+
+        *ret_checked = *ret_facts = *ret_error = NULL;
+        snprintf(file_name, sizeof(file_name), "%s.c", entry);
+        struct CXUnsavedFile files[2] = {
+                { file_name, source, (unsigned long) f.len },
+                { "/cube/dialect.h", parse_prelude, sizeof(parse_prelude) - 1 },
+        };
+        CXIndex index = clang_createIndex(0, 0);
+        if (!index) {
+                *ret_error = strdup("libclang could not start");
+                return CUBE__FE_DEFECT;
+        }
+        enum CXErrorCode ec = clang_parseTranslationUnit2(
+                index, file_name, args, (int) (sizeof(args) / sizeof(args[0])), files, 2,
+                CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_KeepGoing |
+                CXTranslationUnit_RetainExcludedConditionalBlocks * 0, &f.tu);
+        if (ec != CXError_Success || !f.tu) {
+                *ret_error = strdup("libclang could not parse the source");
+                clang_disposeIndex(index);
+                return CUBE__FE_DEFECT;
+        }
+        f.file = clang_getFile(f.tu, file_name);
+        /* The dialect's own words first: `__global` is better answered with
+         * GLOBAL than with the parser's "unknown type name". */
+        check_tokens(&f);
+        if (f.error)
+                goto refused;
+        bool fatal;
+        char *diag = diagnostics(&f, &fatal);
+        if (fatal) {
+                *ret_error = diag;
+                st = CUBE__FE_DOES_NOT_PARSE;
+                goto out;
+        }
+        free(diag);
+        f.root = node_new(&f, clang_getTranslationUnitCursor(f.tu), NULL);
+        if (!f.root)
+                goto out;
+        build_ctx b = { &f, f.root };
+        clang_visitChildren(f.root->c, build_visit, &b);
+        if (f.oom)
+                goto out;
+        if (f.error)
+                goto refused;
+        f.entry_fn = find_entry(&f);
+        if (!f.entry_fn) {
+                refuse(&f, 0, "the source defines no entry point '%s' (KERNEL void %s(...) "
+                       "{ ... })", entry, entry);
+                goto refused;
+        }
+        for (unsigned i = 0; i < f.entry_fn->n_kids; i++)
+                if (f.entry_fn->kids[i]->kind == CXCursor_ParmDecl)
+                        f.n_params++;
+        if (f.n_params > CUBE__FE_MAX_PARAMS) {
+                refuse(&f, f.entry_fn->start, "more than %u parameters", CUBE__FE_MAX_PARAMS);
+                goto refused;
+        }
+        f.params = calloc(f.n_params + 1, sizeof(*f.params));
+        f.param_moved = calloc(f.n_params + 1, sizeof(bool));
+        f.param_read = calloc(f.n_params + 1, sizeof(bool));
+        f.param_written = calloc(f.n_params + 1, sizeof(bool));
+        if (!f.params || !f.param_moved || !f.param_read || !f.param_written)
+                goto out;
+        for (unsigned i = 0, j = 0; i < f.entry_fn->n_kids; i++)
+                if (f.entry_fn->kids[i]->kind == CXCursor_ParmDecl)
+                        f.params[j++] = f.entry_fn->kids[i];
+        /* The info words' own site comes first (the guards' site 0). */
+        new_site(&f, 0, "the launch's info words (SCALAR, META_U32, DYN_U32, BUFFER_LEN)");
+        find_moves(&f, f.entry_fn);
+        walk(&f, f.root);
+        if (f.oom)
+                goto out;
+        if (f.error)
+                goto refused;
+        uint32_t nb = 0;
+        put(&facts, "entry %s\n", entry);
+        rewrite_entry(&f, &facts, &nb);
+        unmark_helpers(&f);
+        if (f.oom)
+                goto out;
+        if (f.error)
+                goto refused;
+        put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL);
+        for (unsigned i = 0; i < f.n_sites; i++)
+                put(&facts, "site %s\n", f.sites[i]);
+        edited = malloc(f.len + 1);
+        if (!edited)
+                goto out;
+        memcpy(edited, source, f.len + 1);
+        {
+                const char *orig = f.src;
+                blank_preprocessor(&f, edited);
+                f.src = edited;
+                char *applied = apply_edits(&f);
+                f.src = orig;
+                if (!applied) {
+                        if (f.error)
+                                goto refused;
+                        goto out;
+                }
+                put(&out, "#define CUBE__NB %u\n%s#line 1 \"%s.c\"\n%s\n", nb ? nb : 1, guards,
+                    entry, applied);
+                free(applied);
+        }
+        if (out.oom || facts.oom)
+                goto out;
+        *ret_checked = out.p;
+        *ret_facts = facts.p;
+        out.p = facts.p = NULL;
+        st = CUBE__FE_OK;
+        goto out;
+refused:
+        *ret_error = f.error;
+        f.error = NULL;
+        st = CUBE__FE_REFUSED;
+out:
+        if (st == CUBE__FE_DEFECT && !*ret_error)
+                *ret_error = strdup("out of memory in the kernel front end");
+        free(edited);
+        free(out.p);
+        free(facts.p);
+        fe_free(&f);
+        clang_disposeTranslationUnit(f.tu);
+        clang_disposeIndex(index);
+        return st;
+}

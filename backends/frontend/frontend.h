@@ -1,0 +1,117 @@
+/*
+ * frontend.h - the kernel front end: every kernel source read by a real C
+ * compiler front end (libclang), checked against the dialect's rules, and
+ * rewritten so that it reaches only what is its own.
+ *
+ * It runs in the confined build process (cube-device --check), never in
+ * cubed: a hostile source can make a compiler front end burn time and
+ * memory, and that happens under the build's limits. What it answers is two
+ * texts: the checked source each backend compiles behind its prelude, and
+ * the facts the daemon needs at launch (frontend-facts.c).
+ */
+#ifndef CUBE_FRONTEND_H
+#define CUBE_FRONTEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bump when the rewrite changes: it is part of every kernel's cache key, so
+ * an artifact built from an older rewrite is never loaded. */
+#define CUBE__FRONTEND_VERSION "cube-frontend 1"
+
+/* The most parameters, sites and scalars one entry point may have: limits on
+ * what a source controls. */
+#define CUBE__FE_MAX_PARAMS 1024u
+#define CUBE__FE_MAX_SITES 65535u
+
+/* The launch's scalar groups, in the order the info words lay them
+ * (docs/KERNELS.md, "The info words"). */
+typedef enum cube__scalar_group {
+        CUBE__SCALAR_F32,
+        CUBE__SCALAR_F64,
+        CUBE__SCALAR_I32,
+        CUBE__SCALAR_I64,
+        CUBE__SCALAR_U32,
+        CUBE__SCALAR_U64,
+        CUBE__SCALAR_GROUPS
+} cube__scalar_group;
+
+typedef enum cube__fe_status {
+        CUBE__FE_OK = 0,
+        CUBE__FE_REFUSED = 1,           /* the source breaks a rule: *ret_error says which */
+        CUBE__FE_DEFECT = 2,            /* the front end itself failed (no memory, no libclang) */
+        CUBE__FE_DOES_NOT_PARSE = 3,    /* not C the dialect accepts: *ret_error has the compiler's words */
+} cube__fe_status;
+
+/* Reads source, whose entry point is entry, and answers the checked source
+ * (the entry point renamed and rewritten, every access it cannot prove in
+ * range guarded) and its facts (frontend-facts.c's text form). On
+ * CUBE__FE_REFUSED, *ret_error names the line, the column and the rule. The
+ * returned texts are the caller's to free. */
+cube__fe_status cube__frontend_run(const char *source, const char *entry, char **ret_checked,
+                                   char **ret_facts, char **ret_error);
+
+/* ---------------------------------------------------------------------------
+ * Facts: what the parse says of one entry point, read by the daemon.
+ * ------------------------------------------------------------------------- */
+
+typedef enum cube__param_io {
+        CUBE__PARAM_READ = 1,
+        CUBE__PARAM_WRITE = 2,
+        CUBE__PARAM_READ_WRITE = 3,
+} cube__param_io;
+
+typedef struct cube__fe_buffer {
+        char name[64];
+        char type[32];                  /* the element type, as C spells it */
+        uint32_t elem_bytes;
+        bool is_const;
+        cube__param_io io;              /* what the body may do with it */
+} cube__fe_buffer;
+
+typedef struct cube__fe_scalar {
+        char name[64];
+        char type[32];
+        cube__scalar_group group;
+} cube__fe_scalar;
+
+typedef struct cube__fe_facts {
+        uint32_t n_buffers;
+        cube__fe_buffer *buffers;
+        uint32_t n_scalars;
+        cube__fe_scalar *scalars;
+        uint32_t group_counts[CUBE__SCALAR_GROUPS];
+        bool uses_sync;
+        uint32_t n_sites;
+        char **sites;                   /* per guarded access: what and where, for reports */
+} cube__fe_facts;
+
+/* Parses the text form; NULL when it is not one (out of memory included). */
+cube__fe_facts *cube__fe_facts_parse(const char *text);
+void cube__fe_facts_free(cube__fe_facts *f);
+
+/* The info words the daemon adds after a launch's own, for a checked
+ * kernel: each binding's length in bytes (the top bit set for a binding the
+ * kernel may not write), then the record of the first out-of-bounds access,
+ * then a sink that dropped writes land in, then zeros that reads past the
+ * launch's info words yield. */
+#define CUBE__CHECK_RECORD_WORDS 4u
+#define CUBE__CHECK_SINK_WORDS 16u
+#define CUBE__CHECK_ZERO_WORDS 16u
+#define CUBE__CHECK_TAIL_WORDS (CUBE__CHECK_RECORD_WORDS + CUBE__CHECK_SINK_WORDS + \
+                                CUBE__CHECK_ZERO_WORDS)
+#define CUBE__CHECK_READ_ONLY (1ull << 63)
+
+/* The record: word 0 is the site + 1 of the first access out of bounds (0:
+ * none), word 1 the index it asked for, word 2 the binding's or array's
+ * length in elements, word 3 has bit 0 set for a write. */
+typedef struct cube__oob_record {
+        uint64_t site_plus_one, index, length, flags;
+} cube__oob_record;
+
+/* A person's account of an out-of-bounds record, for the launch's failure. */
+void cube__fe_describe_oob(const cube__fe_facts *f, const char *kernel,
+                           const cube__oob_record *r, char *buf, size_t cap);
+
+#endif

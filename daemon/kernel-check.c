@@ -1,0 +1,171 @@
+/*
+ * kernel-check.c - every kernel source read by the front end before any
+ * backend compiles it.
+ *
+ * The front end (backends/frontend/) parses the source with a real C front
+ * end, refuses what cannot be kept in bounds, and rewrites every access it
+ * cannot prove in range into a guarded one; it also says what the daemon
+ * needs at launch: each buffer's element type and whether the body reads
+ * or writes it, the scalars and their types, where each guarded access is.
+ * It runs in a confined child (cube-device --check, sandbox.c) under the
+ * compile limit, because parsing a hostile source is work a hostile source
+ * can make expensive. What the child says is read as untrusted text.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cubed.h"
+#include "frontend.h"
+#include "sandbox.h"
+
+#define CHECK_AS_MB 2048
+#define CHECK_FSIZE_MB 256
+
+static int write_text(const char *dir, const char *name, const char *text)
+{
+        char path[PATH_MAX + 16];
+        size_t len = strlen(text), at = 0;
+        int fd, r = 0;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+                return -errno;
+        while (at < len) {
+                ssize_t n = write(fd, text + at, len - at);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        r = -errno;
+                        break;
+                }
+                at += (size_t) n;
+        }
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        return r;
+}
+
+static void remove_dir(const char *dir)
+{
+        static const char *const names[] = { "source", "entry", "checked", "facts", "log",
+                                             "stderr" };
+        char path[PATH_MAX + 16];
+
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+                (void) unlink(path);
+        }
+        (void) rmdir(dir);
+}
+
+static cube_error *defect(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cube_error *defect(const char *fmt, ...)
+{
+        char text[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s", text));
+}
+
+/* What a check that did not exit 0 means: a rule the source breaks, C it is
+ * not, a limit it ran into (the source's doing), or a defect. */
+static cube_error *judge(const cube__kernel *k, const cube__sandbox_result *res, unsigned cpu_s,
+                         const char *log)
+{
+        int status = res->status, sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        double cpu = (double) res->ru.ru_utime.tv_sec + (double) res->ru.ru_stime.tv_sec;
+
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 10)
+                return cube__err_text(CUBE_COMPILATION_VALIDATION, "%s", log ? log : "");
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 12)
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "kernel '%s' is not C the dialect "
+                                      "accepts:\n%s", k->entry, log ? log : "");
+        if (sig == SIGXCPU || (res->wall_timeout && cpu + 1 >= cpu_s))
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "checking kernel '%s' ran past "
+                                      "its CPU time limit of %u s (compile-limit) and was "
+                                      "stopped", k->entry, cpu_s);
+        if (sig == SIGXFSZ)
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "checking kernel '%s' wrote past "
+                                      "its output limit of %u MiB and was stopped", k->entry,
+                                      CHECK_FSIZE_MB);
+        if (res->wall_timeout)
+                return defect("checking kernel '%s' outlived its wall-clock limit without using "
+                              "its CPU time (the machine is starved); a later launch tries "
+                              "again", k->entry);
+        return defect("the kernel front end failed checking kernel '%s'; a later launch tries "
+                      "again: %s", k->entry, log && *log ? log : "it said nothing");
+}
+
+cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
+{
+        cube__server *srv = k->server;
+        unsigned cpu_s = srv->opts.compile_limit_s ? srv->opts.compile_limit_s : 60;
+        char helper[PATH_MAX], dir[PATH_MAX];
+        cube__sandbox_result res;
+        cube_error *e = NULL;
+        char *checked = NULL, *facts_text = NULL, *log = NULL;
+        int r;
+
+        if (cube__device_helper(helper, sizeof(helper)) < 0)
+                return defect("no kernel front end: cube-device is not installed beside cubed");
+        snprintf(dir, sizeof(dir), "%s/.check-XXXXXX", in_cache ? srv->opts.cache_dir : "/tmp");
+        if (!mkdtemp(dir))
+                return defect("cannot make a directory to check kernel '%s' in: %s", k->entry,
+                              strerror(errno));
+        if ((r = write_text(dir, "source", k->source)) < 0 ||
+            (r = write_text(dir, "entry", k->entry)) < 0) {
+                e = defect("cannot write kernel '%s' for its check: %s", k->entry, strerror(-r));
+                goto out;
+        }
+        if ((r = cube__sandbox_run(helper, "--check", dir, cpu_s, CHECK_AS_MB, CHECK_FSIZE_MB,
+                                   &res)) != 0) {
+                e = defect("cannot run the kernel front end (%s): %s", helper, strerror(r));
+                goto out;
+        }
+        if (res.wall_timeout || !WIFEXITED(res.status) || WEXITSTATUS(res.status) != 0) {
+                log = cube__sandbox_read(dir, "log", 16 * 1024);
+                if (!log || !*log) {
+                        free(log);
+                        log = cube__sandbox_read(dir, "stderr", 4 * 1024);
+                }
+                e = judge(k, &res, cpu_s, log);
+                goto out;
+        }
+        checked = cube__sandbox_read(dir, "checked", (size_t) CHECK_FSIZE_MB << 20);
+        facts_text = cube__sandbox_read(dir, "facts", 16u << 20);
+        cube__fe_facts *facts = facts_text ? cube__fe_facts_parse(facts_text) : NULL;
+        if (!checked || !facts) {
+                cube__fe_facts_free(facts);
+                e = defect("the kernel front end's answer for kernel '%s' cannot be read; a "
+                           "later launch tries again", k->entry);
+                goto out;
+        }
+        char *source = NULL;
+        if (asprintf(&source, "#define CUBE__CHECKED %d\n%s", !k->unchecked, checked) < 0) {
+                cube__fe_facts_free(facts);
+                e = defect("out of host memory checking kernel '%s'", k->entry);
+                goto out;
+        }
+        cube__fe_facts_free(k->facts);
+        free(k->checked);
+        k->facts = facts;
+        k->checked = source;
+out:
+        free(checked);
+        free(facts_text);
+        free(log);
+        remove_dir(dir);
+        return e;
+}
