@@ -79,20 +79,28 @@ static cube_error *defect(const char *fmt, ...)
         return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s", text));
 }
 
-/* What a check that did not exit 0 means: a rule the source breaks, C it is
- * not, a limit it ran into (the source's doing), or a defect. */
+/* What a check that did not exit 0 means. Parsing is deterministic, so a
+ * front end stopped by its limits, or dying, on one source is that source's
+ * doing: a refusal, remembered. A check that could not run at all, or
+ * starved without using its CPU time, is a defect, tried again later. */
 static cube_error *judge(const cube__kernel *k, const cube__sandbox_result *res, unsigned cpu_s,
                          const char *log)
 {
         int status = res->status, sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        double cpu = (double) res->ru.ru_utime.tv_sec + (double) res->ru.ru_stime.tv_sec;
+        double cpu = (double) res->ru.ru_utime.tv_sec + (double) res->ru.ru_stime.tv_sec +
+                     ((double) res->ru.ru_utime.tv_usec + (double) res->ru.ru_stime.tv_usec) / 1e6;
+        bool ran_out = cpu + 0.5 >= (double) cpu_s;
 
         if (WIFEXITED(status) && WEXITSTATUS(status) == 10)
                 return cube__err_text(CUBE_COMPILATION_VALIDATION, "%s", log ? log : "");
         if (WIFEXITED(status) && WEXITSTATUS(status) == 12)
                 return cube__err_text(CUBE_COMPILATION_GENERIC, "kernel '%s' is not C the dialect "
                                       "accepts:\n%s", k->entry, log ? log : "");
-        if (sig == SIGXCPU || (res->wall_timeout && cpu + 1 >= cpu_s))
+        if (res->wall_timeout && !ran_out)
+                return defect("checking kernel '%s' outlived its wall-clock limit after only "
+                              "%.1f s of CPU time (the machine is starved); a later launch tries "
+                              "again", k->entry, cpu);
+        if (res->wall_timeout || ((sig == SIGXCPU || sig == SIGKILL) && ran_out))
                 return cube__err_text(CUBE_COMPILATION_GENERIC, "checking kernel '%s' ran past "
                                       "its CPU time limit of %u s (compile-limit) and was "
                                       "stopped", k->entry, cpu_s);
@@ -100,10 +108,14 @@ static cube_error *judge(const cube__kernel *k, const cube__sandbox_result *res,
                 return cube__err_text(CUBE_COMPILATION_GENERIC, "checking kernel '%s' wrote past "
                                       "its output limit of %u MiB and was stopped", k->entry,
                                       CHECK_FSIZE_MB);
-        if (res->wall_timeout)
-                return defect("checking kernel '%s' outlived its wall-clock limit without using "
-                              "its CPU time (the machine is starved); a later launch tries "
-                              "again", k->entry);
+        if (sig)
+                return cube__err_text(CUBE_COMPILATION_GENERIC, "the kernel front end died of "
+                                      "SIG%s reading kernel '%s'%s", sigabbrev_np(sig) ?
+                                      sigabbrev_np(sig) : "?", k->entry,
+                                      log && (strstr(log, "out of memory") ||
+                                              strstr(log, "bad_alloc")) ?
+                                      ": it ran past its address-space limit" : " (a source "
+                                      "too large or too deep to read)");
         return defect("the kernel front end failed checking kernel '%s'; a later launch tries "
                       "again: %s", k->entry, log && *log ? log : "it said nothing");
 }

@@ -263,9 +263,10 @@ static void use_facts(cube__kernel *k)
         k->desc.facts = f;
         free(k->io);
         k->io = calloc(f->n_buffers ? f->n_buffers : 1, sizeof(*k->io));
+        /* Never written is the parse's answer; anything else the launch may
+         * declare more narrowly (an output a launch says it leaves dead). */
         for (uint32_t i = 0; k->io && i < f->n_buffers; i++)
                 k->io[i] = f->buffers[i].io == CUBE__PARAM_READ ? CUBE_BUFFER_READ_ONLY :
-                           f->buffers[i].io == CUBE__PARAM_WRITE ? CUBE_BUFFER_WRITE_ONLY :
                            CUBE_BUFFER_UNDECLARED;
 }
 

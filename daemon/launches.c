@@ -713,6 +713,16 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 goto out;       /* nothing runs, and no claim changes */
 
         for (size_t i = 0; i < r.n; i++)
+                if (r.names[i]->read_only && kernel->facts && i < kernel->facts->n_buffers &&
+                    (kernel->facts->buffers[i].io & CUBE__PARAM_WRITE)) {
+                        refuse(k, &r, kernel, cube__err_validation(
+                                "a launch of %s binds memory %" PRIu64 ", a read-only import, to "
+                                "parameter '%s', which the kernel may write; bind it to a "
+                                "parameter the kernel only reads", kernel->entry,
+                                r.names[i]->id, kernel->facts->buffers[i].name));
+                        goto out;
+                }
+        for (size_t i = 0; i < r.n; i++)
                 if (r.names[i]->read_only && writes(&r, kernel, i)) {
                         refuse(k, &r, kernel, cube__err_validation(
                                 "a launch of %s would write memory %" PRIu64 ", a read-only "

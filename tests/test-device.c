@@ -130,8 +130,10 @@ static const cube_error *root_of_read(cube_client *c, const cube_handle *h, cube
         return r;
 }
 
+/* unchecked: the kernel faults by leaving its bindings, which only an
+ * unchecked launch can (its compile then counts in within_ms). */
 static void launch_and_expect_poison(cube_client *c, uint64_t k, const char *entry,
-                                     const char *what, long within_ms)
+                                     const char *what, long within_ms, bool unchecked)
 {
         cube_handle out;
         cube_error *e;
@@ -141,7 +143,7 @@ static void launch_and_expect_poison(cube_client *c, uint64_t k, const char *ent
         launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_COMPILE);
         ck_ok(cube_sync(c, NULL, 0));
         t0 = test_now_ms();
-        launch_n(c, k, &out, 1, 4, 64, CUBE_LAUNCH_EXECUTE);
+        launch_n(c, k, &out, 1, 4, 64, unchecked ? CUBE_LAUNCH_UNCHECKED : CUBE_LAUNCH_EXECUTE);
         e = cube_sync(c, NULL, 0);
         long took = test_now_ms() - t0;
         ck_assert_msg(e != NULL, "the sync after %s succeeded", entry);
@@ -273,7 +275,7 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "wild", &c));
         launch_and_expect_poison(c, test_kernel(c, wild_source, "wild"), "wild", "SEGV",
-                                 10000);
+                                 10000, true);
         st = status_of(d.socket);
         ck_assert(st.poisoned);
         ck_assert_msg(strstr(st.poison, "wild") != NULL, "poison: %s", st.poison);
@@ -325,7 +327,7 @@ static void expect_fault_poisons_then_reinit(const char *source, const char *ent
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, entry, &c));
-        launch_and_expect_poison(c, test_kernel(c, source, entry), entry, what, 10000);
+        launch_and_expect_poison(c, test_kernel(c, source, entry), entry, what, 10000, false);
         cube_disconnect(c);
         deadline = test_now_ms() + 15000;
         while ((st = status_of(d.socket)).poisoned && test_now_ms() < deadline)
@@ -358,7 +360,7 @@ START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "forever", &c));
         launch_and_expect_poison(c, test_kernel(c, test_forever_source, "forever"), "forever",
-                                 "kernel timeout", 1000 + 1000);
+                                 "kernel timeout", 1000 + 1000, false);
         ck_assert(status_of(d.socket).poisoned);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
@@ -389,7 +391,7 @@ START_TEST(units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends)
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "divergent", &c));
         launch_and_expect_poison(c, test_kernel(c, divergent_source, "divergent"),
-                                 "divergent", "kernel timeout", 1000 + 1000);
+                                 "divergent", "kernel timeout", 1000 + 1000, false);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
 }

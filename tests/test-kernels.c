@@ -617,13 +617,13 @@ END_TEST
 START_TEST(a_kernel_with_a_bad_signature_fails_validation)
 {
         static const char *const sources[] = {
-                /* The last parameter is not INFO. */
-                "KERNEL void nosig(const uint32_t *in, uint32_t *out)\n"
+                /* A buffer after a scalar. */
+                "KERNEL void nosig(uint32_t n, const uint32_t *in, uint32_t *out)\n"
                 "{\n"
-                "        out[0] = in[0];\n"
+                "        out[0] = in[0] + n;\n"
                 "}\n",
-                /* A scalar among the buffers. */
-                "KERNEL void nosig(const uint32_t *in, uint32_t n, INFO)\n"
+                /* A scalar of a type no launch can give. */
+                "KERNEL void nosig(const uint32_t *in, uint16_t n, INFO)\n"
                 "{\n"
                 "        (void) in;\n"
                 "        (void) n;\n"
@@ -1067,9 +1067,10 @@ static void fault_poisons_the_device(const char *source)
         ck_ok(cube_connect(D.socket, "faulter", &faulter));
         k = test_kernel(faulter, source, "scribble");
         ck_ok(cube_empty(faulter, 64 * 4 * sizeof(uint32_t), &out));
+        /* Unchecked: a checked launch cannot leave its bindings. */
         launch(faulter, (cube_launch) {
                 .kernel = k, .cube_count = { 4, 1, 1 }, .cube_dim = { 64, 1, 1 },
-                .buffers = &out, .n_buffers = 1,
+                .buffers = &out, .n_buffers = 1, .mode = CUBE_LAUNCH_UNCHECKED,
         });
         e = cube_sync(faulter, NULL, 0);
         ck_assert_msg(e != NULL, "the sync after a faulting kernel succeeded");

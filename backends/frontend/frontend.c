@@ -457,6 +457,21 @@ static const char *elem_suffix(CXType t)
         }
 }
 
+/* The C spelling of a guard suffix's element type. */
+static const char *elem_type_name(const char *sfx)
+{
+        static const char *const names[][2] = {
+                { "char", "char" }, { "schar", "signed char" }, { "uchar", "unsigned char" },
+                { "short", "short" }, { "ushort", "unsigned short" }, { "int", "int" },
+                { "uint", "unsigned int" }, { "long", "long" }, { "ulong", "unsigned long" },
+                { "float", "float" }, { "double", "double" },
+        };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (strcmp(names[i][0], sfx) == 0)
+                        return names[i][1];
+        return sfx;
+}
+
 static bool is_pointer(CXType t)
 {
         return clang_getCanonicalType(t).kind == CXType_Pointer;
@@ -737,16 +752,22 @@ static void on_subscript(fe *f, node *n)
                 if (write)
                         f->param_written[k] = true;
         }
+        /* The element type's own pointer: volatile has no meaning through a
+         * guard, and const is kept by the compiler's own check of the store. */
+        const char *tn = elem_type_name(sfx);
+        int ord = -1000 + (int) f->depth;
         if (!write && direct)
-                add_edit(f, base->start, 0, -1000 + (int) f->depth, "cube__pld_%s(cube__ctx, %uu, %du, ", sfx,
-                         site, k);
+                add_edit(f, base->start, 0, ord, "cube__pld_%s(cube__ctx, %uu, %du, "
+                         "(GLOBAL const %s *) ", sfx, site, k, tn);
         else if (!write)
-                add_edit(f, base->start, 0, -1000 + (int) f->depth, "cube__ld_%s(cube__ctx, %uu, ", sfx, site);
+                add_edit(f, base->start, 0, ord, "cube__ld_%s(cube__ctx, %uu, (GLOBAL const %s *) ",
+                         sfx, site, tn);
         else if (direct)
-                add_edit(f, base->start, 0, -1000 + (int) f->depth, "(*cube__pst_%s(cube__ctx, %uu, %du, ", sfx,
-                         site, k);
+                add_edit(f, base->start, 0, ord, "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) ",
+                         sfx, site, k, tn);
         else
-                add_edit(f, base->start, 0, -1000 + (int) f->depth, "(*cube__st_%s(cube__ctx, %uu, ", sfx, site);
+                add_edit(f, base->start, 0, ord, "(*cube__st_%s(cube__ctx, %uu, (GLOBAL %s *) ", sfx,
+                         site, tn);
         add_edit(f, (unsigned) lb, 1, 0, ", (");
         add_edit(f, rb, 1, 0, write ? ")))" : "))");
 }
@@ -794,13 +815,16 @@ static void on_deref(fe *f, node *n)
                 if (write)
                         f->param_written[k] = true;
         }
+        const char *tn = elem_type_name(sfx);
         if (direct)
-                add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (" :
-                         "cube__pld_%s(cube__ctx, %uu, %du, (", sfx, site, k);
+                add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) (" :
+                         "cube__pld_%s(cube__ctx, %uu, %du, (GLOBAL const %s *) (", sfx, site, k, tn);
         else if (write)
-                add_edit(f, n->start, 1, 0, "(*cube__st_%s(cube__ctx, %uu, (", sfx, site);
+                add_edit(f, n->start, 1, 0, "(*cube__st_%s(cube__ctx, %uu, (GLOBAL %s *) (", sfx, site,
+                         tn);
         else
-                add_edit(f, n->start, 1, 0, "cube__ld_%s(cube__ctx, %uu, (", sfx, site);
+                add_edit(f, n->start, 1, 0, "cube__ld_%s(cube__ctx, %uu, (GLOBAL const %s *) (", sfx,
+                         site, tn);
         add_edit(f, o->end, 0, -2000 - (int) f->depth, write ? "), 0))" : "), 0)");
 }
 
@@ -994,6 +1018,34 @@ static void find_moves(fe *f, node *n)
         }
 }
 
+/* Every pointer of a checked kernel points into a buffer, so a pointer
+ * declared without GLOBAL gets it: `const float *row = a + i * n` is the
+ * same on every device (OpenCL C has no generic address space to default
+ * to). */
+static void add_global(fe *f, node *n)
+{
+        if (!n->located || !is_pointer(clang_getCursorType(n->c)) || n == f->entry_fn ||
+            (n->kind == CXCursor_ParmDecl && n->parent == f->entry_fn))
+                return;
+        const char *p = f->src + n->start;
+        if (strncmp(p, "GLOBAL", 6) == 0)
+                return;
+        /* GLOBAL expands to nothing in the parse, so a declaration may start
+         * just after one. */
+        const char *q = p;
+        while (q > f->src && isspace((unsigned char) q[-1]))
+                q--;
+        if (q - f->src >= 6 && strncmp(q - 6, "GLOBAL", 6) == 0)
+                return;
+        /* Only where the declaration's text is the user's own words. */
+        if (!isalpha((unsigned char) *p) && *p != '_')
+                return;
+        for (unsigned i = n->start; i < n->end; i++)
+                if (strncmp(f->src + i, "GLOBAL", 6) == 0)
+                        return;
+        add_edit(f, n->start, 0, -3000, "GLOBAL ");
+}
+
 static void walk(fe *f, node *n)
 {
         char op[8];
@@ -1012,6 +1064,8 @@ static void walk(fe *f, node *n)
         case CXCursor_FieldDecl:
         case CXCursor_TypedefDecl:
                 check_decl_type(f, n);
+                if (n->kind == CXCursor_VarDecl || n->kind == CXCursor_ParmDecl)
+                        add_global(f, n);
                 if (n->kind == CXCursor_ParmDecl && n->parent != f->entry_fn) {
                         CXString s = clang_getCursorSpelling(n->c);
                         if (strcmp(clang_getCString(s), "cube__info_param") == 0)
@@ -1029,6 +1083,17 @@ static void walk(fe *f, node *n)
                 return;
         case CXCursor_CStyleCastExpr:
                 on_cast(f, n);
+                if (n->located && f->src[n->start] == '(' &&
+                    is_pointer(clang_getCursorType(n->c))) {
+                        unsigned close = n->start;
+                        while (close < n->end && f->src[close] != ')')
+                                close++;
+                        bool has = false;
+                        for (unsigned i = n->start; i < close; i++)
+                                has |= strncmp(f->src + i, "GLOBAL", 6) == 0;
+                        if (!has)
+                                add_edit(f, n->start + 1, 0, -3000, "GLOBAL ");
+                }
                 break;
         case CXCursor_ArraySubscriptExpr:
                 on_subscript(f, n);
