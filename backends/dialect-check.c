@@ -101,9 +101,14 @@ cube_error *cube__dialect_check(const char *src)
                         bool allowed = false;
                         for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
                                 allowed |= strlen(ok[i]) == n && memcmp(ok[i], d, n) == 0;
+                        /* OpenCL's fp64 pragma is harmless: every device
+                         * has doubles (the front end drops the line). */
+                        const char *pragma = "pragma OPENCL EXTENSION cl_khr_fp64";
+                        allowed |= strncmp(d, pragma, strlen(pragma)) == 0;
                         if (!allowed)
                                 return invalid(line, "#%.*s: a kernel may use only #define, "
-                                               "#undef and conditionals", (int) n, d);
+                                               "#undef, conditionals and the OpenCL fp64 pragma",
+                                               (int) n, d);
                         line_start = false;
                         p = d + n;
                         continue;

@@ -61,7 +61,8 @@ cube__dispatched cube__do_status(cube__msg *k)
         int r = 0;
 
         begin(&sb, &pk, k);
-        r |= msgpack_pack_map(&pk, 18);
+        r |= msgpack_pack_map(&pk, 19);
+        r |= cube__pack_kv_str(&pk, "check_mode", cube__check_mode_name(srv->opts.check_mode));
         r |= cube__pack_str(&pk, "drain_seconds_left");
         r |= msgpack_pack_double(&pk, srv->drain_deadline_ns ?
                                  (double) (srv->drain_deadline_ns - uv_hrtime()) / 1e9 : 0);

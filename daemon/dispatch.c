@@ -105,8 +105,9 @@ static cube__dispatched do_hello(cube__msg *k)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_map(&pk, 7);
+        r |= msgpack_pack_map(&pk, 8);
         r |= cube__pack_kv_u64(&pk, "version", CUBE_PROTOCOL_VERSION);
+        r |= cube__pack_kv_str(&pk, "check_mode", cube__check_mode_name(srv->opts.check_mode));
         r |= cube__pack_kv_str(&pk, "service", srv->service);
         r |= cube__pack_kv_u64(&pk, "nonce", srv->nonce);
         r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);

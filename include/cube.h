@@ -193,6 +193,11 @@ void cube_disconnect(cube_client *c);
 const char *cube_client_service(const cube_client *c);
 /* The backend's name, "cpu" or "cuda". */
 const char *cube_client_backend(const cube_client *c);
+/* The daemon's check mode, as hello said it: "auto" (every launch checked,
+ * unchecked ones honoured for the operator's unchecked-uids), "enforce"
+ * (every launch checked, unchecked ones refused) or "validate" (every launch
+ * checked, unchecked ones too); docs/KERNELS.md, "Checked kernels". */
+const char *cube_client_check_mode(const cube_client *c);
 /* NULL when the client reaches a daemon of that backend, else
  * ServiceMismatch{client, requested}: for a caller that can only use one
  * kind of device and must not run its work on another. */

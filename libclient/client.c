@@ -47,6 +47,11 @@ const char *cube_client_backend(const cube_client *c)
         return c->backend;
 }
 
+const char *cube_client_check_mode(const cube_client *c)
+{
+        return c->check_mode;
+}
+
 cube_error *cube_client_require_backend(const cube_client *c, const char *backend)
 {
         if (strcmp(c->backend, backend) == 0)
@@ -100,6 +105,9 @@ static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
             !(v = cube__map_get(r, "limits")) || !cube__obj_limits(v, &c->daemon_limits))
                 return cube__err_generic("cubed's answer to hello is not protocol version %d's",
                                          CUBE_PROTOCOL_VERSION);
+        if ((v = cube__map_get(r, "check_mode")) && v->type == MSGPACK_OBJECT_STR)
+                snprintf(c->check_mode, sizeof(c->check_mode), "%.*s", (int) v->via.str.size,
+                         v->via.str.ptr);
         return NULL;
 }
 

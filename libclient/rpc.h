@@ -78,6 +78,7 @@ struct cube_client {
         char service[64];
         uint64_t nonce;
         char backend[16];
+        char check_mode[16];            /* hello's: which launches the daemon checks */
         uint64_t session;
         cube_device_properties properties;
         cube_protocol_limits daemon_limits;

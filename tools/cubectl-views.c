@@ -79,6 +79,17 @@ static value memory_line(const void *row, const void *ctx, char *buf, size_t cap
         return (value) { .s = buf };
 }
 
+static value check_mode_line(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const char *mode = cube_client_check_mode(ctx);
+
+        snprintf(buf, cap, "%s (%s)", *mode ? mode : "?",
+                 strcmp(mode, "enforce") == 0 ? "every launch checked, unchecked ones refused" :
+                 strcmp(mode, "validate") == 0 ? "every launch checked, unchecked ones too" :
+                 "every launch checked but unchecked-uids' unchecked ones");
+        return (value) { .s = buf };
+}
+
 static value kernels_line(const void *row, const void *ctx, char *buf, size_t cap)
 {
         const cube_status *st = row;
@@ -118,6 +129,7 @@ static const field status_fields[] = {
         { "kernels", NULL, U64(cube_status, kernels) },
         { "compiles", NULL, U64(cube_status, compiles) },
         { NULL, "kernels:", .kind = FIELD_TEXT, .get = kernels_line },
+        { "check_mode", "checks:", .kind = FIELD_TEXT, .get = check_mode_line },
         { "poisoned", NULL, BOOL(cube_status, poisoned) },
         { "poison", NULL, TEXT(cube_status, poison) },
         { NULL, "poison:", TEXT(cube_status, poison), .when = poisoned },

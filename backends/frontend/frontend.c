@@ -921,11 +921,20 @@ static void on_call(fe *f, node *n)
                 return;
         }
         long lp = next_char(f, n->kids[0]->end, n->end, '(');
-        if (lp < 0) {
+        node *callee = strip(n->kids[0]);
+        if (lp < 0 || !callee->located || callee->kind != CXCursor_DeclRefExpr) {
                 refuse(f, n->start, "a call the checker cannot place");
                 return;
         }
-        add_edit(f, (unsigned) lp + 1, 0, -1500, n->n_kids > 1 ? "cube__ctx, " : "cube__ctx");
+        if (f->entry_fn && clang_equalCursors(clang_getCanonicalCursor(d),
+                                              clang_getCanonicalCursor(f->entry_fn->c))) {
+                refuse(f, n->start, "the entry point cannot be called");
+                return;
+        }
+        /* The source's functions get names of their own: a helper named
+         * like a device builtin (dot, clamp, mix) would clash with it. */
+        add_edit(f, callee->start, 0, -4500, "cube__u_");
+        add_edit(f, (unsigned) lp + 1, 0, -5000, n->n_kids > 1 ? "cube__ctx, " : "cube__ctx");
 }
 
 /* A function of the source other than the entry point: it takes the check
@@ -947,6 +956,7 @@ static void on_function(fe *f, node *n)
                 return;
         }
         CXString name = clang_getCursorSpelling(n->c);
+        add_edit(f, at, 0, -4500, "cube__u_");
         at += (unsigned) strlen(clang_getCString(name));
         clang_disposeString(name);
         long lp = next_char(f, at, n->end, '(');
@@ -965,7 +975,7 @@ static void on_function(fe *f, node *n)
                         return;
                 }
         }
-        add_edit(f, (unsigned) lp + 1, 0, -1000, none ? "cube__ctx_t *cube__ctx" :
+        add_edit(f, (unsigned) lp + 1, 0, -5000, none ? "cube__ctx_t *cube__ctx" :
                  "cube__ctx_t *cube__ctx, ");
 }
 
