@@ -183,6 +183,11 @@ static void evict(cube__disk_cache *dc, cube__artifact *a)
         snprintf(dname, sizeof(dname), "%s.sha256", a->name);
         (void) unlinkat(dc->fd, a->name, 0);
         (void) unlinkat(dc->fd, dname, 0);
+        /* The front end's facts of the kernel go with it. */
+        snprintf(dname, sizeof(dname), "%.64s.facts", a->name);
+        (void) unlinkat(dc->fd, dname, 0);
+        snprintf(dname, sizeof(dname), "%.64s.facts.sha256", a->name);
+        (void) unlinkat(dc->fd, dname, 0);
         cube__log(CUBE__LOG_INFO, "the kernel cache evicted %s (%" PRIu64 " bytes, the least "
                   "recently used) to stay under cache-max-bytes (%" PRIu64 ")", a->name, a->bytes,
                   dc->opts->cache_max_bytes);

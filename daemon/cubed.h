@@ -318,6 +318,7 @@ typedef struct cube__kernel {
         cube_buffer_io *io;             /* the parse's answer, per buffer parameter */
         cube__fe_facts *facts;          /* the front end's, once checked */
         char *checked;                  /* the source the backend compiles */
+        char *facts_text;               /* the facts as the front end wrote them */
         bool unchecked;                 /* compiled without bounds checks */
         struct cube__kernel *unchecked_twin; /* the same source unchecked, once asked for */
         cube__kernel_state state;
@@ -356,9 +357,6 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
 /* The unchecked form of checked kernel k (the reference's unsafe launch),
  * an entry of its own in the cache, which k keeps; NULL when out of memory. */
 cube__kernel *cube__kernel_unchecked(cube__kernel *k);
-/* Runs the front end on k's source (kernel-check.c): fills k->facts and
- * k->checked, or answers the refusal or the defect. Off the loop thread. */
-cube_error *cube__kernel_check(cube__kernel *k, bool in_cache);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))
@@ -372,6 +370,15 @@ void cube__kernels_free(cube__server *srv);
 /* Drops a reference cube__kernel_intern gave; the entry, its source, log and program go with the last, once
  * no compile of it is in flight (the artifact stays on disk). */
 void cube__kernel_unref(cube__kernel *k);
+
+/* ---- the kernel front end's run and facts (kernel-check.c) ------------- */
+/* Runs the front end on k's source: fills k->facts and k->checked, or
+ * answers the refusal or the defect. Off the loop thread. */
+cube_error *cube__kernel_check(cube__kernel *k, bool in_cache);
+/* The facts kept beside a stored artifact: loads them into k (false when
+ * there are none to trust), or stores k's. Off the loop thread. */
+bool cube__kernel_facts_load(cube__kernel *k);
+void cube__kernel_facts_store(cube__kernel *k);
 
 /* ---- answering the request being handled (reply.c) ---------------------- */
 

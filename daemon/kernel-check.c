@@ -172,12 +172,73 @@ cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
         }
         cube__fe_facts_free(k->facts);
         free(k->checked);
+        free(k->facts_text);
         k->facts = facts;
         k->checked = source;
+        k->facts_text = facts_text;
+        facts_text = NULL;
 out:
         free(checked);
         free(facts_text);
         free(log);
         remove_dir(dir);
         return e;
+}
+
+/* The facts of a kernel built before are kept beside its artifact
+ * (KEY.facts, with its digest, trusted as an artifact is: cache.c), so that
+ * a kernel loaded from the disk cache needs no front end on its first
+ * launch. */
+bool cube__kernel_facts_load(cube__kernel *k)
+{
+        cube__server *srv = k->server;
+        char name[CUBE__ARTIFACT_NAME];
+        uint64_t bytes = 0;
+        int fd;
+
+        snprintf(name, sizeof(name), "%.64s.facts", k->hash);
+        if ((fd = cube__artifact_open(&srv->disk_cache, name, &bytes)) < 0)
+                return false;
+        size_t len = bytes > 64 ? (size_t) (bytes - 64) : 0;
+        char *text = len <= (16u << 20) ? malloc(len + 1) : NULL;
+        bool ok = text && pread(fd, text, len, 0) == (ssize_t) len;
+        close(fd);
+        if (!ok) {
+                free(text);
+                return false;
+        }
+        text[len] = '\0';
+        cube__fe_facts *facts = cube__fe_facts_parse(text);
+        if (!facts) {
+                free(text);
+                return false;
+        }
+        cube__fe_facts_free(k->facts);
+        free(k->facts_text);
+        k->facts = facts;
+        k->facts_text = text;
+        return true;
+}
+
+void cube__kernel_facts_store(cube__kernel *k)
+{
+        cube__server *srv = k->server;
+        char name[CUBE__ARTIFACT_NAME];
+        int fd;
+
+        if (!k->facts_text)
+                return;
+        snprintf(name, sizeof(name), "%.64s.facts", k->hash);
+        fd = openat(srv->disk_cache.fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+                    O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return;
+        size_t len = strlen(k->facts_text);
+        bool ok = write(fd, k->facts_text, len) == (ssize_t) len;
+        if (close(fd) < 0 || !ok) {
+                (void) unlinkat(srv->disk_cache.fd, name, 0);
+                return;
+        }
+        if ((fd = cube__artifact_seal(&srv->disk_cache, name, NULL)) >= 0)
+                close(fd);
 }

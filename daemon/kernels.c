@@ -163,6 +163,7 @@ static void kernel_destroy(cube__kernel *k)
         cube__kernel_unref(k->unchecked_twin);
         cube__fe_facts_free(k->facts);
         free(k->checked);
+        free(k->facts_text);
         cube_error_free(k->error);
         free(k->waiters);
         free(k->io);
@@ -286,10 +287,12 @@ static void prepare_work(uv_work_t *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory preparing a kernel"));
                 return;
         }
-        /* The front end first, whether the artifact is on disk or not: the
-         * launch needs its facts (and a source it refuses is never built). */
+        /* The launch needs the front end's facts: kept beside an artifact
+         * built before, else the front end reads the source now (and a
+         * source it refuses is never built). */
         uint64_t check_start = uv_hrtime();
-        if ((e = cube__kernel_check(k, srv->cache_trusted && intact))) {
+        bool from_cache = srv->cache_trusted && intact && cube__kernel_facts_load(k);
+        if (!from_cache && (e = cube__kernel_check(k, srv->cache_trusted && intact))) {
                 k->error = e;
                 k->check_ms = ms_since(check_start);
                 free(path);
@@ -345,6 +348,19 @@ static void prepare_work(uv_work_t *w)
                         return;
                 }
         }
+        /* Facts from the cache come without the checked source a build needs. */
+        if (!k->checked) {
+                if ((e = cube__kernel_check(k, intact))) {
+                        k->error = e;
+                        if (built != path) {
+                                (void) rmdir(scratch);
+                                free(built);
+                        }
+                        free(path);
+                        return;
+                }
+                use_facts(k);
+        }
         uint64_t start = uv_hrtime();
         e = srv->driver->compile(srv->device, &k->desc, built);
         if (!e && intact) {
@@ -355,6 +371,8 @@ static void prepare_work(uv_work_t *w)
                         e = load_fd(k, fd);
                         k->stored = true;       /* on disk, loadable or not */
                         close(fd);
+                        if (!e)
+                                cube__kernel_facts_store(k);
                 } else {
                         e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                 CUBE_LAUNCH_UNKNOWN, "the compiled kernel %s could not be "

@@ -394,8 +394,6 @@ typedef struct cube__id_list {
  * that names no user or group. */
 int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *why, size_t len);
 const char *cube__check_mode_name(cube__check_mode m);
-/* Whether id is in the list (access.c). */
-bool cube__id_listed(const cube__id_list *l, uint32_t id);
 
 /* Where an option's value came from, for cubectl config. */
 enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
@@ -477,6 +475,8 @@ void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len
 void cube__options_reload(cube__options *cur, const cube__options *next);
 
 /* ---- access, and what each user holds (access.c) ----------------------- */
+/* Whether id is in the list. */
+bool cube__id_listed(const cube__id_list *l, uint32_t id);
 /* What one user holds across its sessions, for the per-user quotas. */
 typedef struct cube__uid {
         uint32_t sessions;

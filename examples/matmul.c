@@ -23,19 +23,17 @@
 
 #define TILE 16
 
-/* Row-major matrices; m, n and k are the u32 scalars 0, 1 and 2. Every unit
+/* Row-major matrices; m, n and k are the u32 scalars, in that order. Every unit
  * takes part in every load and every barrier, even one outside C, so that
  * each barrier is reached by the whole cube. */
 static const char source[] =
         "#define TILE 16\n"
         "\n"
-        "KERNEL void matmul(const float *a, const float *b, float *c, INFO)\n"
+        "KERNEL void matmul(const float *a, const float *b, float *c, uint32_t m, uint32_t n,\n"
+        "                    uint32_t k)\n"
         "{\n"
         "        SHARED float ta[TILE][TILE];\n"
         "        SHARED float tb[TILE][TILE];\n"
-        "        uint32_t m = SCALAR(uint32_t, 0, 0);\n"
-        "        uint32_t n = SCALAR(uint32_t, 0, 1);\n"
-        "        uint32_t k = SCALAR(uint32_t, 0, 2);\n"
         "        uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
         "        uint32_t row = ABSOLUTE_POS_Y, col = ABSOLUTE_POS_X;\n"
         "        float acc = 0.0f;\n"

@@ -29,10 +29,9 @@
  * half of the still active units adds in the upper half, with a barrier
  * after every round so that nobody reads a slot before it is written. */
 static const char source[] =
-        "KERNEL void reduce(const float *in, float *partial, INFO)\n"
+        "KERNEL void reduce(const float *in, float *partial, uint32_t n)\n"
         "{\n"
         "        SHARED float part[256];\n"
-        "        uint32_t n = SCALAR(uint32_t, 0, 0);\n"
         "        uint32_t t = UNIT_POS;\n"
         "        uint64_t i = ABSOLUTE_POS;\n"
         "\n"

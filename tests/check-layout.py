@@ -24,8 +24,8 @@ LAYERS = [
     ("services", ["idmap.c", "log.c", "history.c", "failures.c", "pools.c", "cache.c",
                   "sha256.c", "config.c", "access.c", "progress.c", "closer.c"],
      ["services.h", "sha256.h"]),
-    ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c", "kernel-check.c",
-              "launches.c", "memory-methods.c", "graphs.c", "profile.c", "groups.c",
+    ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c",
+              "kernel-check.c", "launches.c", "memory-methods.c", "graphs.c", "profile.c", "groups.c",
               "collectives.c", "peer.c", "share.c", "inject.c"],
      ["cubed.h", "comms.h"]),
     ("requests", ["conn.c", "direct.c", "dispatch.c", "admin.c", "session.c", "server.c",
@@ -34,7 +34,7 @@ LAYERS = [
 ]
 # Headers below the daemon that any layer may include.
 BELOW = {"cube.h", "driver.h", "errors.h", "prescan.h", "wire.h", "transport.h", "launch.h",
-         "frame.h", "rbuf.h"}
+         "frame.h", "rbuf.h", "frontend.h", "sandbox.h"}
 
 DEF_RE = re.compile(r"^(?!static\b)(?!typedef\b)[A-Za-z_][\w \t\*]*?\b(cube__\w+)\s*\(")
 CALL_RE = re.compile(r"\b(cube__\w+)\s*\(")

@@ -18,6 +18,7 @@
 
 #include "errors.h"
 #include "harness.h"
+#include "frontend.h"
 #include "internal.h"
 
 static const cube__nvrtc_api *nv;
@@ -150,6 +151,20 @@ START_TEST(every_kernel_compiles_and_matches_ptxas)
                         cube_error_free(e);
                         continue;
                 }
+                /* The front end's checked form is what the daemon compiles. */
+                char *checked = NULL, *facts = NULL, *why = NULL, *source = NULL;
+                cube__fe_status st = cube__frontend_run(k->source, k->entry, &checked, &facts,
+                                                        &why);
+                if (st == CUBE__FE_REFUSED || st == CUBE__FE_DOES_NOT_PARSE) {
+                        printf("REFUSED %s: %s by the front end: %s\n", k->file, k->entry, why);
+                        free(why);
+                        continue;
+                }
+                ck_assert_msg(st == CUBE__FE_OK, "%s: %s: %s", k->file, k->entry, why);
+                ck_assert_int_ge(asprintf(&source, "#define CUBE__CHECKED 1\n%s", checked), 0);
+                free(checked);
+                free(facts);
+                desc.source = source;
                 e = cube__cuda_compile(nv, &desc, 90, false, &cubin, &cubin_len);
                 if (deliberately_broken(k)) {
                         ck_assert_msg(e != NULL, "%s: %s compiled, but it is meant not to",
@@ -158,6 +173,7 @@ START_TEST(every_kernel_compiles_and_matches_ptxas)
                         ck_assert(cube_error_is_refusal(e));
                         printf("REFUSED %s: %s (deliberately broken)\n", k->file, k->entry);
                         cube_error_free(e);
+                        free(source);
                         continue;
                 }
                 ck_assert_msg(e == NULL, "%s: %s: %s", k->file, k->entry,
@@ -182,6 +198,7 @@ START_TEST(every_kernel_compiles_and_matches_ptxas)
                 ck_assert_int_gt(elf.registers, 0);
                 free(cubin);
                 free(ptx);
+                free(source);
                 ok++;
         }
         printf("%zu kernels compiled to sm_90, %zu skipped\n", ok, skipped);

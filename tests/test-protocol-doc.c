@@ -597,7 +597,7 @@ START_TEST(every_key_cubed_sends_is_documented)
         }
 
         r = ask(fd, 2, "status", &up);
-        ck_assert_int_eq(keys_documented("status", r, "### 5.2 status", "\n### "), 18);
+        ck_assert_int_eq(keys_documented("status", r, "### 5.2 status", "\n### "), 19);
         table_keys_sent("status", r, "### 5.2 status", "\n### ");
         msgpack_unpacked_destroy(&up);
 

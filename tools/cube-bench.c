@@ -56,8 +56,13 @@
  *     Gloo's own allreduce between two processes (bench-gloo, on the
  *     daemon's CPUs), timed the same way; the two take turns for N rounds,
  *     and each row compares the medians over rounds.
+ *   checked kernels (--only checked): vector add, reduce and matmul launched
+ *     checked and unchecked (the daemon lists this user in --unchecked-uids),
+ *     launch to completed sync, run by run interleaved; and the kernel front
+ *     end alone (cube-device --check on matmul, $CUBE_DEVICE_BIN) beside the
+ *     first launch of a fresh kernel (front end, PoCL build, load).
  *
- * It is long (about 1,370 lines): every figure shares the placement, the
+ * It is long (about 1,540 lines): every figure shares the placement, the
  * baselines and the table's printing, and one program keeps them in step.
  */
 #include <getopt.h>
@@ -69,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench-baselines.h"
@@ -1019,6 +1025,166 @@ static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const s
         free(tp);
 }
 
+/* ---------------------------------------------------------------------------
+ * Checked kernels against the same kernels unchecked
+ * ------------------------------------------------------------------------- */
+
+/* One kernel launched checked and unchecked (the daemon must list this user
+ * in --unchecked-uids), run by run interleaved; the median of each. */
+static void checked_row(const struct config *cfg, const struct kernel_case *kc)
+{
+        cube_client *c = connect_client(cfg);
+        cube_info *info = cube_info_new();
+        double *tc = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *tu = xcalloc((size_t) cfg->runs, sizeof(double));
+        cube_handle h[3];
+        uint64_t kernel;
+        char a[64], b[96], figure[128], target[32];
+
+        for (uint32_t i = 0; i < kc->n_bufs; i++) {
+                float *host = xcalloc(kc->bytes[i] / sizeof(float) + 1, sizeof(float));
+                for (size_t j = 0; j < kc->bytes[i] / sizeof(float); j++)
+                        host[j] = (float) (j % 7);
+                CHECK("create", cube_create(c, host, kc->bytes[i], &h[i]));
+                free(host);
+        }
+        for (uint32_t i = 0; i < kc->n_args; i++)
+                cube_info_u32(info, kc->args[i]);
+        for (uint32_t i = 0; i < kc->n_bufs; i++)
+                cube_info_buffer_len(info, (uint32_t) (kc->bytes[i] / sizeof(float)));
+        CHECK("register", cube_kernel_register(c, kc->source, kc->entry, &kernel));
+        cube_launch l = {
+                .kernel = kernel,
+                .cube_count = { kc->count[0], kc->count[1], kc->count[2] },
+                .cube_dim = { kc->dim[0], kc->dim[1], kc->dim[2] },
+                .buffers = h, .n_buffers = kc->n_bufs, .info = info,
+        };
+        cube_launch u = l;
+        u.mode = CUBE_LAUNCH_UNCHECKED;
+        /* Both compiled first. */
+        CHECK("launch", cube_launch_kernel(c, &l));
+        CHECK("launch", cube_launch_kernel(c, &u));
+        CHECK("sync", cube_sync(c, NULL, 0));
+        for (int r = 0; r < cfg->runs; r++) {
+                double t0 = bench_now();
+                CHECK("launch", cube_launch_kernel(c, &l));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                tc[r] = bench_now() - t0;
+                t0 = bench_now();
+                CHECK("launch", cube_launch_kernel(c, &u));
+                CHECK("sync", cube_sync(c, NULL, 0));
+                tu[r] = bench_now() - t0;
+        }
+        double mc = median(tc, cfg->runs), mu = median(tu, cfg->runs);
+        snprintf(figure, sizeof(figure), "checked %s", kc->figure + strlen("CPU kernel: "));
+        snprintf(a, sizeof(a), "%.3f ms", mc * 1e3);
+        snprintf(b, sizeof(b), "the same launch unchecked: %.3f ms", mu * 1e3);
+        snprintf(target, sizeof(target), "<= %.2fx", kc->target);
+        printf("| %s | %s | %s | %.2fx | %s | %s |\n", figure, a, b, mc / mu, target,
+               mc / mu <= kc->target ? "met" : "NOT met");
+        fflush(stdout);
+        for (uint32_t i = 0; i < kc->n_bufs; i++)
+                CHECK("free", cube_free(c, &h[i]));
+        cube_info_free(info);
+        cube_disconnect(c);
+        free(tc);
+        free(tu);
+}
+
+/* The front end alone on a source (cube-device --check, as cubed runs it):
+ * seconds, or -1 when it cannot be run. */
+static double frontend_once(const char *helper, const char *source, const char *entry)
+{
+        char dir[] = "/tmp/cube-bench-fe-XXXXXX", path[128];
+        FILE *f;
+        int status;
+
+        if (!mkdtemp(dir))
+                return -1;
+        snprintf(path, sizeof(path), "%s/source", dir);
+        if ((f = fopen(path, "w"))) {
+                fputs(source, f);
+                fclose(f);
+        }
+        snprintf(path, sizeof(path), "%s/entry", dir);
+        if ((f = fopen(path, "w"))) {
+                fputs(entry, f);
+                fclose(f);
+        }
+        double t0 = bench_now();
+        pid_t pid = fork();
+        if (pid == 0) {
+                execl(helper, helper, "--check", dir, "60", "2048", "256", (char *) NULL);
+                _exit(127);
+        }
+        waitpid(pid, &status, 0);
+        double t = bench_now() - t0;
+        static const char *const names[] = { "source", "entry", "checked", "facts", "log",
+                                             "stderr" };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+                unlink(path);
+        }
+        rmdir(dir);
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t : -1;
+}
+
+static void bench_checked(const struct config *cfg)
+{
+        bool small = cfg->bulk < (16u << 20);
+        uint32_t vn = small ? 1u << 16 : 16000000u;
+        uint32_t rs = small ? 4096 : 100000, rl = small ? 1u << 16 : 16000000u;
+        uint32_t ms = small ? 32 : 256, ml = small ? 64 : 1024;
+        char f[5][64];
+
+        snprintf(f[0], 64, "CPU kernel: vector add, %u floats", vn);
+        snprintf(f[1], 64, "CPU kernel: reduce, %u floats", rs);
+        snprintf(f[2], 64, "CPU kernel: reduce, %u floats", rl);
+        snprintf(f[3], 64, "CPU kernel: matmul %u x %u", ms, ms);
+        snprintf(f[4], 64, "CPU kernel: matmul %u x %u", ml, ml);
+        const struct kernel_case cases[] = {
+                { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { vn }, 1,
+                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false },
+                { f[1], "reduce", bench_reduce_source, 2, { rs * 4ul, (rs + 255) / 256 * 4ul },
+                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false },
+                { f[2], "reduce", bench_reduce_source, 2, { rl * 4ul, (rl + 255) / 256 * 4ul },
+                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false },
+                { f[3], "matmul", bench_matmul_source, 3, { ms * ms * 4ul, ms * ms * 4ul,
+                  ms * ms * 4ul }, { ms, ms, ms }, 3, { ms / 16, ms / 16, 1 }, { 16, 16, 1 }, 1.1,
+                  false },
+                { f[4], "matmul", bench_matmul_source, 3, { ml * ml * 4ul, ml * ml * 4ul,
+                  ml * ml * 4ul }, { ml, ml, ml }, 3, { ml / 16, ml / 16, 1 }, { 16, 16, 1 }, 1.1,
+                  false },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                checked_row(cfg, &cases[i]);
+
+        /* What reading a registration costs, beside a whole first build. */
+        const char *helper = getenv("CUBE_DEVICE_BIN");
+        if (!helper || !*helper)
+                return;
+        double *fe = xcalloc((size_t) cfg->runs, sizeof(double));
+        double *compile = xcalloc((size_t) cfg->runs, sizeof(double));
+        char tag[64], source[256];
+        fresh_tag(tag, sizeof(tag));
+        bool ok = true;
+        for (int r = 0; r < cfg->runs && ok; r++) {
+                fill_source(source, sizeof(source), tag, r);
+                fe[r] = frontend_once(helper, bench_matmul_source, "matmul");
+                ok = fe[r] >= 0;
+                compile[r] = first_launch(cfg, source);
+        }
+        if (ok) {
+                double mf = median(fe, cfg->runs), mc = median(compile, cfg->runs);
+                printf("| kernel front end: parse, check and rewrite of matmul (cube-device "
+                       "--check) | %.1f ms | first launch of a fresh kernel (front end, PoCL "
+                       "build, load): %.1f ms | %.2fx | reported | - |\n", mf * 1e3, mc * 1e3,
+                       mf / mc);
+        }
+        free(fe);
+        free(compile);
+}
+
 static void bench_cpu_kernels(const struct config *cfg)
 {
         bool small = cfg->bulk < (16u << 20);
@@ -1279,6 +1445,7 @@ static const struct figure {
         { "first", bench_first_launch },
         { "vadd", bench_vector_add },
         { "kernels", bench_cpu_kernels },
+        { "checked", bench_checked },
         { "collectives", bench_collectives },
 };
 

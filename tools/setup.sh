@@ -12,7 +12,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev libuv1-dev libmsgpack-dev
           libsystemd-dev check valgrind python3 g++ libgloo-dev iproute2
           python3-venv python3-pip python3-dev python3-setuptools python3-cffi python3-numpy
           python3-pytest pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers libseccomp-dev
-          man-db groff-base clang libclang-rt-14-dev)
+          man-db groff-base clang libclang-rt-14-dev libclang-15-dev)
 missing=()
 for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -150,7 +150,14 @@ static const char guards[] =
 "  cube__oob(c, site, (uint64_t) i, 0, 0u); return (T) 0; } \\\n"
 "static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
 "{ GLOBAL T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 1)) return q; \\\n"
-"  cube__oob(c, site, (uint64_t) i, 0, 1u); return (GLOBAL T *) c->sink; }\n"
+"  cube__oob(c, site, (uint64_t) i, 0, 1u); return (GLOBAL T *) c->sink; } \\\n"
+"static inline T cube__pput_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
+"                               T v) \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n && !c->ro[k]) p[i] = v; \\\n"
+"  else cube__oob(c, site, (uint64_t) i, n, 1u); return v; } \\\n"
+"static inline T cube__put_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i, T v) \\\n"
+"{ GLOBAL T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 1)) *q = v; \\\n"
+"  else cube__oob(c, site, (uint64_t) i, 0, 1u); return v; }\n"
 "#else\n"
 "#define CUBE__GUARDS(T, S) \\\n"
 "static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
@@ -160,7 +167,12 @@ static const char guards[] =
 "static inline T cube__ld_##S(cube__ctx_t *c, uint32_t site, GLOBAL const T *p, int64_t i) \\\n"
 "{ (void) c; (void) site; return p[i]; } \\\n"
 "static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
-"{ (void) c; (void) site; return p + i; }\n"
+"{ (void) c; (void) site; return p + i; } \\\n"
+"static inline T cube__pput_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
+"                               T v) \\\n"
+"{ (void) c; (void) site; (void) k; p[i] = v; return v; } \\\n"
+"static inline T cube__put_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i, T v) \\\n"
+"{ (void) c; (void) site; p[i] = v; return v; }\n"
 "#endif\n"
 "CUBE__GUARDS(char, char)\nCUBE__GUARDS(signed char, schar)\nCUBE__GUARDS(unsigned char, uchar)\n"
 "CUBE__GUARDS(short, short)\nCUBE__GUARDS(unsigned short, ushort)\nCUBE__GUARDS(int, int)\n"
@@ -756,6 +768,33 @@ static void on_subscript(fe *f, node *n)
          * guard, and const is kept by the compiler's own check of the store. */
         const char *tn = elem_type_name(sfx);
         int ord = -1000 + (int) f->depth;
+        /* A plain store `B[I] = E` becomes a call that stores or drops:
+         * a conditional store the compiler can vectorize, where a store
+         * through a chosen pointer cannot be. */
+        node *assign = u == USE_WRITE ? up(n) : NULL;
+        long eq = -1;
+        if (assign && assign->located && assign->n_kids == 2) {
+                for (unsigned i = rb + 1; i < assign->kids[1]->start && i < f->len; i++) {
+                        if (f->src[i] == '=') {
+                                eq = i;
+                                break;
+                        }
+                        if (!isspace((unsigned char) f->src[i]))
+                                break;
+                }
+        }
+        if (eq >= 0 && strip(assign->kids[0]) == n) {
+                if (direct)
+                        add_edit(f, base->start, 0, ord, "cube__pput_%s(cube__ctx, %uu, %du, "
+                                 "(GLOBAL %s *) ", sfx, site, k, tn);
+                else
+                        add_edit(f, base->start, 0, ord, "cube__put_%s(cube__ctx, %uu, "
+                                 "(GLOBAL %s *) ", sfx, site, tn);
+                add_edit(f, (unsigned) lb, 1, 0, ", (");
+                add_edit(f, rb, (unsigned) eq + 1 - rb, 0, "), (");
+                add_edit(f, assign->end, 0, 3000 - (int) f->depth, "))");
+                return;
+        }
         if (!write && direct)
                 add_edit(f, base->start, 0, ord, "cube__pld_%s(cube__ctx, %uu, %du, "
                          "(GLOBAL const %s *) ", sfx, site, k, tn);

@@ -25,6 +25,7 @@ class LaunchMode(enum.IntEnum):
     EXECUTE = lib.CUBE_LAUNCH_EXECUTE
     COMPILE = lib.CUBE_LAUNCH_COMPILE
     QUEUE = lib.CUBE_LAUNCH_QUEUE
+    UNCHECKED = lib.CUBE_LAUNCH_UNCHECKED
 
 
 class BufferIO(enum.IntEnum):
@@ -236,6 +237,11 @@ class Client:
     @property
     def backend(self):
         return ffi.string(lib.cube_client_backend(self._cp())).decode()
+
+    @property
+    def check_mode(self):
+        """Which launches the daemon checks: "auto", "enforce" or "validate"."""
+        return ffi.string(lib.cube_client_check_mode(self._cp())).decode()
 
     @property
     def session(self):

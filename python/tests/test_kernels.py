@@ -15,10 +15,8 @@ KERNEL void vector_add(const float *a, const float *b, float *out, INFO)
 """
 
 SAXPY = """
-KERNEL void saxpy(const float *x, float *y, INFO)
+KERNEL void saxpy(const float *x, float *y, float a, uint32_t n)
 {
-        float a = SCALAR(float, 0, 0);
-        uint32_t n = SCALAR(uint32_t, 1, 0);
         uint64_t i = ABSOLUTE_POS;
 
         if (i < n)
@@ -75,6 +73,21 @@ def test_scalars_with_explicit_lengths(client):
     # numpy scalars carry their type
     k.launch((n + 255) // 256, (256,), [bx, by], scalars=[np.float32(-1), np.uint32(n)])
     np.testing.assert_allclose(by.to_numpy(), 1.5 * x + y, rtol=1e-6)
+
+
+def test_checked_launch_out_of_bounds_fails_only_itself(client):
+    assert client.check_mode == "auto"
+    k = client.kernel("KERNEL void far(float *x, uint32_t k) { x[k] = 1; }", "far")
+    x = client.create(np.zeros(16, np.float32))
+    k.launch(1, 1, [x], scalars=[cube.u32(1 << 20)])
+    with pytest.raises(cube.CubeError) as info:
+        x.to_numpy()
+    assert "out of bounds" in str(info.value) and "'x'" in str(info.value)
+    # A scalar the signature does not take is refused, naming the parameter.
+    k.launch(1, 1, [x], scalars=[cube.f32(1)])
+    with pytest.raises(cube.CubeError) as info:
+        x.to_numpy()
+    assert "'k'" in str(info.value)
 
 
 def test_untyped_scalar_is_refused(client):

@@ -283,6 +283,33 @@ def dialect_seeds():
     return {k: v.encode() for k, v in s.items()}
 
 
+def frontend_seeds():
+    """The dialect's seeds, the isolation suite's hostile kernels, and the
+    constructs the checker rewrites or refuses."""
+    s = dict(dialect_seeds())
+    for src in kernel_sources(os.path.join(ROOT, "tests/test-isolation.c")):
+        m = re.search(r"KERNEL\s+void\s+(\w+)", src)
+        if m:
+            s["isolation-%s-%d" % (m.group(1), len(s))] = (m.group(1) + "\n" + src).encode()
+    k = "KERNEL void k(const uint32_t *in, uint32_t *out, uint32_t n)\n"
+    more = {
+        "macro-access": "#define AT(i) out[i]\n" + k + "{\n        AT(0) = in[0];\n}\n",
+        "macro-argument-twice": "#define SQ(x) ((x) * (x))\n" + k + "{\n        out[0] = SQ(in[n]);\n}\n",
+        "index-first": k + "{\n        0[out] = 1[in];\n}\n",
+        "deref-chain": k + "{\n        *(out + n) = *(in + 1) + *in;\n}\n",
+        "compound-and-incdec": k + "{\n        out[0] += in[0];\n        out[1]++;\n        --out[2];\n}\n",
+        "helper-prototype": "static void h(GLOBAL uint32_t *p, uint32_t v);\n" + k +
+            "{\n        h(out, n);\n}\nstatic void h(GLOBAL uint32_t *p, uint32_t v) { p[v] = v; }\n",
+        "struct-local": "struct s { uint32_t a[4]; };\n" + k + "{\n        struct s x;\n        x.a[n] = 1;\n        out[0] = x.a[0];\n}\n",
+        "conditional-skipped": "#ifdef __OPENCL_VERSION__\n#define W 1\n#else\n#define W 2\n#endif\n" + k + "{\n        out[0] = W;\n}\n",
+        "entry-called": k + "{\n        if (n) k(in, out, n - 1);\n}\n",
+        "sizeof-access": k + "{\n        out[0] = (uint32_t) sizeof(in[n]);\n}\n",
+    }
+    for name, src in more.items():
+        s[name] = ("k\n" + src).encode()
+    return s
+
+
 def write(directory, seeds):
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
@@ -296,6 +323,7 @@ def main():
     write(os.path.join(out, "envelope"), {k: pack(v) for k, v in envelope_seeds().items()})
     write(os.path.join(out, "launch"), launch_seeds())
     write(os.path.join(out, "dialect"), dialect_seeds())
+    write(os.path.join(out, "frontend"), frontend_seeds())
 
 
 main()

@@ -1,0 +1,64 @@
+/*
+ * fuzz-frontend.c - a tenant's kernel source through the kernel front end
+ * (backends/frontend/), and the front end's facts through the parser cubed
+ * reads them with.
+ *
+ * An input is the entry point's name, a newline, then the source. Whatever
+ * the source, the front end accepts it (a checked source that starts with
+ * the guards, and facts that cubed's parser takes), refuses it naming a
+ * line and a column of the entry's file, or says it is not C; it never
+ * crashes, leaks, or answers nothing. The facts parser, fed the raw input
+ * as if a compromised build process had written it, takes it or refuses it
+ * and never crashes.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        const char *nl = memchr(data, '\n', size);
+        char *entry, *source, *checked = NULL, *facts = NULL, *why = NULL;
+
+        if (!nl || memchr(data, '\0', size) || size > 64 * 1024)
+                return 0;
+        entry = strndup((const char *) data, (size_t) (nl - (const char *) data));
+        source = strndup(nl + 1, size - (size_t) (nl + 1 - (const char *) data));
+        if (!entry || !source)
+                abort();
+
+        cube__fe_facts_free(cube__fe_facts_parse(source));
+        if (strlen(entry) > 0 && strlen(entry) <= 63 && !strchr(entry, '/')) {
+                switch (cube__frontend_run(source, entry, &checked, &facts, &why)) {
+                case CUBE__FE_OK: {
+                        cube__fe_facts *f = cube__fe_facts_parse(facts);
+                        if (!checked || !f || why || !strstr(checked, "#define CUBE__NB"))
+                                abort();
+                        cube__fe_facts_free(f);
+                        break;
+                }
+                case CUBE__FE_REFUSED:
+                        if (!why || checked || facts || !strstr(why, entry))
+                                abort();
+                        break;
+                case CUBE__FE_DOES_NOT_PARSE:
+                        if (!why || checked || facts)
+                                abort();
+                        break;
+                default:
+                        if (!why)
+                                abort();
+                        break;
+                }
+        }
+        free(checked);
+        free(facts);
+        free(why);
+        free(entry);
+        free(source);
+        return 0;
+}
