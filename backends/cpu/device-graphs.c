@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "frontend.h"
 #include "io.h"
 #include "queue.h"
 
@@ -133,8 +134,11 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                                          "%u lies outside device memory", i, b);
                                 break;
                         }
-                        err |= clSetKernelArg(k, 5 + 2 * b, sizeof(cl_mem), &win);
-                        err |= clSetKernelArg(k, 6 + 2 * b, sizeof(off), &off);
+                        cl_ulong bytes = r.n_info >= CUBE__CHECK_TAIL_WORDS + r.n_buffers ?
+                                       data[r.n_info - CUBE__CHECK_TAIL_WORDS + b] : 0;
+                        err |= clSetKernelArg(k, 5 + 3 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, 6 + 3 * b, sizeof(off), &off);
+                        err |= clSetKernelArg(k, 7 + 3 * b, sizeof(bytes), &bytes);
                 }
                 if (*g->why)
                         break;

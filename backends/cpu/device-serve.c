@@ -337,8 +337,13 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                                  "memory", i);
                         return false;
                 }
-                err |= clSetKernelArg(k, 5 + 2 * i, sizeof(cl_mem), &win);
-                err |= clSetKernelArg(k, 6 + 2 * i, sizeof(off), &off);
+                /* The binding's length (for the checks) is an argument, so that
+                 * the compiler knows it cannot change under the kernel. */
+                cl_ulong len = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
+                               s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+                err |= clSetKernelArg(k, 5 + 3 * i, sizeof(cl_mem), &win);
+                err |= clSetKernelArg(k, 6 + 3 * i, sizeof(off), &off);
+                err |= clSetKernelArg(k, 7 + 3 * i, sizeof(len), &len);
         }
         for (int i = 0; i < 3; i++) {
                 local[i] = s->launch.dim[i];

@@ -106,8 +106,7 @@ static const char guards[] =
 "{\n#if CUBE__CHECK_REPORT\n"
 "        if (CUBE__CAS32((GLOBAL uint32_t *) c->rec, 0u, site + 1u) == 0u) {\n"
 "                c->rec[1] = i; c->rec[2] = n; c->rec[3] = w;\n"
-"        }\n#endif\n}\n"
-"static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
+"        }\n#endif\n}\n""static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
 "{\n#if CUBE__CHECKED\n"
 "        if ((uint64_t) i >= n) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
 "#endif\n        return (uint64_t) i;\n}\n"
@@ -183,18 +182,24 @@ static const char guards[] =
 "{\n"
 "        uint64_t own = words - nb - " "36" ";\n"
 "        c->info = info;\n"
+
 "        c->words = own;\n"
 "        c->meta = meta < own ? meta : own;\n"
 "        c->dyn = dyn < own && dyn > c->meta ? dyn : (dyn < c->meta ? c->meta : own);\n"
 "        c->rec = (GLOBAL uint64_t *) (info + own + nb);\n"
 "        c->sink = (GLOBAL char *) (info + own + nb + 4);\n"
 "        c->zero = (GLOBAL const char *) (info + own + nb + 20);\n"
-"        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
-"                uint64_t w = b < nb ? info[own + b] : 0;\n"
-"                c->bytes[b] = w & ~(1ul << 63);\n"
-"                c->ro[b] = (uint32_t) (w >> 63);\n"
-"                c->base[b] = (GLOBAL const char *) 0;\n"
-"        }\n"
+"        c->bytes[0] = 0;\n"
+"        c->ro[0] = 0;\n"
+"        c->base[0] = (GLOBAL const char *) 0;\n"
+"}\n"
+"/* A binding's length in bytes, the top bit set when it may not be written:\n"
+" * the backend passes it as an argument where it can (CUBE__BINDING_BYTES). */\n"
+"static inline void cube__bind(cube__ctx_t *c, uint32_t k, GLOBAL const char *base, uint64_t w)\n"
+"{\n"
+"        c->base[k] = base;\n"
+"        c->bytes[k] = w & ~(1ul << 63);\n"
+"        c->ro[k] = (uint32_t) (w >> 63);\n"
 "}\n";
 
 /* ---------------------------------------------------------------------------
@@ -1404,9 +1409,11 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                         const char *tn = clang_getCString(ts);
                         if (strncmp(tn, "const ", 6) == 0)
                                 tn += 6;
-                        put(&head, "cube__ctx->base[%u] = (GLOBAL const char *) CUBE__BUFFER_PTR(%u); "
-                            "GLOBAL %s%s *%s = (GLOBAL %s%s *) CUBE__BUFFER_PTR(%u); ", k, k,
-                            is_const ? "const " : "", tn, name, is_const ? "const " : "", tn, k);
+                        put(&head, "cube__bind(cube__ctx, %uu, (GLOBAL const char *) "
+                            "CUBE__BUFFER_PTR(%u), CUBE__BINDING_BYTES(%u, %u)); "
+                            "GLOBAL %s%s *%s = (GLOBAL %s%s *) CUBE__BUFFER_PTR(%u); ", k, k, k,
+                            nb, is_const ? "const " : "", tn, name, is_const ? "const " : "", tn,
+                            k);
                         int io = (f->param_read[k] ? CUBE__PARAM_READ : 0) |
                                  (f->param_written[k] ? CUBE__PARAM_WRITE : 0);
                         if (is_const)
