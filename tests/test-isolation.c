@@ -13,6 +13,7 @@
  * mode does with such a launch; and scalars as parameters.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -631,6 +632,16 @@ START_TEST(enforce_refuses_unchecked_launches_even_to_listed_users)
         cube_client *c = test_connect(d.socket, "mode");
         ck_assert_str_eq(cube_client_check_mode(c), "enforce");
         cube_disconnect(c);
+        /* cubectl status says it too. */
+        char cmd[256], line[512];
+        bool seen = false;
+        snprintf(cmd, sizeof(cmd), "%s --socket %s status", getenv("CUBECTL_BIN"), d.socket);
+        FILE *p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        while (fgets(line, sizeof(line), p))
+                seen |= strstr(line, "checks:") && strstr(line, "enforce");
+        ck_assert_int_eq(pclose(p), 0);
+        ck_assert_msg(seen, "cubectl status does not say the check mode");
         cube_error *e = unchecked_attack(d.socket, 8);
         ck_assert_ptr_nonnull(e);
         ck_assert_msg(cube_error_kind_of(root_of(e)) == CUBE_SERVER_VALIDATION &&

@@ -947,6 +947,35 @@ struct kernel_case {
         bool latency;                   /* timed as a latency: rtt_samples, not runs */
 };
 
+/* A kernel case's buffers (in cube, and in PoCL when pb is given), info
+ * words and registration: its launch. */
+static cube_launch case_launch(cube_client *c, const struct kernel_case *kc, cube_info *info,
+                               cube_handle *h, pocl_bench *pb, void **pbufs)
+{
+        uint64_t kernel;
+
+        for (uint32_t i = 0; i < kc->n_bufs; i++) {
+                float *host = xcalloc(kc->bytes[i] / sizeof(float) + 1, sizeof(float));
+                for (size_t j = 0; j < kc->bytes[i] / sizeof(float); j++)
+                        host[j] = (float) (j % 7);
+                CHECK("create", cube_create(c, host, kc->bytes[i], &h[i]));
+                if (pb)
+                        pbufs[i] = pocl_bench_buffer(pb, kc->bytes[i], host);
+                free(host);
+        }
+        for (uint32_t i = 0; i < kc->n_args; i++)
+                cube_info_u32(info, kc->args[i]);
+        for (uint32_t i = 0; i < kc->n_bufs; i++)
+                cube_info_buffer_len(info, (uint32_t) (kc->bytes[i] / sizeof(float)));
+        CHECK("register", cube_kernel_register(c, kc->source, kc->entry, &kernel));
+        return (cube_launch) {
+                .kernel = kernel,
+                .cube_count = { kc->count[0], kc->count[1], kc->count[2] },
+                .cube_dim = { kc->dim[0], kc->dim[1], kc->dim[2] },
+                .buffers = h, .n_buffers = kc->n_bufs, .info = info,
+        };
+}
+
 static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const struct kernel_case *kc)
 {
         cube_client *c = connect_client(cfg);
@@ -958,28 +987,9 @@ static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const s
         bool moved;
         cube_handle h[3];
         void *pbufs[3];
-        uint64_t kernel;
         char a[64], b[96];
 
-        for (uint32_t i = 0; i < kc->n_bufs; i++) {
-                float *host = xcalloc(kc->bytes[i] / sizeof(float) + 1, sizeof(float));
-                for (size_t j = 0; j < kc->bytes[i] / sizeof(float); j++)
-                        host[j] = (float) (j % 7);
-                CHECK("create", cube_create(c, host, kc->bytes[i], &h[i]));
-                pbufs[i] = pocl_bench_buffer(pb, kc->bytes[i], host);
-                free(host);
-        }
-        for (uint32_t i = 0; i < kc->n_args; i++)
-                cube_info_u32(info, kc->args[i]);
-        for (uint32_t i = 0; i < kc->n_bufs; i++)
-                cube_info_buffer_len(info, (uint32_t) (kc->bytes[i] / sizeof(float)));
-        CHECK("register", cube_kernel_register(c, kc->source, kc->entry, &kernel));
-        cube_launch l = {
-                .kernel = kernel,
-                .cube_count = { kc->count[0], kc->count[1], kc->count[2] },
-                .cube_dim = { kc->dim[0], kc->dim[1], kc->dim[2] },
-                .buffers = h, .n_buffers = kc->n_bufs, .info = info,
-        };
+        cube_launch l = case_launch(c, kc, info, h, pb, pbufs);
         size_t global[3], local[3];
         for (int i = 0; i < 3; i++) {
                 local[i] = kc->dim[i];
@@ -1038,27 +1048,9 @@ static void checked_row(const struct config *cfg, const struct kernel_case *kc)
         double *tc = xcalloc((size_t) cfg->runs, sizeof(double));
         double *tu = xcalloc((size_t) cfg->runs, sizeof(double));
         cube_handle h[3];
-        uint64_t kernel;
         char a[64], b[96], figure[128], target[32];
 
-        for (uint32_t i = 0; i < kc->n_bufs; i++) {
-                float *host = xcalloc(kc->bytes[i] / sizeof(float) + 1, sizeof(float));
-                for (size_t j = 0; j < kc->bytes[i] / sizeof(float); j++)
-                        host[j] = (float) (j % 7);
-                CHECK("create", cube_create(c, host, kc->bytes[i], &h[i]));
-                free(host);
-        }
-        for (uint32_t i = 0; i < kc->n_args; i++)
-                cube_info_u32(info, kc->args[i]);
-        for (uint32_t i = 0; i < kc->n_bufs; i++)
-                cube_info_buffer_len(info, (uint32_t) (kc->bytes[i] / sizeof(float)));
-        CHECK("register", cube_kernel_register(c, kc->source, kc->entry, &kernel));
-        cube_launch l = {
-                .kernel = kernel,
-                .cube_count = { kc->count[0], kc->count[1], kc->count[2] },
-                .cube_dim = { kc->dim[0], kc->dim[1], kc->dim[2] },
-                .buffers = h, .n_buffers = kc->n_bufs, .info = info,
-        };
+        cube_launch l = case_launch(c, kc, info, h, NULL, NULL);
         cube_launch u = l;
         u.mode = CUBE_LAUNCH_UNCHECKED;
         /* Both compiled first. */

@@ -82,18 +82,7 @@ int cube__dev_build_main(int argc, char **argv)
         if (argc != 6)
                 return EXIT_DEFECT;
         dir = argv[2];
-        /* The limits come first: whatever the source makes the compiler do
-         * happens under them. */
-        cube__dev_limit(RLIMIT_CPU, (rlim_t) strtoul(argv[3], NULL, 10));
-#if !defined(__SANITIZE_ADDRESS__)
-        cube__dev_limit(RLIMIT_AS, (rlim_t) strtoul(argv[4], NULL, 10) << 20);
-#endif
-        cube__dev_limit(RLIMIT_FSIZE, (rlim_t) strtoul(argv[5], NULL, 10) << 20);
-        cube__dev_limit(RLIMIT_CORE, 0);
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        (void) unshare(CLONE_NEWNET);
-        (void) cube__seal_privileges();
-        (void) cube__seal_landlock(dir, false);
+        cube__dev_confine(dir, argv[3], argv[4], argv[5]);
 
         snprintf(path, sizeof(path), "%s/log", dir);
         if (!(log = fopen(path, "w")))

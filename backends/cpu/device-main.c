@@ -4,6 +4,7 @@
  *
  *   cube-device --serve KCACHE_DIR MEMORY_BYTES
  *   cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB FILE_SIZE_MB
+ *   cube-device --check DIR CPU_SECONDS ADDRESS_SPACE_MB FILE_SIZE_MB
  *   cube-device --probe-seal KCACHE WHAT
  *
  * Serving (device-serve.c), it is the device: cubed starts one per CPU
@@ -12,6 +13,8 @@
  *
  * Building (device-build.c), it is a short-lived compiler run, sealed too,
  * that turns a kernel's OpenCL C into the program binaries the device loads.
+ * Checking (backends/frontend/check-main.c), the same, running the kernel
+ * front end on a tenant's source, for every backend.
  *
  * Probing, it seals itself as the device does and tries one thing, so that
  * a test can see the seal hold.
@@ -19,10 +22,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -30,6 +35,7 @@
 
 #include "device.h"
 #include "queue.h"
+#include "seal.h"
 
 /* ---------------------------------------------------------------------------
  * What the modes share
@@ -76,6 +82,22 @@ void cube__dev_limit(int resource, rlim_t value)
         struct rlimit rl = { value, value };
 
         (void) setrlimit(resource, &rl);
+}
+
+void cube__dev_confine(const char *dir, const char *cpu_s, const char *as_mb, const char *fs_mb)
+{
+        /* The limits come first: whatever the source makes the compiler do
+         * happens under them. */
+        cube__dev_limit(RLIMIT_CPU, (rlim_t) strtoul(cpu_s, NULL, 10));
+#if !defined(__SANITIZE_ADDRESS__)
+        cube__dev_limit(RLIMIT_AS, (rlim_t) strtoul(as_mb, NULL, 10) << 20);
+#endif
+        cube__dev_limit(RLIMIT_FSIZE, (rlim_t) strtoul(fs_mb, NULL, 10) << 20);
+        cube__dev_limit(RLIMIT_CORE, 0);
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        (void) unshare(CLONE_NEWNET);
+        (void) cube__seal_privileges();
+        (void) cube__seal_landlock(dir, false);
 }
 
 /* cube-device --probe-seal KCACHE WHAT: seals itself as the device does,
@@ -136,6 +158,8 @@ int main(int argc, char **argv)
                 return probe_main(argc, argv);
         fprintf(stderr, "usage: cube-device --serve KCACHE_DIR MEMORY_BYTES\n"
                         "       cube-device --build DIR CPU_SECONDS ADDRESS_SPACE_MB "
+                        "FILE_SIZE_MB\n"
+                        "       cube-device --check DIR CPU_SECONDS ADDRESS_SPACE_MB "
                         "FILE_SIZE_MB\n");
         return 2;
 }

@@ -59,6 +59,10 @@ int cube__dev_find_devices(cpu_devices *ret);
 
 /* Sets a resource's soft and hard limit. */
 void cube__dev_limit(int resource, rlim_t value);
+/* What a build or a check does to itself before it reads a tenant's source:
+ * its limits (CPU seconds, address space and output in MiB), a parent-death
+ * signal, no network, no privileges, and only dir writable. */
+void cube__dev_confine(const char *dir, const char *cpu_s, const char *as_mb, const char *fs_mb);
 
 /* ---- the build mode (device-build.c) ------------------------------------ */
 

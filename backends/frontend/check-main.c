@@ -9,17 +9,12 @@
  * the dialect accepts (DIR/log has the parser's words); 11: anything else.
  */
 #include <limits.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 
 #include "device.h"
 #include "frontend.h"
-#include "seal.h"
 
 #define EXIT_REFUSED 10
 #define EXIT_DEFECT 11
@@ -66,14 +61,7 @@ int cube__dev_check_main(int argc, char **argv)
         if (argc != 6)
                 return EXIT_DEFECT;
         dir = argv[2];
-        cube__dev_limit(RLIMIT_CPU, (rlim_t) strtoul(argv[3], NULL, 10));
-        cube__dev_limit(RLIMIT_AS, (rlim_t) strtoul(argv[4], NULL, 10) << 20);
-        cube__dev_limit(RLIMIT_FSIZE, (rlim_t) strtoul(argv[5], NULL, 10) << 20);
-        cube__dev_limit(RLIMIT_CORE, 0);
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        (void) unshare(CLONE_NEWNET);
-        (void) cube__seal_privileges();
-        (void) cube__seal_landlock(dir, false);
+        cube__dev_confine(dir, argv[3], argv[4], argv[5]);
 
         source = slurp(dir, "source", 64u << 20);
         entry = slurp(dir, "entry", 64);

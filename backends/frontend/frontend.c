@@ -683,6 +683,22 @@ static long next_char(fe *f, unsigned a, unsigned b, char c)
         return -1;
 }
 
+/* A guarded access's site: through buffer parameter k, or (k < 0) through
+ * a pointer the kernel computed. */
+static unsigned pointer_site(fe *f, node *n, int k)
+{
+        char what[128];
+
+        if (k >= 0) {
+                CXString s = clang_getCursorSpelling(f->params[k]->c);
+                snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
+                clang_disposeString(s);
+        } else {
+                snprintf(what, sizeof(what), "a pointer");
+        }
+        return new_site(f, n->start, what);
+}
+
 /* base[index]: a guarded load or store through a pointer, or a checked
  * index into an array. */
 static void on_subscript(fe *f, node *n)
@@ -753,15 +769,7 @@ static void on_subscript(fe *f, node *n)
         }
         int k = param_index(f, sb);
         bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
-        char what[128];
-        if (k >= 0) {
-                CXString s = clang_getCursorSpelling(f->params[k]->c);
-                snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
-                clang_disposeString(s);
-        } else {
-                snprintf(what, sizeof(what), "a pointer");
-        }
-        unsigned site = new_site(f, n->start, what);
+        unsigned site = pointer_site(f, n, k);
         bool write = u != USE_READ;
         if (direct) {
                 if (u == USE_READ || u == USE_READ_WRITE)
@@ -842,15 +850,7 @@ static void on_deref(fe *f, node *n)
                 return;
         }
         int k = param_index(f, so);
-        char what[128];
-        if (k >= 0) {
-                CXString s = clang_getCursorSpelling(f->params[k]->c);
-                snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
-                clang_disposeString(s);
-        } else {
-                snprintf(what, sizeof(what), "a pointer");
-        }
-        unsigned site = new_site(f, n->start, what);
+        unsigned site = pointer_site(f, n, k);
         bool write = u != USE_READ;
         bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
         if (direct) {
