@@ -373,8 +373,8 @@ static void prepare_work(uv_work_t *w)
                 if (mkdtemp(scratch) && asprintf(&built, "%s/%s", scratch, name) < 0)
                         built = NULL;
                 if (!built) {
-                        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "no private directory to build kernel %s "
+                        k->error = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(
+                                CUBE_IO_UNKNOWN, "no private directory to build kernel %s "
                                 "in, the kernel cache being no longer the daemon's: %s",
                                 k->entry, strerror(errno)));
                         (void) rmdir(scratch);
@@ -393,8 +393,8 @@ static void prepare_work(uv_work_t *w)
                         k->stored = true;       /* on disk, loadable or not */
                         close(fd);
                 } else {
-                        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "the compiled kernel %s could not be "
+                        e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(
+                                CUBE_IO_UNKNOWN, "the compiled kernel %s could not be "
                                 "opened in the cache directory: %s", name, strerror(-fd)));
                 }
         } else if (!e) {
