@@ -267,8 +267,9 @@ cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_ha
 cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
 /* Reads the handle's range into dst, which holds size == cube_handle_len(h) bytes. */
 cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
-/* Waits for all work on the calling thread's stream, then answers for the
- * handles as a read would. n == 0: the barrier and device faults only. */
+/* Waits for all work the session queued, on every one of its streams (the
+ * calling thread's and any other), then answers for the handles as a read
+ * would. n == 0: the barrier and device faults only. */
 cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n);
 /* The claim check a read makes, instantly and without a barrier. */
 cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n);

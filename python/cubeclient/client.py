@@ -325,8 +325,9 @@ class Client:
         return out
 
     def sync(self, buffers=(), *, stream=None):
-        """Waits for all work on the stream, then answers for the buffers as a
-        read would (none: the barrier and device faults only)."""
+        """Waits for all work the session queued, on every one of its streams,
+        then answers for the buffers as a read would (none: the barrier and
+        device faults only)."""
         hs, n = _handles(buffers)
         check(lib.cube_sync(self._enter(stream), hs, n))
 
