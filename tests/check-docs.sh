@@ -146,13 +146,16 @@ example() {
 # each `# key = value` of the example with the value `cubectl --json config`
 # reports, sizes read with their suffixes. The socket, the cache directory
 # and the comm directory follow the instance and the socket, and the example
-# shows them for cpu0; memory-limit 0 is the backend's own, 4G on cpu.
+# shows them for cpu0; memory-limit 0 is the backend's own, 4G on cpu. The
+# example configures the unit, so cubed runs as systemd starts it
+# (INVOCATION_ID set): poison-policy's default follows how it was started.
 defaults() {
         local dir pid i out r=0
         [ -x "$cubed" ] && [ -x "$cubectl_bin" ] || { problem "no cubed or cubectl to run"; return; }
         dir=$(mktemp -d) || return
         chmod 700 "$dir"
-        "$cubed" --socket "$dir/cpu0.sock" --cache-dir "$dir/cache" >"$dir/log" 2>&1 &
+        INVOCATION_ID=check-docs "$cubed" --socket "$dir/cpu0.sock" --cache-dir "$dir/cache" \
+                >"$dir/log" 2>&1 &
         pid=$!
         for ((i = 0; i < 300; i++)); do
                 out=$("$cubectl_bin" --socket "$dir/cpu0.sock" --json config 2>/dev/null) && break

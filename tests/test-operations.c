@@ -310,7 +310,7 @@ static char **child_env(const char *notify, const char *const *extra)
 {
         static const char *const drop[] = { "NOTIFY_SOCKET=", "LISTEN_FDS=", "LISTEN_PID=",
                                             "LISTEN_FDNAMES=", "WATCHDOG_USEC=",
-                                            "WATCHDOG_PID=", NULL };
+                                            "WATCHDOG_PID=", "INVOCATION_ID=", NULL };
         size_t n = 0, k = 0;
         char **env;
 
@@ -348,7 +348,7 @@ static void free_env(char **env)
  * The child dies with the test process. */
 static void proc_exec(daemon_proc *p, const char *const *argv, const char *const *env)
 {
-        char **envp = child_env(p->notify, env);
+        char **envp = child_env(p->notify[0] ? p->notify : NULL, env);
         int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
         ck_assert_int_ge(log, 0);
@@ -1042,6 +1042,70 @@ START_TEST(poison_policy_exit_ends_with_status_3)
         ck_assert(!path_exists(p.socket));
         cube_disconnect(c);
         proc_done(&p);
+}
+END_TEST
+
+/* The poison policy cubed runs with when none is given: started as
+ * start_daemon does (with NOTIFY_SOCKET), or with notify false and no
+ * NOTIFY_SOCKET at all, plus env. */
+static char *default_poison_policy(bool notify, const char *const *env)
+{
+        daemon_proc p;
+        cube_config_entry *v;
+        cube_client *c = NULL;
+        cube_error *e = NULL;
+        char *policy = NULL;
+        long deadline;
+        size_t n;
+
+        proc_init(&p);
+        if (notify) {
+                start_daemon(&p, NULL, env);
+        } else {
+                const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, NULL };
+                p.notify[0] = '\0';
+                proc_spawn_cubed(&p, args, env);
+        }
+        deadline = test_now_ms() + test_scaled_ms(10000);
+        while (!path_exists(p.socket) || (e = cube_connect(p.socket, "policy", &c))) {
+                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p.socket,
+                              e ? cube_error_message(e) : "no socket");
+                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
+                cube_error_free(e);
+                e = NULL;
+                usleep(10000);
+        }
+        ck_ok(cube_daemon_config(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].key, "poison-policy") == 0) {
+                        ck_assert_str_eq(v[i].source, "default");
+                        policy = strdup(v[i].value);
+                }
+        free(v);
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
+        proc_done(&p);
+        ck_assert_ptr_nonnull(policy);
+        return policy;
+}
+
+/* A daemon run by hand has no service manager to start it again after a
+ * fault, so its default policy brings the device up in place; under systemd
+ * (NOTIFY_SOCKET or INVOCATION_ID in its environment) it exits. */
+START_TEST(the_default_poison_policy_follows_how_cubed_was_started)
+{
+        static const char *const invocation[] = { "INVOCATION_ID=0123456789abcdef", NULL };
+        char *policy;
+
+        policy = default_poison_policy(false, NULL);
+        ck_assert_str_eq(policy, "reinit");
+        free(policy);
+        policy = default_poison_policy(false, invocation);
+        ck_assert_str_eq(policy, "exit");
+        free(policy);
+        policy = default_poison_policy(true, NULL);
+        ck_assert_str_eq(policy, "exit");
+        free(policy);
 }
 END_TEST
 
@@ -2351,6 +2415,7 @@ int main(void)
         tcase_add_test(config, a_socket_directory_others_may_write_is_refused);
         tcase_add_test(config, a_socket_in_use_names_its_owner);
         tcase_add_test(poison, poison_policy_exit_ends_with_status_3);
+        tcase_add_test(poison, the_default_poison_policy_follows_how_cubed_was_started);
         tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
         tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
