@@ -10,6 +10,8 @@
 #               cubed.conf(5) and listed in systemd/cubed.conf.example, both
 #               saying whether a reload changes it as the table does
 #   cubed       every long option of daemon/main.c is described in cubed(8)
+#   readme      every option `CUBED --help` lists is a row of README's table
+#               of options
 #   cubectl     every command of cubectl's usage and every long option is
 #               described in cubectl(1), and every command is completed
 #   example     CUBED --check-config accepts the example as it is, and with
@@ -99,6 +101,20 @@ cubed_options() {
         for o in $opts; do
                 page cubed.8 | grep -qE "^\.BI? --$o( |$)" ||
                         problem "option '--$o' is not described in man/cubed.8"
+        done
+}
+
+# The options `cubed --help` lists (each line's first word, when it is one)
+# are rows of README's table, "| `--name ...` |", so that a newcomer reading
+# README meets every limit the daemon enforces.
+readme_options() {
+        local opts o
+        [ -x "$cubed" ] || { problem "no cubed to run"; return; }
+        opts=$("$cubed" --help | sed -nE 's/^  (--[a-z][a-z-]*).*/\1/p' | sort -u)
+        [ "$(wc -w <<<"$opts")" -gt 30 ] || problem "found too few options in cubed --help"
+        for o in $opts; do
+                grep -qE "^\| (\`[^\`]*\`, )*\`$o( [^\`]*)?\`(, | \|)" "$src/README.md" ||
+                        problem "option '$o' of cubed --help is not in README's table of options"
         done
 }
 
@@ -200,6 +216,7 @@ case $check in
 render) render ;;
 config-keys) config_keys ;;
 cubed) cubed_options ;;
+readme) readme_options ;;
 cubectl) cubectl ;;
 example) example ;;
 defaults) defaults ;;
