@@ -12,6 +12,9 @@
 #   cubed       every long option of daemon/main.c is described in cubed(8)
 #   readme      every option `CUBED --help` lists is a row of README's table
 #               of options
+#   uninstalled README's commands for building against the build tree (the
+#               uninstalled .pc) build examples/vector_add.c, which then runs
+#               against the build tree's CUBED
 #   cubectl     every command of cubectl's usage and every long option is
 #               described in cubectl(1), and every command is completed
 #   example     CUBED --check-config accepts the example as it is, and with
@@ -118,6 +121,35 @@ readme_options() {
         done
 }
 
+# README's block that builds against cubeclient-uninstalled, run as it is
+# with the checkout's build directory for $PWD/build and vector_add.c for
+# app.c; the program must then add its vectors through the daemon.
+uninstalled() {
+        local build dir block pid i out
+        [ -x "$cubed" ] || { problem "no cubed to run"; return; }
+        build=$(cd "$(dirname "$cubed")/.." && pwd)
+        block=$(awk '/^```/ { if (on) { if (keep) { printf "%s", text; exit } on = 0; next }
+                              on = 1; text = ""; keep = 0; next }
+                     on { text = text $0 "\n"; if (/cubeclient-uninstalled/) keep = 1 }' \
+                "$src/README.md")
+        [ -n "$block" ] || { problem "README shows no build against cubeclient-uninstalled"; return; }
+        dir=$(mktemp -d) || return
+        cp "$src/examples/vector_add.c" "$dir/app.c"
+        out=$(cd "$dir" && bash -euc "${block//\$PWD\/build/$build}" 2>&1) ||
+                { problem "README's uninstalled build fails: $out"; rm -rf "$dir"; return; }
+        "$cubed" --socket "$dir/s" --cache-dir "$dir/cache" >"$dir/log" 2>&1 &
+        pid=$!
+        for ((i = 0; i < 300; i++)); do
+                [ -S "$dir/s" ] && break
+                sleep 0.1
+        done
+        out=$(cd "$dir" && env -u LD_LIBRARY_PATH CUBE_SOCKET="$dir/s" ./a.out 2>&1) ||
+                problem "the program README's uninstalled build made does not run: $out"
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rm -rf "$dir"
+}
+
 # The commands cubectl's usage lists: two spaces, then a name, from
 # "Commands:" to "Options:".
 cubectl_commands() {
@@ -217,6 +249,7 @@ render) render ;;
 config-keys) config_keys ;;
 cubed) cubed_options ;;
 readme) readme_options ;;
+uninstalled) uninstalled ;;
 cubectl) cubectl ;;
 example) example ;;
 defaults) defaults ;;
