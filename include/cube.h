@@ -421,6 +421,10 @@ typedef struct cube_info cube_info;
 
 cube_info *cube_info_new(void);
 void cube_info_free(cube_info *info);
+/* Empties info for the next launch, keeping the memory it grew: a loop of
+ * launches needs one cube_info, not one per launch (a launch copies the words
+ * when it is made). NULL is accepted. */
+void cube_info_reset(cube_info *info);
 int cube_info_f32(cube_info *info, float v);
 int cube_info_f64(cube_info *info, double v);
 int cube_info_i32(cube_info *info, int32_t v);

@@ -1280,6 +1280,48 @@ START_TEST(f32_and_u32_scalars_arrive_where_the_layout_puts_them)
 }
 END_TEST
 
+/* One cube_info serves a loop of launches: each step resets it and adds its
+ * own scalars, and each launch reads exactly those, never the words of a
+ * step before (a stencil of many steps allocates it once). */
+START_TEST(one_cube_info_reset_between_launches_serves_them_all)
+{
+        enum { N = 256, STEPS = 5 };
+        float x[N], y[N];
+        cube_handle bufs[2], outs[STEPS];
+        cube_info *info = cube_info_new();
+        cube_client *c;
+        uint64_t k;
+
+        for (int i = 0; i < N; i++)
+                x[i] = (float) (i % 17) * 0.5f;
+        ck_ok(cube_connect(D.socket, "reset", &c));
+        k = test_kernel(c, affine_source, "affine");
+        ck_ok(cube_create(c, x, sizeof(x), &bufs[0]));
+        cube_info_reset(NULL);
+        for (int s = 0; s < STEPS; s++) {
+                ck_ok(cube_empty(c, sizeof(y), &outs[s]));
+                bufs[1] = outs[s];
+                cube_info_reset(info);
+                ck_assert_int_eq(cube_info_f32(info, (float) (s + 1)), 0);
+                ck_assert_int_eq(cube_info_f32(info, (float) s * 0.25f), 0);
+                ck_assert_int_eq(cube_info_u32(info, N), 0);
+                ck_assert_int_eq(cube_info_u32(info, 1), 0);
+                launch(c, (cube_launch) {
+                        .kernel = k, .cube_count = { N / 64, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                        .buffers = bufs, .n_buffers = 2, .info = info,
+                });
+        }
+        for (int s = 0; s < STEPS; s++) {
+                ck_ok(cube_read(c, &outs[s], y, sizeof(y)));
+                for (int i = 0; i < N; i++)
+                        ck_assert_msg(y[i] == x[i] * (float) (s + 1) + (float) s * 0.25f,
+                                      "step %d: y[%d] = %g", s, i, (double) y[i]);
+        }
+        cube_info_free(info);
+        cube_disconnect(c);
+}
+END_TEST
+
 /* Writes out every metadata word a kernel can reach, by the formulas of
  * docs/KERNELS.md: two buffers, two tensors of ranks 2 and 3, and an i64
  * and a u32 scalar in front of them all; then each tensor's rank. */
@@ -1376,6 +1418,7 @@ static Suite *kernels_suite(void)
         tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);
         tcase_add_test(tc, a_launch_binding_the_wrong_number_of_buffers_fails_validation);
         tcase_add_test(tc, f32_and_u32_scalars_arrive_where_the_layout_puts_them);
+        tcase_add_test(tc, one_cube_info_reset_between_launches_serves_them_all);
         tcase_add_test(tc, buffer_lengths_shapes_and_strides_follow_the_scalars);
         suite_add_tcase(s, tc);
         return s;
