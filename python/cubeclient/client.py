@@ -874,7 +874,7 @@ class Kernel:
 class Launch:
     """A launch whose cube_launch is built once; calling it launches it."""
 
-    __slots__ = ("client", "kernel", "buffers", "_l", "_keep")
+    __slots__ = ("client", "kernel", "buffers", "_l", "_keep", "_info")
 
     def __init__(self, kernel, count, dim, buffers, scalars, lengths, tensors, io, mode):
         client = kernel.client
@@ -905,33 +905,54 @@ class Launch:
             a = ffi.new("cube_buffer_io[]", [int(x) for x in io])
             l.io = a
             keep.append(a)
-        if lengths is None:
-            if n and all(b.dtype is not None for b in self.buffers):
-                lengths = [b.nbytes // b.dtype.itemsize for b in self.buffers]
-            else:
-                lengths = ()
-        if scalars or lengths or tensors:
-            info = ffi.gc(lib.cube_info_new(), lib.cube_info_free)
-            if info == NULL:
-                raise MemoryError
-            for v in scalars:
-                g, v = _scalar_group(v)
-                if _INFO_ADD[g](info, v):
-                    raise MemoryError
-            for v in lengths:
-                if lib.cube_info_buffer_len(info, int(v)):
-                    raise MemoryError
-            for shape, strides in tensors:
-                if len(shape) != len(strides):
-                    raise ValueError("a tensor's shape and strides have the same rank")
-                if lib.cube_info_tensor(info, len(shape), [int(x) for x in shape],
-                                        [int(x) for x in strides]):
-                    raise MemoryError
-            l.info = info
-            keep.append(info)
+        lengths = self._lengths(lengths)
         l.mode = int(mode)
         self._l = l
         self._keep = keep
+        self._info = None
+        self._fill(scalars, lengths, tensors)
+
+    def _lengths(self, lengths):
+        if lengths is not None:
+            return lengths
+        if self.buffers and all(b.dtype is not None for b in self.buffers):
+            return [b.nbytes // b.dtype.itemsize for b in self.buffers]
+        return ()
+
+    def _fill(self, scalars, lengths, tensors):
+        """Lays the info words into the launch's one cube_info, emptied
+        first with cube_info_reset, so a rebinding allocates nothing new."""
+        info = self._info
+        if info is not None:
+            lib.cube_info_reset(info)
+        if not (scalars or lengths or tensors):
+            self._l.info = NULL
+            return
+        if info is None:
+            info = ffi.gc(lib.cube_info_new(), lib.cube_info_free)
+            if info == NULL:
+                raise MemoryError
+            self._info = info
+        for v in scalars:
+            g, v = _scalar_group(v)
+            if _INFO_ADD[g](info, v):
+                raise MemoryError
+        for v in lengths:
+            if lib.cube_info_buffer_len(info, int(v)):
+                raise MemoryError
+        for shape, strides in tensors:
+            if len(shape) != len(strides):
+                raise ValueError("a tensor's shape and strides have the same rank")
+            if lib.cube_info_tensor(info, len(shape), [int(x) for x in shape],
+                                    [int(x) for x in strides]):
+                raise MemoryError
+        self._l.info = info
+
+    def rebind(self, *, scalars=(), lengths=None, tensors=()):
+        """Replaces the launch's scalars, lengths and tensors (as prepare()
+        takes them) for its next call, reusing its info: a loop of launches
+        that differ only in their scalars builds one Launch."""
+        self._fill(scalars, self._lengths(lengths), tensors)
 
     def __call__(self, *, stream=None):
         client = self.client

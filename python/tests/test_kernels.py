@@ -77,6 +77,21 @@ def test_scalars_with_explicit_lengths(client):
     np.testing.assert_allclose(by.to_numpy(), 1.5 * x + y, rtol=1e-6)
 
 
+def test_a_prepared_launch_rebinds_its_scalars(client):
+    n = 512
+    x = np.arange(n, dtype=np.float32)
+    k = client.kernel(SAXPY, "saxpy")
+    bx, by = client.create(x), client.create(np.zeros(n, np.float32))
+    go = k.prepare((n + 255) // 256, 256, [bx, by], scalars=[cube.u32(n), cube.f32(1)],
+                   lengths=[])
+    want = np.zeros(n, np.float32)
+    for a in (1, 2, 3, 4):
+        go.rebind(scalars=[cube.u32(n), cube.f32(a)], lengths=[])
+        go()
+        want = a * x + want
+    np.testing.assert_allclose(by.to_numpy(), want, rtol=1e-6)
+
+
 def test_untyped_scalar_is_refused(client):
     k = client.kernel(SAXPY, "saxpy")
     with pytest.raises(TypeError):
