@@ -567,6 +567,23 @@ typedef struct cube_kernel_cache {
 
 cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cache);
 
+/* One compiled artifact the kernel cache directory holds, whether or not a
+ * session still registers its kernel. */
+typedef struct cube_cache_artifact {
+        char hash[65];                  /* the cache key, as cube_kernel_info's hash */
+        char source_hash[65];           /* SHA-256 of the kernel's source ("" if unrecorded) */
+        char entry[64];                 /* its entry point ("" if unrecorded) */
+        char backend[16];
+        uint64_t bytes;                 /* the artifact and its digest */
+        double used_at;                 /* last written or loaded, seconds since the epoch */
+} cube_cache_artifact;
+
+/* The artifacts of the kernel cache directory. Named to root and the
+ * daemon's user only (they are others' kernels): anyone else gets none.
+ * *ret_artifacts is an array the caller frees. */
+cube_error *cube_daemon_cache_artifacts(cube_client *c, cube_cache_artifact **ret_artifacts,
+                                        size_t *ret_n);
+
 /* ---------------------------------------------------------------------------
  * Inspecting and operating a daemon (what cubectl does)
  * ------------------------------------------------------------------------- */

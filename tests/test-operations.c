@@ -1317,6 +1317,84 @@ static bool has_stream_row(const char *text, uint64_t session, uint64_t stream)
         return false;
 }
 
+/* The kernel cache directory's artifacts, as another client sees them,
+ * asserting there is exactly one, of the affine kernel. */
+static cube_cache_artifact the_stored_affine(const char *socket)
+{
+        cube_cache_artifact *v, a;
+        cube_client *w;
+        struct timespec now;
+        size_t n;
+
+        ck_ok(cube_connect(socket, "watcher", &w));
+        ck_ok(cube_daemon_cache_artifacts(w, &v, &n));
+        ck_assert_uint_eq(n, 1);
+        a = v[0];
+        free(v);
+        cube_disconnect(w);
+        ck_assert_str_eq(a.entry, "affine");
+        ck_assert_str_eq(a.backend, "cpu");
+        ck_assert_uint_eq(strlen(a.hash), 64);
+        ck_assert_uint_eq(strspn(a.source_hash, "0123456789abcdef"), 64);
+        ck_assert_str_ne(a.source_hash, a.hash);
+        ck_assert_uint_gt(a.bytes, 64);
+        clock_gettime(CLOCK_REALTIME, &now);
+        ck_assert(a.used_at > (double) now.tv_sec - 600 && a.used_at < (double) now.tv_sec + 5);
+        return a;
+}
+
+/* Once every session that registered a kernel has ended, the live cache
+ * lists nothing, but cubectl kernels still shows what the directory holds:
+ * the artifact's key, its source's digest, its entry point, backend, size
+ * and last use; and a daemon started later on the same directory shows the
+ * same. */
+START_TEST(cubectl_kernels_shows_the_artifacts_on_disk_after_the_sessions_end)
+{
+        const char *kernels[] = { "kernels", NULL }, *json[] = { "--json", "kernels", NULL };
+        output *o = calloc(1, sizeof(*o));
+        cube_cache_artifact first, again;
+        daemon_proc p, q;
+        cube_kernel_info *live;
+        cube_client *c;
+        char short_hash[13];
+        size_t n;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "compiler", &c));
+        ck_ok(test_affine_try(c, test_kernel(c, test_affine_source, "affine"), 64));
+        cube_disconnect(c);
+
+        ck_ok(cube_connect(p.socket, "watcher", &c));
+        ck_ok(cube_daemon_kernels(c, &live, &n));
+        free(live);
+        ck_assert_uint_eq(n, 0);
+        cube_disconnect(c);
+        first = the_stored_affine(p.socket);
+        snprintf(short_hash, sizeof(short_hash), "%.12s", first.hash);
+        cubectl(o, p.socket, kernels);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, short_hash) &&
+                      strstr(o->out, "affine") && strstr(o->out, "LAST USE"),
+                      "cubectl kernels does not show the artifact %s", short_hash);
+        cubectl(o, p.socket, json);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "\"stored\":[{") &&
+                      strstr(o->out, first.source_hash), "cubectl --json kernels has no stored");
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
+
+        const char *same_cache[] = { "--cache-dir", p.cache, NULL };
+        proc_init(&q);
+        start_daemon(&q, same_cache, NULL);
+        again = the_stored_affine(q.socket);
+        ck_assert_str_eq(again.hash, first.hash);
+        ck_assert_str_eq(again.source_hash, first.source_hash);
+        ck_assert_uint_eq(again.bytes, first.bytes);
+        ck_assert_int_eq(proc_stop(&q, test_scaled_ms(10000)), 0);
+        proc_done(&q);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
+
 START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
 {
         static const char *const sessions[] = { "sessions", NULL };
@@ -2421,6 +2499,7 @@ int main(void)
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
         tcase_add_test(poison, a_tenant_that_poisons_again_and_again_is_refused);
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
+        tcase_add_test(ctl, cubectl_kernels_shows_the_artifacts_on_disk_after_the_sessions_end);
         tcase_add_test(ctl, cubectl_kill_session);
         tcase_add_test(ctl, metrics_counters_never_go_down);
         tcase_add_test(ctl, post_mortem_of_an_ended_session);

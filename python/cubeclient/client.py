@@ -529,6 +529,12 @@ class Client:
     def kernels(self):
         return self._array(lib.cube_daemon_kernels, "cube_kernel_info", views.KernelInfo)
 
+    def cache_artifacts(self):
+        """The artifacts the kernel cache directory holds, live or not (to
+        root and the daemon's user; anyone else gets none)."""
+        return self._array(lib.cube_daemon_cache_artifacts, "cube_cache_artifact",
+                           views.CacheArtifact)
+
     def kernel_cache(self):
         """The disk cache: its size and limit, and what was evicted."""
         st = ffi.new("cube_kernel_cache *")

@@ -1,4 +1,6 @@
 """Kernels: launches checked against numpy, and the info words KERNELS.md lays out."""
+import time
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,21 @@ def test_a_prepared_launch_rebinds_its_scalars(client):
         go()
         want = a * x + want
     np.testing.assert_allclose(by.to_numpy(), want, rtol=1e-6)
+
+
+def test_cache_artifacts_outlive_their_sessions(fresh_daemon):
+    d = fresh_daemon()
+    with cube.Client(d.socket, name="compiler") as c:
+        k = c.kernel(SAXPY, "saxpy")
+        k.launch(1, 1, [c.create(np.zeros(1, np.float32)), c.create(np.zeros(1, np.float32))],
+                 scalars=[cube.u32(1), cube.f32(1)], lengths=[])
+        c.sync()
+    with cube.Client(d.socket, name="watcher") as w:
+        assert w.kernels() == []
+        (a,) = w.cache_artifacts()
+    assert a.entry == "saxpy" and a.backend == "cpu" and a.bytes > 64
+    assert len(a.source_hash) == 64 and a.source_hash != a.hash
+    assert abs(a.used_at - time.time()) < 600
 
 
 def test_untyped_scalar_is_refused(client):
