@@ -448,6 +448,48 @@ typedef struct cube_launch {
         cube_launch_mode mode;
 } cube_launch;
 
+/* ---------------------------------------------------------------------------
+ * Grid helpers (the reference's CubeCount, CubeCountSelection and CubeDim)
+ *
+ * A device caps each dimension of a launch's cube count (max_cube_count) and
+ * a cube's units (max_cube_dim, max_units_per_cube); a count beyond them is
+ * refused when the launch is handled. cube_count_select spreads a count of
+ * cubes over the dimensions as the reference does, so an oversized count
+ * runs, its kernel checking bounds when the selection is not exact.
+ * ------------------------------------------------------------------------- */
+typedef struct cube_dim3 {
+        uint32_t x, y, z;
+} cube_dim3;
+
+cube_dim3 cube_dim3_single(void);                       /* (1, 1, 1) */
+cube_dim3 cube_dim3_1d(uint32_t x);                     /* (x, 1, 1) */
+cube_dim3 cube_dim3_2d(uint32_t x, uint32_t y);         /* (x, y, 1) */
+cube_dim3 cube_dim3_3d(uint32_t x, uint32_t y, uint32_t z);
+/* Whether a static count dispatches nothing (a zero in any dimension). A
+ * dynamic count is never known to be empty before it is read. */
+bool cube_count_is_empty(cube_dim3 count);
+/* The units of a cube: x * y * z. */
+uint32_t cube_dim_num_elems(cube_dim3 dim);
+/* Whether dim is at least other in every dimension. */
+bool cube_dim_can_contain(cube_dim3 dim, cube_dim3 other);
+/* CubeDim::new: a cube of (plane_size_max, planes) for working_units units,
+ * one plane per core on a device with cores (else a power of two, at most
+ * 8), within max_units_per_cube and never empty. */
+cube_dim3 cube_dim_new(const cube_device_properties *p, uint32_t working_units);
+
+/* CubeCountSelection: num_cubes spread over max_cube_count. Exact when the
+ * spread count is num_cubes; Approx otherwise, with num_cubes the cubes it
+ * dispatches (more than asked: the kernel must check its bounds). */
+typedef struct cube_count_selection {
+        cube_dim3 count;
+        bool exact;                     /* false: Approx, some cubes idle */
+        uint32_t num_cubes;             /* what count dispatches */
+} cube_count_selection;
+
+cube_count_selection cube_count_select(const cube_device_properties *p, uint32_t num_cubes);
+/* Sets a launch's cube count and cube dim from the helpers' values. */
+void cube_launch_grid(cube_launch *l, cube_dim3 count, cube_dim3 dim);
+
 /* Registers a kernel's source and entry point under a new kernel id. */
 cube_error *cube_kernel_register(cube_client *c, const char *source, const char *entry,
                                  uint64_t *ret_kernel);
