@@ -162,6 +162,26 @@ def _dims(v, what):
     return t + (1,) * (3 - len(t))
 
 
+def _dim3(v, what):
+    x, y, z = _dims(v, what)
+    return ffi.new("cube_dim3 *", (x, y, z))[0]
+
+
+def count_is_empty(count):
+    """Whether a static cube count dispatches nothing (a zero anywhere)."""
+    return bool(lib.cube_count_is_empty(_dim3(count, "count")))
+
+
+def num_elems(dim):
+    """The units of a cube: x * y * z."""
+    return int(lib.cube_dim_num_elems(_dim3(dim, "dim")))
+
+
+def can_contain(dim, other):
+    """Whether dim is at least other in every dimension."""
+    return bool(lib.cube_dim_can_contain(_dim3(dim, "dim"), _dim3(other, "other")))
+
+
 class Client:
     """A connection to a cubed: ``Client(socket=None, name=None)``.
 
@@ -244,6 +264,19 @@ class Client:
     @property
     def properties(self):
         return views.from_struct(views.DeviceProperties, lib.cube_client_properties(self._cp()))
+
+    def cube_dim(self, working_units):
+        """The reference's CubeDim::new for this device: (x, y, z)."""
+        d = lib.cube_dim_new(lib.cube_client_properties(self._cp()), int(working_units))
+        return (d.x, d.y, d.z)
+
+    def count_select(self, num_cubes):
+        """The reference's CubeCountSelection: num_cubes spread over the
+        device's max_cube_count. exact is False when more cubes run than
+        asked (the kernel checks its bounds)."""
+        s = lib.cube_count_select(lib.cube_client_properties(self._cp()), int(num_cubes))
+        return views.CountSelection(count=(s.count.x, s.count.y, s.count.z),
+                                    exact=bool(s.exact), num_cubes=s.num_cubes)
 
     @property
     def limits(self):

@@ -112,6 +112,13 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class CountSelection:
+    count: Tuple[int, int, int]
+    exact: bool                     # False: Approx, some cubes idle
+    num_cubes: int                  # what count dispatches
+
+
+@dataclass(frozen=True)
 class CacheArtifact:
     hash: str                       # the cache key, as KernelInfo.hash
     source_hash: str                # SHA-256 of the kernel's source

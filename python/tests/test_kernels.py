@@ -109,6 +109,24 @@ def test_cache_artifacts_outlive_their_sessions(fresh_daemon):
     assert abs(a.used_at - time.time()) < 600
 
 
+def test_grid_helpers(client):
+    assert cube.num_elems((4, 2, 3)) == 24 and cube.num_elems(5) == 5
+    assert cube.count_is_empty((3, 0)) and not cube.count_is_empty(1)
+    assert cube.can_contain((8, 4), (8, 2, 1)) and not cube.can_contain(8, (8, 2))
+    p = client.properties
+    sel = client.count_select(p.max_cube_count[0] + 3)
+    assert sel.count[1] > 1 and sel.num_cubes >= p.max_cube_count[0] + 3
+    assert client.count_select(10) == cube.CountSelection((10, 1, 1), True, 10)
+    x, y, z = client.cube_dim(1 << 20)
+    assert x == p.plane_size_max and z == 1 and 1 <= x * y <= p.max_units_per_cube
+    n = p.max_cube_count[0] + 3
+    k = client.kernel("KERNEL void mark(uint32_t *x, INFO) { uint64_t i = ABSOLUTE_POS;"
+                      " if (i < BUFFER_LEN(0)) x[i] = 1; }", "mark")
+    out = client.create(np.zeros(n, np.uint32))
+    k.launch(sel.count, 1, [out])
+    assert int(out.to_numpy().sum()) == n
+
+
 def test_untyped_scalar_is_refused(client):
     k = client.kernel(SAXPY, "saxpy")
     with pytest.raises(TypeError):
