@@ -214,6 +214,13 @@ typedef struct cube_device_properties {
 } cube_device_properties;
 
 const cube_device_properties *cube_client_properties(const cube_client *c);
+/* A stable checksum of the device properties, as hello reported it: the
+ * same on every run of a device with the same properties, so tuning
+ * results can be kept per device under it. */
+uint64_t cube_client_properties_hash(const cube_client *c);
+/* What compiled code depends on (the compiler, its version, the machine
+ * and the options): the target the daemon compiles kernels for. */
+const char *cube_client_target(const cube_client *c);
 
 /* The limits the daemon enforces on every message, as hello reported them. */
 typedef struct cube_protocol_limits {
@@ -770,6 +777,12 @@ typedef struct cube_group {
  * process holding a client per device calls it from one thread per client
  * (or uses cube_comm_init_all). */
 cube_error *cube_comm_init(cube_client *c, const char *const *devices, size_t n);
+/* The daemon's transport between devices, as hello reported it; NULL when
+ * it has none (every collective answers NoDeviceTransport). */
+const char *cube_client_device_transport(const cube_client *c);
+/* Whether that transport reduces elements of type t (all_reduce and
+ * reduce_scatter over t); false without a transport. */
+bool cube_client_transport_reduces(const cube_client *c, cube_elem_type t);
 /* The same for n clients at once, client i being devices[i]'s. */
 cube_error *cube_comm_init_all(cube_client *const *clients, const char *const *devices, size_t n);
 /* A group id whose rank 0 is this client's daemon (id has room for 128 bytes). */
