@@ -265,6 +265,27 @@ class Client:
     def properties(self):
         return views.from_struct(views.DeviceProperties, lib.cube_client_properties(self._cp()))
 
+    @property
+    def properties_hash(self):
+        """A stable checksum of the device properties, to key tuning results by."""
+        return int(lib.cube_client_properties_hash(self._cp()))
+
+    @property
+    def target(self):
+        """What compiled code depends on: compiler, version, machine, options."""
+        return ffi.string(lib.cube_client_target(self._cp())).decode()
+
+    @property
+    def device_transport(self):
+        """(name, frozenset of the ElemTypes it reduces), or None when the
+        daemon has no transport between devices."""
+        c = self._cp()
+        name = lib.cube_client_device_transport(c)
+        if name == NULL:
+            return None
+        return (ffi.string(name).decode(),
+                frozenset(t for t in comms.ElemType if lib.cube_client_transport_reduces(c, t)))
+
     def cube_dim(self, working_units):
         """The reference's CubeDim::new for this device: (x, y, z)."""
         d = lib.cube_dim_new(lib.cube_client_properties(self._cp()), int(working_units))

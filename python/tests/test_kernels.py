@@ -109,6 +109,16 @@ def test_cache_artifacts_outlive_their_sessions(fresh_daemon):
     assert abs(a.used_at - time.time()) < 600
 
 
+def test_hello_utilities(client, fresh_daemon):
+    assert client.properties_hash != 0 and client.target
+    name, reduces = client.device_transport
+    assert name and cube.ElemType.F32 in reduces
+    none = fresh_daemon("--transport", "none")
+    with cube.Client(none.socket, name="none") as c:
+        assert c.device_transport is None
+        assert c.properties_hash == client.properties_hash or c.properties != client.properties
+
+
 def test_grid_helpers(client):
     assert cube.num_elems((4, 2, 3)) == 24 and cube.num_elems(5) == 5
     assert cube.count_is_empty((3, 0)) and not cube.count_is_empty(1)
