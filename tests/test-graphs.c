@@ -680,6 +680,23 @@ END_TEST
 
 /* A failed replay leaves its write set carrying the failure, whether the
  * enqueue failed or the device did; a replay that lands repairs it. */
+/* bufs[0] made of in and an empty bufs[1], and a graph of one affine launch
+ * over them, captured after a warm-up run and synced. */
+static uint64_t capture_affine(cube_client *c, uint64_t k, const uint32_t *in, cube_handle *bufs)
+{
+        uint64_t g;
+
+        ck_ok(cube_create(c, in, BYTES, &bufs[0]));
+        ck_ok(cube_empty(c, BYTES, &bufs[1]));
+        ck_ok(cube_graph_prepare(c));
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
+        ck_ok(cube_begin_capture(c));
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
+        ck_ok(cube_end_capture(c, &g));
+        ck_ok(cube_sync(c, NULL, 0));
+        return g;
+}
+
 START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
 {
         cube_client *c = test_connect(D.socket, "taint");
@@ -690,14 +707,7 @@ START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
 
         for (uint32_t i = 0; i < N; i++)
                 in[i] = i;
-        ck_ok(cube_create(c, in, BYTES, &bufs[0]));
-        ck_ok(cube_empty(c, BYTES, &bufs[1]));
-        ck_ok(cube_graph_prepare(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_begin_capture(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_end_capture(c, &g));
-        ck_ok(cube_sync(c, NULL, 0));
+        g = capture_affine(c, k, in, bufs);
         ck_ok(cube_read(c, &bufs[1], got, BYTES));
 
         /* On the device: the replay is queued, and fails there. */
@@ -736,14 +746,7 @@ START_TEST(a_replay_of_a_failed_input_answers_skipped)
         uint32_t in[N] = { 0 };
         cube_error *e;
 
-        ck_ok(cube_create(c, in, BYTES, &bufs[0]));
-        ck_ok(cube_empty(c, BYTES, &bufs[1]));
-        ck_ok(cube_graph_prepare(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_begin_capture(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_end_capture(c, &g));
-        ck_ok(cube_sync(c, NULL, 0));
+        g = capture_affine(c, k, in, bufs);
 
         /* The graph's input now carries a failure: a launch writing it is
          * refused at enqueue. */

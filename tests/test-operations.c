@@ -627,15 +627,33 @@ static void round_trip(cube_client *c, size_t n, uint64_t seed)
         free(back);
 }
 
+/* Connects to p's socket once something listens there, retrying while it
+ * does not (p must not exit meanwhile). */
+static cube_client *connect_when_listening(daemon_proc *p, const char *name)
+{
+        long deadline = test_now_ms() + test_scaled_ms(10000);
+        cube_client *c = NULL;
+        cube_error *e = NULL;
+
+        while (!path_exists(p->socket) || (e = cube_connect(p->socket, name, &c))) {
+                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p->socket,
+                              e ? cube_error_message(e) : "no socket");
+                ck_assert_int_eq(proc_wait_exit(p, 0), -2);
+                cube_error_free(e);
+                e = NULL;
+                usleep(10000);
+        }
+        return c;
+}
+
 START_TEST(socket_activation)
 {
         daemon_proc p;
         char notify_env[128], mainpid[32], *ready;
         const char *bin = getenv("CUBED_BIN");
-        cube_client *c = NULL;
-        cube_error *e = NULL;
+        cube_client *c;
         cube_status st;
-        long deadline, r;
+        long r;
 
         proc_init(&p);
         snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", p.notify);
@@ -646,17 +664,7 @@ START_TEST(socket_activation)
 
         /* The daemon is executed on the first connection, so connect first;
          * retry while systemd-socket-activate has yet to listen. */
-        deadline = test_now_ms() + test_scaled_ms(10000);
-        for (;;) {
-                if (path_exists(p.socket) && !(e = cube_connect(p.socket, "activated", &c)))
-                        break;
-                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p.socket,
-                              e ? cube_error_message(e) : "no socket");
-                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
-                cube_error_free(e);
-                e = NULL;
-                usleep(10000);
-        }
+        c = connect_when_listening(&p, "activated");
         round_trip(c, 100000, 1);
         ck_ok(cube_daemon_status(c, &st));
         ck_assert_str_eq(st.service, cube_client_service(c));
@@ -1052,10 +1060,8 @@ static char *default_poison_policy(bool notify, const char *const *env)
 {
         daemon_proc p;
         cube_config_entry *v;
-        cube_client *c = NULL;
-        cube_error *e = NULL;
+        cube_client *c;
         char *policy = NULL;
-        long deadline;
         size_t n;
 
         proc_init(&p);
@@ -1066,15 +1072,7 @@ static char *default_poison_policy(bool notify, const char *const *env)
                 p.notify[0] = '\0';
                 proc_spawn_cubed(&p, args, env);
         }
-        deadline = test_now_ms() + test_scaled_ms(10000);
-        while (!path_exists(p.socket) || (e = cube_connect(p.socket, "policy", &c))) {
-                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p.socket,
-                              e ? cube_error_message(e) : "no socket");
-                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
-                cube_error_free(e);
-                e = NULL;
-                usleep(10000);
-        }
+        c = connect_when_listening(&p, "policy");
         ck_ok(cube_daemon_config(c, &v, &n));
         for (size_t i = 0; i < n; i++)
                 if (strcmp(v[i].key, "poison-policy") == 0) {
