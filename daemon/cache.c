@@ -105,11 +105,14 @@ int cube__artifact_open(const cube__disk_cache *dc, const char *name, uint64_t *
         return fd;
 }
 
-int cube__artifact_seal(const cube__disk_cache *dc, const char *name, uint64_t *ret_bytes)
+int cube__artifact_seal(const cube__disk_cache *dc, const char *name, const char *entry,
+                        const char *source, uint64_t *ret_bytes)
 {
-        char dname[CUBE__ARTIFACT_NAME + 8], tmp[CUBE__ARTIFACT_NAME + 16], hex[65];
+        char dname[CUBE__ARTIFACT_NAME + 8], tmp[CUBE__ARTIFACT_NAME + 16], hex[65], src[65];
+        char record[256];
         struct stat st;
-        int fd = open_checked(dc, name, &st), tfd = -1;
+        int fd = open_checked(dc, name, &st), tfd = -1, n;
+        cube__sha256 sha;
 
         if (fd < 0)
                 return fd;
@@ -117,9 +120,14 @@ int cube__artifact_seal(const cube__disk_cache *dc, const char *name, uint64_t *
         snprintf(tmp, sizeof(tmp), "%s.tmp", dname);
         if (fd_digest(fd, hex) < 0)
                 goto fail;
+        cube__sha256_init(&sha);
+        cube__sha256_update(&sha, source, strlen(source));
+        cube__sha256_hex(&sha, src);
+        /* The digest first (all a load reads), then what the artifact is. */
+        n = snprintf(record, sizeof(record), "%s\nentry %.63s\nsource %s\n", hex, entry, src);
         tfd = openat(dc->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
                      0600);
-        if (tfd < 0 || write(tfd, hex, 64) != 64)
+        if (tfd < 0 || write(tfd, record, (size_t) n) != n)
                 goto fail;
         if (close(tfd) < 0) {
                 tfd = -1;
@@ -129,7 +137,7 @@ int cube__artifact_seal(const cube__disk_cache *dc, const char *name, uint64_t *
         if (renameat(dc->fd, tmp, dc->fd, dname) < 0)
                 goto fail;
         if (ret_bytes)
-                *ret_bytes = (uint64_t) st.st_size + 64;
+                *ret_bytes = (uint64_t) st.st_size + (uint64_t) n;
         return fd;
 fail:
         cube__log(CUBE__LOG_WARNING, "cannot record the digest of %s/%s: %s; it will be compiled "
@@ -172,6 +180,31 @@ static cube__artifact *add(cube__disk_cache *dc, const char *name)
         *a = (cube__artifact) {0};
         snprintf(a->name, sizeof(a->name), "%s", name);
         return a;
+}
+
+/* The entry point and source digest its digest file records after the
+ * digest (empty for an artifact sealed before they were recorded). */
+static void read_record(const cube__disk_cache *dc, cube__artifact *a)
+{
+        char dname[CUBE__ARTIFACT_NAME + 8], buf[256];
+        const char *p;
+        ssize_t n;
+        int fd;
+
+        a->entry[0] = a->source_hash[0] = '\0';
+        snprintf(dname, sizeof(dname), "%s.sha256", a->name);
+        fd = openat(dc->fd, dname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        if ((p = strstr(buf, "\nentry ")))
+                sscanf(p + 7, "%63[^\n]", a->entry);
+        if ((p = strstr(buf, "\nsource ")))
+                sscanf(p + 8, "%64[0-9a-f]", a->source_hash);
 }
 
 /* Removes one artifact and its digest from the disk and the index. */
@@ -268,6 +301,7 @@ int cube__disk_cache_init(cube__disk_cache *dc, int dir_fd, const cube__options 
                             (uint64_t) dst.st_size : 0);
                 a->used_ns = (uint64_t) st.st_mtim.tv_sec * 1000000000ull +
                              (uint64_t) st.st_mtim.tv_nsec;
+                read_record(dc, a);
                 dc->bytes += a->bytes;
         }
         closedir(d);
@@ -318,6 +352,7 @@ void cube__disk_cache_stored(cube__disk_cache *dc, const char *hash, uint64_t by
                 dc->bytes -= a->bytes;
                 a->bytes = bytes;
                 a->used_ns = wall_ns();
+                read_record(dc, a);
                 dc->bytes += bytes;
         }
         trim(dc);
@@ -328,7 +363,7 @@ int cube__disk_cache_pack(const cube__disk_cache *dc, msgpack_packer *pk, bool n
         size_t n = names ? dc->n_recent : 0;
         int r = 0;
 
-        r |= msgpack_pack_map(pk, 7);
+        r |= msgpack_pack_map(pk, 8);
         r |= cube__pack_kv_str(pk, "dir", dc->opts->cache_dir);
         r |= cube__pack_kv_u64(pk, "bytes", dc->bytes);
         r |= cube__pack_kv_u64(pk, "max_bytes", dc->opts->cache_max_bytes);
@@ -346,6 +381,23 @@ int cube__disk_cache_pack(const cube__disk_cache *dc, msgpack_packer *pk, bool n
                 r |= cube__pack_kv_u64(pk, "bytes", ev->bytes);
                 r |= cube__pack_str(pk, "at_s");
                 r |= msgpack_pack_double(pk, ev->at_s);
+        }
+        /* What the directory holds, named to an administrator only. */
+        n = names ? dc->n : 0;
+        r |= cube__pack_str(pk, "stored");
+        r |= msgpack_pack_array(pk, (uint32_t) n);
+        for (size_t i = 0; i < n; i++) {
+                const cube__artifact *a = &dc->v[i];
+                char key[65];
+                snprintf(key, sizeof(key), "%.64s", a->name);
+                r |= msgpack_pack_map(pk, 6);
+                r |= cube__pack_kv_str(pk, "hash", key);
+                r |= cube__pack_kv_str(pk, "source_hash", a->source_hash);
+                r |= cube__pack_kv_str(pk, "entry", a->entry);
+                r |= cube__pack_kv_str(pk, "backend", dc->opts->backend);
+                r |= cube__pack_kv_u64(pk, "bytes", a->bytes);
+                r |= cube__pack_str(pk, "used_at");
+                r |= msgpack_pack_double(pk, (double) a->used_ns / 1e9);
         }
         return r;
 }

@@ -97,12 +97,23 @@ const char *cube__check_mode_name(cube__check_mode m)
         return m <= CUBE__CHECK_VALIDATE ? check_modes[m] : "?";
 }
 
+/* Whether a service manager started the daemon: systemd passes one of these
+ * to every service (NOTIFY_SOCKET to Type=notify units). */
+static bool under_service_manager(void)
+{
+        return getenv("NOTIFY_SOCKET") || getenv("INVOCATION_ID");
+}
+
+/* The poison policy's default follows how cubed was started: under a service
+ * manager, exit, and a fresh daemon is started on a clean device; by hand, in
+ * a terminal, nothing would start it again, so the device is brought up anew
+ * in place. */
 void cube__options_default(cube__options *o)
 {
         *o = (cube__options) {
                 .backend = strdup("cpu"),
                 .log_level = CUBE__LOG_NOTICE,
-                .poison_policy = CUBE__POISON_EXIT,
+                .poison_policy = under_service_manager() ? CUBE__POISON_EXIT : CUBE__POISON_REINIT,
                 .drain_timeout_s = 10,
                 .max_sessions = 4096,
                 .max_sessions_per_uid = 1024,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "requests.h"
+#include "transport.h"
 #include "frame.h"
 
 
@@ -52,6 +53,56 @@ static bool name_is_text(const char *name)
                 s += n;
         }
         return true;
+}
+
+/* The element types, in cube_elem_type's order, as hello names them. */
+static const char *const elem_names[] = { "f16", "bf16", "f32", "f64", "i32", "i64", "u32", "u64" };
+
+/* A stable checksum of the device properties (FNV-1a over their msgpack
+ * form, which packs the same fields in the same order on every run): what
+ * a client keys tuning results by, per device. */
+static uint64_t properties_hash(const cube_device_properties *p)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        uint64_t h = 0xcbf29ce484222325ull;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        if (cube__pack_properties(&pk, p) == 0)
+                for (size_t i = 0; i < sb.size; i++)
+                        h = (h ^ (uint8_t) sb.data[i]) * 0x100000001b3ull;
+        msgpack_sbuffer_destroy(&sb);
+        return h;
+}
+
+/* What the reference's ServerUtilities says of the device beyond its
+ * properties: their checksum, what compiled code depends on, and the
+ * transport between devices with the element types it reduces. */
+static int pack_utilities(msgpack_packer *pk, const cube__server *srv)
+{
+        const char *target = srv->driver->target ? srv->driver->target(srv->device) : NULL;
+        const int n_types = (int) (sizeof(elem_names) / sizeof(elem_names[0]));
+        uint32_t n = 0;
+        int r = 0;
+
+        r |= cube__pack_kv_u64(pk, "properties_hash", properties_hash(&srv->properties));
+        r |= cube__pack_str(pk, "target_properties");
+        r |= msgpack_pack_map(pk, 1);
+        r |= cube__pack_kv_str(pk, "target", target ? target : "");
+        r |= cube__pack_str(pk, "device_transport");
+        if (!srv->transport)
+                return r | msgpack_pack_nil(pk);
+        for (int t = 0; t < n_types; t++)
+                n += srv->transport->reduces(t);
+        r |= msgpack_pack_map(pk, 2);
+        r |= cube__pack_kv_str(pk, "name", srv->transport->name);
+        r |= cube__pack_str(pk, "reduces");
+        r |= msgpack_pack_array(pk, n);
+        for (int t = 0; t < n_types; t++)
+                if (srv->transport->reduces(t))
+                        r |= cube__pack_str(pk, elem_names[t]);
+        return r;
 }
 
 static cube__dispatched do_hello(cube__msg *k)
@@ -105,7 +156,7 @@ static cube__dispatched do_hello(cube__msg *k)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         r |= cube__pack_response_ok(&pk, k->env->msgid);
-        r |= msgpack_pack_map(&pk, 8);
+        r |= msgpack_pack_map(&pk, 11);
         r |= cube__pack_kv_u64(&pk, "version", CUBE_PROTOCOL_VERSION);
         r |= cube__pack_kv_str(&pk, "check_mode", cube__check_mode_name(srv->opts.check_mode));
         r |= cube__pack_kv_str(&pk, "service", srv->service);
@@ -116,6 +167,7 @@ static cube__dispatched do_hello(cube__msg *k)
         r |= cube__pack_properties(&pk, &srv->properties);
         r |= cube__pack_str(&pk, "limits");
         r |= cube__pack_limits(&pk, &lim);
+        r |= pack_utilities(&pk, srv);
         if (r == 0)
                 cube__reply_sbuffer(s, &sb);
         msgpack_sbuffer_destroy(&sb);

@@ -339,8 +339,8 @@ static void prepare_work(uv_work_t *w)
                 if (mkdtemp(scratch) && asprintf(&built, "%s/%s", scratch, name) < 0)
                         built = NULL;
                 if (!built) {
-                        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "no private directory to build kernel %s "
+                        k->error = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(
+                                CUBE_IO_UNKNOWN, "no private directory to build kernel %s "
                                 "in, the kernel cache being no longer the daemon's: %s",
                                 k->entry, strerror(errno)));
                         (void) rmdir(scratch);
@@ -366,7 +366,8 @@ static void prepare_work(uv_work_t *w)
         if (!e && intact) {
                 /* What was built is loaded from the descriptor its digest was
                  * taken from. */
-                fd = cube__artifact_seal(&srv->disk_cache, name, &k->artifact_bytes);
+                fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->desc.source,
+                                         &k->artifact_bytes);
                 if (fd >= 0) {
                         e = load_fd(k, fd);
                         k->stored = true;       /* on disk, loadable or not */
@@ -374,8 +375,8 @@ static void prepare_work(uv_work_t *w)
                         if (!e)
                                 cube__kernel_facts_store(k);
                 } else {
-                        e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "the compiled kernel %s could not be "
+                        e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(
+                                CUBE_IO_UNKNOWN, "the compiled kernel %s could not be "
                                 "opened in the cache directory: %s", name, strerror(-fd)));
                 }
         } else if (!e) {

@@ -90,6 +90,16 @@ void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t 
         cube__failures_prune(&srv->failures, failure);
 }
 
+/* A write refused when it is handled, after its stream is known: the
+ * failure claims the range and invalidates the stream's open profiling
+ * windows, which held the write as much as any launch. */
+static void refuse_write(cube__session *s, uint64_t stream, cube__name *n, uint64_t start,
+                         uint64_t end, cube_error *e)
+{
+        cube__stream_failed(s, stream, e);
+        cube__fail_range(s, n, start, end, e);
+}
+
 /* The layout of a pitched row-major copy of a shape with strides (both in
  * elements): rows of the last dimension, pitch apart. Anything else is
  * IoError::UnsupportedStrides; a layout that reaches past the handle's range
@@ -197,17 +207,17 @@ cube__dispatched cube__do_write(cube__msg *k)
                 if (n && parsed && cube_error_kind_of(e) == CUBE_SERVER_IO) {
                         /* A layout the daemon does not copy: the handle's
                          * range is what the write meant, and all it claims. */
-                        cube__fail_range(s, n, start, n->alloc->size - h.offset_end, e);
+                        refuse_write(s, stream, n, start, n->alloc->size - h.offset_end, e);
                 } else if (n) {
                         /* A layout that does not fit the handle: which bytes
                          * it meant is unknown, so all of them are suspect. */
-                        cube__fail_range(s, n, 0, n->alloc->size, e);
+                        refuse_write(s, stream, n, 0, n->alloc->size, e);
                 } else {
                         cube__name *named = NULL;
                         if (parsed && h.service == k->server->nonce)
                                 named = cube__idmap_get(&s->memory, h.memory);
                         if (named) {
-                                cube__fail_range(s, named, 0, named->alloc->size, e);
+                                refuse_write(s, stream, named, 0, named->alloc->size, e);
                         } else {
                                 cube__log(CUBE__LOG_INFO, "session %" PRIu64 ": a write was "
                                           "dropped: %s", s->id, cube_error_message(e));
@@ -223,24 +233,24 @@ cube__dispatched cube__do_write(cube__msg *k)
         if (cube__obj_bin(&k->p[2], &data, &bin_len)) {
                 len = bin_len;
         } else if ((e = cube__region_range(s, &k->p[2], true, &region, &offset, &len))) {
-                cube__fail_range(s, n, start, end, e);
+                refuse_write(s, stream, n, start, end, e);
                 return CUBE__DISPATCH_DONE;
         } else {
                 data = (const char *) region->map + offset;
         }
         a = n->alloc;
         if (k->server->poison) {
-                cube__fail_range(s, n, start, end, cube__poisoned(k->server));
+                refuse_write(s, stream, n, start, end, cube__poisoned(k->server));
                 return CUBE__DISPATCH_DONE;
         }
         if (n->read_only) {
-                cube__fail_range(s, n, start, end, cube__err_validation(
+                refuse_write(s, stream, n, start, end, cube__err_validation(
                         "memory %" PRIu64 " is a read-only import: it may not be written",
                         n->id));
                 return CUBE__DISPATCH_DONE;
         }
         if (len != copy.rows * copy.width) {
-                cube__fail_range(s, n, start, end, cube__err_validation(
+                refuse_write(s, stream, n, start, end, cube__err_validation(
                         "a write of %" PRIu64 " bytes was sent for a handle of %" PRIu64 " bytes",
                         len, copy.rows * copy.width));
                 return CUBE__DISPATCH_DONE;
@@ -249,7 +259,7 @@ cube__dispatched cube__do_write(cube__msg *k)
                 return CUBE__DISPATCH_DONE;   /* a failed reservation keeps its claim */
         st = cube__stream_get(s, stream, &e);
         if (!st) {
-                cube__fail_range(s, n, start, end, e);
+                refuse_write(s, stream, n, start, end, e);
                 return CUBE__DISPATCH_DONE;
         }
         if (cube__capturing(st)) {
@@ -270,7 +280,7 @@ cube__dispatched cube__do_write(cube__msg *k)
                 } else {
                         owned = malloc(len);
                         if (!owned) {
-                                cube__fail_range(s, n, start, end, cube__err_generic(
+                                refuse_write(s, stream, n, start, end, cube__err_generic(
                                         "out of host memory staging a write of %" PRIu64 " bytes",
                                         len));
                                 return CUBE__DISPATCH_DONE;

@@ -115,9 +115,11 @@ void cube__pools_close(cube__pools *m)
         memory_put(m);
 }
 
-/* A new page from the device. A device that is full now is first relieved
- * of every empty page any stream keeps, and asked once more. */
-static cube_error *page_new(cube__pools *m, cube__pool *pool, uint64_t size,
+/* A new page of size bytes from the device, for an allocation of asked
+ * bytes. A device that is full now is first relieved of every empty page any
+ * stream keeps, and asked once more. Its out-of-memory error names the size
+ * asked, as every other error of a reservation does, not the page's. */
+static cube_error *page_new(cube__pools *m, cube__pool *pool, uint64_t size, uint64_t asked,
                             cube__page **ret_page)
 {
         cube__pools_device *dev = m->device;
@@ -125,7 +127,7 @@ static cube_error *page_new(cube__pools *m, cube__pool *pool, uint64_t size,
         cube_error *e;
 
         if (!p)
-                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, size);
+                return cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, asked);
         e = dev->driver->alloc(dev->device, size, &p->storage);
         if (e && cube_error_may_succeed_after_reclaim(e) && dev->reclaim) {
                 cube_error_free(e);
@@ -134,6 +136,11 @@ static cube_error *page_new(cube__pools *m, cube__pool *pool, uint64_t size,
         }
         if (e) {
                 free(p);
+                if (cube_error_kind_of(e) == CUBE_SERVER_IO && cube_error_source(e) &&
+                    cube_error_kind_of(cube_error_source(e)) == CUBE_IO_OUT_OF_MEMORY) {
+                        cube_error_free(e);
+                        e = cube__err_io_size(CUBE_IO_OUT_OF_MEMORY, asked);
+                }
                 return e;
         }
         p->pool = pool;
@@ -269,7 +276,7 @@ cube_error *cube__pools_reserve(cube__pools *m, uint64_t size, cube__carve *ret_
         if (!p && m->capture == CUBE__CAPTURE_RECORDING)
                 return cube__err_io_size(CUBE_IO_PAGE_UPDATE_FORBIDDEN, size);
         if (!p) {
-                if ((e = page_new(m, pool, page_size, &p)))
+                if ((e = page_new(m, pool, page_size, size, &p)))
                         return e;
                 if (pool->kind == CUBE__POOL_SMALL) {
                         p->slices = calloc(1, sizeof(*p->slices));

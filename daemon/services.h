@@ -317,6 +317,8 @@ int cube__pools_pack(const cube__pools *m, uint64_t stream, msgpack_packer *pk);
 
 typedef struct cube__artifact {
         char name[CUBE__ARTIFACT_NAME];
+        char entry[64];                 /* its kernel's entry point, from its digest file */
+        char source_hash[65];           /* SHA-256 of its kernel's source, likewise */
         uint64_t bytes;                 /* the artifact and its digest */
         uint64_t used_ns;               /* last written or loaded, wall clock */
         unsigned pins;                  /* compile jobs that may load it now */
@@ -350,8 +352,11 @@ void cube__artifact_name(const cube__disk_cache *dc, const char *hash,
  * file of ours), -EBADMSG (no or another digest). */
 int cube__artifact_open(const cube__disk_cache *dc, const char *name, uint64_t *ret_bytes);
 /* Any thread: opens an artifact a compile just wrote, checked the same way,
- * and records its digest; returns the descriptor or a negative errno. */
-int cube__artifact_seal(const cube__disk_cache *dc, const char *name, uint64_t *ret_bytes);
+ * and records its digest, with the entry point and the SHA-256 of the source
+ * it was built from (what cubectl kernels shows of the disk); returns the
+ * descriptor or a negative errno. */
+int cube__artifact_seal(const cube__disk_cache *dc, const char *name, const char *entry,
+                        const char *source, uint64_t *ret_bytes);
 /* Any thread: marks an artifact used now (its mtime), for later runs. */
 void cube__artifact_touch(int fd);
 /* Loop thread: the index, from what the directory at fd holds at start. */

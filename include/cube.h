@@ -219,6 +219,13 @@ typedef struct cube_device_properties {
 } cube_device_properties;
 
 const cube_device_properties *cube_client_properties(const cube_client *c);
+/* A stable checksum of the device properties, as hello reported it: the
+ * same on every run of a device with the same properties, so tuning
+ * results can be kept per device under it. */
+uint64_t cube_client_properties_hash(const cube_client *c);
+/* What compiled code depends on (the compiler, its version, the machine
+ * and the options): the target the daemon compiles kernels for. */
+const char *cube_client_target(const cube_client *c);
 
 /* The limits the daemon enforces on every message, as hello reported them. */
 typedef struct cube_protocol_limits {
@@ -272,8 +279,9 @@ cube_error *cube_create(cube_client *c, const void *data, uint64_t size, cube_ha
 cube_error *cube_write(cube_client *c, const cube_handle *h, const void *data, uint64_t size);
 /* Reads the handle's range into dst, which holds size == cube_handle_len(h) bytes. */
 cube_error *cube_read(cube_client *c, const cube_handle *h, void *dst, uint64_t size);
-/* Waits for all work on the calling thread's stream, then answers for the
- * handles as a read would. n == 0: the barrier and device faults only. */
+/* Waits for all work the session queued, on every one of its streams (the
+ * calling thread's and any other), then answers for the handles as a read
+ * would. n == 0: the barrier and device faults only. */
 cube_error *cube_sync(cube_client *c, const cube_handle *handles, size_t n);
 /* The claim check a read makes, instantly and without a barrier. */
 cube_error *cube_check(cube_client *c, const cube_handle *handles, size_t n);
@@ -429,6 +437,10 @@ typedef struct cube_info cube_info;
 
 cube_info *cube_info_new(void);
 void cube_info_free(cube_info *info);
+/* Empties info for the next launch, keeping the memory it grew: a loop of
+ * launches needs one cube_info, not one per launch (a launch copies the words
+ * when it is made). NULL is accepted. */
+void cube_info_reset(cube_info *info);
 int cube_info_f32(cube_info *info, float v);
 int cube_info_f64(cube_info *info, double v);
 int cube_info_i32(cube_info *info, int32_t v);
@@ -451,6 +463,48 @@ typedef struct cube_launch {
         const cube_info *info;          /* or NULL */
         cube_launch_mode mode;
 } cube_launch;
+
+/* ---------------------------------------------------------------------------
+ * Grid helpers (the reference's CubeCount, CubeCountSelection and CubeDim)
+ *
+ * A device caps each dimension of a launch's cube count (max_cube_count) and
+ * a cube's units (max_cube_dim, max_units_per_cube); a count beyond them is
+ * refused when the launch is handled. cube_count_select spreads a count of
+ * cubes over the dimensions as the reference does, so an oversized count
+ * runs, its kernel checking bounds when the selection is not exact.
+ * ------------------------------------------------------------------------- */
+typedef struct cube_dim3 {
+        uint32_t x, y, z;
+} cube_dim3;
+
+cube_dim3 cube_dim3_single(void);                       /* (1, 1, 1) */
+cube_dim3 cube_dim3_1d(uint32_t x);                     /* (x, 1, 1) */
+cube_dim3 cube_dim3_2d(uint32_t x, uint32_t y);         /* (x, y, 1) */
+cube_dim3 cube_dim3_3d(uint32_t x, uint32_t y, uint32_t z);
+/* Whether a static count dispatches nothing (a zero in any dimension). A
+ * dynamic count is never known to be empty before it is read. */
+bool cube_count_is_empty(cube_dim3 count);
+/* The units of a cube: x * y * z. */
+uint32_t cube_dim_num_elems(cube_dim3 dim);
+/* Whether dim is at least other in every dimension. */
+bool cube_dim_can_contain(cube_dim3 dim, cube_dim3 other);
+/* CubeDim::new: a cube of (plane_size_max, planes) for working_units units,
+ * one plane per core on a device with cores (else a power of two, at most
+ * 8), within max_units_per_cube and never empty. */
+cube_dim3 cube_dim_new(const cube_device_properties *p, uint32_t working_units);
+
+/* CubeCountSelection: num_cubes spread over max_cube_count. Exact when the
+ * spread count is num_cubes; Approx otherwise, with num_cubes the cubes it
+ * dispatches (more than asked: the kernel must check its bounds). */
+typedef struct cube_count_selection {
+        cube_dim3 count;
+        bool exact;                     /* false: Approx, some cubes idle */
+        uint32_t num_cubes;             /* what count dispatches */
+} cube_count_selection;
+
+cube_count_selection cube_count_select(const cube_device_properties *p, uint32_t num_cubes);
+/* Sets a launch's cube count and cube dim from the helpers' values. */
+void cube_launch_grid(cube_launch *l, cube_dim3 count, cube_dim3 dim);
 
 /* Registers a kernel's source and entry point under a new kernel id. */
 cube_error *cube_kernel_register(cube_client *c, const char *source, const char *entry,
@@ -570,6 +624,23 @@ typedef struct cube_kernel_cache {
 } cube_kernel_cache;
 
 cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cache);
+
+/* One compiled artifact the kernel cache directory holds, whether or not a
+ * session still registers its kernel. */
+typedef struct cube_cache_artifact {
+        char hash[65];                  /* the cache key, as cube_kernel_info's hash */
+        char source_hash[65];           /* SHA-256 of the kernel's source ("" if unrecorded) */
+        char entry[64];                 /* its entry point ("" if unrecorded) */
+        char backend[16];
+        uint64_t bytes;                 /* the artifact and its digest */
+        double used_at;                 /* last written or loaded, seconds since the epoch */
+} cube_cache_artifact;
+
+/* The artifacts of the kernel cache directory. Named to root and the
+ * daemon's user only (they are others' kernels): anyone else gets none.
+ * *ret_artifacts is an array the caller frees. */
+cube_error *cube_daemon_cache_artifacts(cube_client *c, cube_cache_artifact **ret_artifacts,
+                                        size_t *ret_n);
 
 /* ---------------------------------------------------------------------------
  * Inspecting and operating a daemon (what cubectl does)
@@ -715,6 +786,12 @@ typedef struct cube_group {
  * process holding a client per device calls it from one thread per client
  * (or uses cube_comm_init_all). */
 cube_error *cube_comm_init(cube_client *c, const char *const *devices, size_t n);
+/* The daemon's transport between devices, as hello reported it; NULL when
+ * it has none (every collective answers NoDeviceTransport). */
+const char *cube_client_device_transport(const cube_client *c);
+/* Whether that transport reduces elements of type t (all_reduce and
+ * reduce_scatter over t); false without a transport. */
+bool cube_client_transport_reduces(const cube_client *c, cube_elem_type t);
 /* The same for n clients at once, client i being devices[i]'s. */
 cube_error *cube_comm_init_all(cube_client *const *clients, const char *const *devices, size_t n);
 /* A group id whose rank 0 is this client's daemon (id has room for 128 bytes). */

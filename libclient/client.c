@@ -52,6 +52,26 @@ const char *cube_client_check_mode(const cube_client *c)
         return c->check_mode;
 }
 
+uint64_t cube_client_properties_hash(const cube_client *c)
+{
+        return c->properties_hash;
+}
+
+const char *cube_client_target(const cube_client *c)
+{
+        return c->target;
+}
+
+const char *cube_client_device_transport(const cube_client *c)
+{
+        return c->transport[0] ? c->transport : NULL;
+}
+
+bool cube_client_transport_reduces(const cube_client *c, cube_elem_type t)
+{
+        return (unsigned) t < 32 && (c->transport_reduces >> t & 1);
+}
+
 cube_error *cube_client_require_backend(const cube_client *c, const char *backend)
 {
         if (strcmp(c->backend, backend) == 0)
@@ -89,6 +109,37 @@ cube_error *cube__check_handle(cube_client *c, const cube_handle *h)
         return NULL;
 }
 
+/* hello's properties_hash, target_properties and device_transport. */
+static cube_error *deliver_utilities(cube_client *c, const msgpack_object *r)
+{
+        static const char *const elems[] = { "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
+                                             "u64" };
+        const msgpack_object *v, *t, *red;
+        char name[16];
+
+        if (!(v = cube__map_get(r, "properties_hash")) || !cube__obj_u64(v, &c->properties_hash) ||
+            !(t = cube__map_get(r, "target_properties")) ||
+            !(v = cube__map_get(t, "target")) || !cube__obj_str(v, c->target, sizeof(c->target)) ||
+            !(t = cube__map_get(r, "device_transport")))
+                goto bad;
+        if (t->type == MSGPACK_OBJECT_NIL)
+                return NULL;
+        if (!(v = cube__map_get(t, "name")) || !cube__obj_str(v, c->transport, sizeof(c->transport)) ||
+            !(red = cube__map_get(t, "reduces")) || red->type != MSGPACK_OBJECT_ARRAY)
+                goto bad;
+        for (uint32_t i = 0; i < red->via.array.size; i++) {
+                if (!cube__obj_str(&red->via.array.ptr[i], name, sizeof(name)))
+                        goto bad;
+                for (uint32_t e = 0; e < sizeof(elems) / sizeof(elems[0]); e++)
+                        if (strcmp(name, elems[e]) == 0)
+                                c->transport_reduces |= 1u << e;
+        }
+        return NULL;
+bad:
+        return cube__err_generic("cubed's answer to hello is not protocol version %d's",
+                                 CUBE_PROTOCOL_VERSION);
+}
+
 static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
 {
         cube_client *c = call->ctx;
@@ -108,7 +159,7 @@ static cube_error *deliver_hello(cube__call *call, const msgpack_object *r)
         if ((v = cube__map_get(r, "check_mode")) && v->type == MSGPACK_OBJECT_STR)
                 snprintf(c->check_mode, sizeof(c->check_mode), "%.*s", (int) v->via.str.size,
                          v->via.str.ptr);
-        return NULL;
+        return deliver_utilities(c, r);
 }
 
 static void client_free(cube_client *c)

@@ -65,6 +65,18 @@ void cube_info_free(cube_info *info)
         free(info);
 }
 
+void cube_info_reset(cube_info *info)
+{
+        if (!info)
+                return;
+        for (int g = 0; g < N_GROUPS; g++)
+                info->groups[g].len = 0;
+        info->lens.len = 0;
+        info->ranks.len = 0;
+        info->shapes.len = 0;
+        info->strides.len = 0;
+}
+
 int cube_info_f32(cube_info *info, float v) { return put(&info->groups[G_F32], &v, sizeof(v)); }
 int cube_info_f64(cube_info *info, double v) { return put(&info->groups[G_F64], &v, sizeof(v)); }
 int cube_info_i32(cube_info *info, int32_t v) { return put(&info->groups[G_I32], &v, sizeof(v)); }

@@ -175,6 +175,51 @@ static cube_error *deliver_cache(cube__call *call, const msgpack_object *r)
         return NULL;
 }
 
+typedef struct stored_call {
+        cube_cache_artifact *v;
+        size_t n;
+} stored_call;
+
+static cube_error *deliver_stored(cube__call *call, const msgpack_object *r)
+{
+        stored_call *sc = call->ctx;
+        const msgpack_object *s = cube__map_get(r, "stored"), *v;
+
+        if (!s || s->type != MSGPACK_OBJECT_ARRAY)
+                return cube__err_answer("kernel_cache");
+        if (!(sc->v = calloc(s->via.array.size + 1, sizeof(*sc->v))))
+                return cube__err_generic("out of memory in libcubeclient");
+        for (uint32_t i = 0; i < s->via.array.size; i++) {
+                const msgpack_object *m = &s->via.array.ptr[i];
+                cube_cache_artifact *a = &sc->v[i];
+                if (!map_str(m, "hash", a->hash, sizeof(a->hash)) ||
+                    !map_str(m, "source_hash", a->source_hash, sizeof(a->source_hash)) ||
+                    !map_str(m, "entry", a->entry, sizeof(a->entry)) ||
+                    !map_str(m, "backend", a->backend, sizeof(a->backend)) ||
+                    !(v = cube__map_get(m, "bytes")) || !cube__obj_u64(v, &a->bytes) ||
+                    !(v = cube__map_get(m, "used_at")) || !cube__obj_double(v, &a->used_at)) {
+                        free(sc->v);
+                        sc->v = NULL;
+                        return cube__err_answer("kernel_cache");
+                }
+        }
+        sc->n = s->via.array.size;
+        return NULL;
+}
+
+cube_error *cube_daemon_cache_artifacts(cube_client *c, cube_cache_artifact **ret_artifacts,
+                                        size_t *ret_n)
+{
+        stored_call sc = { NULL, 0 };
+        cube_error *e = cube__request(c, "kernel_cache", NULL, 0, deliver_stored, &sc);
+
+        if (e)
+                return e;
+        *ret_artifacts = sc.v;
+        *ret_n = sc.n;
+        return NULL;
+}
+
 cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cache)
 {
         cube_kernel_cache kc = { 0 };

@@ -82,6 +82,10 @@ struct cube_client {
         uint64_t session;
         cube_device_properties properties;
         cube_protocol_limits daemon_limits;
+        uint64_t properties_hash;
+        char target[256];
+        char transport[32];             /* "" when the daemon has none */
+        uint32_t transport_reduces;     /* a bit per cube_elem_type */
 
         pthread_mutex_t ro_lock;        /* the three below (readonly.c) */
         uint64_t *ro_ids;               /* memory ids imported read-only, sorted */

@@ -10,6 +10,11 @@
 #               cubed.conf(5) and listed in systemd/cubed.conf.example, both
 #               saying whether a reload changes it as the table does
 #   cubed       every long option of daemon/main.c is described in cubed(8)
+#   readme      every option `CUBED --help` lists is a row of README's table
+#               of options
+#   uninstalled README's commands for building against the build tree (the
+#               uninstalled .pc) build examples/vector_add.c, which then runs
+#               against the build tree's CUBED
 #   cubectl     every command of cubectl's usage and every long option is
 #               described in cubectl(1), and every command is completed
 #   example     CUBED --check-config accepts the example as it is, and with
@@ -102,6 +107,49 @@ cubed_options() {
         done
 }
 
+# The options `cubed --help` lists (each line's first word, when it is one)
+# are rows of README's table, "| `--name ...` |", so that a newcomer reading
+# README meets every limit the daemon enforces.
+readme_options() {
+        local opts o
+        [ -x "$cubed" ] || { problem "no cubed to run"; return; }
+        opts=$("$cubed" --help | sed -nE 's/^  (--[a-z][a-z-]*).*/\1/p' | sort -u)
+        [ "$(wc -w <<<"$opts")" -gt 30 ] || problem "found too few options in cubed --help"
+        for o in $opts; do
+                grep -qE "^\| (\`[^\`]*\`, )*\`$o( [^\`]*)?\`(, | \|)" "$src/README.md" ||
+                        problem "option '$o' of cubed --help is not in README's table of options"
+        done
+}
+
+# README's block that builds against cubeclient-uninstalled, run as it is
+# with the checkout's build directory for $PWD/build and vector_add.c for
+# app.c; the program must then add its vectors through the daemon.
+uninstalled() {
+        local build dir block pid i out
+        [ -x "$cubed" ] || { problem "no cubed to run"; return; }
+        build=$(cd "$(dirname "$cubed")/.." && pwd)
+        block=$(awk '/^```/ { if (on) { if (keep) { printf "%s", text; exit } on = 0; next }
+                              on = 1; text = ""; keep = 0; next }
+                     on { text = text $0 "\n"; if (/cubeclient-uninstalled/) keep = 1 }' \
+                "$src/README.md")
+        [ -n "$block" ] || { problem "README shows no build against cubeclient-uninstalled"; return; }
+        dir=$(mktemp -d) || return
+        cp "$src/examples/vector_add.c" "$dir/app.c"
+        out=$(cd "$dir" && bash -euc "${block//\$PWD\/build/$build}" 2>&1) ||
+                { problem "README's uninstalled build fails: $out"; rm -rf "$dir"; return; }
+        "$cubed" --socket "$dir/s" --cache-dir "$dir/cache" >"$dir/log" 2>&1 &
+        pid=$!
+        for ((i = 0; i < 300; i++)); do
+                [ -S "$dir/s" ] && break
+                sleep 0.1
+        done
+        out=$(cd "$dir" && env -u LD_LIBRARY_PATH CUBE_SOCKET="$dir/s" ./a.out 2>&1) ||
+                problem "the program README's uninstalled build made does not run: $out"
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rm -rf "$dir"
+}
+
 # The commands cubectl's usage lists: two spaces, then a name, from
 # "Commands:" to "Options:".
 cubectl_commands() {
@@ -146,13 +194,16 @@ example() {
 # each `# key = value` of the example with the value `cubectl --json config`
 # reports, sizes read with their suffixes. The socket, the cache directory
 # and the comm directory follow the instance and the socket, and the example
-# shows them for cpu0; memory-limit 0 is the backend's own, 4G on cpu.
+# shows them for cpu0; memory-limit 0 is the backend's own, 4G on cpu. The
+# example configures the unit, so cubed runs as systemd starts it
+# (INVOCATION_ID set): poison-policy's default follows how it was started.
 defaults() {
         local dir pid i out r=0
         [ -x "$cubed" ] && [ -x "$cubectl_bin" ] || { problem "no cubed or cubectl to run"; return; }
         dir=$(mktemp -d) || return
         chmod 700 "$dir"
-        "$cubed" --socket "$dir/cpu0.sock" --cache-dir "$dir/cache" >"$dir/log" 2>&1 &
+        INVOCATION_ID=check-docs "$cubed" --socket "$dir/cpu0.sock" --cache-dir "$dir/cache" \
+                >"$dir/log" 2>&1 &
         pid=$!
         for ((i = 0; i < 300; i++)); do
                 out=$("$cubectl_bin" --socket "$dir/cpu0.sock" --json config 2>/dev/null) && break
@@ -197,6 +248,8 @@ case $check in
 render) render ;;
 config-keys) config_keys ;;
 cubed) cubed_options ;;
+readme) readme_options ;;
+uninstalled) uninstalled ;;
 cubectl) cubectl ;;
 example) example ;;
 defaults) defaults ;;

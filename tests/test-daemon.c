@@ -670,6 +670,45 @@ START_TEST(sigterm_under_valgrind_exits_clean_without_leaks)
 }
 END_TEST
 
+/* hello says what the reference's ServerUtilities says: a checksum of the
+ * properties, equal for equal properties across daemons and runs and
+ * different when they differ; the target compiled code depends on; and the
+ * transport between devices with the element types it reduces, or none. */
+START_TEST(hello_carries_the_properties_hash_target_and_device_transport)
+{
+        const char *same[] = { "--memory-limit", "64M", NULL };
+        const char *other[] = { "--memory-limit", "32M", "--transport", "none", NULL };
+        test_daemon d1, d2, d3;
+        cube_client *a, *b, *c;
+        uint64_t h;
+
+        ck_assert_int_eq(test_daemon_start(&d1, same), 0);
+        ck_assert_int_eq(test_daemon_start(&d2, same), 0);
+        ck_assert_int_eq(test_daemon_start(&d3, other), 0);
+        a = test_connect(d1.socket, "a");
+        b = test_connect(d2.socket, "b");
+        c = test_connect(d3.socket, "c");
+        h = cube_client_properties_hash(a);
+        ck_assert_uint_ne(h, 0);
+        ck_assert_uint_eq(cube_client_properties_hash(b), h);
+        ck_assert_uint_ne(cube_client_properties_hash(c), h);
+        ck_assert_uint_gt(strlen(cube_client_target(a)), 0);
+        ck_assert_str_eq(cube_client_target(a), cube_client_target(b));
+
+        ck_assert_ptr_nonnull(cube_client_device_transport(a));
+        ck_assert(cube_client_transport_reduces(a, CUBE_ELEM_F32));
+        ck_assert(cube_client_transport_reduces(a, CUBE_ELEM_I64));
+        ck_assert_ptr_null(cube_client_device_transport(c));
+        ck_assert(!cube_client_transport_reduces(c, CUBE_ELEM_F32));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d1, 10000), 0);
+        ck_assert_int_eq(test_daemon_stop(&d2, 10000), 0);
+        ck_assert_int_eq(test_daemon_stop(&d3, 10000), 0);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
         Suite *s = suite_create("daemon");
@@ -691,6 +730,7 @@ static Suite *daemon_suite(void)
         tcase_add_test(tc, a_client_killed_mid_write_leaves_no_memory);
         tcase_add_test(tc, the_default_socket_comes_from_the_environment);
         tcase_add_test(tc, cubectl_status_reports_the_daemon);
+        tcase_add_test(tc, hello_carries_the_properties_hash_target_and_device_transport);
         /* An ASan-built daemon cannot run under valgrind; the sanitizer run
          * checks leaks through LeakSanitizer instead, so the test is not
          * there to count as passed. */

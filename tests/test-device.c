@@ -360,7 +360,7 @@ START_TEST(a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout)
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "forever", &c));
         launch_and_expect_poison(c, test_kernel(c, test_forever_source, "forever"), "forever",
-                                 "kernel timeout", 1000 + 1000, false);
+                                 "the kernel timeout (--kernel-timeout 1 s)", 1000 + 1000, false);
         ck_assert(status_of(d.socket).poisoned);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);

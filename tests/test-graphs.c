@@ -680,6 +680,23 @@ END_TEST
 
 /* A failed replay leaves its write set carrying the failure, whether the
  * enqueue failed or the device did; a replay that lands repairs it. */
+/* bufs[0] made of in and an empty bufs[1], and a graph of one affine launch
+ * over them, captured after a warm-up run and synced. */
+static uint64_t capture_affine(cube_client *c, uint64_t k, const uint32_t *in, cube_handle *bufs)
+{
+        uint64_t g;
+
+        ck_ok(cube_create(c, in, BYTES, &bufs[0]));
+        ck_ok(cube_empty(c, BYTES, &bufs[1]));
+        ck_ok(cube_graph_prepare(c));
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
+        ck_ok(cube_begin_capture(c));
+        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
+        ck_ok(cube_end_capture(c, &g));
+        ck_ok(cube_sync(c, NULL, 0));
+        return g;
+}
+
 START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
 {
         cube_client *c = test_connect(D.socket, "taint");
@@ -690,14 +707,7 @@ START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
 
         for (uint32_t i = 0; i < N; i++)
                 in[i] = i;
-        ck_ok(cube_create(c, in, BYTES, &bufs[0]));
-        ck_ok(cube_empty(c, BYTES, &bufs[1]));
-        ck_ok(cube_graph_prepare(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_begin_capture(c));
-        test_launch_u32(c, over(k, bufs, test_affine_io, 2), NULL, 0);
-        ck_ok(cube_end_capture(c, &g));
-        ck_ok(cube_sync(c, NULL, 0));
+        g = capture_affine(c, k, in, bufs);
         ck_ok(cube_read(c, &bufs[1], got, BYTES));
 
         /* On the device: the replay is queued, and fails there. */
@@ -719,6 +729,87 @@ START_TEST(a_failed_replay_taints_its_write_set_until_one_lands)
         ck_ok(cube_replay(c, g));
         ck_ok(cube_sync(c, &bufs[1], 1));
         cube_disconnect(c);
+}
+END_TEST
+
+/* Skipped is an answer a caller gets: a replay whose input carries a
+ * failure does not run and answers ServerError::Skipped (its write set
+ * claims the failure, whose root a read names), and a profiling window
+ * holding it answers ProfileError::Server(Skipped). */
+START_TEST(a_replay_of_a_failed_input_answers_skipped)
+{
+        static const cube_buffer_io into_input[2] = { CUBE_BUFFER_READ_ONLY,
+                                                      CUBE_BUFFER_WRITE_ONLY };
+        cube_client *c = test_connect(D.socket, "skipped");
+        uint64_t k = test_kernel(c, test_affine_source, "affine"), g, t;
+        cube_handle bufs[2], backwards[2];
+        uint32_t in[N] = { 0 };
+        cube_error *e;
+
+        g = capture_affine(c, k, in, bufs);
+
+        /* The graph's input now carries a failure: a launch writing it is
+         * refused at enqueue. */
+        backwards[0] = bufs[1];
+        backwards[1] = bufs[0];
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_LAUNCH, CUBE_LAUNCH_UNKNOWN, "input fault", 0));
+        test_launch_u32(c, over(k, backwards, into_input, 2), NULL, 0);
+        ck_assert_ptr_nonnull(e = cube_check(c, &bufs[0], 1));
+        cube_error_free(e);
+
+        ck_ok(cube_start_profile(c, &t));
+        e = cube_replay(c, g);
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_SKIPPED, "the replay answered %s",
+                      e ? cube_error_message(e) : "nothing");
+        cube_error_free(e);
+        e = cube_end_profile(c, t, NULL);
+        ck_assert_msg(e && cube_error_kind_of(e) == CUBE_PROFILE_SERVER &&
+                      cube_error_kind_of(cube_error_source(e)) == CUBE_SERVER_SKIPPED,
+                      "the window answered %s", e ? cube_error_message(e) : "nothing");
+        cube_error_free(e);
+        cube_error_free(reason_has(cube_check(c, &bufs[1], 1), "input fault"));
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A create on a poisoned device is claimed by Io(DevicePoisoned), carrying
+ * the poison's reason: a check answers the poison itself, and the failure
+ * store holds the create's own report. */
+START_TEST(a_create_on_a_poisoned_device_is_io_device_poisoned)
+{
+        static const char *const args[] = { "--enable-fault-injection", "--poison-policy",
+                                             "reinit", "--poison-grace", "60", NULL };
+        const cube_error *u = NULL, *io;
+        cube_failure_info *v;
+        test_daemon d;
+        cube_client *c;
+        cube_handle h;
+        cube_error *e;
+        size_t n;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "late");
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_POISON, 0, "poisoned before the create", 0));
+        ck_ok(cube_empty(c, 4096, &h));
+        e = cube_check(c, &h, 1);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "the create reads as %s",
+                      e ? cube_error_message(e) : "fine");
+        cube_error_free(e);
+        ck_ok(cube_daemon_failures(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (v[i].session == cube_client_session(c))
+                        u = v[i].report;
+        ck_assert_ptr_nonnull(u);
+        ck_assert_int_eq(cube_error_kind_of(u), CUBE_SERVER_UNWRITTEN);
+        io = cube_error_source(u);
+        ck_assert_int_eq(cube_error_kind_of(io), CUBE_SERVER_IO);
+        ck_assert_int_eq(cube_error_kind_of(cube_error_source(io)), CUBE_IO_DEVICE_POISONED);
+        ck_assert(cube_error_is_device_poisoned(io));
+        ck_assert_msg(strstr(cube_error_message(io), "poisoned before the create"), "%s",
+                      cube_error_message(io));
+        cube_failures_free(v, n);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
 }
 END_TEST
 
@@ -870,6 +961,8 @@ static Suite *graphs_suite(void)
         tcase_add_test(graphs, a_new_page_inside_a_capture_is_forbidden_unless_warmed_up);
         tcase_add_test(graphs, a_failure_during_the_window_dooms_the_capture);
         tcase_add_test(graphs, a_failed_replay_taints_its_write_set_until_one_lands);
+        tcase_add_test(graphs, a_replay_of_a_failed_input_answers_skipped);
+        tcase_add_test(own, a_create_on_a_poisoned_device_is_io_device_poisoned);
         tcase_add_test(graphs, lifecycle_errors_say_what_was_wrong);
         tcase_add_test(graphs, destroy_during_a_replay_is_safe);
         tcase_add_test(graphs, a_session_dying_with_graphs_frees_their_pages);

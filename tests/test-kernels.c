@@ -1281,6 +1281,48 @@ START_TEST(f32_and_u32_scalars_arrive_where_the_layout_puts_them)
 }
 END_TEST
 
+/* One cube_info serves a loop of launches: each step resets it and adds its
+ * own scalars, and each launch reads exactly those, never the words of a
+ * step before (a stencil of many steps allocates it once). */
+START_TEST(one_cube_info_reset_between_launches_serves_them_all)
+{
+        enum { N = 256, STEPS = 5 };
+        float x[N], y[N];
+        cube_handle bufs[2], outs[STEPS];
+        cube_info *info = cube_info_new();
+        cube_client *c;
+        uint64_t k;
+
+        for (int i = 0; i < N; i++)
+                x[i] = (float) (i % 17) * 0.5f;
+        ck_ok(cube_connect(D.socket, "reset", &c));
+        k = test_kernel(c, affine_source, "affine");
+        ck_ok(cube_create(c, x, sizeof(x), &bufs[0]));
+        cube_info_reset(NULL);
+        for (int s = 0; s < STEPS; s++) {
+                ck_ok(cube_empty(c, sizeof(y), &outs[s]));
+                bufs[1] = outs[s];
+                cube_info_reset(info);
+                ck_assert_int_eq(cube_info_f32(info, (float) (s + 1)), 0);
+                ck_assert_int_eq(cube_info_f32(info, (float) s * 0.25f), 0);
+                ck_assert_int_eq(cube_info_u32(info, N), 0);
+                ck_assert_int_eq(cube_info_u32(info, 1), 0);
+                launch(c, (cube_launch) {
+                        .kernel = k, .cube_count = { N / 64, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                        .buffers = bufs, .n_buffers = 2, .info = info,
+                });
+        }
+        for (int s = 0; s < STEPS; s++) {
+                ck_ok(cube_read(c, &outs[s], y, sizeof(y)));
+                for (int i = 0; i < N; i++)
+                        ck_assert_msg(y[i] == x[i] * (float) (s + 1) + (float) s * 0.25f,
+                                      "step %d: y[%d] = %g", s, i, (double) y[i]);
+        }
+        cube_info_free(info);
+        cube_disconnect(c);
+}
+END_TEST
+
 /* Writes out every metadata word a kernel can reach, by the formulas of
  * docs/KERNELS.md: two buffers, two tensors of ranks 2 and 3, and an i64
  * and a u32 scalar in front of them all; then each tensor's rank. */
@@ -1345,6 +1387,118 @@ START_TEST(buffer_lengths_shapes_and_strides_follow_the_scalars)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Grid helpers: the reference's CubeCount, CubeCountSelection and CubeDim
+ * ------------------------------------------------------------------------- */
+
+START_TEST(the_grid_constructors_and_predicates_follow_the_reference)
+{
+        cube_dim3 d = cube_dim3_single();
+
+        ck_assert(d.x == 1 && d.y == 1 && d.z == 1);
+        d = cube_dim3_1d(7);
+        ck_assert(d.x == 7 && d.y == 1 && d.z == 1);
+        d = cube_dim3_2d(7, 3);
+        ck_assert(d.x == 7 && d.y == 3 && d.z == 1);
+        d = cube_dim3_3d(7, 3, 2);
+        ck_assert(d.x == 7 && d.y == 3 && d.z == 2);
+        ck_assert_uint_eq(cube_dim_num_elems(d), 42);
+        ck_assert(!cube_count_is_empty(d));
+        ck_assert(cube_count_is_empty(cube_dim3_3d(4, 0, 1)));
+        ck_assert(cube_count_is_empty(cube_dim3_1d(0)));
+        ck_assert(cube_dim_can_contain(cube_dim3_3d(8, 4, 2), cube_dim3_3d(8, 1, 2)));
+        ck_assert(!cube_dim_can_contain(cube_dim3_3d(8, 4, 2), cube_dim3_3d(9, 1, 1)));
+        ck_assert(!cube_dim_can_contain(cube_dim3_2d(64, 64), cube_dim3_3d(1, 1, 2)));
+}
+END_TEST
+
+/* CubeDim::new: one plane per core on a device with cores; a power of two
+ * of planes, at most 8, on one without; never past max_units_per_cube, and
+ * never empty. */
+START_TEST(cube_dim_new_sizes_a_cube_as_the_reference_does)
+{
+        cube_device_properties gpu = { .plane_size_max = 32, .max_units_per_cube = 1024 };
+        cube_device_properties cpu = { .plane_size_max = 1, .max_units_per_cube = 256,
+                                       .num_cpu_cores = 16 };
+        cube_dim3 d;
+
+        d = cube_dim_new(&gpu, 1u << 20);
+        ck_assert(d.x == 32 && d.y == 8 && d.z == 1);
+        d = cube_dim_new(&gpu, 100);            /* 100 / 32 = 3: 2 planes */
+        ck_assert(d.x == 32 && d.y == 2 && d.z == 1);
+        d = cube_dim_new(&gpu, 5);
+        ck_assert(d.x == 32 && d.y == 1);
+        gpu.max_units_per_cube = 64;            /* 2 planes at most */
+        d = cube_dim_new(&gpu, 1u << 20);
+        ck_assert(d.x == 32 && d.y == 2);
+        d = cube_dim_new(&cpu, 1000);
+        ck_assert(d.x == 1 && d.y == 16 && d.z == 1);
+        d = cube_dim_new(&cpu, 3);
+        ck_assert(d.x == 1 && d.y == 3);
+        d = cube_dim_new(&cpu, 0);
+        ck_assert(d.x == 1 && d.y == 1);
+}
+END_TEST
+
+/* CubeCountSelection: a count within the first dimension's limit is exact;
+ * one beyond it is spread into y (and z), exact when the halvings divide it,
+ * approximate with more cubes than asked otherwise. */
+START_TEST(cube_count_select_spreads_an_oversized_count)
+{
+        cube_device_properties p = { .max_cube_count = { 1000, 1000, 1000 } };
+        cube_count_selection s;
+
+        s = cube_count_select(&p, 999);
+        ck_assert(s.exact && s.count.x == 999 && s.count.y == 1 && s.count.z == 1);
+        ck_assert_uint_eq(s.num_cubes, 999);
+        s = cube_count_select(&p, 4000);
+        ck_assert(s.exact && s.count.x == 1000 && s.count.y == 4 && s.count.z == 1);
+        s = cube_count_select(&p, 4001);
+        ck_assert(!s.exact);
+        ck_assert(s.count.x <= 1000 && s.count.y <= 1000);
+        ck_assert_uint_eq(s.num_cubes, s.count.x * s.count.y * s.count.z);
+        ck_assert_uint_gt(s.num_cubes, 4001);
+        s = cube_count_select(&p, 0);
+        ck_assert(cube_count_is_empty(s.count) && s.exact);
+}
+END_TEST
+
+/* A count of cubes beyond the device's first dimension, launched as
+ * cube_count_select spreads it, runs every unit the caller asked for (the
+ * kernel checks its bounds) instead of being refused. */
+START_TEST(an_oversized_count_selected_by_the_helpers_runs)
+{
+        const cube_device_properties *p;
+        cube_count_selection s;
+        cube_launch l = { 0 };
+        cube_handle out;
+        cube_client *c;
+        uint32_t n, *got;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "grid", &c));
+        p = cube_client_properties(c);
+        n = p->max_cube_count[0] + 3;           /* one cube per unit, too many for x */
+        s = cube_count_select(p, n);
+        ck_assert(s.count.y > 1);
+        ck_ok(cube_empty(c, (uint64_t) n * sizeof(uint32_t), &out));
+        k = test_kernel(c, "KERNEL void mark(uint32_t *x, INFO) { uint64_t i = ABSOLUTE_POS;"
+                        " if (i < BUFFER_LEN(0)) x[i] = (uint32_t) i + 1; }", "mark");
+        l.kernel = k;
+        cube_launch_grid(&l, s.count, cube_dim3_single());
+        l.buffers = &out;
+        l.n_buffers = 1;
+        test_launch_u32(c, l, NULL, 0);
+        got = malloc((size_t) n * sizeof(uint32_t));
+        ck_assert_ptr_nonnull(got);
+        ck_ok(cube_read(c, &out, got, (uint64_t) n * sizeof(uint32_t)));
+        for (uint32_t i = 0; i < n; i++)
+                ck_assert_msg(got[i] == i + 1, "unit %u wrote %u", i, got[i]);
+        free(got);
+        cube_disconnect(c);
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
         Suite *s = suite_create("kernels");
@@ -1377,6 +1531,11 @@ static Suite *kernels_suite(void)
         tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);
         tcase_add_test(tc, a_launch_binding_the_wrong_number_of_buffers_fails_validation);
         tcase_add_test(tc, f32_and_u32_scalars_arrive_where_the_layout_puts_them);
+        tcase_add_test(tc, one_cube_info_reset_between_launches_serves_them_all);
+        tcase_add_test(tc, the_grid_constructors_and_predicates_follow_the_reference);
+        tcase_add_test(tc, cube_dim_new_sizes_a_cube_as_the_reference_does);
+        tcase_add_test(tc, cube_count_select_spreads_an_oversized_count);
+        tcase_add_test(tc, an_oversized_count_selected_by_the_helpers_runs);
         tcase_add_test(tc, buffer_lengths_shapes_and_strides_follow_the_scalars);
         suite_add_tcase(s, tc);
         return s;

@@ -310,7 +310,7 @@ static char **child_env(const char *notify, const char *const *extra)
 {
         static const char *const drop[] = { "NOTIFY_SOCKET=", "LISTEN_FDS=", "LISTEN_PID=",
                                             "LISTEN_FDNAMES=", "WATCHDOG_USEC=",
-                                            "WATCHDOG_PID=", NULL };
+                                            "WATCHDOG_PID=", "INVOCATION_ID=", NULL };
         size_t n = 0, k = 0;
         char **env;
 
@@ -348,7 +348,7 @@ static void free_env(char **env)
  * The child dies with the test process. */
 static void proc_exec(daemon_proc *p, const char *const *argv, const char *const *env)
 {
-        char **envp = child_env(p->notify, env);
+        char **envp = child_env(p->notify[0] ? p->notify : NULL, env);
         int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
         ck_assert_int_ge(log, 0);
@@ -627,15 +627,33 @@ static void round_trip(cube_client *c, size_t n, uint64_t seed)
         free(back);
 }
 
+/* Connects to p's socket once something listens there, retrying while it
+ * does not (p must not exit meanwhile). */
+static cube_client *connect_when_listening(daemon_proc *p, const char *name)
+{
+        long deadline = test_now_ms() + test_scaled_ms(10000);
+        cube_client *c = NULL;
+        cube_error *e = NULL;
+
+        while (!path_exists(p->socket) || (e = cube_connect(p->socket, name, &c))) {
+                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p->socket,
+                              e ? cube_error_message(e) : "no socket");
+                ck_assert_int_eq(proc_wait_exit(p, 0), -2);
+                cube_error_free(e);
+                e = NULL;
+                usleep(10000);
+        }
+        return c;
+}
+
 START_TEST(socket_activation)
 {
         daemon_proc p;
         char notify_env[128], mainpid[32], *ready;
         const char *bin = getenv("CUBED_BIN");
-        cube_client *c = NULL;
-        cube_error *e = NULL;
+        cube_client *c;
         cube_status st;
-        long deadline, r;
+        long r;
 
         proc_init(&p);
         snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", p.notify);
@@ -646,17 +664,7 @@ START_TEST(socket_activation)
 
         /* The daemon is executed on the first connection, so connect first;
          * retry while systemd-socket-activate has yet to listen. */
-        deadline = test_now_ms() + test_scaled_ms(10000);
-        for (;;) {
-                if (path_exists(p.socket) && !(e = cube_connect(p.socket, "activated", &c)))
-                        break;
-                ck_assert_msg(test_now_ms() < deadline, "could not connect to %s: %s", p.socket,
-                              e ? cube_error_message(e) : "no socket");
-                ck_assert_int_eq(proc_wait_exit(&p, 0), -2);
-                cube_error_free(e);
-                e = NULL;
-                usleep(10000);
-        }
+        c = connect_when_listening(&p, "activated");
         round_trip(c, 100000, 1);
         ck_ok(cube_daemon_status(c, &st));
         ck_assert_str_eq(st.service, cube_client_service(c));
@@ -1045,6 +1053,60 @@ START_TEST(poison_policy_exit_ends_with_status_3)
 }
 END_TEST
 
+/* The poison policy cubed runs with when none is given: started as
+ * start_daemon does (with NOTIFY_SOCKET), or with notify false and no
+ * NOTIFY_SOCKET at all, plus env. */
+static char *default_poison_policy(bool notify, const char *const *env)
+{
+        daemon_proc p;
+        cube_config_entry *v;
+        cube_client *c;
+        char *policy = NULL;
+        size_t n;
+
+        proc_init(&p);
+        if (notify) {
+                start_daemon(&p, NULL, env);
+        } else {
+                const char *args[] = { "--socket", p.socket, "--cache-dir", p.cache, NULL };
+                p.notify[0] = '\0';
+                proc_spawn_cubed(&p, args, env);
+        }
+        c = connect_when_listening(&p, "policy");
+        ck_ok(cube_daemon_config(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].key, "poison-policy") == 0) {
+                        ck_assert_str_eq(v[i].source, "default");
+                        policy = strdup(v[i].value);
+                }
+        free(v);
+        cube_disconnect(c);
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
+        proc_done(&p);
+        ck_assert_ptr_nonnull(policy);
+        return policy;
+}
+
+/* A daemon run by hand has no service manager to start it again after a
+ * fault, so its default policy brings the device up in place; under systemd
+ * (NOTIFY_SOCKET or INVOCATION_ID in its environment) it exits. */
+START_TEST(the_default_poison_policy_follows_how_cubed_was_started)
+{
+        static const char *const invocation[] = { "INVOCATION_ID=0123456789abcdef", NULL };
+        char *policy;
+
+        policy = default_poison_policy(false, NULL);
+        ck_assert_str_eq(policy, "reinit");
+        free(policy);
+        policy = default_poison_policy(false, invocation);
+        ck_assert_str_eq(policy, "exit");
+        free(policy);
+        policy = default_poison_policy(true, NULL);
+        ck_assert_str_eq(policy, "exit");
+        free(policy);
+}
+END_TEST
+
 /* A session that never asks again does not keep a poisoned daemon alive. */
 START_TEST(poison_policy_exit_does_not_wait_for_a_silent_session)
 {
@@ -1252,6 +1314,84 @@ static bool has_stream_row(const char *text, uint64_t session, uint64_t stream)
         }
         return false;
 }
+
+/* The kernel cache directory's artifacts, as another client sees them,
+ * asserting there is exactly one, of the affine kernel. */
+static cube_cache_artifact the_stored_affine(const char *socket)
+{
+        cube_cache_artifact *v, a;
+        cube_client *w;
+        struct timespec now;
+        size_t n;
+
+        ck_ok(cube_connect(socket, "watcher", &w));
+        ck_ok(cube_daemon_cache_artifacts(w, &v, &n));
+        ck_assert_uint_eq(n, 1);
+        a = v[0];
+        free(v);
+        cube_disconnect(w);
+        ck_assert_str_eq(a.entry, "affine");
+        ck_assert_str_eq(a.backend, "cpu");
+        ck_assert_uint_eq(strlen(a.hash), 64);
+        ck_assert_uint_eq(strspn(a.source_hash, "0123456789abcdef"), 64);
+        ck_assert_str_ne(a.source_hash, a.hash);
+        ck_assert_uint_gt(a.bytes, 64);
+        clock_gettime(CLOCK_REALTIME, &now);
+        ck_assert(a.used_at > (double) now.tv_sec - 600 && a.used_at < (double) now.tv_sec + 5);
+        return a;
+}
+
+/* Once every session that registered a kernel has ended, the live cache
+ * lists nothing, but cubectl kernels still shows what the directory holds:
+ * the artifact's key, its source's digest, its entry point, backend, size
+ * and last use; and a daemon started later on the same directory shows the
+ * same. */
+START_TEST(cubectl_kernels_shows_the_artifacts_on_disk_after_the_sessions_end)
+{
+        const char *kernels[] = { "kernels", NULL }, *json[] = { "--json", "kernels", NULL };
+        output *o = calloc(1, sizeof(*o));
+        cube_cache_artifact first, again;
+        daemon_proc p, q;
+        cube_kernel_info *live;
+        cube_client *c;
+        char short_hash[13];
+        size_t n;
+
+        proc_init(&p);
+        start_daemon(&p, NULL, NULL);
+        ck_ok(cube_connect(p.socket, "compiler", &c));
+        ck_ok(test_affine_try(c, test_kernel(c, test_affine_source, "affine"), 64));
+        cube_disconnect(c);
+
+        ck_ok(cube_connect(p.socket, "watcher", &c));
+        ck_ok(cube_daemon_kernels(c, &live, &n));
+        free(live);
+        ck_assert_uint_eq(n, 0);
+        cube_disconnect(c);
+        first = the_stored_affine(p.socket);
+        snprintf(short_hash, sizeof(short_hash), "%.12s", first.hash);
+        cubectl(o, p.socket, kernels);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, short_hash) &&
+                      strstr(o->out, "affine") && strstr(o->out, "LAST USE"),
+                      "cubectl kernels does not show the artifact %s", short_hash);
+        cubectl(o, p.socket, json);
+        ck_assert_out(o, o->status == 0 && strstr(o->out, "\"stored\":[{") &&
+                      strstr(o->out, first.source_hash), "cubectl --json kernels has no stored");
+        ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
+
+        const char *same_cache[] = { "--cache-dir", p.cache, NULL };
+        proc_init(&q);
+        start_daemon(&q, same_cache, NULL);
+        again = the_stored_affine(q.socket);
+        ck_assert_str_eq(again.hash, first.hash);
+        ck_assert_str_eq(again.source_hash, first.source_hash);
+        ck_assert_uint_eq(again.bytes, first.bytes);
+        ck_assert_int_eq(proc_stop(&q, test_scaled_ms(10000)), 0);
+        proc_done(&q);
+        proc_done(&p);
+        free(o);
+}
+END_TEST
 
 START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
 {
@@ -2351,11 +2491,13 @@ int main(void)
         tcase_add_test(config, a_socket_directory_others_may_write_is_refused);
         tcase_add_test(config, a_socket_in_use_names_its_owner);
         tcase_add_test(poison, poison_policy_exit_ends_with_status_3);
+        tcase_add_test(poison, the_default_poison_policy_follows_how_cubed_was_started);
         tcase_add_test(poison, poison_policy_exit_does_not_wait_for_a_silent_session);
         tcase_add_test(poison, poison_policy_reinit_serves_a_new_device);
         tcase_add_test(poison, a_poisoned_device_is_reported_during_the_grace);
         tcase_add_test(poison, a_tenant_that_poisons_again_and_again_is_refused);
         tcase_add_test(ctl, cubectl_shows_sessions_memory_streams_and_metrics);
+        tcase_add_test(ctl, cubectl_kernels_shows_the_artifacts_on_disk_after_the_sessions_end);
         tcase_add_test(ctl, cubectl_kill_session);
         tcase_add_test(ctl, metrics_counters_never_go_down);
         tcase_add_test(ctl, post_mortem_of_an_ended_session);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "errors.h"
@@ -776,7 +777,8 @@ static bool doc_quotes(const char *norm, const char *text)
 
 /* Packs a request or notification whose params follow fmt: u (uint64_t),
  * s (a string), n (nil), b (a bool, as int), h (a cube_handle *), l (a list
- * of one handle, a cube_handle *), e (an empty list). */
+ * of one handle, a cube_handle *), e (an empty list), y (a bin: a const void *
+ * then its length, a size_t). */
 static void send_fmt(int fd, bool request, uint32_t msgid, const char *method, const char *fmt,
                      ...)
 {
@@ -794,6 +796,7 @@ static void send_fmt(int fd, bool request, uint32_t msgid, const char *method, c
         for (const char *f = fmt; *f; f++) {
                 const cube_handle *h;
                 const char *str;
+                size_t n;
                 switch (*f) {
                 case 'u':
                         msgpack_pack_uint64(&pk, va_arg(ap, uint64_t));
@@ -814,6 +817,12 @@ static void send_fmt(int fd, bool request, uint32_t msgid, const char *method, c
                         break;
                 case 'e':
                         msgpack_pack_array(&pk, 0);
+                        break;
+                case 'y':
+                        str = va_arg(ap, const char *);
+                        n = va_arg(ap, size_t);
+                        msgpack_pack_bin(&pk, n);
+                        msgpack_pack_bin_body(&pk, str, n);
                         break;
                 case 'l':
                         msgpack_pack_array(&pk, 1);
@@ -1021,6 +1030,277 @@ START_TEST(refusals_read_as_the_document_quotes_them)
 }
 END_TEST
 
+/* ---- what the documents say the daemon does --------------------------------
+ *
+ * Each test below provokes one behaviour a document describes and holds the
+ * daemon's answer against the document's words: the variant a failure
+ * arrives as, the size an error carries, what a profiling window reports,
+ * which streams a call waits for, and what a failed build leaves behind. */
+
+/* A file of the source tree with every run of white space made one space. */
+static char *normalized_file(const char *rel)
+{
+        char *text = source_file(rel), *o = text;
+
+        for (const char *p = text; *p; p++) {
+                if (*p == ' ' || *p == '\n' || *p == '\t') {
+                        if (o == text || o[-1] != ' ')
+                                *o++ = ' ';
+                } else {
+                        *o++ = *p;
+                }
+        }
+        *o = '\0';
+        return text;
+}
+
+/* The root of the one Unwritten report e holds (Several of one), or NULL. */
+static const cube_error *unwritten_root(const cube_error *e)
+{
+        if (!e || cube_error_kind_of(e) != CUBE_SERVER_SEVERAL || cube_error_count(e) != 1)
+                return NULL;
+        e = cube_error_at(e, 0);
+        if (cube_error_kind_of(e) != CUBE_SERVER_UNWRITTEN)
+                return NULL;
+        return cube_error_source(e);
+}
+
+/* 5.11: a build that fails on the cache directory is the variant the section
+ * names for it. The digest's name is taken by a directory, so the compiled
+ * artifact cannot be sealed there. */
+START_TEST(a_cache_directory_failure_is_the_variant_5_11_names)
+{
+        char *norm = normalized_doc(), *sec = strstr(norm, "### 5.11 launch");
+        cube_kernel_info *v;
+        const cube_error *root;
+        char path[512];
+        test_daemon d;
+        cube_error *e;
+        cube_client *c;
+        uint64_t kernel;
+        size_t n;
+
+        ck_assert_ptr_nonnull(sec);
+        ck_assert_msg(strstr(sec, "`Io(Unknown{description})` for the cache directory"),
+                      "5.11 no longer names Io(Unknown) for the cache directory");
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        c = test_connect(d.socket, "cache-dir");
+        kernel = test_kernel(c, test_affine_source, "affine");
+        ck_ok(cube_daemon_kernels(c, &v, &n));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_str_eq(v[0].backend, "cpu");
+        snprintf(path, sizeof(path), "%s/%s.ocl.sha256", d.cache, v[0].hash);
+        free(v);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+
+        e = test_affine_try(c, kernel, 64);
+        root = unwritten_root(e);
+        ck_assert_msg(root && cube_error_kind_of(root) == CUBE_SERVER_IO &&
+                      cube_error_kind_of(cube_error_source(root)) == CUBE_IO_UNKNOWN,
+                      "a cache directory failure reads as %s, where 5.11 says Io(Unknown)",
+                      e ? cube_error_message(e) : "nothing");
+        ck_assert(!cube_error_is_refusal(root));
+        cube_error_free(e);
+
+        /* Not the kernel's fault: once the directory is mended, the next
+         * launch builds it again. */
+        ck_assert_int_eq(rmdir(path), 0);
+        ck_ok(test_affine_try(c, kernel, 64));
+        cube_disconnect(c);
+        free(norm);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* 5.3: the size an IoError of a create carries is the size asked, not the
+ * page the daemon would have taken for it. */
+START_TEST(a_create_on_a_full_device_carries_the_size_asked)
+{
+        const char *args[] = { "--memory-limit", "64M", NULL };
+        const cube_error *root;
+        cube_handle a, b, small;
+        test_daemon d;
+        cube_error *e;
+        cube_client *c;
+
+        ck_assert_ptr_nonnull(strstr(doc, "`Io(OutOfMemory{size})`: the device is full now"));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "full");
+        a = test_empty(c, 40 << 20);
+        b = test_empty(c, 24 << 20);
+        ck_ok(cube_check(c, &a, 1));
+        ck_ok(cube_check(c, &b, 1));
+        small = test_empty(c, 100);
+        e = cube_check(c, &small, 1);
+        root = unwritten_root(e);
+        ck_assert_msg(root && cube_error_kind_of(cube_error_source(root)) ==
+                      CUBE_IO_OUT_OF_MEMORY, "a create on a full device reads as %s",
+                      e ? cube_error_message(e) : "nothing");
+        ck_assert_uint_eq(cube_error_size(cube_error_source(root)), 100);
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* The next answer on fd, whose result or error the caller reads. */
+static void next_answer(int fd, msgpack_unpacked *up, cube__envelope *env)
+{
+        const char *why;
+
+        ck_assert_int_eq(raw_recv(fd, up, test_scaled_ms(5000)), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up->data, env, &why), 0);
+        ck_assert_int_eq(env->type, CUBE__MSG_RESPONSE);
+}
+
+/* 5.16: a write the daemon refuses when it handles it (its length is not the
+ * handle's) is a failure inside the window, answered as Server(...), never
+ * hidden behind NotMeasured. */
+START_TEST(a_refused_write_inside_a_window_is_its_answer)
+{
+        static const char four[4] = { 1, 2, 3, 4 };
+        uint64_t nonce, session, token;
+        msgpack_unpacked up;
+        cube__envelope env;
+        cube_error *e = NULL;
+        test_daemon d;
+        int fd;
+
+        ck_assert_ptr_nonnull(strstr(doc, "`Server(ServerError)`: any other failure inside the "
+                                     "window (`Skipped`,\n    a failed write"));
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        fd = raw_connect(d.socket);
+        raw_greet(fd, &nonce, &session);
+        raw_send_create(fd, session << 40 | 1, 16);
+        send_fmt(fd, true, 2, "start_profile", "ub", (uint64_t) 1, 0);
+        next_answer(fd, &up, &env);
+        ck_assert(env.error->type == MSGPACK_OBJECT_NIL);
+        ck_assert(cube__obj_u64(env.result, &token));
+        msgpack_unpacked_destroy(&up);
+        send_fmt(fd, false, 0, "write", "uhy", (uint64_t) 1, &(cube_handle) {
+                 .service = nonce, .memory = session << 40 | 1 }, four, sizeof(four));
+        send_fmt(fd, true, 3, "end_profile", "uu", (uint64_t) 1, token);
+        next_answer(fd, &up, &env);
+        ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_PROFILE, &e), 0);
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(cube_error_kind_of(e) == CUBE_PROFILE_SERVER &&
+                      cube_error_kind_of(cube_error_source(e)) == CUBE_SERVER_VALIDATION,
+                      "a window holding a refused write answers %s, where 5.16 says "
+                      "Server(...)", cube_error_message(e));
+        cube_error_free(e);
+        close(fd);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* Which streams a description says a call waits for: 'E' every stream of
+ * the session, 'T' the calling thread's alone, 0 neither. */
+static char stream_scope(const char *text, size_t len)
+{
+        char *t = strndup(text, len);
+        char scope = 0;
+
+        ck_assert_ptr_nonnull(t);
+        if (strstr(t, "every stream") || strstr(t, "every one of its streams"))
+                scope = 'E';
+        else if (strstr(t, "calling thread's stream"))
+                scope = 'T';
+        free(t);
+        return scope;
+}
+
+/* README's table of calls and cube.h's comment on each say the same of
+ * which streams the call covers. */
+START_TEST(readme_and_cube_h_agree_on_the_streams_a_call_covers)
+{
+        char *readme = normalized_file("README.md"), *header = source_file("include/cube.h");
+        size_t compared = 0;
+
+        for (const char *row = strstr(readme, "| `cube_"); row; row = strstr(row + 1, "| `cube_")) {
+                const char *name = row + 3, *paren = strchr(name, '('), *end = strstr(row, " |");
+                const char *row_end = strstr(end ? end + 2 : row, " | ");
+                char decl[96];
+
+                if (!paren || paren - name > 60 || !end || !row_end)
+                        continue;
+                snprintf(decl, sizeof(decl), "*%.*s(", (int) (paren - name), name);
+                const char *at = strstr(header, decl);
+                if (!at) {
+                        decl[0] = ' ';
+                        at = strstr(header, decl);
+                }
+                if (!at)
+                        continue;
+                /* The comment just before the declaration. */
+                const char *close = NULL;
+                for (const char *q = at; q > header + 1; q--)
+                        if (q[-2] == '*' && q[-1] == '/') {
+                                close = q;
+                                break;
+                        }
+                if (!close || at - close > 40)
+                        continue;
+                const char *open = close;
+                while (open > header + 1 && !(open[-2] == '/' && open[-1] == '*'))
+                        open--;
+                char doc_scope = stream_scope(row, (size_t) (row_end - row));
+                char header_scope = stream_scope(open, (size_t) (close - open));
+                if (!doc_scope || !header_scope)
+                        continue;
+                compared++;
+                ck_assert_msg(doc_scope == header_scope, "README and cube.h disagree on the "
+                              "streams %.*s covers", (int) (paren - name), name);
+        }
+        ck_assert_uint_ge(compared, 1);
+        free(readme);
+        free(header);
+}
+END_TEST
+
+/* KERNELS.md on failed builds: the daemon remembers only a failure the
+ * source caused; one outside it (here an injected killed compiler) is
+ * built again by the next launch, and the document says so. */
+START_TEST(a_build_failure_outside_the_source_is_retried_as_kernels_md_says)
+{
+        const char *args[] = { "--enable-fault-injection", NULL };
+        char *kernels = normalized_file("docs/KERNELS.md");
+        const cube_error *root;
+        test_daemon d;
+        cube_error *e;
+        cube_client *c;
+        uint64_t kernel;
+
+        for (const char *p = strstr(kernels, "remembered"); p; p = strstr(p + 1, "remembered")) {
+                const char *start = p, *stop = strstr(p, "- ");
+                while (start > kernels && !(start[0] == '-' && start[1] == ' '))
+                        start--;
+                if (!stop)
+                        stop = p + strlen(p);
+                char *item = strndup(start, (size_t) (stop - start));
+                ck_assert_ptr_nonnull(item);
+                if (strstr(item, "compile") || strstr(item, "build"))
+                        ck_assert_msg(strstr(item, "builds it again") != NULL,
+                                      "KERNELS.md says a failed build is remembered without "
+                                      "saying which failures are built again: %s", item);
+                free(item);
+        }
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "retry");
+        kernel = test_kernel(c, test_affine_source, "affine");
+        ck_ok(cube_debug_inject(c, CUBE_FAULT_COMPILE, CUBE_LAUNCH_UNKNOWN,
+                                "the compiler was killed", 0));
+        e = test_affine_try(c, kernel, 64);
+        root = unwritten_root(e);
+        ck_assert_msg(root && cube_error_kind_of(root) == CUBE_SERVER_LAUNCH,
+                      "the injected build failure reads as %s", e ? cube_error_message(e) : "nothing");
+        cube_error_free(e);
+        ck_ok(test_affine_try(c, kernel, 64));
+        cube_disconnect(c);
+        free(kernels);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("protocol-doc");
@@ -1036,6 +1316,11 @@ static Suite *suite(void)
         tcase_add_test(tc, every_key_cubed_sends_is_documented);
         tcase_add_test(tc, the_keys_of_bans_are_documented);
         tcase_add_test(tc, refusals_read_as_the_document_quotes_them);
+        tcase_add_test(tc, a_cache_directory_failure_is_the_variant_5_11_names);
+        tcase_add_test(tc, a_create_on_a_full_device_carries_the_size_asked);
+        tcase_add_test(tc, a_refused_write_inside_a_window_is_its_answer);
+        tcase_add_test(tc, readme_and_cube_h_agree_on_the_streams_a_call_covers);
+        tcase_add_test(tc, a_build_failure_outside_the_source_is_retried_as_kernels_md_says);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cubectl.h"
 
@@ -157,6 +158,8 @@ typedef struct kernels_shown {
         cube_kernel_info *kernels;
         size_t n;
         cube_kernel_cache cache;
+        cube_cache_artifact *stored;    /* what the directory holds, live or not */
+        size_t n_stored;
 } kernels_shown;
 
 typedef __typeof__(((cube_kernel_cache *) 0)->evicted[0]) evicted_artifact;
@@ -191,6 +194,40 @@ static const field evicted_fields[] = {
 };
 static const view evicted_view = VIEW(evicted_artifact, evicted_fields, .indent = "  evicted ");
 
+/* How long ago an artifact was last written or loaded. */
+static value last_use(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        const cube_cache_artifact *a = row;
+        struct timespec now;
+        double ago;
+
+        clock_gettime(CLOCK_REALTIME, &now);
+        ago = (double) now.tv_sec + (double) now.tv_nsec / 1e9 - a->used_at;
+        if (ago < 0)
+                ago = 0;
+        if (ago < 120)
+                snprintf(buf, cap, "%.0f s ago", ago);
+        else if (ago < 7200)
+                snprintf(buf, cap, "%.0f min ago", ago / 60);
+        else if (ago < 172800)
+                snprintf(buf, cap, "%.0f h ago", ago / 3600);
+        else
+                snprintf(buf, cap, "%.0f days ago", ago / 86400);
+        return (value) { .s = buf };
+}
+
+static const field stored_fields[] = {
+        { "hash", "ARTIFACT", TEXT(cube_cache_artifact, hash), .width = -12, .max = 12 },
+        { "source_hash", "SOURCE", TEXT(cube_cache_artifact, source_hash), .width = -12,
+          .max = 12 },
+        { "entry", "ENTRY", TEXT(cube_cache_artifact, entry), .width = -20 },
+        { "backend", "BACKEND", TEXT(cube_cache_artifact, backend), .width = -7 },
+        { "bytes", "BYTES", U64(cube_cache_artifact, bytes), .width = 10 },
+        { "used_at", NULL, F64(cube_cache_artifact, used_at) },
+        { NULL, "LAST USE", .kind = FIELD_TEXT, .get = last_use, .width = -12 },
+};
+static const view stored_view = VIEW(cube_cache_artifact, stored_fields, .header = true);
+
 /* The disk cache in a sentence: its size against its limit, its evictions. */
 static value cache_line(const void *row, const void *ctx, char *buf, size_t cap)
 {
@@ -223,6 +260,7 @@ static const view cache_view = VIEW(cube_kernel_cache, cache_fields);
 static const field kernels_fields[] = {
         { "kernels", "", ROWS(kernels_shown, kernels, n, kernel_view) },
         { "cache", "", OBJECT(kernels_shown, cache, cache_view) },
+        { "stored", "", ROWS(kernels_shown, stored, n_stored, stored_view) },
 };
 static const view kernels_view = VIEW(kernels_shown, kernels_fields);
 
@@ -233,12 +271,14 @@ int cmd_kernels(cube_client *c, bool json, const char *arg)
 
         if (e)
                 return report("kernels", e);
-        if ((e = cube_daemon_kernel_cache(c, &k.cache))) {
+        if ((e = cube_daemon_kernel_cache(c, &k.cache)) ||
+            (e = cube_daemon_cache_artifacts(c, &k.stored, &k.n_stored))) {
                 free(k.kernels);
                 return report("kernels", e);
         }
         print_record(&kernels_view, &k, c, json);
         free(k.kernels);
+        free(k.stored);
         return EXIT_OK;
 }
 

@@ -173,8 +173,10 @@ static void *monitor_thread(void *arg)
                                 running_what(d, seq, what, sizeof(what));
                                 snprintf(d->timeout_reason, sizeof(d->timeout_reason),
                                          "%s ran longer than the kernel timeout "
-                                         "(%.3g s); the CPU device process was stopped",
-                                         what, (double) d->config.kernel_timeout_ms / 1000.0);
+                                         "(--kernel-timeout %.3g s); the CPU device process "
+                                         "was stopped (a kernel this long needs a larger "
+                                         "--kernel-timeout, 0: no limit)", what,
+                                         (double) d->config.kernel_timeout_ms / 1000.0);
                                 pthread_mutex_unlock(&d->post_lock);
                                 kill(d->pid, SIGKILL);
                         } else if (now < since + timeout_ns) {

@@ -13,10 +13,11 @@ from ._cube import ffi as _ffi, lib as _lib
 from .errors import *                  # noqa: F401,F403 (the taxonomy)
 from .errors import __all__ as _errors_all
 from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, LaunchMode,
-                     BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64)
+                     BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64,
+                     count_is_empty, num_elems, can_contain)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
-                    StreamInfo, KernelInfo, KernelCache, EvictedArtifact, FailureInfo, Status,
-                    ProfileReport, CaptureInfo, CommInfo)
+                    StreamInfo, KernelInfo, KernelCache, EvictedArtifact, CacheArtifact,
+                    CountSelection, FailureInfo, Status, ProfileReport, CaptureInfo, CommInfo)
 from .comms import Group, Reduction, ComputeWait, ElemType, comm_init_all
 from .profiling import ProfileWindow
 from .graphs import Graph, Capture
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = list(_errors_all) + [
     "Client", "Stream", "Buffer", "Tensor", "Region", "Kernel", "Launch", "LaunchMode",
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
+    "count_is_empty", "num_elems", "can_contain", "CacheArtifact", "CountSelection",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",
     "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
     "CommInfo", "Group", "Reduction", "ComputeWait", "ElemType", "comm_init_all",

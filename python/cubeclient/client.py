@@ -163,6 +163,26 @@ def _dims(v, what):
     return t + (1,) * (3 - len(t))
 
 
+def _dim3(v, what):
+    x, y, z = _dims(v, what)
+    return ffi.new("cube_dim3 *", (x, y, z))[0]
+
+
+def count_is_empty(count):
+    """Whether a static cube count dispatches nothing (a zero anywhere)."""
+    return bool(lib.cube_count_is_empty(_dim3(count, "count")))
+
+
+def num_elems(dim):
+    """The units of a cube: x * y * z."""
+    return int(lib.cube_dim_num_elems(_dim3(dim, "dim")))
+
+
+def can_contain(dim, other):
+    """Whether dim is at least other in every dimension."""
+    return bool(lib.cube_dim_can_contain(_dim3(dim, "dim"), _dim3(other, "other")))
+
+
 class Client:
     """A connection to a cubed: ``Client(socket=None, name=None)``.
 
@@ -252,6 +272,40 @@ class Client:
         return views.from_struct(views.DeviceProperties, lib.cube_client_properties(self._cp()))
 
     @property
+    def properties_hash(self):
+        """A stable checksum of the device properties, to key tuning results by."""
+        return int(lib.cube_client_properties_hash(self._cp()))
+
+    @property
+    def target(self):
+        """What compiled code depends on: compiler, version, machine, options."""
+        return ffi.string(lib.cube_client_target(self._cp())).decode()
+
+    @property
+    def device_transport(self):
+        """(name, frozenset of the ElemTypes it reduces), or None when the
+        daemon has no transport between devices."""
+        c = self._cp()
+        name = lib.cube_client_device_transport(c)
+        if name == NULL:
+            return None
+        return (ffi.string(name).decode(),
+                frozenset(t for t in comms.ElemType if lib.cube_client_transport_reduces(c, t)))
+
+    def cube_dim(self, working_units):
+        """The reference's CubeDim::new for this device: (x, y, z)."""
+        d = lib.cube_dim_new(lib.cube_client_properties(self._cp()), int(working_units))
+        return (d.x, d.y, d.z)
+
+    def count_select(self, num_cubes):
+        """The reference's CubeCountSelection: num_cubes spread over the
+        device's max_cube_count. exact is False when more cubes run than
+        asked (the kernel checks its bounds)."""
+        s = lib.cube_count_select(lib.cube_client_properties(self._cp()), int(num_cubes))
+        return views.CountSelection(count=(s.count.x, s.count.y, s.count.z),
+                                    exact=bool(s.exact), num_cubes=s.num_cubes)
+
+    @property
     def limits(self):
         return views.from_struct(views.ProtocolLimits, lib.cube_client_limits(self._cp()))
 
@@ -331,8 +385,9 @@ class Client:
         return out
 
     def sync(self, buffers=(), *, stream=None):
-        """Waits for all work on the stream, then answers for the buffers as a
-        read would (none: the barrier and device faults only)."""
+        """Waits for all work the session queued, on every one of its streams,
+        then answers for the buffers as a read would (none: the barrier and
+        device faults only)."""
         hs, n = _handles(buffers)
         check(lib.cube_sync(self._enter(stream), hs, n))
 
@@ -533,6 +588,12 @@ class Client:
 
     def kernels(self):
         return self._array(lib.cube_daemon_kernels, "cube_kernel_info", views.KernelInfo)
+
+    def cache_artifacts(self):
+        """The artifacts the kernel cache directory holds, live or not (to
+        root and the daemon's user; anyone else gets none)."""
+        return self._array(lib.cube_daemon_cache_artifacts, "cube_cache_artifact",
+                           views.CacheArtifact)
 
     def kernel_cache(self):
         """The disk cache: its size and limit, and what was evicted."""
@@ -879,7 +940,7 @@ class Kernel:
 class Launch:
     """A launch whose cube_launch is built once; calling it launches it."""
 
-    __slots__ = ("client", "kernel", "buffers", "_l", "_keep")
+    __slots__ = ("client", "kernel", "buffers", "_l", "_keep", "_info")
 
     def __init__(self, kernel, count, dim, buffers, scalars, lengths, tensors, io, mode):
         client = kernel.client
@@ -910,33 +971,54 @@ class Launch:
             a = ffi.new("cube_buffer_io[]", [int(x) for x in io])
             l.io = a
             keep.append(a)
-        if lengths is None:
-            if n and all(b.dtype is not None for b in self.buffers):
-                lengths = [b.nbytes // b.dtype.itemsize for b in self.buffers]
-            else:
-                lengths = ()
-        if scalars or lengths or tensors:
-            info = ffi.gc(lib.cube_info_new(), lib.cube_info_free)
-            if info == NULL:
-                raise MemoryError
-            for v in scalars:
-                g, v = _scalar_group(v)
-                if _INFO_ADD[g](info, v):
-                    raise MemoryError
-            for v in lengths:
-                if lib.cube_info_buffer_len(info, int(v)):
-                    raise MemoryError
-            for shape, strides in tensors:
-                if len(shape) != len(strides):
-                    raise ValueError("a tensor's shape and strides have the same rank")
-                if lib.cube_info_tensor(info, len(shape), [int(x) for x in shape],
-                                        [int(x) for x in strides]):
-                    raise MemoryError
-            l.info = info
-            keep.append(info)
+        lengths = self._lengths(lengths)
         l.mode = int(mode)
         self._l = l
         self._keep = keep
+        self._info = None
+        self._fill(scalars, lengths, tensors)
+
+    def _lengths(self, lengths):
+        if lengths is not None:
+            return lengths
+        if self.buffers and all(b.dtype is not None for b in self.buffers):
+            return [b.nbytes // b.dtype.itemsize for b in self.buffers]
+        return ()
+
+    def _fill(self, scalars, lengths, tensors):
+        """Lays the info words into the launch's one cube_info, emptied
+        first with cube_info_reset, so a rebinding allocates nothing new."""
+        info = self._info
+        if info is not None:
+            lib.cube_info_reset(info)
+        if not (scalars or lengths or tensors):
+            self._l.info = NULL
+            return
+        if info is None:
+            info = ffi.gc(lib.cube_info_new(), lib.cube_info_free)
+            if info == NULL:
+                raise MemoryError
+            self._info = info
+        for v in scalars:
+            g, v = _scalar_group(v)
+            if _INFO_ADD[g](info, v):
+                raise MemoryError
+        for v in lengths:
+            if lib.cube_info_buffer_len(info, int(v)):
+                raise MemoryError
+        for shape, strides in tensors:
+            if len(shape) != len(strides):
+                raise ValueError("a tensor's shape and strides have the same rank")
+            if lib.cube_info_tensor(info, len(shape), [int(x) for x in shape],
+                                    [int(x) for x in strides]):
+                raise MemoryError
+        self._l.info = info
+
+    def rebind(self, *, scalars=(), lengths=None, tensors=()):
+        """Replaces the launch's scalars, lengths and tensors (as prepare()
+        takes them) for its next call, reusing its info: a loop of launches
+        that differ only in their scalars builds one Launch."""
+        self._fill(scalars, self._lengths(lengths), tensors)
 
     def __call__(self, *, stream=None):
         client = self.client

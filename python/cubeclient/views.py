@@ -112,6 +112,23 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class CountSelection:
+    count: Tuple[int, int, int]
+    exact: bool                     # False: Approx, some cubes idle
+    num_cubes: int                  # what count dispatches
+
+
+@dataclass(frozen=True)
+class CacheArtifact:
+    hash: str                       # the cache key, as KernelInfo.hash
+    source_hash: str                # SHA-256 of the kernel's source
+    entry: str
+    backend: str
+    bytes: int
+    used_at: float                  # last written or loaded, seconds since the epoch
+
+
+@dataclass(frozen=True)
 class EvictedArtifact:
     artifact: str
     bytes: int

@@ -1,4 +1,6 @@
 """Kernels: launches checked against numpy, and the info words KERNELS.md lays out."""
+import time
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,62 @@ def test_checked_launch_out_of_bounds_fails_only_itself(client):
     with pytest.raises(cube.CubeError) as info:
         x.to_numpy()
     assert "'k'" in str(info.value)
+def test_a_prepared_launch_rebinds_its_scalars(client):
+    n = 512
+    x = np.arange(n, dtype=np.float32)
+    k = client.kernel(SAXPY, "saxpy")
+    bx, by = client.create(x), client.create(np.zeros(n, np.float32))
+    go = k.prepare((n + 255) // 256, 256, [bx, by], scalars=[cube.u32(n), cube.f32(1)],
+                   lengths=[])
+    want = np.zeros(n, np.float32)
+    for a in (1, 2, 3, 4):
+        go.rebind(scalars=[cube.u32(n), cube.f32(a)], lengths=[])
+        go()
+        want = a * x + want
+    np.testing.assert_allclose(by.to_numpy(), want, rtol=1e-6)
+
+
+def test_cache_artifacts_outlive_their_sessions(fresh_daemon):
+    d = fresh_daemon()
+    with cube.Client(d.socket, name="compiler") as c:
+        k = c.kernel(SAXPY, "saxpy")
+        k.launch(1, 1, [c.create(np.zeros(1, np.float32)), c.create(np.zeros(1, np.float32))],
+                 scalars=[cube.u32(1), cube.f32(1)], lengths=[])
+        c.sync()
+    with cube.Client(d.socket, name="watcher") as w:
+        assert w.kernels() == []
+        (a,) = w.cache_artifacts()
+    assert a.entry == "saxpy" and a.backend == "cpu" and a.bytes > 64
+    assert len(a.source_hash) == 64 and a.source_hash != a.hash
+    assert abs(a.used_at - time.time()) < 600
+
+
+def test_hello_utilities(client, fresh_daemon):
+    assert client.properties_hash != 0 and client.target
+    name, reduces = client.device_transport
+    assert name and cube.ElemType.F32 in reduces
+    none = fresh_daemon("--transport", "none")
+    with cube.Client(none.socket, name="none") as c:
+        assert c.device_transport is None
+        assert c.properties_hash == client.properties_hash or c.properties != client.properties
+
+
+def test_grid_helpers(client):
+    assert cube.num_elems((4, 2, 3)) == 24 and cube.num_elems(5) == 5
+    assert cube.count_is_empty((3, 0)) and not cube.count_is_empty(1)
+    assert cube.can_contain((8, 4), (8, 2, 1)) and not cube.can_contain(8, (8, 2))
+    p = client.properties
+    sel = client.count_select(p.max_cube_count[0] + 3)
+    assert sel.count[1] > 1 and sel.num_cubes >= p.max_cube_count[0] + 3
+    assert client.count_select(10) == cube.CountSelection((10, 1, 1), True, 10)
+    x, y, z = client.cube_dim(1 << 20)
+    assert x == p.plane_size_max and z == 1 and 1 <= x * y <= p.max_units_per_cube
+    n = p.max_cube_count[0] + 3
+    k = client.kernel("KERNEL void mark(uint32_t *x, INFO) { uint64_t i = ABSOLUTE_POS;"
+                      " if (i < BUFFER_LEN(0)) x[i] = 1; }", "mark")
+    out = client.create(np.zeros(n, np.uint32))
+    k.launch(sel.count, 1, [out])
+    assert int(out.to_numpy().sum()) == n
 
 
 def test_untyped_scalar_is_refused(client):
