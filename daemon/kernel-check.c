@@ -239,6 +239,6 @@ void cube__kernel_facts_store(cube__kernel *k)
                 (void) unlinkat(srv->disk_cache.fd, name, 0);
                 return;
         }
-        if ((fd = cube__artifact_seal(&srv->disk_cache, name, NULL)) >= 0)
+        if ((fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->source, NULL)) >= 0)
                 close(fd);
 }

@@ -366,7 +366,7 @@ static void prepare_work(uv_work_t *w)
         if (!e && intact) {
                 /* What was built is loaded from the descriptor its digest was
                  * taken from. */
-                fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->desc.source,
+                fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->source,
                                          &k->artifact_bytes);
                 if (fd >= 0) {
                         e = load_fd(k, fd);
