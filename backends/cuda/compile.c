@@ -236,3 +236,69 @@ cube_error *cube__cuda_check_stack(const cube__cuda_resources *res, const char *
                               "per-unit arrays smaller or SHARED", entry, res->local_bytes,
                               need >> 20, resident_units, cap >> 20);
 }
+
+/* The size of a scalar type the dialect names, or 0. */
+static unsigned scalar_size(const char *t, size_t n)
+{
+        static const struct { const char *name; unsigned size; } types[] = {
+                { "char", 1 }, { "int8_t", 1 }, { "uint8_t", 1 }, { "bool", 1 },
+                { "short", 2 }, { "int16_t", 2 }, { "uint16_t", 2 }, { "half", 2 },
+                { "__half", 2 }, { "__nv_bfloat16", 2 },
+                { "int", 4 }, { "unsigned", 4 }, { "int32_t", 4 }, { "uint32_t", 4 },
+                { "float", 4 }, { "long", 8 }, { "int64_t", 8 }, { "uint64_t", 8 },
+                { "double", 8 }, { "size_t", 8 },
+        };
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+                if (strlen(types[i].name) == n && strncmp(types[i].name, t, n) == 0)
+                        return types[i].size;
+        return 0;
+}
+
+/* The alignment of the element type in one parameter's text ("const float4
+ * *__restrict__ out"): the identifier before the first '*'. Vector types
+ * (float2, int4) align to their whole size; float3 to its scalar's. */
+static uint8_t param_alignment(const char *p, size_t n)
+{
+        const char *star = memchr(p, '*', n), *end, *begin;
+
+        if (!star)
+                return 1;
+        end = star;
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n'))
+                end--;
+        begin = end;
+        while (begin > p && (begin[-1] == '_' || (begin[-1] >= 'a' && begin[-1] <= 'z') ||
+                             (begin[-1] >= 'A' && begin[-1] <= 'Z') ||
+                             (begin[-1] >= '0' && begin[-1] <= '9')))
+                begin--;
+        size_t len = (size_t) (end - begin);
+        unsigned size = scalar_size(begin, len), lanes = 1;
+        if (!size && len > 1 && (end[-1] == '2' || end[-1] == '3' || end[-1] == '4')) {
+                size = scalar_size(begin, len - 1);
+                lanes = end[-1] == '3' ? 1 : (unsigned) (end[-1] - '0');
+        }
+        return (uint8_t) (size ? size * lanes : 1);
+}
+
+void cube__cuda_buffer_alignments(const char *source, const char *entry, uint8_t *ret_align,
+                                  uint32_t n_buffers)
+{
+        char needle[160];
+        const char *p = NULL;
+
+        for (uint32_t i = 0; i < n_buffers; i++)
+                ret_align[i] = 1;
+        snprintf(needle, sizeof(needle), "void %s(", entry);
+        if (source)
+                p = strstr(source, needle);
+        if (!p)
+                return;
+        p += strlen(needle);
+        for (uint32_t i = 0; i < n_buffers && *p && *p != ')'; i++) {
+                size_t n = strcspn(p, ",)");
+                ret_align[i] = param_alignment(p, n);
+                p += n;
+                if (*p == ',')
+                        p++;
+        }
+}
