@@ -555,6 +555,29 @@ START_TEST(t_never_ending_kernel)
 }
 END_TEST
 
+/* A driver older than the headers the backend was built with, but with
+ * every entry it calls, is used at its own version; one older than that is
+ * refused with a line that says so. */
+START_TEST(t_older_driver)
+{
+        setenv("CUBE_CUDA_DOUBLE_VERSION", "12040", 1);
+        cube__device *d = open_device(0);
+        drv->close(d);
+}
+END_TEST
+
+START_TEST(t_ancient_driver)
+{
+        cube__device_config c = { .complete = complete, .loop_fd = -1 };
+        cube__device *d = NULL;
+        const char *why = NULL;
+
+        setenv("CUBE_CUDA_DOUBLE_VERSION", "11080", 1);
+        ck_assert_int_lt(drv->open(&c, &d, &why), 0);
+        ck_assert_msg(why && strstr(why, "11.8") && strstr(why, "upgrade"), "%s", why);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("cuda-driver");
@@ -562,6 +585,8 @@ static Suite *suite(void)
 
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, t_open_properties);
+        tcase_add_test(tc, t_older_driver);
+        tcase_add_test(tc, t_ancient_driver);
         tcase_add_test(tc, t_copies_round_trip);
         tcase_add_test(tc, t_staged_copy_no_stall);
         tcase_add_test(tc, t_copies_offset_and_rows);

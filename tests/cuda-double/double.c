@@ -27,6 +27,7 @@
  *   CUBE_CUDA_DOUBLE_HANG_LAUNCH=N   the Nth launch never ends (until a reset)
  *   CUBE_CUDA_DOUBLE_FAIL_REGISTER=1 cuMemHostRegister fails
  *   CUBE_CUDA_DOUBLE_FAIL_ALLOC=N    the Nth device allocation fails, out of memory
+ *   CUBE_CUDA_DOUBLE_VERSION=N       the CUDA version the driver says it is (12040)
  *   CUBE_CUDA_DOUBLE_MEMORY=BYTES    the device's memory (default 2 GiB);
  *                                    beyond it allocations fail, out of memory
  *
@@ -395,7 +396,7 @@ static CUresult d_cuDriverGetVersion(int *v)
 {
         if (!v)
                 return CUDA_ERROR_INVALID_VALUE;
-        *v = CUDA_VERSION;
+        *v = (int) env_u64("CUBE_CUDA_DOUBLE_VERSION", CUDA_VERSION);
         return CUDA_SUCCESS;
 }
 
@@ -1064,7 +1065,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
         if (!symbol || !pfn)
                 return CUDA_ERROR_INVALID_VALUE;
         *pfn = NULL;
-        if (version > CUDA_VERSION) {
+        if (version > (int) env_u64("CUBE_CUDA_DOUBLE_VERSION", CUDA_VERSION) &&
+            strcmp(symbol, "cuDriverGetVersion") != 0) {
                 if (status)
                         *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
                 return CUDA_ERROR_NOT_FOUND;
