@@ -80,11 +80,12 @@ static bool wait_for(cube__work *w, long ms)
         return found;
 }
 
-static cube__device *open_device(uint32_t timeout_ms)
+static cube__device *open_device_limits(uint32_t timeout_ms, uint32_t compile_cpu_s)
 {
         cube__device_config c = {
                 .index = 0,
                 .kernel_timeout_ms = timeout_ms,
+                .compile_cpu_s = compile_cpu_s,
                 .complete = complete,
                 .loop_fd = -1,
         };
@@ -94,6 +95,11 @@ static cube__device *open_device(uint32_t timeout_ms)
 
         ck_assert_msg(r == 0, "open: %d %s", r, why ? why : "");
         return d;
+}
+
+static cube__device *open_device(uint32_t timeout_ms)
+{
+        return open_device_limits(timeout_ms, 0);
 }
 
 static cube__storage *alloc_ok(cube__device *d, uint64_t size)
@@ -578,6 +584,85 @@ START_TEST(t_ancient_driver)
 }
 END_TEST
 
+/* Compiling: a source NVRTC rejects is a refusal with the compiler's log;
+ * one that runs the compiler past its CPU limit is stopped there, outside
+ * cubed, and refused; a missing NVRTC is a defect, never a refusal. */
+static cube_error *compile_source(cube__device *d, const char *src, const char *entry)
+{
+        cube__kernel_desc desc = { .source = src, .entry = entry, .n_buffers = 2 };
+        char dir[] = "/tmp/cube-cudadrv-XXXXXX", path[128];
+        cube_error *e;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/k.cubin", dir);
+        e = drv->compile(d, &desc, path);
+        unlink(path);
+        rmdir(dir);
+        return e;
+}
+
+static bool have_nvrtc(void)
+{
+        const cube__nvrtc_api *nv;
+        const char *why;
+        return cube__cuda_load_nvrtc(&nv, &why) == 0;
+}
+
+START_TEST(t_compile_error_refused)
+{
+        cube__device *d = open_device(0);
+
+        if (have_nvrtc()) {
+                cube_error *e = compile_source(d, "KERNEL void bad(const float *in, float *out, "
+                                               "INFO) { out[0] = no_such_thing; }\n", "bad");
+                ck_assert_ptr_nonnull(e);
+                ck_assert_msg(cube_error_is_refusal(e) && strstr(cube_error_message(e),
+                                                                 "no_such_thing"),
+                              "%s", cube_error_message(e));
+                cube_error_free(e);
+        }
+        drv->close(d);
+}
+END_TEST
+
+START_TEST(t_compiler_bomb_stopped)
+{
+        cube__device *d = open_device_limits(0, 2);
+        char src[8192];
+        size_t n = (size_t) snprintf(src, sizeof(src), "#define B0 x = x + 1;\n");
+
+        for (int i = 1; i <= 40; i++)
+                n += (size_t) snprintf(src + n, sizeof(src) - n, "#define B%d B%d B%d\n", i,
+                                       i - 1, i - 1);
+        snprintf(src + n, sizeof(src) - n, "KERNEL void bomb(const float *in, float *out, INFO)\n"
+                 "{\n        uint32_t x = 0;\n        B40\n        out[0] = x;\n}\n");
+        if (have_nvrtc()) {
+                uint64_t t0 = now_ns();
+                cube_error *e = compile_source(d, src, "bomb");
+                ck_assert_ptr_nonnull(e);
+                ck_assert_msg(cube_error_is_refusal(e) && strstr(cube_error_message(e), "2 s"),
+                              "%s", cube_error_message(e));
+                ck_assert_uint_lt(now_ns() - t0, 20000000000ull);
+                cube_error_free(e);
+        }
+        drv->close(d);
+}
+END_TEST
+
+START_TEST(t_missing_nvrtc_is_a_defect)
+{
+        setenv("CUBE_NVRTC", "/nonexistent/libnvrtc.so", 1);
+        cube__device *d = open_device(0);
+        cube_error *e = compile_source(d, kernel_src, "scale");
+
+        ck_assert_ptr_nonnull(e);
+        ck_assert_msg(!cube_error_is_refusal(e) && strstr(cube_error_message(e), "NVRTC"), "%s",
+                      cube_error_message(e));
+        cube_error_free(e);
+        drv->close(d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("cuda-driver");
@@ -597,6 +682,9 @@ static Suite *suite(void)
         tcase_add_test(tc, t_misaligned_binding_refused);
         tcase_add_test(tc, t_sticky_fault_poison_reopen);
         tcase_add_test(tc, t_never_ending_kernel);
+        tcase_add_test(tc, t_compile_error_refused);
+        tcase_add_test(tc, t_compiler_bomb_stopped);
+        tcase_add_test(tc, t_missing_nvrtc_is_a_defect);
         suite_add_tcase(s, tc);
         return s;
 }

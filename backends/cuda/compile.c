@@ -10,6 +10,12 @@
  * keeps NVRTC from calling setrlimit(), which would change the stack limit
  * of the whole multithreaded daemon on every compile.
  *
+ * cubed never runs NVRTC itself: each compile is a forked child under
+ * limits (CPU time, address space, output size), so what a tenant's source
+ * makes the compiler do happens outside the daemon and ends with its limit.
+ * A source the compiler rejects, or one that runs it past its limits, is a
+ * CompilationError (a refusal); a compiler that dies otherwise is a defect.
+ *
  * The resources a kernel needs are read from the CUBIN's ELF (.nv.info
  * attributes, .nv.shared.NAME) here, so that they can be checked against
  * ptxas -v without a GPU; on a device, cuFuncGetAttribute says the same and
@@ -17,10 +23,20 @@
  */
 #include <errno.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "errors.h"
 #include "internal.h"
@@ -301,4 +317,184 @@ void cube__cuda_buffer_alignments(const char *source, const char *entry, uint8_t
                 if (*p == ',')
                         p++;
         }
+}
+
+/* ---- the confined compile ---------------------------------------------- */
+
+#define COMPILE_AS_MB 8192
+#define COMPILE_FSIZE_MB 256
+
+/* What the child reports on its pipe: one tag byte, then a reason. */
+enum { TAG_OK = 'O', TAG_SOURCE = 'C', TAG_OOM = 'M', TAG_DEFECT = 'D' };
+
+static void limit(int resource, rlim_t value)
+{
+        struct rlimit rl = { value, value };
+        (void) setrlimit(resource, &rl);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+        while (n > 0) {
+                ssize_t w = write(fd, p, n);
+                if (w <= 0)
+                        return;
+                p = (const char *) p + w;
+                n -= (size_t) w;
+        }
+}
+
+/* The child: compiles under its limits and writes the CUBIN to tmp. */
+static void __attribute__((noreturn)) compile_child(const cube__nvrtc_api *nv,
+                                                    const cube__kernel_desc *desc, int arch,
+                                                    unsigned cpu_s, const char *tmp, int fd)
+{
+        char *image = NULL;
+        size_t size = 0;
+        cube_error *e;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        limit(RLIMIT_CPU, cpu_s);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        limit(RLIMIT_AS, (rlim_t) COMPILE_AS_MB << 20);
+#endif
+        limit(RLIMIT_FSIZE, (rlim_t) COMPILE_FSIZE_MB << 20);
+        limit(RLIMIT_CORE, 0);
+        e = cube__cuda_compile(nv, desc, arch, false, &image, &size);
+        if (!e) {
+                int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                if (out < 0)
+                        _exit(3);
+                write_all(out, image, size);
+                if (close(out) < 0)
+                        _exit(3);
+                write_all(fd, (char[]) { TAG_OK }, 1);
+                _exit(0);
+        }
+        char tag = TAG_DEFECT;
+        if (cube_error_kind_of(e) == CUBE_COMPILATION_GENERIC)
+                tag = TAG_SOURCE;
+        else if (strstr(cube_error_message(e), "out of host memory") ||
+                 strstr(cube_error_message(e), "ran out of host memory"))
+                tag = TAG_OOM;
+        const char *text = cube_error_kind_of(e) == CUBE_COMPILATION_GENERIC ?
+                           cube_error_reason(e) : cube_error_message(e);
+        write_all(fd, &tag, 1);
+        write_all(fd, text, strlen(text));
+        _exit(0);
+}
+
+static const char *signal_name(int sig)
+{
+        const char *s = sigdescr_np(sig);
+        return s ? s : "a signal";
+}
+
+cube_error *cube__cuda_compile_confined(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
+                                        int arch, unsigned cpu_s, const char *path)
+{
+        static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+        char tmp[PATH_MAX], *text = NULL;
+        size_t len = 0, cap = 0;
+        int fds[2], status = 0;
+        struct rusage ru = { 0 };
+        bool wall_timeout = false;
+        pid_t pid;
+
+        if (!cpu_s)
+                cpu_s = 60;
+        snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int) gettid());
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "cannot compile kernel '%s': pipe: %s", desc->entry, strerror(errno)));
+        /* One fork at a time: no other compile's state is half-made in it. */
+        pthread_mutex_lock(&fork_lock);
+        pid = fork();
+        if (pid == 0)
+                compile_child(nv, desc, arch, cpu_s, tmp, fds[1]);
+        pthread_mutex_unlock(&fork_lock);
+        close(fds[1]);
+        if (pid < 0) {
+                close(fds[0]);
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "cannot compile kernel '%s': fork: %s", desc->entry, strerror(errno)));
+        }
+        /* The wall-clock bound: the CPU limit twice over, and some slack for
+         * a loaded machine. */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        long wall_ms = (long) cpu_s * 2000 + 10000;
+        for (;;) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                long left = wall_ms - ((t.tv_sec - t0.tv_sec) * 1000 +
+                                       (t.tv_nsec - t0.tv_nsec) / 1000000);
+                struct pollfd p = { .fd = fds[0], .events = POLLIN };
+                if (left <= 0) {
+                        wall_timeout = true;
+                        kill(pid, SIGKILL);
+                        break;
+                }
+                if (poll(&p, 1, (int) left) <= 0)
+                        continue;
+                if (len + 4096 + 1 > cap) {
+                        char *n = realloc(text, cap = cap * 2 + 8192);
+                        if (!n)
+                                break;
+                        text = n;
+                }
+                ssize_t r = read(fds[0], text + len, cap - len - 1);
+                if (r <= 0)
+                        break;
+                len += (size_t) r;
+        }
+        close(fds[0]);
+        while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+                ;
+        if (text)
+                text[len] = '\0';
+
+        double cpu = (double) ru.ru_utime.tv_sec + (double) ru.ru_stime.tv_sec +
+                     ((double) ru.ru_utime.tv_usec + (double) ru.ru_stime.tv_usec) / 1e6;
+        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        char tag = len ? text[0] : 0;
+        const char *reason = len > 1 ? text + 1 : "";
+        cube_error *e = NULL;
+
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_OK) {
+                if (rename(tmp, path) < 0)
+                        e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN,
+                                "cannot store the compiled kernel at %s: %s; check the cache "
+                                "directory", path, strerror(errno)));
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_SOURCE) {
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "%s", reason);
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_OOM) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                                   "%s", reason));
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_DEFECT) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s",
+                                   reason));
+        } else if ((sig == SIGXCPU || sig == SIGKILL) && cpu + 0.5 >= (double) cpu_s) {
+                /* Stopped by its own CPU limit: the source's doing. */
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "NVRTC building kernel '%s' ran past "
+                                   "its CPU time limit of %u s and was stopped", desc->entry,
+                                   cpu_s);
+        } else if (sig == SIGXFSZ) {
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "NVRTC building kernel '%s' wrote "
+                                   "past its output limit of %u MiB and was stopped", desc->entry,
+                                   COMPILE_FSIZE_MB);
+        } else if (wall_timeout) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "NVRTC building kernel '%s' outlived its wall-clock limit after only "
+                        "%.1f s of CPU time (the machine is starved); a later launch tries again",
+                        desc->entry, cpu));
+        } else {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "NVRTC died (%s, exit status %d) building kernel '%s'; a later launch "
+                        "tries again", sig ? signal_name(sig) : "no signal",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, desc->entry));
+        }
+        if (e)
+                unlink(tmp);
+        free(text);
+        return e;
 }

@@ -1210,49 +1210,15 @@ static const char *cuda_target(cube__device *d)
         return d->target;
 }
 
-static cube_error *write_file(const char *path, const void *p, size_t n)
-{
-        size_t len = strlen(path) + 8;
-        char *tmp = malloc(len);
-        FILE *f;
-        bool ok;
-
-        if (!tmp)
-                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
-                                      "out of host memory storing a kernel"));
-        snprintf(tmp, len, "%s.tmp", path);
-        f = fopen(tmp, "wbe");
-        ok = f && fwrite(p, 1, n, f) == n;
-        if (f && fclose(f) != 0)
-                ok = false;
-        if (!ok || rename(tmp, path) < 0) {
-                cube_error *e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN,
-                        "cannot store the compiled kernel at %s: %s; check the cache directory",
-                        path, strerror(errno)));
-                unlink(tmp);
-                free(tmp);
-                return e;
-        }
-        free(tmp);
-        return NULL;
-}
-
 static cube_error *cuda_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
 {
         const cube__nvrtc_api *nv;
         const char *why;
-        char *cubin = NULL;
-        size_t size = 0;
-        cube_error *e;
 
         if (cube__cuda_load_nvrtc(&nv, &why) < 0)
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
                                       "cannot compile kernel '%s': %s", desc->entry, why));
-        if ((e = cube__cuda_compile(nv, desc, d->arch, false, &cubin, &size)))
-                return e;
-        e = write_file(path, cubin, size);
-        free(cubin);
-        return e;
+        return cube__cuda_compile_confined(nv, desc, d->arch, d->config.compile_cpu_s, path);
 }
 
 static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
