@@ -977,7 +977,8 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
         cu->cuDeviceGetName(d->props.name, sizeof(d->props.name), d->dev);
         if ((cr = cu->cuMemGetInfo(&free_mem, &total)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "cuMemGetInfo", cr, -ENODEV);
-        d->limit = free_mem > CUDA_RESERVE ? free_mem - CUDA_RESERVE : 0;
+        d->limit = free_mem > CUDA_RESERVE + INFO_SLOT * INFO_SLOTS ?
+                   free_mem - CUDA_RESERVE - INFO_SLOT * INFO_SLOTS : 0;
         if (config->memory_limit && config->memory_limit < d->limit)
                 d->limit = config->memory_limit;
         d->props.memory_bytes = d->limit;
@@ -1027,7 +1028,9 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
                                               d->alloc_stream)) != CUDA_SUCCESS ||
             (cr = cu->cuStreamSynchronize(d->alloc_stream)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "allocating the info words' staging", cr, -ENOMEM);
-        d->in_use = INFO_SLOT * INFO_SLOTS;
+        /* The info words' staging is the device's own, not the tenants':
+         * it sits in the reserve, outside the limit (which it could exceed). */
+        d->in_use = 0;
 
         const cube__nvrtc_api *nv;
         const char *nvwhy;
