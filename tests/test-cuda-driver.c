@@ -7,8 +7,8 @@
  * In CI it runs against the driver's test double (tests/cuda-double), where
  * kernel bodies do not run: what it checks there is the backend's own
  * bookkeeping (order, staging, timing, poison, teardown), never a figure
- * of a GPU. With CUBE_CUDA_REAL=1 and a GPU, the same cases run on the real
- * driver (tools/gpu-check). Each case runs in a child of its own (Check's
+ * of a GPU. On a GPU the same cases run on the real driver (tools/gpu-check),
+ * and check the kernels' exact results too. Each case runs in a child of its own (Check's
  * fork mode), so a fault injected from the environment is its own.
  */
 #include <check.h>
@@ -137,15 +137,45 @@ static const char kernel_src[] =
         "        out[i] = in[i] * 2.0f;\n"
         "}\n";
 
+/* On a GPU these fault and never end; on the test double, whose kernels do
+ * not run, the same is injected from the environment. */
+static const char wild_src[] =
+        "KERNEL void wild(const float *in, float *out, INFO)\n"
+        "{\n"
+        "        float *p = (float *) (uintptr_t) 0x10;\n"
+        "        p[ABSOLUTE_POS] = in[0];\n"
+        "        out[0] = 1.0f;\n"
+        "}\n";
+static const char spin_src[] =
+        "KERNEL void spin(const float *in, float *out, INFO)\n"
+        "{\n"
+        "        volatile const float *v = in;\n"
+        "        while (v[0] == 0.0f)\n"
+        "                ;\n"
+        "        out[0] = v[0];\n"
+        "}\n";
+
+/* Kernel bodies run: the driver is not the test double (which says so by
+ * a symbol of its own). */
+static bool real_gpu(void)
+{
+        void *dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        bool real = dl && !dlsym(dl, "cube_cuda_test_double");
+
+        if (dl)
+                dlclose(dl);
+        return real;
+}
+
 typedef struct loaded {
         cube__module *module;
         char dir[64], path[128];
 } loaded;
 
-/* Compiles and loads the kernel; skips the case without NVRTC. */
-static bool load_kernel(cube__device *d, loaded *k)
+/* Compiles and loads a kernel; skips the case without NVRTC. */
+static bool load_named(cube__device *d, loaded *k, const char *src, const char *entry)
 {
-        cube__kernel_desc desc = { .source = kernel_src, .entry = "scale", .n_buffers = 2 };
+        cube__kernel_desc desc = { .source = src, .entry = entry, .n_buffers = 2 };
         const cube__nvrtc_api *nv;
         const char *why;
         uint32_t shared = 0;
@@ -157,12 +187,17 @@ static bool load_kernel(cube__device *d, loaded *k)
         }
         strcpy(k->dir, "/tmp/cube-cudadrv-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(k->dir));
-        snprintf(k->path, sizeof(k->path), "%s/scale.cubin", k->dir);
+        snprintf(k->path, sizeof(k->path), "%s/%s.cubin", k->dir, entry);
         e = drv->compile(d, &desc, k->path);
         ck_assert_msg(!e, "compile: %s", e ? cube_error_message(e) : "");
         e = drv->load(d, &desc, k->path, &k->module, &shared);
         ck_assert_msg(!e, "load: %s", e ? cube_error_message(e) : "");
         return true;
+}
+
+static bool load_kernel(cube__device *d, loaded *k)
+{
+        return load_named(d, k, kernel_src, "scale");
 }
 
 static void unload_kernel(cube__device *d, loaded *k)
@@ -183,12 +218,15 @@ typedef struct launch {
 
 static void launch_init(launch *x, loaded *k, cube__storage *in, cube__storage *out, uint32_t n)
 {
+        const char *entry = strrchr(k->path, '/') + 1;
+        static char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int) (strchr(entry, '.') - entry), entry);
         memset(x, 0, sizeof(*x));
         x->sts[0] = in;
         x->sts[1] = out;
         x->info[0] = n;
         x->l = (cube__launch_work) {
-                .module = k->module, .kernel = "scale",
+                .module = k->module, .kernel = name,
                 .count = { (n + 255) / 256, 1, 1 }, .dim = { 256, 1, 1 },
                 .n_buffers = 2, .storages = x->sts, .offsets = x->offsets,
                 .info = x->info, .n_info = 4,
@@ -334,6 +372,8 @@ END_TEST
  * bounce buffers), and the log says why copies from it are slower. */
 START_TEST(t_register_refused)
 {
+        if (real_gpu())
+                return;         /* a fault only the test double injects */
         char log[] = "/tmp/cube-cudadrv-log-XXXXXX", text[4096] = "";
         int fd = mkstemp(log), saved = dup(2);
         size_t len = 1 << 20;
@@ -370,6 +410,8 @@ END_TEST
  * allowed: work on it fails with OutOfMemory, and the device lives on. */
 START_TEST(t_alloc_out_of_memory)
 {
+        if (real_gpu())
+                return;         /* a fault only the test double injects */
         setenv("CUBE_CUDA_DOUBLE_FAIL_ALLOC", "3", 1);  /* the info words, st1, st2 */
         cube__device *d = open_device(0);
         cube__dstream *s;
@@ -405,7 +447,11 @@ START_TEST(t_launch_timed)
                 return;
         }
         cube__storage *in = alloc_ok(d, 4096), *out = alloc_ok(d, 4096);
+        float vin[1024], vout[1024];
         ck_assert_ptr_null(drv->stream_open(d, &s));
+        for (int i = 0; i < 1024; i++)
+                vin[i] = (float) i * 0.5f - 7.0f;
+        ck_assert_ptr_null(copy(d, s, true, in, 0, vin, sizeof(vin)));
         launch_init(&x, &k, in, out, 1024);
         uint64_t before = now_ns();
         drv->submit(d, s, &x.w);
@@ -418,6 +464,10 @@ START_TEST(t_launch_timed)
                       "timed at [%llu, %llu], outside [%llu, %llu]",
                       (unsigned long long) x.w.start_ns, (unsigned long long) x.w.end_ns,
                       (unsigned long long) before, (unsigned long long) after);
+        ck_assert_ptr_null(copy(d, s, false, out, 0, vout, sizeof(vout)));
+        if (real_gpu())
+                for (int i = 0; i < 1024; i++)
+                        ck_assert_float_eq(vout[i], vin[i] * 2.0f);
         drv->release(d, in);
         drv->release(d, out);
         drv->stream_close(d, s);
@@ -476,7 +526,7 @@ START_TEST(t_sticky_fault_poison_reopen)
         launch x;
 
         drv->properties(d, &first);
-        if (!load_kernel(d, &k)) {
+        if (!load_named(d, &k, wild_src, "wild")) {
                 drv->close(d);
                 return;
         }
@@ -488,7 +538,7 @@ START_TEST(t_sticky_fault_poison_reopen)
         ck_assert_ptr_nonnull(x.w.error);
         ck_assert_msg(cube_error_is_device_poisoned(x.w.error), "%s",
                       cube_error_message(x.w.error));
-        ck_assert_msg(strstr(cube_error_message(x.w.error), "scale"), "%s",
+        ck_assert_msg(strstr(cube_error_message(x.w.error), "wild"), "%s",
                       cube_error_message(x.w.error));
         cube_error_free(x.w.error);
         /* Later work fails at once with the same poison. */
@@ -499,22 +549,29 @@ START_TEST(t_sticky_fault_poison_reopen)
         drv->release(d, in);
         drv->release(d, out);
         drv->stream_close(d, s);
-        drv->unload(d, k.module);
+        unload_kernel(d, &k);
         drv->close(d);
 
+        /* Opened again: all its memory, and a kernel's exact result. */
         d = open_device(0);
         drv->properties(d, &again);
         ck_assert_uint_eq(again.memory_bytes, first.memory_bytes);
-        cube__kernel_desc desc = { .source = kernel_src, .entry = "scale", .n_buffers = 2 };
-        uint32_t shared;
-        ck_assert_ptr_null(drv->load(d, &desc, k.path, &k.module, &shared));
+        ck_assert(load_kernel(d, &k));
         in = alloc_ok(d, 4096);
         out = alloc_ok(d, 4096);
         ck_assert_ptr_null(drv->stream_open(d, &s));
+        float vin[1024], vout[1024];
+        for (int i = 0; i < 1024; i++)
+                vin[i] = (float) i;
+        ck_assert_ptr_null(copy(d, s, true, in, 0, vin, sizeof(vin)));
         launch_init(&x, &k, in, out, 1024);
         drv->submit(d, s, &x.w);
         ck_assert(wait_for(&x.w, 10000));
         ck_assert_msg(!x.w.error, "%s", cube_error_message(x.w.error));
+        ck_assert_ptr_null(copy(d, s, false, out, 0, vout, sizeof(vout)));
+        if (real_gpu())
+                for (int i = 0; i < 1024; i++)
+                        ck_assert_float_eq(vout[i], vin[i] * 2.0f);
         drv->release(d, in);
         drv->release(d, out);
         drv->stream_close(d, s);
@@ -533,7 +590,7 @@ START_TEST(t_never_ending_kernel)
         loaded k;
         launch x;
 
-        if (!load_kernel(d, &k)) {
+        if (!load_named(d, &k, spin_src, "spin")) {
                 drv->close(d);
                 return;
         }
@@ -545,7 +602,7 @@ START_TEST(t_never_ending_kernel)
         ck_assert_msg(wait_for(&x.w, 5000), "a never-ending kernel was never stopped");
         ck_assert_ptr_nonnull(x.w.error);
         ck_assert_msg(cube_error_is_device_poisoned(x.w.error) &&
-                      strstr(cube_error_message(x.w.error), "scale"), "%s",
+                      strstr(cube_error_message(x.w.error), "spin"), "%s",
                       cube_error_message(x.w.error));
         ck_assert_uint_ge(now_ns() - t0, 300000000ull);
         cube_error_free(x.w.error);
@@ -566,6 +623,8 @@ END_TEST
  * refused with a line that says so. */
 START_TEST(t_older_driver)
 {
+        if (real_gpu())
+                return;         /* a fault only the test double injects */
         setenv("CUBE_CUDA_DOUBLE_VERSION", "12040", 1);
         cube__device *d = open_device(0);
         drv->close(d);
@@ -574,6 +633,8 @@ END_TEST
 
 START_TEST(t_ancient_driver)
 {
+        if (real_gpu())
+                return;         /* a fault only the test double injects */
         cube__device_config c = { .complete = complete, .loop_fd = -1 };
         cube__device *d = NULL;
         const char *why = NULL;

@@ -1055,6 +1055,9 @@ static const struct { const char *name; void *fn; } entries[] = {
 SAME(cuInit) SAME(cuMemcpyHtoDAsync) SAME(cuMemcpy2DAsync) SAME(cuLaunchKernel)
 SAME(cuEventElapsedTime) SAME(cuMemGetInfo) SAME(cuDeviceTotalMem)
 
+/* Says to a test that this libcuda.so.1 is the test double. */
+EXPORT const char cube_cuda_test_double[] = "cube CUDA driver test double";
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 
