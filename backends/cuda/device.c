@@ -179,11 +179,15 @@ static void poison_why_locked(cube__device *d, const char *why)
                                                        n ? ", " : "", x->kernel);
         d->poison = cube__err_poison("%s; the CUDA context is lost; kernels in flight: %s", why,
                                      n ? kernels : "none");
-        /* Complete now, with the poison. The events stay the driver's: the
-         * reset at close destroys them with the context. */
+        /* Complete now, with the poison. */
         for (cube__dstream *s = d->streams; s; s = s->next)
-                for (rec *x = s->head; x; x = x->next)
+                for (rec *x = s->head; x; x = x->next) {
+                        if (x->event)
+                                d->cu->cuEventDestroy(x->event);
+                        if (x->start)
+                                d->cu->cuEventDestroy(x->start);
                         x->event = x->start = NULL;
+                }
 }
 
 static void poison_locked(cube__device *d, CUresult r, const char *what)
@@ -703,15 +707,26 @@ static uint64_t now_ns(void)
 }
 
 /* Records the anchor on its own idle stream and waits for it: its
- * CLOCK_MONOTONIC time is then known to within that wait. Renewed every few
- * seconds, as event times are floats of milliseconds from it. */
+ * CLOCK_MONOTONIC time is the middle of that wait, kept only when the wait
+ * was short (a loaded machine may leave this thread unscheduled), so an
+ * anchor is never more than ANCHOR_SLACK_NS off. Renewed every few seconds,
+ * as event times are floats of milliseconds from it. */
+#define ANCHOR_SLACK_NS 4000000ull
+
 static void renew_anchor(cube__device *d)
 {
-        if (!d->anchor || now_ns() - d->anchor_ns < 4000000000ull)
+        if (!d->anchor || (d->anchor_ns && now_ns() - d->anchor_ns < 4000000000ull))
                 return;
-        if (d->cu->cuEventRecord(d->anchor, d->anchor_stream) == CUDA_SUCCESS &&
-            d->cu->cuStreamSynchronize(d->anchor_stream) == CUDA_SUCCESS)
-                d->anchor_ns = now_ns();
+        d->anchor_ns = 0;                       /* no timing until a good one */
+        for (int tries = 0; tries < 3 && !d->anchor_ns; tries++) {
+                uint64_t t0 = now_ns();
+                if (d->cu->cuEventRecord(d->anchor, d->anchor_stream) != CUDA_SUCCESS ||
+                    d->cu->cuStreamSynchronize(d->anchor_stream) != CUDA_SUCCESS)
+                        return;
+                uint64_t t1 = now_ns();
+                if (t1 - t0 <= 2 * ANCHOR_SLACK_NS)
+                        d->anchor_ns = t0 + (t1 - t0) / 2;
+        }
 }
 
 /* A completed launch's device times, placed on CLOCK_MONOTONIC. */

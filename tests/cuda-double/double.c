@@ -172,6 +172,16 @@ static CUresult need_ctx(void)
                 pthread_mutex_unlock(&big); \
                 return r_; \
         }
+/* Destroying calls free what they are given even after a sticky fault (and
+ * answer it), as the driver's reset would. */
+#define ENTER_DESTROY() \
+        CUresult r_; \
+        pthread_mutex_lock(&big); \
+        if (!initialised || !current || !current->retained) { \
+                pthread_mutex_unlock(&big); \
+                return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED; \
+        } \
+        r_ = current->sticky;
 #define LEAVE(r) do { pthread_mutex_unlock(&big); return (r); } while (0)
 
 /* ---- memory ----------------------------------------------------------- */
@@ -620,12 +630,12 @@ static CUresult d_cuEventCreate(CUevent *ret, unsigned flags)
  * freed once nothing refers to it. */
 static CUresult d_cuEventDestroy(CUevent e)
 {
-        ENTER();
+        ENTER_DESTROY();
         if (!e)
                 LEAVE(CUDA_ERROR_INVALID_HANDLE);
         e->generation = (unsigned) -1;
         event_unref(e);
-        LEAVE(CUDA_SUCCESS);
+        LEAVE(r_);
 }
 
 static CUresult d_cuEventRecord(CUevent e, CUstream s)
@@ -813,13 +823,13 @@ static CUresult d_cuMemHostRegister(void *p, size_t len, unsigned flags)
 
 static CUresult d_cuMemHostUnregister(void *p)
 {
-        ENTER();
+        ENTER_DESTROY();
         for (region **pp = &regions; *pp; pp = &(*pp)->next)
                 if ((*pp)->addr == p) {
                         region *g = *pp;
                         *pp = g->next;
                         free(g);
-                        LEAVE(CUDA_SUCCESS);
+                        LEAVE(r_);
                 }
         LEAVE(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
@@ -836,12 +846,12 @@ static CUresult d_cuMemAllocHost(void **ret, size_t size)
 
 static CUresult d_cuMemFreeHost(void *p)
 {
-        ENTER();
+        ENTER_DESTROY();
         alloc *a = find_alloc(p);
         if (!a || a->device)
                 LEAVE(CUDA_ERROR_INVALID_VALUE);
         unmap_alloc(a);
-        LEAVE(CUDA_SUCCESS);
+        LEAVE(r_);
 }
 
 /* ---- modules ---------------------------------------------------------- */
@@ -948,12 +958,12 @@ static CUresult d_cuModuleLoadData(CUmodule *ret, const void *image)
 
 static CUresult d_cuModuleUnload(CUmodule m)
 {
-        ENTER();
+        ENTER_DESTROY();
         if (!m)
                 LEAVE(CUDA_ERROR_INVALID_HANDLE);
         free(m->funcs);
         free(m);
-        LEAVE(CUDA_SUCCESS);
+        LEAVE(r_);
 }
 
 static CUresult d_cuModuleGetFunction(CUfunction *ret, CUmodule m, const char *name)
