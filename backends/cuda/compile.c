@@ -344,23 +344,34 @@ static void write_all(int fd, const void *p, size_t n)
         }
 }
 
-/* The child: compiles under its limits and writes the CUBIN to tmp. */
-static void __attribute__((noreturn)) compile_child(const cube__nvrtc_api *nv,
-                                                    const cube__kernel_desc *desc, int arch,
+#define CHILD_ENV "CUBE__CUDA_COMPILE_CHILD=1"
+
+/* The child: a fresh process (the daemon's own binary, started again), so
+ * nothing of the daemon's threads is half-done in it. Compiles under its
+ * limits and writes the CUBIN to tmp, then its verdict to fd. */
+static void __attribute__((noreturn)) compile_child(const cube__kernel_desc *desc, int arch,
                                                     unsigned cpu_s, const char *tmp, int fd)
 {
+        const cube__nvrtc_api *nv;
+        const char *why;
         char *image = NULL;
         size_t size = 0;
         cube_error *e;
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+                _exit(4);
         limit(RLIMIT_CPU, cpu_s);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
         limit(RLIMIT_AS, (rlim_t) COMPILE_AS_MB << 20);
 #endif
         limit(RLIMIT_FSIZE, (rlim_t) COMPILE_FSIZE_MB << 20);
         limit(RLIMIT_CORE, 0);
-        e = cube__cuda_compile(nv, desc, arch, false, &image, &size);
+        if (cube__cuda_load_nvrtc(&nv, &why) < 0)
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                                   "cannot compile kernel '%s': %s", desc->entry, why));
+        else
+                e = cube__cuda_compile(nv, desc, arch, false, &image, &size);
         if (!e) {
                 int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
                 if (out < 0)
@@ -384,17 +395,63 @@ static void __attribute__((noreturn)) compile_child(const cube__nvrtc_api *nv,
         _exit(0);
 }
 
+/* Reads a whole file (the kernel's source, handed to the child). */
+static char *read_all(const char *path)
+{
+        FILE *f = fopen(path, "rbe");
+        char *buf = NULL;
+        size_t len = 0, cap = 0, n;
+
+        if (!f)
+                return NULL;
+        do {
+                if (len + 4097 > cap) {
+                        char *b = realloc(buf, cap = cap * 2 + 8192);
+                        if (!b) {
+                                free(buf);
+                                fclose(f);
+                                return NULL;
+                        }
+                        buf = b;
+                }
+                n = fread(buf + len, 1, cap - len - 1, f);
+                len += n;
+        } while (n > 0);
+        fclose(f);
+        buf[len] = '\0';
+        return buf;
+}
+
+/* A compile child starts here, before main: glibc hands constructors argc,
+ * argv and envp. argv: name entry arch cpu_s source tmp fd. */
+static void __attribute__((constructor)) compile_child_entry(int argc, char **argv, char **envp)
+{
+        (void) envp;
+        const char *v = getenv("CUBE__CUDA_COMPILE_CHILD");
+        if (!v || strcmp(v, "1") != 0)
+                return;
+        if (argc != 7)
+                _exit(5);
+        char *source = read_all(argv[4]);
+        if (!source)
+                _exit(6);
+        cube__kernel_desc desc = { .source = source, .entry = argv[1] };
+        compile_child(&desc, atoi(argv[2]), (unsigned) strtoul(argv[3], NULL, 10), argv[5],
+                      atoi(argv[6]));
+}
+
 static const char *signal_name(int sig)
 {
         const char *s = sigdescr_np(sig);
         return s ? s : "a signal";
 }
 
-cube_error *cube__cuda_compile_confined(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
-                                        int arch, unsigned cpu_s, const char *path)
+cube_error *cube__cuda_compile_confined(const cube__kernel_desc *desc, int arch, unsigned cpu_s,
+                                        const char *path)
 {
-        static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
-        char tmp[PATH_MAX], *text = NULL;
+        extern char **environ;
+        char tmp[PATH_MAX], src[PATH_MAX + 8], self[PATH_MAX], arch_s[16], cpu_s_s[16], fd_s[16];
+        char *text = NULL, **envp = NULL;
         size_t len = 0, cap = 0;
         int fds[2], status = 0;
         struct rusage ru = { 0 };
@@ -404,18 +461,45 @@ cube_error *cube__cuda_compile_confined(const cube__nvrtc_api *nv, const cube__k
         if (!cpu_s)
                 cpu_s = 60;
         snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int) gettid());
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
-                        "cannot compile kernel '%s': pipe: %s", desc->entry, strerror(errno)));
-        /* One fork at a time: no other compile's state is half-made in it. */
-        pthread_mutex_lock(&fork_lock);
+        snprintf(src, sizeof(src), "%s.cu", tmp);
+        ssize_t self_len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        size_t n_env = 0;
+        while (environ[n_env])
+                n_env++;
+        FILE *f = fopen(src, "wbe");
+        bool written = f && fputs(desc->source, f) >= 0;
+        if (f && fclose(f) != 0)
+                written = false;
+        if (!written || self_len <= 0 || !(envp = calloc(n_env + 2, sizeof(*envp))) ||
+            pipe2(fds, O_CLOEXEC) < 0) {
+                cube_error *e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_UNKNOWN, "cannot start compiling kernel '%s': %s",
+                        desc->entry, strerror(errno)));
+                unlink(src);
+                free(envp);
+                return e;
+        }
+        self[self_len] = '\0';
+        memcpy(envp, environ, n_env * sizeof(*envp));
+        envp[n_env] = (char *) CHILD_ENV;
+        snprintf(arch_s, sizeof(arch_s), "%d", arch);
+        snprintf(cpu_s_s, sizeof(cpu_s_s), "%u", cpu_s);
+        snprintf(fd_s, sizeof(fd_s), "%d", fds[1]);
+        char *argv[] = { (char *) "cube-nvrtc", (char *) desc->entry, arch_s, cpu_s_s, src, tmp,
+                         fd_s, NULL };
+        /* Between fork and exec only what is async-signal-safe: the daemon's
+         * other threads may hold any lock. */
         pid = fork();
-        if (pid == 0)
-                compile_child(nv, desc, arch, cpu_s, tmp, fds[1]);
-        pthread_mutex_unlock(&fork_lock);
+        if (pid == 0) {
+                (void) fcntl(fds[1], F_SETFD, 0);
+                execve(self, argv, envp);
+                _exit(127);
+        }
+        free(envp);
         close(fds[1]);
         if (pid < 0) {
                 close(fds[0]);
+                unlink(src);
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
                         "cannot compile kernel '%s': fork: %s", desc->entry, strerror(errno)));
         }
@@ -495,6 +579,7 @@ cube_error *cube__cuda_compile_confined(const cube__nvrtc_api *nv, const cube__k
         }
         if (e)
                 unlink(tmp);
+        unlink(src);
         free(text);
         return e;
 }

@@ -1236,7 +1236,7 @@ static cube_error *cuda_compile(cube__device *d, const cube__kernel_desc *desc, 
         if (cube__cuda_load_nvrtc(&nv, &why) < 0)
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
                                       "cannot compile kernel '%s': %s", desc->entry, why));
-        return cube__cuda_compile_confined(nv, desc, d->arch, d->config.compile_cpu_s, path);
+        return cube__cuda_compile_confined(desc, d->arch, d->config.compile_cpu_s, path);
 }
 
 static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, const char *path,

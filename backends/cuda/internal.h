@@ -118,10 +118,11 @@ typedef struct cube__cuda_resources {
  * are those of cube__cuda_options. ptx asks for compute_<arch> PTX instead. */
 cube_error *cube__cuda_compile(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
                                int arch, bool ptx, char **ret_image, size_t *ret_size);
-/* Compiles desc into a CUBIN at path in a child process under limits:
- * cpu_s seconds of CPU (0: 60), and address space and output bounds. */
-cube_error *cube__cuda_compile_confined(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
-                                        int arch, unsigned cpu_s, const char *path);
+/* Compiles desc into a CUBIN at path in a child process (this program
+ * started again) under limits: cpu_s seconds of CPU (0: 60), and address
+ * space and output bounds. */
+cube_error *cube__cuda_compile_confined(const cube__kernel_desc *desc, int arch, unsigned cpu_s,
+                                        const char *path);
 /* The options every kernel is compiled with, for the cache key. */
 const char *cube__cuda_options(void);
 /* Reads the resources of entry from a CUBIN. Returns 0 or -EINVAL. */
