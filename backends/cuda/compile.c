@@ -10,7 +10,8 @@
  * keeps NVRTC from calling setrlimit(), which would change the stack limit
  * of the whole multithreaded daemon on every compile.
  *
- * cubed never runs NVRTC itself: each compile is a forked child under
+ * cubed never runs NVRTC itself: each compile is a child process (the
+ * daemon's own binary started again, see compile_child_entry) under
  * limits (CPU time, address space, output size), so what a tenant's source
  * makes the compiler do happens outside the daemon and ends with its limit.
  * A source the compiler rejects, or one that runs it past its limits, is a
