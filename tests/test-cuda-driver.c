@@ -226,6 +226,31 @@ static void unload_kernel(cube__device *d, loaded *k)
         rmdir(k->dir);
 }
 
+/* Reads out back and, where kernels run, checks scale's exact result. */
+static void expect_doubled(cube__device *d, cube__dstream *s, cube__storage *out,
+                           const float *vin, int n)
+{
+        float *vout = calloc((size_t) n, sizeof(*vout));
+
+        ck_assert_ptr_nonnull(vout);
+        ck_assert_ptr_null(copy(d, s, false, out, 0, vout, (uint64_t) n * sizeof(*vout)));
+        if (real_gpu())
+                for (int i = 0; i < n; i++)
+                        ck_assert_float_eq(vout[i], vin[i] * 2.0f);
+        free(vout);
+}
+
+/* Releases what a launch case made, and closes the device. */
+static void finish(cube__device *d, cube__dstream *s, cube__storage *in, cube__storage *out,
+                   loaded *k)
+{
+        drv->release(d, in);
+        drv->release(d, out);
+        drv->stream_close(d, s);
+        unload_kernel(d, k);
+        drv->close(d);
+}
+
 /* A launch of scale over n floats of in and out, and its records. */
 typedef struct launch {
         cube__launch_work l;
@@ -466,7 +491,7 @@ START_TEST(t_launch_timed)
                 return;
         }
         cube__storage *in = alloc_ok(d, 4096), *out = alloc_ok(d, 4096);
-        float vin[1024], vout[1024];
+        float vin[1024];
         ck_assert_ptr_null(drv->stream_open(d, &s));
         for (int i = 0; i < 1024; i++)
                 vin[i] = (float) i * 0.5f - 7.0f;
@@ -483,15 +508,8 @@ START_TEST(t_launch_timed)
                       "timed at [%llu, %llu], outside [%llu, %llu]",
                       (unsigned long long) x.w.start_ns, (unsigned long long) x.w.end_ns,
                       (unsigned long long) before, (unsigned long long) after);
-        ck_assert_ptr_null(copy(d, s, false, out, 0, vout, sizeof(vout)));
-        if (real_gpu())
-                for (int i = 0; i < 1024; i++)
-                        ck_assert_float_eq(vout[i], vin[i] * 2.0f);
-        drv->release(d, in);
-        drv->release(d, out);
-        drv->stream_close(d, s);
-        unload_kernel(d, &k);
-        drv->close(d);
+        expect_doubled(d, s, out, vin, 1024);
+        finish(d, s, in, out, &k);
 }
 END_TEST
 
@@ -525,11 +543,7 @@ START_TEST(t_misaligned_binding_refused)
         drv->submit(d, s, &y.w);
         ck_assert(wait_for(&y.w, 10000));
         ck_assert_ptr_null(y.w.error);
-        drv->release(d, in);
-        drv->release(d, out);
-        drv->stream_close(d, s);
-        unload_kernel(d, &k);
-        drv->close(d);
+        finish(d, s, in, out, &k);
 }
 END_TEST
 
@@ -654,7 +668,7 @@ START_TEST(t_sticky_fault_poison_reopen)
         in = alloc_ok(d, 4096);
         out = alloc_ok(d, 4096);
         ck_assert_ptr_null(drv->stream_open(d, &s));
-        float vin[1024], vout[1024];
+        float vin[1024];
         for (int i = 0; i < 1024; i++)
                 vin[i] = (float) i;
         ck_assert_ptr_null(copy(d, s, true, in, 0, vin, sizeof(vin)));
@@ -662,15 +676,8 @@ START_TEST(t_sticky_fault_poison_reopen)
         drv->submit(d, s, &x.w);
         ck_assert(wait_for(&x.w, 10000));
         ck_assert_msg(!x.w.error, "%s", cube_error_message(x.w.error));
-        ck_assert_ptr_null(copy(d, s, false, out, 0, vout, sizeof(vout)));
-        if (real_gpu())
-                for (int i = 0; i < 1024; i++)
-                        ck_assert_float_eq(vout[i], vin[i] * 2.0f);
-        drv->release(d, in);
-        drv->release(d, out);
-        drv->stream_close(d, s);
-        unload_kernel(d, &k);
-        drv->close(d);
+        expect_doubled(d, s, out, vin, 1024);
+        finish(d, s, in, out, &k);
 }
 END_TEST
 
