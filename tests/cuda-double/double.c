@@ -182,7 +182,7 @@ static CUresult need_ctx(void)
                 return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED; \
         } \
         r_ = current->sticky;
-#define LEAVE(r) do { pthread_mutex_unlock(&big); return (r); } while (0)
+#define LEAVE(r) do { CUresult l_ = (r); pthread_mutex_unlock(&big); return l_; } while (0)
 
 /* ---- memory ----------------------------------------------------------- */
 
