@@ -27,6 +27,7 @@
  *   CUBE_CUDA_DOUBLE_HANG_LAUNCH=N   the Nth launch never ends (until a reset)
  *   CUBE_CUDA_DOUBLE_FAIL_REGISTER=1 cuMemHostRegister fails
  *   CUBE_CUDA_DOUBLE_FAIL_ALLOC=N    the Nth device allocation fails, out of memory
+ *   CUBE_CUDA_DOUBLE_RECORD_US=N     cuEventRecord takes N microseconds (a busy driver)
  *   CUBE_CUDA_DOUBLE_VERSION=N       the CUDA version the driver says it is (12040)
  *   CUBE_CUDA_DOUBLE_MEMORY=BYTES    the device's memory (default 2 GiB);
  *                                    beyond it allocations fail, out of memory
@@ -138,7 +139,7 @@ static alloc *allocs;
 static region *regions;
 static uint64_t memory_total, memory_used;
 static uint64_t launches, device_allocs, fail_alloc;
-static uint64_t fault_launch, hang_launch, launch_us;
+static uint64_t fault_launch, hang_launch, launch_us, record_us;
 static bool fail_register;
 
 static uint64_t now_ns(void)
@@ -396,6 +397,7 @@ static CUresult d_cuInit(unsigned flags)
                 fail_alloc = env_u64("CUBE_CUDA_DOUBLE_FAIL_ALLOC", 0);
                 fail_register = env_u64("CUBE_CUDA_DOUBLE_FAIL_REGISTER", 0) != 0;
                 launch_us = env_u64("CUBE_CUDA_DOUBLE_LAUNCH_US", 20);
+                record_us = env_u64("CUBE_CUDA_DOUBLE_RECORD_US", 0);
                 initialised = true;
         }
         pthread_mutex_unlock(&big);
@@ -649,7 +651,11 @@ static CUresult d_cuEventRecord(CUevent e, CUstream s)
         o->event = e;
         o->seq = ++e->recorded;
         e->refs++;
-        LEAVE(push(s, o));
+        CUresult r = push(s, o);
+        pthread_mutex_unlock(&big);
+        if (record_us)
+                usleep((useconds_t) record_us);
+        return r;
 }
 
 static CUresult d_cuEventQuery(CUevent e)
