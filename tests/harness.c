@@ -142,6 +142,9 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
                 return -1;
         if (d->pid == 0) {
                 int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+                /* A test that fails an assertion leaves no daemon behind
+                 * (on a GPU, one would keep a kernel spinning). */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (log >= 0) {
                         dup2(log, 2);
                         dup2(log, 1);
@@ -660,6 +663,17 @@ void open_socket_to_all(const test_daemon *d)
 {
         ck_assert_int_eq(chmod(d->dir, 0755), 0);
         ck_assert_int_eq(chmod(d->socket, 0666), 0);
+}
+
+const char *test_backend(void)
+{
+        const char *b = getenv("CUBE_TEST_BACKEND");
+        return b && *b ? b : "cpu";
+}
+
+const char *test_fault_word(void)
+{
+        return strcmp(test_backend(), "cpu") == 0 ? "SEGV" : "CUDA_ERROR";
 }
 
 void nobody_start(nobody *n, const char *socket, nobody_fn fn)

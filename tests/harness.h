@@ -102,6 +102,10 @@ void raw_send_request_u64(int fd, uint32_t msgid, const char *method, const uint
 /* A monotonic clock in milliseconds, and ms scaled by CUBE_TEST_TIMEOUT_MULT. */
 long test_now_ms(void);
 int test_scaled_ms(int ms);
+/* The backend the suites run on (CUBE_TEST_BACKEND; "cpu" without it), and
+ * the word its fault reports carry ("SEGV", "CUDA_ERROR"). */
+const char *test_backend(void);
+const char *test_fault_word(void);
 /* CUBE_TEST_TIMEOUT_MULT, at least 1: how many times slower this build may
  * be (a sanitizer's). */
 int test_timeout_multiplier(void);

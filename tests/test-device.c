@@ -274,7 +274,7 @@ START_TEST(a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "wild", &c));
-        launch_and_expect_poison(c, test_kernel(c, wild_source, "wild"), "wild", "SEGV",
+        launch_and_expect_poison(c, test_kernel(c, wild_source, "wild"), "wild", test_fault_word(),
                                  10000, true);
         st = status_of(d.socket);
         ck_assert(st.poisoned);
@@ -347,7 +347,7 @@ END_TEST
 
 START_TEST(a_unit_overflowing_its_stack_poisons_the_device)
 {
-        expect_fault_poisons_then_reinit(deep_source, "deep", "SEGV");
+        expect_fault_poisons_then_reinit(deep_source, "deep", test_fault_word());
 }
 END_TEST
 

@@ -3,7 +3,9 @@
 #
 # Sets up and builds (tools/setup.sh), runs every meson test in build/, then
 # builds build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them all again, then runs every fuzz target under libFuzzer for a
+# runs them all again, then the CUDA backend's suite on the driver's test
+# double under ThreadSanitizer (build-tsan/, only what that suite needs),
+# then runs every fuzz target under libFuzzer for a
 # bounded time (tests/fuzz/run.sh: all at once, $CUBE_FUZZ_SECONDS each,
 # default 60). Then installs the Python binding into build/python-venv
 # (tools/python-setup.sh) and runs its pytest suite against the cubed of
@@ -22,6 +24,20 @@ echo "== tests under ASan/UBSan (build-asan)"
 CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=3 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
         meson test -C build-asan --print-errorlogs --no-rebuild --timeout-multiplier 3 || rc=1
 
+echo "== the CUDA backend on its test double under TSan (build-tsan)"
+tsan_log=""
+if [ -f build/tests/test-cuda-driver ]; then
+        [ -f build-tsan/build.ninja ] ||
+                meson setup build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false >/dev/null
+        if ninja -C build-tsan tests/test-cuda-driver tests/cuda-double/libcuda.so.1 >/dev/null; then
+                CUBE_TEST_TIMEOUT_MULT=10 meson test -C build-tsan --print-errorlogs --no-rebuild \
+                        --timeout-multiplier 3 cuda-driver || rc=1
+                tsan_log=build-tsan/meson-logs/testlog.json
+        else
+                rc=1
+        fi
+fi
+
 echo "== fuzz targets under libFuzzer (build-fuzz)"
 rm -f build-fuzz/fuzz.xml
 tests/fuzz/run.sh || rc=1
@@ -38,5 +54,5 @@ fi
 
 # A missing build/pytest.xml or build-fuzz/fuzz.xml counts as a failure.
 python3 tools/count-tests.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
-        build-fuzz/fuzz.xml build/pytest.xml || rc=1
+        $tsan_log build-fuzz/fuzz.xml build/pytest.xml || rc=1
 exit $rc

@@ -10,6 +10,13 @@
  * keeps NVRTC from calling setrlimit(), which would change the stack limit
  * of the whole multithreaded daemon on every compile.
  *
+ * cubed never runs NVRTC itself: each compile is a child process (the
+ * daemon's own binary started again, see compile_child_entry) under
+ * limits (CPU time, address space, output size), so what a tenant's source
+ * makes the compiler do happens outside the daemon and ends with its limit.
+ * A source the compiler rejects, or one that runs it past its limits, is a
+ * CompilationError (a refusal); a compiler that dies otherwise is a defect.
+ *
  * The resources a kernel needs are read from the CUBIN's ELF (.nv.info
  * attributes, .nv.shared.NAME) here, so that they can be checked against
  * ptxas -v without a GPU; on a device, cuFuncGetAttribute says the same and
@@ -17,10 +24,20 @@
  */
 #include <errno.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "errors.h"
 #include "internal.h"
@@ -235,4 +252,335 @@ cube_error *cube__cuda_check_stack(const cube__cuda_resources *res, const char *
                               "units, more than the %" PRIu64 " MiB cubed allows: make the "
                               "per-unit arrays smaller or SHARED", entry, res->local_bytes,
                               need >> 20, resident_units, cap >> 20);
+}
+
+/* The size of a scalar type the dialect names, or 0. */
+static unsigned scalar_size(const char *t, size_t n)
+{
+        static const struct { const char *name; unsigned size; } types[] = {
+                { "char", 1 }, { "int8_t", 1 }, { "uint8_t", 1 }, { "bool", 1 },
+                { "short", 2 }, { "int16_t", 2 }, { "uint16_t", 2 }, { "half", 2 },
+                { "__half", 2 }, { "__nv_bfloat16", 2 },
+                { "int", 4 }, { "unsigned", 4 }, { "int32_t", 4 }, { "uint32_t", 4 },
+                { "float", 4 }, { "long", 8 }, { "int64_t", 8 }, { "uint64_t", 8 },
+                { "double", 8 }, { "size_t", 8 },
+        };
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+                if (strlen(types[i].name) == n && strncmp(types[i].name, t, n) == 0)
+                        return types[i].size;
+        return 0;
+}
+
+/* The alignment of the element type in one parameter's text ("const float4
+ * *__restrict__ out"): the identifier before the first '*'. Vector types
+ * (float2, int4) align to their whole size; float3 to its scalar's. */
+static uint8_t param_alignment(const char *p, size_t n)
+{
+        const char *star = memchr(p, '*', n), *end, *begin;
+
+        if (!star)
+                return 1;
+        end = star;
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n'))
+                end--;
+        begin = end;
+        while (begin > p && (begin[-1] == '_' || (begin[-1] >= 'a' && begin[-1] <= 'z') ||
+                             (begin[-1] >= 'A' && begin[-1] <= 'Z') ||
+                             (begin[-1] >= '0' && begin[-1] <= '9')))
+                begin--;
+        size_t len = (size_t) (end - begin);
+        unsigned size = scalar_size(begin, len), lanes = 1;
+        if (!size && len > 1 && (end[-1] == '2' || end[-1] == '3' || end[-1] == '4')) {
+                size = scalar_size(begin, len - 1);
+                lanes = end[-1] == '3' ? 1 : (unsigned) (end[-1] - '0');
+        }
+        return (uint8_t) (size ? size * lanes : 1);
+}
+
+void cube__cuda_buffer_alignments(const char *source, const char *entry, uint8_t *ret_align,
+                                  uint32_t n_buffers)
+{
+        char needle[160];
+        const char *p = NULL;
+
+        for (uint32_t i = 0; i < n_buffers; i++)
+                ret_align[i] = 1;
+        snprintf(needle, sizeof(needle), "void %s(", entry);
+        if (source)
+                p = strstr(source, needle);
+        if (!p)
+                return;
+        p += strlen(needle);
+        for (uint32_t i = 0; i < n_buffers && *p && *p != ')'; i++) {
+                size_t n = strcspn(p, ",)");
+                ret_align[i] = param_alignment(p, n);
+                p += n;
+                if (*p == ',')
+                        p++;
+        }
+}
+
+/* ---- the confined compile ---------------------------------------------- */
+
+#define COMPILE_AS_MB 8192
+#define COMPILE_FSIZE_MB 256
+
+/* What the child reports on its pipe: one tag byte, then a reason. */
+enum { TAG_OK = 'O', TAG_SOURCE = 'C', TAG_OOM = 'M', TAG_DEFECT = 'D' };
+
+static void limit(int resource, rlim_t value)
+{
+        struct rlimit rl = { value, value };
+        (void) setrlimit(resource, &rl);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+        while (n > 0) {
+                ssize_t w = write(fd, p, n);
+                if (w <= 0)
+                        return;
+                p = (const char *) p + w;
+                n -= (size_t) w;
+        }
+}
+
+#define CHILD_ENV "CUBE__CUDA_COMPILE_CHILD=1"
+
+/* The child: a fresh process (the daemon's own binary, started again), so
+ * nothing of the daemon's threads is half-done in it. Compiles under its
+ * limits and writes the CUBIN to tmp, then its verdict to fd. */
+static void __attribute__((noreturn)) compile_child(const cube__kernel_desc *desc, int arch,
+                                                    unsigned cpu_s, const char *tmp, int fd)
+{
+        const cube__nvrtc_api *nv;
+        const char *why;
+        char *image = NULL;
+        size_t size = 0;
+        cube_error *e;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+                _exit(4);
+        limit(RLIMIT_CPU, cpu_s);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        limit(RLIMIT_AS, (rlim_t) COMPILE_AS_MB << 20);
+#endif
+        limit(RLIMIT_FSIZE, (rlim_t) COMPILE_FSIZE_MB << 20);
+        limit(RLIMIT_CORE, 0);
+        if (cube__cuda_load_nvrtc(&nv, &why) < 0)
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                                   "cannot compile kernel '%s': %s", desc->entry, why));
+        else
+                e = cube__cuda_compile(nv, desc, arch, false, &image, &size);
+        if (!e) {
+                int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                if (out < 0)
+                        _exit(3);
+                write_all(out, image, size);
+                if (close(out) < 0)
+                        _exit(3);
+                write_all(fd, (char[]) { TAG_OK }, 1);
+                _exit(0);
+        }
+        char tag = TAG_DEFECT;
+        if (cube_error_kind_of(e) == CUBE_COMPILATION_GENERIC)
+                tag = TAG_SOURCE;
+        else if (strstr(cube_error_message(e), "out of host memory") ||
+                 strstr(cube_error_message(e), "ran out of host memory"))
+                tag = TAG_OOM;
+        const char *text = cube_error_kind_of(e) == CUBE_COMPILATION_GENERIC ?
+                           cube_error_reason(e) : cube_error_message(e);
+        write_all(fd, &tag, 1);
+        write_all(fd, text, strlen(text));
+        _exit(0);
+}
+
+/* Reads a whole file (the kernel's source, handed to the child). */
+static char *read_all(const char *path)
+{
+        FILE *f = fopen(path, "rbe");
+        char *buf = NULL;
+        size_t len = 0, cap = 0, n;
+
+        if (!f)
+                return NULL;
+        do {
+                if (len + 4097 > cap) {
+                        char *b = realloc(buf, cap = cap * 2 + 8192);
+                        if (!b) {
+                                free(buf);
+                                fclose(f);
+                                return NULL;
+                        }
+                        buf = b;
+                }
+                n = fread(buf + len, 1, cap - len - 1, f);
+                len += n;
+        } while (n > 0);
+        fclose(f);
+        buf[len] = '\0';
+        return buf;
+}
+
+/* A compile child starts here, before main: glibc hands constructors argc,
+ * argv and envp. argv: name entry arch cpu_s source tmp fd. */
+static void __attribute__((constructor)) compile_child_entry(int argc, char **argv, char **envp)
+{
+        (void) envp;
+        const char *v = getenv("CUBE__CUDA_COMPILE_CHILD");
+        if (!v || strcmp(v, "1") != 0)
+                return;
+        if (argc != 7)
+                _exit(5);
+        char *source = read_all(argv[4]);
+        if (!source)
+                _exit(6);
+        cube__kernel_desc desc = { .source = source, .entry = argv[1] };
+        compile_child(&desc, atoi(argv[2]), (unsigned) strtoul(argv[3], NULL, 10), argv[5],
+                      atoi(argv[6]));
+}
+
+static const char *signal_name(int sig)
+{
+        const char *s = sigdescr_np(sig);
+        return s ? s : "a signal";
+}
+
+cube_error *cube__cuda_compile_confined(const cube__kernel_desc *desc, int arch, unsigned cpu_s,
+                                        const char *path)
+{
+        extern char **environ;
+        char tmp[PATH_MAX], src[PATH_MAX + 8], self[PATH_MAX], arch_s[16], cpu_s_s[16], fd_s[16];
+        char *text = NULL, **envp = NULL;
+        size_t len = 0, cap = 0;
+        int fds[2], status = 0;
+        struct rusage ru = { 0 };
+        bool wall_timeout = false;
+        pid_t pid;
+
+        if (!cpu_s)
+                cpu_s = 60;
+        snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int) gettid());
+        snprintf(src, sizeof(src), "%s.cu", tmp);
+        ssize_t self_len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        size_t n_env = 0;
+        while (environ[n_env])
+                n_env++;
+        FILE *f = fopen(src, "wbe");
+        bool written = f && fputs(desc->source, f) >= 0;
+        if (f && fclose(f) != 0)
+                written = false;
+        if (!written || self_len <= 0 || !(envp = calloc(n_env + 2, sizeof(*envp))) ||
+            pipe2(fds, O_CLOEXEC) < 0) {
+                cube_error *e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_UNKNOWN, "cannot start compiling kernel '%s': %s",
+                        desc->entry, strerror(errno)));
+                unlink(src);
+                free(envp);
+                return e;
+        }
+        self[self_len] = '\0';
+        memcpy(envp, environ, n_env * sizeof(*envp));
+        envp[n_env] = (char *) CHILD_ENV;
+        snprintf(arch_s, sizeof(arch_s), "%d", arch);
+        snprintf(cpu_s_s, sizeof(cpu_s_s), "%u", cpu_s);
+        snprintf(fd_s, sizeof(fd_s), "%d", fds[1]);
+        char *argv[] = { (char *) "cube-nvrtc", (char *) desc->entry, arch_s, cpu_s_s, src, tmp,
+                         fd_s, NULL };
+        /* Between fork and exec only what is async-signal-safe: the daemon's
+         * other threads may hold any lock. */
+        pid = fork();
+        if (pid == 0) {
+                (void) fcntl(fds[1], F_SETFD, 0);
+                execve(self, argv, envp);
+                _exit(127);
+        }
+        free(envp);
+        close(fds[1]);
+        if (pid < 0) {
+                close(fds[0]);
+                unlink(src);
+                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "cannot compile kernel '%s': fork: %s", desc->entry, strerror(errno)));
+        }
+        /* The wall-clock bound: the CPU limit twice over, and some slack for
+         * a loaded machine. */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        long wall_ms = (long) cpu_s * 2000 + 10000;
+        for (;;) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                long left = wall_ms - ((t.tv_sec - t0.tv_sec) * 1000 +
+                                       (t.tv_nsec - t0.tv_nsec) / 1000000);
+                struct pollfd p = { .fd = fds[0], .events = POLLIN };
+                if (left <= 0) {
+                        wall_timeout = true;
+                        kill(pid, SIGKILL);
+                        break;
+                }
+                if (poll(&p, 1, (int) left) <= 0)
+                        continue;
+                if (len + 4096 + 1 > cap) {
+                        char *n = realloc(text, cap = cap * 2 + 8192);
+                        if (!n)
+                                break;
+                        text = n;
+                }
+                ssize_t r = read(fds[0], text + len, cap - len - 1);
+                if (r <= 0)
+                        break;
+                len += (size_t) r;
+        }
+        close(fds[0]);
+        while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+                ;
+        if (text)
+                text[len] = '\0';
+
+        double cpu = (double) ru.ru_utime.tv_sec + (double) ru.ru_stime.tv_sec +
+                     ((double) ru.ru_utime.tv_usec + (double) ru.ru_stime.tv_usec) / 1e6;
+        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        char tag = len ? text[0] : 0;
+        const char *reason = len > 1 ? text + 1 : "";
+        cube_error *e = NULL;
+
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_OK) {
+                if (rename(tmp, path) < 0)
+                        e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN,
+                                "cannot store the compiled kernel at %s: %s; check the cache "
+                                "directory", path, strerror(errno)));
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_SOURCE) {
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "%s", reason);
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_OOM) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                                   "%s", reason));
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_DEFECT) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s",
+                                   reason));
+        } else if ((sig == SIGXCPU || sig == SIGKILL) && cpu + 0.5 >= (double) cpu_s) {
+                /* Stopped by its own CPU limit: the source's doing. */
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "NVRTC building kernel '%s' ran past "
+                                   "its CPU time limit of %u s and was stopped", desc->entry,
+                                   cpu_s);
+        } else if (sig == SIGXFSZ) {
+                e = cube__err_text(CUBE_COMPILATION_GENERIC, "NVRTC building kernel '%s' wrote "
+                                   "past its output limit of %u MiB and was stopped", desc->entry,
+                                   COMPILE_FSIZE_MB);
+        } else if (wall_timeout) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "NVRTC building kernel '%s' outlived its wall-clock limit after only "
+                        "%.1f s of CPU time (the machine is starved); a later launch tries again",
+                        desc->entry, cpu));
+        } else {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                        "NVRTC died (%s, exit status %d) building kernel '%s'; a later launch "
+                        "tries again", sig ? signal_name(sig) : "no signal",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, desc->entry));
+        }
+        if (e)
+                unlink(tmp);
+        unlink(src);
+        free(text);
+        return e;
 }

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "errors.h"
@@ -72,12 +73,16 @@ struct cube__module {
         CUmodule module;
         CUfunction fn;
         cube__cuda_resources res;
+        uint32_t n_buffers;
+        uint8_t *align;                 /* per buffer: the bytes its elements load at */
 };
 
 /* A piece of issued work the completion thread waits for. */
 struct rec {
         rec *next;
         CUevent event;                  /* NULL: complete as soon as it is seen */
+        CUevent start;                  /* a launch: recorded before it, for its timing */
+        uint64_t running_since;         /* a launch: when start was first seen complete */
         cube__work *work;               /* handed back when this rec completes; NULL for a chunk */
         void *bounce;                   /* a bounce chunk to give back */
         void *copy_to;                  /* a read through the bounce: where its bytes go */
@@ -132,6 +137,12 @@ struct cube__device {
         bool slot_busy[INFO_SLOTS];
         cube_error *poison;             /* the first sticky fault */
 
+        /* Launch times: events measure against the anchor, an event whose
+         * CLOCK_MONOTONIC time is known. Completion thread only. */
+        CUstream anchor_stream;
+        CUevent anchor;
+        uint64_t anchor_ns;
+
         uint8_t *info_host;             /* pinned, INFO_SLOTS x INFO_SLOT */
         CUdeviceptr info_dev;
         pinned_range *pinned;           /* submitter thread only */
@@ -152,8 +163,9 @@ static void CUDA_CB doorbell_cb(void *arg)
 /* ---- poison ---------------------------------------------------------- */
 
 /* The first sticky fault: every rec in flight completes with it, naming the
- * kernels in flight; later work fails at once. Called with d->lock held. */
-static void poison_locked(cube__device *d, CUresult r, const char *what)
+ * kernels in flight; later work fails at once. why says what happened.
+ * Called with d->lock held. */
+static void poison_why_locked(cube__device *d, const char *why)
 {
         char kernels[1024] = "";
         size_t n = 0;
@@ -165,12 +177,34 @@ static void poison_locked(cube__device *d, CUresult r, const char *what)
                         if (x->kernel && n < sizeof(kernels) - 80)
                                 n += (size_t) snprintf(kernels + n, sizeof(kernels) - n, "%s%s",
                                                        n ? ", " : "", x->kernel);
-        d->poison = cube__err_poison("%s failed: %s (%d); the CUDA context is lost; kernels "
-                                     "in flight: %s", what, cube__cuda_name(r), (int) r,
+        d->poison = cube__err_poison("%s; the CUDA context is lost; kernels in flight: %s", why,
                                      n ? kernels : "none");
+        /* Complete now, with the poison. */
         for (cube__dstream *s = d->streams; s; s = s->next)
-                for (rec *x = s->head; x; x = x->next)
-                        x->event = NULL;        /* complete now, with the poison */
+                for (rec *x = s->head; x; x = x->next) {
+                        if (x->event)
+                                d->cu->cuEventDestroy(x->event);
+                        if (x->start)
+                                d->cu->cuEventDestroy(x->start);
+                        x->event = x->start = NULL;
+                }
+}
+
+static void poison_locked(cube__device *d, CUresult r, const char *what)
+{
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s failed: %s (%d)", what, cube__cuda_name(r), (int) r);
+        poison_why_locked(d, why);
+}
+
+/* d->poison is written by the submitter and the completion thread. */
+static bool poisoned(cube__device *d)
+{
+        pthread_mutex_lock(&d->lock);
+        bool p = d->poison != NULL;
+        pthread_mutex_unlock(&d->lock);
+        return p;
 }
 
 static bool check(cube__device *d, CUresult r, const char *what)
@@ -199,8 +233,12 @@ static void *bounce_take(cube__device *d)
                                 d->bounce_busy[i] = true;
                                 p = d->bounce[i];
                         }
-                if (!p)
+                /* Every chunk is in flight: the completion thread gives them
+                 * back, and must not sleep through it in its idle poll. */
+                if (!p) {
+                        ring(d);
                         pthread_cond_wait(&d->bounce_free, &d->lock);
+                }
         }
         pthread_mutex_unlock(&d->lock);
         return p;
@@ -225,8 +263,10 @@ static int slot_take(cube__device *d)
                                 d->slot_busy[i] = true;
                                 slot = i;
                         }
-                if (slot < 0)
+                if (slot < 0) {
+                        ring(d);
                         pthread_cond_wait(&d->slot_free, &d->lock);
+                }
         }
         pthread_mutex_unlock(&d->lock);
         return slot;
@@ -243,14 +283,15 @@ static bool is_pinned(cube__device *d, const void *p, uint64_t len)
 
 /* ---- the submitter ---------------------------------------------------- */
 
-/* Queues a rec after the work just issued on s: an event, unless the device
- * is poisoned (then it completes at once with the poison). */
+/* Queues a rec after the work just issued on s: an event (timed after a
+ * launch), unless the device is poisoned (then it completes at once with the
+ * poison). Once pushed, x and its work belong to the completion thread. */
 static void push_rec(cube__device *d, cube__dstream *s, rec *x)
 {
+        unsigned flags = x->start ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
         CUevent ev = NULL;
 
-        if (!d->poison && check(d, d->cu->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING),
-                                "cuEventCreate") &&
+        if (!poisoned(d) && check(d, d->cu->cuEventCreate(&ev, flags), "cuEventCreate") &&
             !check(d, d->cu->cuEventRecord(ev, s->stream), "cuEventRecord")) {
                 d->cu->cuEventDestroy(ev);
                 ev = NULL;
@@ -260,6 +301,10 @@ static void push_rec(cube__device *d, cube__dstream *s, rec *x)
         if (d->poison && x->event) {
                 d->cu->cuEventDestroy(x->event);
                 x->event = NULL;
+        }
+        if (!x->event && x->start) {
+                d->cu->cuEventDestroy(x->start);
+                x->start = NULL;
         }
         x->next = NULL;
         if (s->tail)
@@ -338,24 +383,28 @@ static CUresult copy_direct(cube__device *d, cube__dstream *s, bool to_device, c
 
 /* A copy: one DMA from pinned memory, else through bounce chunks, a batch of
  * whole rows (or a piece of one long row) each. The last rec hands the work
- * back; a read's chunks are copied out by the completion thread. */
+ * back; a read's chunks are copied out by the completion thread. Once that
+ * rec is pushed the work may be gone: everything is read from it first. */
 static void issue_copy(cube__device *d, cube__dstream *s, cube__work *w)
 {
-        bool to_device = w->op == CUBE__WORK_COPY_TO_DEVICE;
-        uint64_t rows = w->rows > 1 ? w->rows : 1, pitch = w->rows > 1 ? w->pitch : w->len;
+        const bool to_device = w->op == CUBE__WORK_COPY_TO_DEVICE;
+        const uint64_t len = w->len, offset = w->offset;
+        const uint64_t rows = w->rows > 1 ? w->rows : 1, pitch = w->rows > 1 ? w->pitch : w->len;
+        char *const base = w->host;
+        cube__storage *const st = w->storage;
+        const char *what = to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
         CUresult r = CUDA_SUCCESS;
         rec *x;
 
-        if (!w->len) {
+        if (!len) {
                 x = new_rec();
                 x->work = w;
                 push_rec(d, s, x);
                 return;
         }
-        if (is_pinned(d, w->host, w->len * rows)) {
-                r = copy_direct(d, s, to_device, w->storage, w->offset, w->host, w->len, rows,
-                                pitch);
-                if (!check(d, r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync"))
+        if (is_pinned(d, base, len * rows)) {
+                r = copy_direct(d, s, to_device, st, offset, base, len, rows, pitch);
+                if (!check(d, r, what))
                         w->error = cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "a copy");
                 x = new_rec();
                 x->work = w;
@@ -364,27 +413,27 @@ static void issue_copy(cube__device *d, cube__dstream *s, cube__work *w)
         }
         /* Pieces: rows_per whole rows, or (rows longer than a chunk) one row
          * in chunk-sized parts. */
-        uint64_t rows_per = w->len <= BOUNCE_BYTES ? BOUNCE_BYTES / w->len : 1;
-        uint64_t part = w->len <= BOUNCE_BYTES ? w->len : BOUNCE_BYTES;
-        for (uint64_t row = 0; row < rows && r == CUDA_SUCCESS;) {
+        const uint64_t rows_per = len <= BOUNCE_BYTES ? BOUNCE_BYTES / len : 1;
+        const uint64_t part = len <= BOUNCE_BYTES ? len : BOUNCE_BYTES;
+        bool handed_back = false;
+        for (uint64_t row = 0; row < rows && !handed_back;) {
                 uint64_t n_rows = rows - row < rows_per ? rows - row : rows_per;
-                for (uint64_t at = 0; at < w->len && r == CUDA_SUCCESS; at += part) {
-                        uint64_t piece = w->len - at < part ? w->len - at : part;
-                        char *host = (char *) w->host + row * w->len + at;
-                        uint64_t bytes = n_rows > 1 ? n_rows * w->len : piece;
+                for (uint64_t at = 0; at < len && !handed_back; at += part) {
+                        uint64_t piece = len - at < part ? len - at : part;
+                        char *host = base + row * len + at;
+                        uint64_t bytes = n_rows > 1 ? n_rows * len : piece;
                         void *chunk = bounce_take(d);
-                        bool last = row + n_rows >= rows && at + piece >= w->len;
+                        bool last = row + n_rows >= rows && at + piece >= len;
 
                         if (to_device)
                                 memcpy(chunk, host, bytes);
                         if (n_rows > 1)
-                                r = copy_direct(d, s, to_device, w->storage,
-                                                w->offset + row * pitch, chunk, w->len, n_rows,
-                                                pitch);
+                                r = copy_direct(d, s, to_device, st, offset + row * pitch, chunk,
+                                                len, n_rows, pitch);
                         else
-                                r = copy_direct(d, s, to_device, w->storage,
-                                                w->offset + row * pitch + at, chunk, piece, 1, 0);
-                        if (!check(d, r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync"))
+                                r = copy_direct(d, s, to_device, st, offset + row * pitch + at,
+                                                chunk, piece, 1, 0);
+                        if (!check(d, r, what))
                                 w->error = cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "a copy");
                         x = new_rec();
                         x->bounce = chunk;
@@ -392,8 +441,10 @@ static void issue_copy(cube__device *d, cube__dstream *s, cube__work *w)
                                 x->copy_to = host;
                                 x->copy_len = bytes;
                         }
-                        if (last || r != CUDA_SUCCESS)
+                        if (last || r != CUDA_SUCCESS) {
                                 x->work = w;
+                                handed_back = true;
+                        }
                         push_rec(d, s, x);
                         if (n_rows > 1)
                                 break;
@@ -421,6 +472,18 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory launching '%s'", l->kernel));
                 goto done;
         }
+        /* A GPU loads an element only from an address aligned to its size;
+         * anything else is CUDA_ERROR_MISALIGNED_ADDRESS, sticky, which would
+         * poison the device for every session. */
+        for (uint32_t i = 0; i < n && i < l->module->n_buffers; i++)
+                if (l->offsets[i] % l->module->align[i]) {
+                        w->error = cube__err_validation(
+                                "launch of '%s': buffer %u is bound at byte %" PRIu64 ", where "
+                                "its %u-byte elements cannot be loaded on a GPU (bind it at a "
+                                "multiple of %u)", l->kernel, i, l->offsets[i],
+                                l->module->align[i], l->module->align[i]);
+                        goto done;
+                }
         for (uint32_t i = 0; i < n; i++)
                 ptrs[i] = l->storages[i]->ptr + l->offsets[i];
         /* The info words go to device memory first, in stream order. */
@@ -452,6 +515,11 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         params[n + 1] = &meta;
         params[n + 2] = &dyn;
         params[n + 3] = &words;
+        if (check(d, d->cu->cuEventCreate(&x->start, CU_EVENT_DEFAULT), "cuEventCreate") &&
+            !check(d, d->cu->cuEventRecord(x->start, s->stream), "cuEventRecord")) {
+                d->cu->cuEventDestroy(x->start);
+                x->start = NULL;
+        }
         r = d->cu->cuLaunchKernel(l->module->fn, l->count[0], l->count[1], l->count[2],
                                   l->dim[0], l->dim[1], l->dim[2], 0, s->stream, params, NULL);
         if (!check(d, r, "cuLaunchKernel")) {
@@ -472,38 +540,51 @@ done:
         push_rec(d, s, x);
 }
 
+/* Issues one piece of work between the order events of what it touches.
+ * The storages are taken first: once issued, the work may already have
+ * been handed back and freed (they stay: their release is queued behind). */
 static void issue(cube__device *d, cube__dstream *s, cube__work *w)
 {
-        cube__storage *touched[1] = { w->storage };
-        cube__storage **sts = touched;
+        cube__storage *touched[8], **sts = touched;
         uint32_t n = w->op == CUBE__WORK_FENCE ? 0 : 1;
 
+        touched[0] = w->storage;
         if (w->op == CUBE__WORK_LAUNCH) {
-                sts = w->launch->storages;
                 n = w->launch->n_buffers;
+                if (n > sizeof(touched) / sizeof(touched[0]) && !(sts = malloc(n * sizeof(*sts)))) {
+                        w->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                                CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory launching '%s'",
+                                w->launch->kernel));
+                        sts = touched;
+                        n = 0;
+                } else {
+                        memcpy(sts, w->launch->storages, n * sizeof(*sts));
+                }
         }
-        if (d->poison) {
-                if (!w->error && w->op != CUBE__WORK_FENCE)
-                        w->error = cube_error_clone(d->poison);
-        } else {
-                for (uint32_t i = 0; i < n && !w->error; i++)
-                        if (sts[i]->failed)
-                                w->error = storage_error(sts[i]);
-        }
-        if (w->error || d->poison || w->op == CUBE__WORK_FENCE) {
+        pthread_mutex_lock(&d->lock);
+        bool dead = d->poison != NULL;
+        if (dead && !w->error && w->op != CUBE__WORK_FENCE)
+                w->error = cube_error_clone(d->poison);
+        pthread_mutex_unlock(&d->lock);
+        for (uint32_t i = 0; i < n && !w->error && !dead; i++)
+                if (sts[i]->failed)
+                        w->error = storage_error(sts[i]);
+        if (w->error || dead || w->op == CUBE__WORK_FENCE) {
                 rec *x = new_rec();
                 x->work = w;
                 push_rec(d, s, x);
-                return;
+        } else {
+                for (uint32_t i = 0; i < n; i++)
+                        order_before(d, s, sts[i]);
+                if (w->op == CUBE__WORK_LAUNCH)
+                        issue_launch(d, s, w);
+                else
+                        issue_copy(d, s, w);
+                for (uint32_t i = 0; i < n; i++)
+                        order_after(d, s, sts[i]);
         }
-        for (uint32_t i = 0; i < n; i++)
-                order_before(d, s, sts[i]);
-        if (w->op == CUBE__WORK_LAUNCH)
-                issue_launch(d, s, w);
-        else
-                issue_copy(d, s, w);
-        for (uint32_t i = 0; i < n; i++)
-                order_after(d, s, sts[i]);
+        if (sts != touched)
+                free(sts);
 }
 
 static void run_cmd(cube__device *d, cmd *c)
@@ -518,7 +599,7 @@ static void run_cmd(cube__device *d, cmd *c)
                         w->next = NULL;
                         issue(d, c->stream, w);
                 }
-                if (!d->poison)
+                if (!poisoned(d))
                         check(d, d->cu->cuLaunchHostFunc(c->stream->stream, doorbell_cb, d),
                               "cuLaunchHostFunc");
                 ring(d);
@@ -558,6 +639,10 @@ static void run_cmd(cube__device *d, cmd *c)
                         p->next = d->pinned;
                         d->pinned = p;
                 } else {
+                        fprintf(stderr, "cubed: cuda%u: cuMemHostRegister of a %" PRIu64 "-byte "
+                                "staging region failed: %s (%d); copies from it go through the "
+                                "bounce buffers, slower\n", d->config.index, c->len,
+                                p ? cube__cuda_name(r) : "out of host memory", (int) r);
                         free(p);
                 }
                 break;
@@ -615,13 +700,94 @@ static void *submitter_main(void *arg)
 
 /* ---- the completion thread -------------------------------------------- */
 
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+/* Records the anchor on its own idle stream and waits for it: its
+ * CLOCK_MONOTONIC time is the middle of that wait, kept only when the wait
+ * was short (a loaded machine may leave this thread unscheduled), so an
+ * anchor is never more than ANCHOR_SLACK_NS off. Renewed every few seconds,
+ * as event times are floats of milliseconds from it. */
+#define ANCHOR_SLACK_NS 4000000ull
+
+static void renew_anchor(cube__device *d)
+{
+        if (!d->anchor || (d->anchor_ns && now_ns() - d->anchor_ns < 4000000000ull))
+                return;
+        d->anchor_ns = 0;                       /* no timing until a good one */
+        for (int tries = 0; tries < 3 && !d->anchor_ns; tries++) {
+                uint64_t t0 = now_ns();
+                if (d->cu->cuEventRecord(d->anchor, d->anchor_stream) != CUDA_SUCCESS ||
+                    d->cu->cuStreamSynchronize(d->anchor_stream) != CUDA_SUCCESS)
+                        return;
+                uint64_t t1 = now_ns();
+                if (t1 - t0 <= 2 * ANCHOR_SLACK_NS)
+                        d->anchor_ns = t0 + (t1 - t0) / 2;
+        }
+}
+
+/* A completed launch's device times, placed on CLOCK_MONOTONIC. */
+static void time_launch(cube__device *d, rec *x, cube__work *w)
+{
+        float from_anchor, took;
+
+        if (!x->start || !d->anchor_ns ||
+            d->cu->cuEventElapsedTime(&from_anchor, d->anchor, x->start) != CUDA_SUCCESS ||
+            d->cu->cuEventElapsedTime(&took, x->start, x->event) != CUDA_SUCCESS)
+                return;
+        int64_t start = (int64_t) d->anchor_ns + (int64_t) ((double) from_anchor * 1e6);
+        if (start <= 0)
+                return;
+        w->start_ns = (uint64_t) start;
+        w->end_ns = w->start_ns + (uint64_t) ((double) (took > 0 ? took : 0) * 1e6);
+}
+
+/* The longest a launch may run: the kernel timeout, and at close a bound
+ * even without one, so that close never waits on a kernel that never ends. */
+#define CLOSE_GRACE_MS 10000
+
+/* A launch at the head of its stream that has started (its start event is
+ * done) and runs past the limit poisons the device, naming it. Called with
+ * d->lock held; true when it did. */
+static bool stopped_stuck_launch(cube__device *d, rec *x, uint64_t now)
+{
+        uint64_t limit_ms = d->config.kernel_timeout_ms;
+        char why[256];
+
+        if (d->stopping && (!limit_ms || limit_ms > CLOSE_GRACE_MS))
+                limit_ms = CLOSE_GRACE_MS;
+        if (!x->start || !limit_ms)
+                return false;
+        if (!x->running_since) {
+                if (d->cu->cuEventQuery(x->start) == CUDA_SUCCESS)
+                        x->running_since = now;
+                return false;
+        }
+        if (now - x->running_since < limit_ms * 1000000ull)
+                return false;
+        snprintf(why, sizeof(why), "kernel '%s' ran longer than %" PRIu64 " ms (%s)", x->kernel,
+                 limit_ms, d->stopping ? "the device is closing" : "kernel_timeout_ms");
+        poison_why_locked(d, why);
+        return true;
+}
+
 /* Hands back, in stream order, every rec whose event has completed; the
- * first failing query poisons the device. Returns whether any remain. */
+ * first failing query poisons the device. The completed recs leave the
+ * lists under the lock; their reads are copied out of the bounce buffers
+ * after it, so the loop thread never waits on a copy. Returns whether any
+ * remain. */
 static bool reap(cube__device *d)
 {
         cube__work *done = NULL, **tail = &done;
+        rec *taken = NULL, **taken_tail = &taken;
         bool left = false;
+        uint64_t now = now_ns();
 
+        renew_anchor(d);
         pthread_mutex_lock(&d->lock);
         for (cube__dstream *s = d->streams; s; s = s->next) {
                 while (s->head) {
@@ -629,37 +795,57 @@ static bool reap(cube__device *d)
                         if (x->event) {
                                 CUresult r = d->cu->cuEventQuery(x->event);
                                 if (r == CUDA_ERROR_NOT_READY) {
+                                        if (stopped_stuck_launch(d, x, now))
+                                                continue;       /* its event is gone now */
                                         left = true;
                                         break;
                                 }
                                 if (r != CUDA_SUCCESS && cube__cuda_class(r) == CUBE__CU_POISON)
                                         poison_locked(d, r, "a stream's work");
-                                d->cu->cuEventDestroy(x->event);
-                                x->event = NULL;
                         }
                         s->head = x->next;
                         if (!s->head)
                                 s->tail = NULL;
-                        if (x->copy_to && !d->poison)
-                                memcpy(x->copy_to, x->bounce, x->copy_len);
-                        if (x->bounce)
-                                bounce_give_locked(d, x->bounce);
-                        if (x->info_slot >= 0) {
-                                d->slot_busy[x->info_slot] = false;
-                                pthread_cond_signal(&d->slot_free);
-                        }
-                        if (x->work) {
-                                cube__work *w = x->work;
-                                if (d->poison && w->op != CUBE__WORK_FENCE) {
-                                        cube_error_free(w->error);
-                                        w->error = cube_error_clone(d->poison);
-                                }
-                                w->next = NULL;
-                                *tail = w;
-                                tail = &w->next;
-                        }
-                        free(x);
+                        x->next = NULL;
+                        *taken_tail = x;
+                        taken_tail = &x->next;
                 }
+        }
+        bool dead = d->poison != NULL;
+        pthread_mutex_unlock(&d->lock);
+
+        for (rec *x = taken; x; x = x->next) {
+                if (x->copy_to && !dead)
+                        memcpy(x->copy_to, x->bounce, x->copy_len);
+                if (x->work && x->event && !dead && x->work->op == CUBE__WORK_LAUNCH)
+                        time_launch(d, x, x->work);
+                if (x->event)
+                        d->cu->cuEventDestroy(x->event);
+                if (x->start)
+                        d->cu->cuEventDestroy(x->start);
+        }
+
+        pthread_mutex_lock(&d->lock);
+        for (rec *x = taken, *next; x; x = next) {
+                next = x->next;
+                if (x->bounce)
+                        bounce_give_locked(d, x->bounce);
+                if (x->info_slot >= 0) {
+                        d->slot_busy[x->info_slot] = false;
+                        pthread_cond_signal(&d->slot_free);
+                }
+                if (x->work) {
+                        cube__work *w = x->work;
+                        if (d->poison && w->op != CUBE__WORK_FENCE) {
+                                cube_error_free(w->error);
+                                w->error = cube_error_clone(d->poison);
+                                w->start_ns = w->end_ns = 0;
+                        }
+                        w->next = NULL;
+                        *tail = w;
+                        tail = &w->next;
+                }
+                free(x);
         }
         pthread_mutex_unlock(&d->lock);
         if (done)
@@ -680,8 +866,9 @@ static void *completer_main(void *arg)
                 pthread_mutex_unlock(&d->lock);
                 if (finished)
                         break;
-                /* The doorbell rings when a stream reaches its host function;
-                 * a short poll covers work that completed without one. */
+                /* The doorbell rings when a stream reaches its host function
+                 * and when the submitter waits for a bounce buffer; a short
+                 * poll covers work that completed without one. */
                 if (poll(&p, 1, left ? 2 : 200) > 0) {
                         uint64_t v;
                         ssize_t n = read(d->doorbell, &v, sizeof(v));
@@ -733,6 +920,10 @@ static void free_device(cube__device *d)
                                 d->cu->cuStreamSynchronize(d->alloc_stream);
                                 d->cu->cuStreamDestroy(d->alloc_stream);
                         }
+                        if (d->anchor)
+                                d->cu->cuEventDestroy(d->anchor);
+                        if (d->anchor_stream)
+                                d->cu->cuStreamDestroy(d->anchor_stream);
                         if (d->pool)
                                 d->cu->cuMemPoolDestroy(d->pool);
                 }
@@ -802,7 +993,8 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
         cu->cuDeviceGetName(d->props.name, sizeof(d->props.name), d->dev);
         if ((cr = cu->cuMemGetInfo(&free_mem, &total)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "cuMemGetInfo", cr, -ENODEV);
-        d->limit = free_mem > CUDA_RESERVE ? free_mem - CUDA_RESERVE : 0;
+        d->limit = free_mem > CUDA_RESERVE + INFO_SLOT * INFO_SLOTS ?
+                   free_mem - CUDA_RESERVE - INFO_SLOT * INFO_SLOTS : 0;
         if (config->memory_limit && config->memory_limit < d->limit)
                 d->limit = config->memory_limit;
         d->props.memory_bytes = d->limit;
@@ -837,8 +1029,11 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
         if ((cr = cu->cuMemPoolCreate(&d->pool, &pp)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "cuMemPoolCreate", cr, -ENODEV);
         cu->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
-        if ((cr = cu->cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+        if ((cr = cu->cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
+            (cr = cu->cuStreamCreate(&d->anchor_stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "cuStreamCreate", cr, -ENODEV);
+        if ((cr = cu->cuEventCreate(&d->anchor, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+                return open_failed(d, ret_why, "cuEventCreate", cr, -ENODEV);
         for (int i = 0; i < BOUNCE_COUNT; i++)
                 if ((cr = cu->cuMemAllocHost(&d->bounce[i], BOUNCE_BYTES)) != CUDA_SUCCESS)
                         return open_failed(d, ret_why, "cuMemAllocHost (bounce buffers)", cr,
@@ -849,7 +1044,9 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
                                               d->alloc_stream)) != CUDA_SUCCESS ||
             (cr = cu->cuStreamSynchronize(d->alloc_stream)) != CUDA_SUCCESS)
                 return open_failed(d, ret_why, "allocating the info words' staging", cr, -ENOMEM);
-        d->in_use = INFO_SLOT * INFO_SLOTS;
+        /* The info words' staging is the device's own, not the tenants':
+         * it sits in the reserve, outside the limit (which it could exceed). */
+        d->in_use = 0;
 
         const cube__nvrtc_api *nv;
         const char *nvwhy;
@@ -1032,49 +1229,15 @@ static const char *cuda_target(cube__device *d)
         return d->target;
 }
 
-static cube_error *write_file(const char *path, const void *p, size_t n)
-{
-        size_t len = strlen(path) + 8;
-        char *tmp = malloc(len);
-        FILE *f;
-        bool ok;
-
-        if (!tmp)
-                return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
-                                      "out of host memory storing a kernel"));
-        snprintf(tmp, len, "%s.tmp", path);
-        f = fopen(tmp, "wbe");
-        ok = f && fwrite(p, 1, n, f) == n;
-        if (f && fclose(f) != 0)
-                ok = false;
-        if (!ok || rename(tmp, path) < 0) {
-                cube_error *e = cube__err_wrap(CUBE_SERVER_IO, cube__err_text(CUBE_IO_UNKNOWN,
-                        "cannot store the compiled kernel at %s: %s; check the cache directory",
-                        path, strerror(errno)));
-                unlink(tmp);
-                free(tmp);
-                return e;
-        }
-        free(tmp);
-        return NULL;
-}
-
 static cube_error *cuda_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
 {
         const cube__nvrtc_api *nv;
         const char *why;
-        char *cubin = NULL;
-        size_t size = 0;
-        cube_error *e;
 
         if (cube__cuda_load_nvrtc(&nv, &why) < 0)
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
                                       "cannot compile kernel '%s': %s", desc->entry, why));
-        if ((e = cube__cuda_compile(nv, desc, d->arch, false, &cubin, &size)))
-                return e;
-        e = write_file(path, cubin, size);
-        free(cubin);
-        return e;
+        return cube__cuda_compile_confined(desc, d->arch, d->config.compile_cpu_s, path);
 }
 
 static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
@@ -1119,6 +1282,13 @@ static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, con
         if ((e = cube__cuda_check_stack(&m->res, desc->entry, d->resident_units,
                                         d->props.memory_bytes)))
                 goto fail;
+        if (desc->n_buffers && !(m->align = malloc(desc->n_buffers))) {
+                e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
+                                   "out of host memory loading '%s'", desc->entry));
+                goto fail;
+        }
+        m->n_buffers = desc->n_buffers;
+        cube__cuda_buffer_alignments(desc->source, desc->entry, m->align, m->n_buffers);
         free(image);
         *ret_shared_bytes = m->res.shared_bytes;
         *ret_module = m;
@@ -1126,6 +1296,8 @@ static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, con
 fail:
         if (m && m->module)
                 d->cu->cuModuleUnload(m->module);
+        if (m)
+                free(m->align);
         free(m);
         free(image);
         return e;
@@ -1137,6 +1309,7 @@ static void cuda_unload(cube__device *d, cube__module *m)
                 return;
         d->cu->cuCtxSetCurrent(d->ctx);
         d->cu->cuModuleUnload(m->module);
+        free(m->align);
         free(m);
 }
 

@@ -27,7 +27,7 @@
         X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset) \
         X(cuDevicePrimaryCtxSetFlags) X(cuCtxSetCurrent) X(cuMemGetInfo) \
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent) \
-        X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) \
+        X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) \
         X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) \
         X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuMemsetD8Async) \
         X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpy2DAsync) \
@@ -118,11 +118,22 @@ typedef struct cube__cuda_resources {
  * are those of cube__cuda_options. ptx asks for compute_<arch> PTX instead. */
 cube_error *cube__cuda_compile(const cube__nvrtc_api *nv, const cube__kernel_desc *desc,
                                int arch, bool ptx, char **ret_image, size_t *ret_size);
+/* Compiles desc into a CUBIN at path in a child process (this program
+ * started again) under limits: cpu_s seconds of CPU (0: 60), and address
+ * space and output bounds. */
+cube_error *cube__cuda_compile_confined(const cube__kernel_desc *desc, int arch, unsigned cpu_s,
+                                        const char *path);
 /* The options every kernel is compiled with, for the cache key. */
 const char *cube__cuda_options(void);
 /* Reads the resources of entry from a CUBIN. Returns 0 or -EINVAL. */
 int cube__cuda_cubin_resources(const void *cubin, size_t size, const char *entry,
                                cube__cuda_resources *ret);
+/* The bytes each buffer parameter of entry loads its elements at (4 for
+ * float *, 16 for float4 *), read from the kernel's signature: a binding at
+ * an offset that is not a multiple is refused at launch. 1 where the type is
+ * not one the dialect names. */
+void cube__cuda_buffer_alignments(const char *source, const char *entry, uint8_t *ret_align,
+                                  uint32_t n_buffers);
 /* The per-unit stack a kernel may have, and the refusal of one beyond it:
  * the driver reserves local memory for every unit the device can hold
  * (local_bytes x resident units), at the first launch, and keeps it. NULL

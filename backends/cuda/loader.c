@@ -8,10 +8,15 @@
  * CUDA_VERSION. dlsym("cuMemAlloc") would find the CUDA 2.0 ABI (32-bit
  * sizes) that libcuda still exports beside cuMemAlloc_v2, and about forty
  * other such pairs; cuGetProcAddress hands out the one cuda.h declares.
+ * A driver older than the headers is used at its own version, as long as
+ * it has every entry the backend calls (CUDA 12.0 or later): the ABI of
+ * those entries has not changed since.
  * Each library is opened once per process and kept.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <glob.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,10 +31,13 @@ static char driver_why[512];
 typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                 CUdriverProcAddressQueryResult *status);
 
-static int resolve(get_proc_fn get, const char *name, void **ret)
+/* The oldest driver the backend's entries exist in, at the ABI cuda.h gives. */
+#define DRIVER_VERSION_MIN 12000
+
+static int resolve(get_proc_fn get, int version, const char *name, void **ret)
 {
         CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        CUresult r = get(name, ret, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        CUresult r = get(name, ret, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
 
         if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && *ret)
                 return 0;
@@ -37,9 +45,8 @@ static int resolve(get_proc_fn get, const char *name, void **ret)
                 snprintf(driver_why, sizeof(driver_why), "libcuda.so.1 is the CUDA toolkit's "
                          "link stub, not a driver: install the NVIDIA driver");
         else if (status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
-                snprintf(driver_why, sizeof(driver_why), "the NVIDIA driver is older than CUDA "
-                         "%d.%d and lacks %s: upgrade the driver", CUDA_VERSION / 1000,
-                         CUDA_VERSION % 1000 / 10, name);
+                snprintf(driver_why, sizeof(driver_why), "the NVIDIA driver (CUDA %d.%d) lacks "
+                         "%s: upgrade the driver", version / 1000, version % 1000 / 10, name);
         else
                 snprintf(driver_why, sizeof(driver_why), "the NVIDIA driver does not provide %s "
                          "(%s)", name, cube__cuda_name(r));
@@ -65,8 +72,25 @@ static void load_driver(void)
                 driver_status = -ENOSYS;
                 return;
         }
+        /* The driver's own version first: entries are asked for at the
+         * older of it and the headers'. */
+        int version = CUDA_VERSION;
+        if ((r = resolve(get, CUDA_VERSION, "cuDriverGetVersion", &p)) < 0) {
+                driver_status = r;
+                return;
+        }
+        if (((CUresult (*)(int *)) p)(&version) != CUDA_SUCCESS || version > CUDA_VERSION)
+                version = CUDA_VERSION;
+        if (version < DRIVER_VERSION_MIN) {
+                snprintf(driver_why, sizeof(driver_why), "the NVIDIA driver supports CUDA %d.%d; "
+                         "cubed needs %d.%d or later: upgrade the driver", version / 1000,
+                         version % 1000 / 10, DRIVER_VERSION_MIN / 1000,
+                         DRIVER_VERSION_MIN % 1000 / 10);
+                driver_status = -ENOSYS;
+                return;
+        }
 #define RESOLVE(name) \
-        if ((r = resolve(get, #name, &p)) < 0) { driver_status = r; return; } \
+        if ((r = resolve(get, version, #name, &p)) < 0) { driver_status = r; return; } \
         *(void **) &driver_api.name = p;
         CUBE__CUDA_ENTRIES(RESOLVE)
 #undef RESOLVE
@@ -78,13 +102,6 @@ static void load_driver(void)
                 return;
         }
         driver_api.cuDriverGetVersion(&driver_api.driver_version);
-        if (driver_api.driver_version < CUDA_VERSION) {
-                snprintf(driver_why, sizeof(driver_why), "the NVIDIA driver supports CUDA %d.%d; "
-                         "cubed needs %d.%d: upgrade the driver",
-                         driver_api.driver_version / 1000, driver_api.driver_version % 1000 / 10,
-                         CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
-                driver_status = -ENOSYS;
-        }
 }
 
 int cube__cuda_load_driver(const cube__cuda_api **ret_api, const char **ret_why)
@@ -103,16 +120,44 @@ static cube__nvrtc_api nvrtc_api;
 static int nvrtc_status;
 static char nvrtc_why[512];
 
-static void load_nvrtc(void)
+/* NVRTC by soname (the loader path), then where toolkits are installed:
+ * a machine with a driver often has the toolkit only under its own prefix,
+ * off the loader path. CUBE_NVRTC names the library outright. */
+static void *open_nvrtc(void)
 {
-        static const char *const names[] = { "libnvrtc.so.13", "libnvrtc.so" };
+        static const char *const names[] = { "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so" };
+        static const char *const dirs[] = { "CUDA_HOME", "CUDA_PATH", NULL };
+        char path[1024];
         void *dl = NULL;
+        glob_t g;
 
+        if (getenv("CUBE_NVRTC") && *getenv("CUBE_NVRTC"))
+                return dlopen(getenv("CUBE_NVRTC"), RTLD_NOW | RTLD_LOCAL);
         for (size_t i = 0; !dl && i < sizeof(names) / sizeof(names[0]); i++)
                 dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        for (size_t i = 0; !dl && dirs[i]; i++)
+                for (size_t j = 0; !dl && getenv(dirs[i]) &&
+                                   j < sizeof(names) / sizeof(names[0]); j++) {
+                        snprintf(path, sizeof(path), "%s/lib64/%s", getenv(dirs[i]), names[j]);
+                        dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+                }
+        if (!dl && glob("/usr/local/cuda{,-1[2-9]*}/lib64/libnvrtc.so.1[2-9]", GLOB_BRACE, NULL,
+                        &g) == 0) {
+                for (size_t i = g.gl_pathc; !dl && i > 0; i--)  /* the newest first */
+                        dl = dlopen(g.gl_pathv[i - 1], RTLD_NOW | RTLD_LOCAL);
+                globfree(&g);
+        }
+        return dl;
+}
+
+static void load_nvrtc(void)
+{
+        void *dl = open_nvrtc();
+
         if (!dl) {
                 snprintf(nvrtc_why, sizeof(nvrtc_why), "no NVRTC: %s (install the CUDA "
-                         "toolkit's NVRTC, or put its lib64 on the loader path)", dlerror());
+                         "toolkit's NVRTC, put its lib64 on the loader path, or name it in "
+                         "CUBE_NVRTC)", dlerror());
                 nvrtc_status = -ENODEV;
                 return;
         }
@@ -125,10 +170,9 @@ static void load_nvrtc(void)
         CUBE__NVRTC_ENTRIES(RESOLVE)
 #undef RESOLVE
         nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
-        if (nvrtc_api.major < CUDA_VERSION / 1000) {
-                snprintf(nvrtc_why, sizeof(nvrtc_why), "NVRTC %d.%d is older than the CUDA %d "
-                         "headers cubed was built with", nvrtc_api.major, nvrtc_api.minor,
-                         CUDA_VERSION / 1000);
+        if (nvrtc_api.major < DRIVER_VERSION_MIN / 1000) {
+                snprintf(nvrtc_why, sizeof(nvrtc_why), "NVRTC %d.%d is older than CUDA %d",
+                         nvrtc_api.major, nvrtc_api.minor, DRIVER_VERSION_MIN / 1000);
                 nvrtc_status = -ENOSYS;
         }
 }

@@ -99,7 +99,8 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 #define SHARED __shared__
 #define GLOBAL
 #define CONSTANT __constant__
-#define INFO const uint64_t *__restrict__ cube__info, uint32_t cube__meta, uint32_t cube__dyn
+#define INFO const uint64_t *__restrict__ cube__info, uint32_t cube__meta, uint32_t cube__dyn, \
+        uint32_t cube__nw
 #define UNIT_POS_X ((uint32_t) threadIdx.x)
 #define UNIT_POS_Y ((uint32_t) threadIdx.y)
 #define UNIT_POS_Z ((uint32_t) threadIdx.z)
