@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "frontend.h"
 #include "internal.h"
 
 #define CUDA_ALIGNMENT 512
@@ -1288,7 +1289,16 @@ static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, con
                 goto fail;
         }
         m->n_buffers = desc->n_buffers;
-        cube__cuda_buffer_alignments(desc->source, desc->entry, m->align, m->n_buffers);
+        /* The front end's facts say each buffer's element size; a source
+         * compiled without them is read for it. */
+        if (desc->facts && desc->facts->n_buffers == m->n_buffers) {
+                for (uint32_t i = 0; i < m->n_buffers; i++)
+                        m->align[i] = (uint8_t) desc->facts->buffers[i].elem_bytes;
+        } else if (desc->source) {
+                cube__cuda_buffer_alignments(desc->source, desc->entry, m->align, m->n_buffers);
+        } else {
+                memset(m->align, 1, m->n_buffers);
+        }
         free(image);
         *ret_shared_bytes = m->res.shared_bytes;
         *ret_module = m;
