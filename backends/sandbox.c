@@ -32,6 +32,8 @@ int cube__device_helper(char *buf, size_t cap)
         char self[PATH_MAX];
         ssize_t n;
 
+        if (!buf || cap == 0)
+                return -EINVAL;
         if (env && *env) {
                 snprintf(buf, cap, "%s", env);
                 return access(buf, X_OK) == 0 ? 0 : -ENOENT;
