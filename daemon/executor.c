@@ -13,14 +13,14 @@
  * the device (driver.orders_streams, CUDA's events) gets the later work as
  * soon as the earlier is submitted, with no round trip through the host.
  *
- * Fairness: the device holds at most DEVICE_WINDOW pieces of work, and each
+ * Sharing: the device holds at most DEVICE_WINDOW pieces of work, and each
  * stream at most STREAM_WINDOW while another session has work in flight
- * (the whole window otherwise). When there is room, the executor serves the
- * sessions in turn, one piece of work each, starting after the last one it
- * served. A session that queues 100k launches therefore delays another
- * session's next piece of work by at most one round: at most one piece of
- * work of every other session with ready work, plus what the device already
- * holds (at most DEVICE_WINDOW pieces), runs before it.
+ * (the whole window otherwise). When there is room, the executor offers it
+ * to the sessions with queued work in the order tenants.c puts them (class,
+ * then device time over weight) and submits one piece of work of the first
+ * that may go, then asks again. Equal weights give equal device time, so a
+ * session that queues 100k launches delays another's next piece of work by
+ * about one of its own, plus what the device already holds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +118,8 @@ void cube__op_enqueue(cube__op *o)
                 st->head = o;
         st->tail = o;
         st->pending++;
+        if (!s->inflight)
+                cube__share_wake(s);
         s->inflight++;
         srv->inflight++;
         if (o->reply)
@@ -182,6 +184,7 @@ static bool submit_one(cube__session *s)
                 st->active = false;
                 if (st->head)
                         activate(st);
+                cube__share_submitted(o);
                 o->submitted = true;
                 cube__hist_observe(&srv->stats.queue_wait,
                                    (double) (uv_hrtime() - o->queued_ns) / 1e9);
@@ -200,6 +203,28 @@ static bool submit_one(cube__session *s)
         return false;
 }
 
+/* Offers the device to the sessions with queued work in the order the
+ * shares put them (tenants.c), until one submits a piece of work. */
+static bool serve_next(cube__server *srv, uint64_t now)
+{
+        unsigned pass = ++srv->shares.pass;
+
+        cube__shares_pass(srv, now);
+        for (;;) {
+                cube__session *best = NULL;
+
+                for (cube__session *s = srv->sessions; s; s = s->next)
+                        if (s->active_head && s->share_pass != pass &&
+                            (!best || cube__share_before(s, best)))
+                                best = s;
+                if (!best)
+                        return false;
+                best->share_pass = pass;
+                if (cube__share_may_submit(best, now) && submit_one(best))
+                        return true;
+        }
+}
+
 void cube__schedule(cube__server *srv)
 {
         if (srv->scheduling || srv->plugged) {
@@ -208,26 +233,15 @@ void cube__schedule(cube__server *srv)
         }
         srv->scheduling = true;
         do {
-                bool progress = true;
+                uint64_t now = uv_hrtime();
 
                 srv->reschedule = false;
-                while (progress && srv->submitted < DEVICE_WINDOW && srv->sessions) {
-                        cube__session *start = srv->rr ? srv->rr : srv->sessions, *s = start;
-
-                        progress = false;
-                        do {
-                                cube__session *next = s->next ? s->next : srv->sessions;
-                                if (submit_one(s)) {
-                                        progress = true;
-                                        srv->rr = next;
-                                        if (srv->submitted >= DEVICE_WINDOW)
-                                                break;
-                                }
-                                s = next;
-                        } while (s != start);
-                }
+                while (srv->submitted < DEVICE_WINDOW && cube__shares_room(srv) &&
+                       serve_next(srv, now))
+                        ;
                 submit_batches(srv);
         } while (srv->reschedule);
+        cube__shares_hold(srv);
         srv->scheduling = false;
 }
 

@@ -26,7 +26,7 @@ LAYERS = [
      ["services.h", "sha256.h"]),
     ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c",
               "launches.c", "memory-methods.c", "graphs.c", "profile.c", "groups.c",
-              "collectives.c", "peer.c", "share.c", "inject.c"],
+              "collectives.c", "peer.c", "share.c", "inject.c", "tenants.c"],
      ["cubed.h", "comms.h"]),
     ("requests", ["conn.c", "direct.c", "dispatch.c", "admin.c", "session.c", "server.c",
                   "main.c"],
