@@ -126,7 +126,7 @@ void cube__options_default(cube__options *o)
                 .kernel_timeout_s = 5,
                 .compile_limit_s = 60,
                 .share_min_percent = 5,
-                .share_bound_us = 2000,
+                .share_bound_us = 1000,
                 .share_window_ms = 1000,
                 .share_queue_us = 10000,
         };

@@ -570,9 +570,10 @@ cube_error *cube__share_lower(cube__session *s, int class_, uint32_t weight);
  * whether a's goes before b's; o went to the device; o completed. */
 void cube__shares_pass(cube__server *srv, uint64_t now);
 bool cube__share_may_submit(cube__session *s, uint64_t now);
-/* Whether the device holds less than share-queue-us of expected work: what
- * is handed to it runs in that order, so what waits here can still be
- * ordered by the shares. */
+/* Whether the device holds less than share-queue-us of expected work, for
+ * a launch: the device runs launches in the order it was handed them, so
+ * what waits here can still be ordered by the shares. Copies run beside
+ * launches, and are not held back. */
 bool cube__shares_room(const cube__server *srv);
 bool cube__share_before(const cube__session *a, const cube__session *b);
 void cube__share_submitted(cube__op *o);

@@ -13,9 +13,11 @@
  * the device (driver.orders_streams, CUDA's events) gets the later work as
  * soon as the earlier is submitted, with no round trip through the host.
  *
- * Sharing: the device holds at most DEVICE_WINDOW pieces of work, and each
- * stream at most STREAM_WINDOW while another session has work in flight
- * (the whole window otherwise). When there is room, the executor offers it
+ * Sharing: the device holds at most DEVICE_WINDOW pieces of work, and
+ * launches of at most share-queue-us of expected device time (tenants.c).
+ * No stream has a window of its own: a session held back by one while its
+ * device time is owed would hand its turn to the others, and shares would
+ * follow the window rather than the weights. When there is room, the executor offers it
  * to the sessions with queued work in the order tenants.c puts them (class,
  * then device time over weight) and submits one piece of work of the first
  * that may go, then asks again. Equal weights give equal device time, so a
@@ -28,7 +30,6 @@
 #include "cubed.h"
 
 #define DEVICE_WINDOW 64
-#define STREAM_WINDOW 16
 
 /* One allocation holds the op, its uses and extra bytes for the caller
  * (a launch's record): a launch costs one malloc, not a dozen. */
@@ -156,20 +157,19 @@ static void submit_batches(cube__server *srv)
         }
 }
 
-/* Submits one piece of this session's work, taking its streams in turn. A
- * stream may hold the whole device window while no other session has work in
- * flight: sharing is then moot, and bigger batches cost fewer wake-ups. */
+/* Submits one piece of this session's work, taking its streams in turn. */
 static bool submit_one(cube__session *s)
 {
         cube__server *srv = s->server;
         cube__stream *prev = NULL;
-        unsigned window = srv->inflight > s->inflight ? STREAM_WINDOW : DEVICE_WINDOW;
 
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
-                if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
-                    (o->host_run && st->submitted))
+                if (!o || st->host_busy || st->submitted >= DEVICE_WINDOW || !ready(o) ||
+                    (o->host_run && st->submitted) ||
+                    ((o->work.op == CUBE__WORK_LAUNCH || o->work.op == CUBE__WORK_GRAPH) &&
+                     !cube__shares_room(srv)))
                         continue;
                 st->head = o->next;
                 if (!st->head)
@@ -236,8 +236,7 @@ void cube__schedule(cube__server *srv)
                 uint64_t now = uv_hrtime();
 
                 srv->reschedule = false;
-                while (srv->submitted < DEVICE_WINDOW && cube__shares_room(srv) &&
-                       serve_next(srv, now))
+                while (srv->submitted < DEVICE_WINDOW && serve_next(srv, now))
                         ;
                 submit_batches(srv);
         } while (srv->reschedule);

@@ -48,7 +48,7 @@ static void usage(FILE *f)
 "                         uid:alice weight=9 class=latency; group:g cap=30'\n"
 "  --share-min-percent N  what each lower class keeps while a higher saturates (5)\n"
 "  --share-bound-us US    lower-class work on the device while a higher class is\n"
-"                         present, in expected device time (default 2000)\n"
+"                         present, in expected device time (default 1000)\n"
 "  --share-window-ms MS   the window shares are measured over (default 1000)\n"
 "  --share-queue-us US    expected device time handed to the device at once\n"
 "                         (default 10000)\n"

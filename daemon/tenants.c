@@ -203,6 +203,8 @@ static void learn(cube__share *sh, const void *key, uint64_t ns)
 /* Refills a capped tenant's bucket to now. */
 static void refill(cube__tenant *t, uint64_t now)
 {
+        if (now <= t->refilled_ns)
+                return;
         t->credit_ns += (double) (now - t->refilled_ns) * t->cap_percent / 100.0;
         if (t->credit_ns > (double) BURST_NS * t->cap_percent / 100.0)
                 t->credit_ns = (double) BURST_NS * t->cap_percent / 100.0;
@@ -222,7 +224,7 @@ static bool others_want(const cube__server *srv, const cube__tenant *t)
 static int top_class(const cube__server *srv, uint64_t now)
 {
         for (int c = 0; c < CUBE__CLASSES; c++)
-                if (srv->shares.active_ns[c] && now - srv->shares.active_ns[c] < window_ns(srv))
+                if (srv->shares.active_ns[c] && srv->shares.active_ns[c] + window_ns(srv) > now)
                         return c;
         return CUBE__CLASSES;
 }
@@ -545,7 +547,8 @@ void cube__shares_metrics(cube__server *srv, FILE *f, const char *instance)
         static const struct { const char *name, *type, *help; } m[] = {
                 { "cube_share_weight", "gauge", "Weight in force." },
                 { "cube_share_class", "gauge", "Class in force: 0 latency, 1 normal, 2 batch." },
-                { "cube_share_device_seconds_total", "counter", "Device time of completed work." },
+                { "cube_share_device_seconds", "gauge", "Device time of completed work, while "
+                  "the session or tenant lives." },
                 { "cube_share_ratio", "gauge", "Part of the device time of the last window." },
                 { "cube_share_owed_ratio", "gauge", "Part of the device time it is owed." },
         };
