@@ -15,7 +15,7 @@ from .errors import __all__ as _errors_all
 from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, LaunchMode,
                      BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
-                    StreamInfo, KernelInfo, KernelCache, EvictedArtifact, FailureInfo, Status,
+                    ShareInfo, StreamInfo, KernelInfo, KernelCache, EvictedArtifact, FailureInfo, Status,
                     ProfileReport, CaptureInfo, CommInfo)
 from .comms import Group, Reduction, ComputeWait, ElemType, comm_init_all
 from .profiling import ProfileWindow
@@ -29,6 +29,6 @@ __all__ = list(_errors_all) + [
     "Client", "Stream", "Buffer", "Tensor", "Region", "Kernel", "Launch", "LaunchMode",
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",
-    "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
+    "ShareInfo", "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
     "CommInfo", "Group", "Reduction", "ComputeWait", "ElemType", "comm_init_all",
     "ProfileWindow", "Graph", "Capture", "PROTOCOL_VERSION", "DEFAULT_SOCKET"]
