@@ -3,6 +3,12 @@
 # temporary socket, under each CPU placement.
 #
 #   tools/bench.sh [BUILD_DIR] [cube-bench options...]     e.g. --runs 7, --smoke
+#   tools/bench.sh [BUILD_DIR] --scheduling [--smoke]
+#
+# --scheduling prints the scheduling table instead, unpinned: a daemon with
+# --shares "default weight=9 class=latency" (the sessions lower themselves to
+# the weights and classes each row needs) for cube-bench --only scheduling,
+# then one with --shares "default cap=30 cap-alone=yes" for --only cap.
 #
 # Placements, each with a daemon of its own and an empty kernel cache of its
 # own (so "compiling" figures really compile):
@@ -29,6 +35,7 @@ build=${1:-build}
 shift || true
 
 dir=$(mktemp -d /tmp/cube-bench-XXXXXX)
+daemon_args=()
 pid=
 peer=
 cleanup() {
@@ -55,7 +62,8 @@ start_cubed() {
         local name=$1 cache=$2
         shift 2
         rm -f "$dir/$name"
-        "$@" "$build/daemon/cubed" --socket "$dir/$name" --cache-dir "$cache" 2>>"$dir/log" &
+        "$@" "$build/daemon/cubed" --socket "$dir/$name" --cache-dir "$cache" \
+                "${daemon_args[@]}" 2>>"$dir/log" &
         started=$!
         for _ in $(seq 200); do
                 [ -S "$dir/$name" ] && return 0
@@ -143,7 +151,20 @@ echo "cube-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
         "$(lscpu | sed -n 's/^Model name: *//p' | head -1), Linux $(uname -r)"
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
         echo "redis-server/redis-benchmark: not installed"
-if [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
+if [ "${1:-}" = --scheduling ]; then
+        shift
+        echo
+        echo "== scheduling (unpinned)"
+        daemon_args=(--shares "default weight=9 class=latency")
+        start_daemon "$dir/cache-scheduling"
+        "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only scheduling "$@"
+        stop_daemon
+        daemon_args=(--shares "default cap=30 cap-alone=yes")
+        start_daemon "$dir/cache-scheduling"
+        "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only cap "$@" |
+                sed -n '/^| cap/p'
+        stop_daemon
+elif [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
         placement "custom" "${CUBED_CPUS:-}" "${BENCH_CPUS:-}" "$@"
 else
         placement "same vCPU" 0 0 "$@"

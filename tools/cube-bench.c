@@ -56,6 +56,9 @@
  *     Gloo's own allreduce between two processes (bench-gloo, on the
  *     daemon's CPUs), timed the same way; the two take turns for N rounds,
  *     and each row compares the medians over rounds.
+ *   scheduling and cap (only when named by --only: each needs a daemon
+ *     configured for it, which bench.sh starts): device time shared by
+ *     weight, class and cap (bench-shares.c).
  *
  * It is long (about 1,370 lines): every figure shares the placement, the
  * baselines and the table's printing, and one program keeps them in step.
@@ -73,6 +76,7 @@
 
 #include "bench-baselines.h"
 #include "bench-pocl.h"
+#include "bench-shares.h"
 #include "cube.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -1253,6 +1257,20 @@ out:
         free(g_lat);
 }
 
+/* The scheduling table's rows: 10 one-second windows per share, 1000
+ * latency samples (2 and 20 in a smoke run). */
+static void bench_scheduling(const struct config *cfg)
+{
+        bool full = cfg->rtt_samples >= 1000;
+
+        bench_shares_table(cfg->socket, full ? 10 : 2, full ? 1000 : 20);
+}
+
+static void bench_cap(const struct config *cfg)
+{
+        bench_shares_cap(cfg->socket, cfg->rtt_samples >= 1000 ? 10 : 2);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f,
@@ -1261,25 +1279,28 @@ static void usage(FILE *f)
                 "                  [--peer-socket PATH]\n"
                 "       cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]\n"
                 "FIGURE: memory, sync, launches, graph, staged, inline, clients, tail, first,\n"
-                "        vadd, kernels or collectives.\n");
+                "        vadd, kernels or collectives; scheduling or cap (only when named).\n");
 }
 
 static const struct figure {
         const char *name;
         void (*run)(const struct config *cfg);
+        bool named_only;                /* needs a daemon configured for it */
 } figures[] = {
-        { "memory", bench_session_memory },
-        { "sync", bench_sync_rtt },
-        { "launches", bench_launch_rate },
-        { "graph", bench_graph_replay },
-        { "staged", bench_staged },
-        { "inline", bench_inline },
-        { "clients", bench_many_clients },
-        { "tail", bench_tail_latency },
-        { "first", bench_first_launch },
-        { "vadd", bench_vector_add },
-        { "kernels", bench_cpu_kernels },
-        { "collectives", bench_collectives },
+        { "memory", bench_session_memory, false },
+        { "sync", bench_sync_rtt, false },
+        { "launches", bench_launch_rate, false },
+        { "graph", bench_graph_replay, false },
+        { "staged", bench_staged, false },
+        { "inline", bench_inline, false },
+        { "clients", bench_many_clients, false },
+        { "tail", bench_tail_latency, false },
+        { "first", bench_first_launch, false },
+        { "vadd", bench_vector_add, false },
+        { "kernels", bench_cpu_kernels, false },
+        { "collectives", bench_collectives, false },
+        { "scheduling", bench_scheduling, true },
+        { "cap", bench_cap, true },
 };
 
 #define N_FIGURES (sizeof(figures) / sizeof(figures[0]))
@@ -1295,7 +1316,7 @@ static int run_figures(const struct config *cfg)
         printf("| figure | cube | baseline (same run) | ratio | target | verdict |\n");
         printf("|---|---|---|---|---|---|\n");
         for (size_t i = 0; i < N_FIGURES; i++) {
-                if (cfg->only && strcmp(cfg->only, figures[i].name) != 0)
+                if (cfg->only ? strcmp(cfg->only, figures[i].name) != 0 : figures[i].named_only)
                         continue;
                 figures[i].run(cfg);
                 any = true;
