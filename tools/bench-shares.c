@@ -16,6 +16,8 @@
  *     share in each window against the floor (share-min-percent, 5 %).
  *   cap: a capped tenant alone (bench_shares_cap): its device time over
  *     wall time, window by window, against its cap.
+ *   floods (bench_shares_floods): the latency figure with no classes, for a
+ *     daemon that has none (an earlier build), beside the table.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -340,4 +342,18 @@ void bench_shares_cap(const char *socket, int windows)
         }
         share_row("cap: a capped tenant alone, device time over wall time", lo, hi, cap, 0.05,
                   windows);
+}
+
+void bench_shares_floods(const char *socket, int samples)
+{
+        spinner probe;
+        double alone, loaded;
+
+        spinner_open(&probe, socket, NULL, 0, 1.0);
+        alone = probe_p99(socket, &probe, 0, NULL, samples);
+        loaded = probe_p99(socket, &probe, 8, NULL, samples);
+        spinner_close(&probe);
+        printf("| launch+sync p99 beside 8 floods of 1 ms kernels, no classes | %.0f us | "
+               "alone %.0f us | %.2f | - | - |\n", loaded * 1e6, alone * 1e6, loaded / alone);
+        fflush(stdout);
 }

@@ -17,4 +17,8 @@ void bench_shares_table(const char *socket, int windows, int samples);
  * instance `--shares "default cap=30 cap-alone=yes"`), alone on it. */
 void bench_shares_cap(const char *socket, int windows);
 
+/* The latency probe alone and beside 8 floods of its own class, asking
+ * nothing of the daemon that an earlier build does not have. */
+void bench_shares_floods(const char *socket, int samples);
+
 #endif

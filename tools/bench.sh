@@ -8,7 +8,9 @@
 # --scheduling prints the scheduling table instead, unpinned: a daemon with
 # --shares "default weight=9 class=latency" (the sessions lower themselves to
 # the weights and classes each row needs) for cube-bench --only scheduling,
-# then one with --shares "default cap=30 cap-alone=yes" for --only cap.
+# then one with --shares "default cap=30 cap-alone=yes" for --only cap. With
+# BASE_BUILD set to another build's directory (the executor before shares),
+# that build's cubed runs --only floods last: the latency figure as it was.
 #
 # Placements, each with a daemon of its own and an empty kernel cache of its
 # own (so "compiling" figures really compile):
@@ -164,6 +166,16 @@ if [ "${1:-}" = --scheduling ]; then
         "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only cap "$@" |
                 sed -n '/^| cap/p'
         stop_daemon
+        if [ -n "${BASE_BUILD:-}" ]; then
+                daemon_args=()
+                build_now=$build
+                build=$BASE_BUILD
+                start_daemon "$dir/cache-base"
+                build=$build_now
+                "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only floods \
+                        "$@" | sed -n '/^| launch/s/^| /| the earlier build: /p'
+                stop_daemon
+        fi
 elif [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
         placement "custom" "${CUBED_CPUS:-}" "${BENCH_CPUS:-}" "$@"
 else

@@ -58,7 +58,8 @@
  *     and each row compares the medians over rounds.
  *   scheduling and cap (only when named by --only: each needs a daemon
  *     configured for it, which bench.sh starts): device time shared by
- *     weight, class and cap (bench-shares.c).
+ *     weight, class and cap (bench-shares.c); floods, the latency figure
+ *     alone, for a daemon without classes (BASE_BUILD in bench.sh).
  *
  * It is long (about 1,370 lines): every figure shares the placement, the
  * baselines and the table's printing, and one program keeps them in step.
@@ -1271,6 +1272,11 @@ static void bench_cap(const struct config *cfg)
         bench_shares_cap(cfg->socket, cfg->rtt_samples >= 1000 ? 10 : 2);
 }
 
+static void bench_floods(const struct config *cfg)
+{
+        bench_shares_floods(cfg->socket, cfg->rtt_samples >= 1000 ? 1000 : 20);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f,
@@ -1279,7 +1285,7 @@ static void usage(FILE *f)
                 "                  [--peer-socket PATH]\n"
                 "       cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]\n"
                 "FIGURE: memory, sync, launches, graph, staged, inline, clients, tail, first,\n"
-                "        vadd, kernels or collectives; scheduling or cap (only when named).\n");
+                "        vadd, kernels or collectives; scheduling, cap or floods (only when named).\n");
 }
 
 static const struct figure {
@@ -1301,6 +1307,7 @@ static const struct figure {
         { "collectives", bench_collectives, false },
         { "scheduling", bench_scheduling, true },
         { "cap", bench_cap, true },
+        { "floods", bench_floods, true },
 };
 
 #define N_FIGURES (sizeof(figures) / sizeof(figures[0]))
