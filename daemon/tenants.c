@@ -102,9 +102,14 @@ static void apply_terms(cube__session *s)
         sh->weight = sh->terms.weight;
         if (sh->asked_weight && sh->asked_weight < sh->weight)
                 sh->weight = sh->asked_weight;
+        cube__class was = sh->class_;
         sh->class_ = sh->terms.class_;
         if (sh->asked_class > (int) sh->class_)
                 sh->class_ = (cube__class) sh->asked_class;
+        /* Virtual times of two classes do not compare: it starts level with
+         * its new class. */
+        if (sh->class_ != was)
+                sh->vtime = srv->shares.vnow[sh->class_];
         if (*sh->terms.tenant)
                 snprintf(name, sizeof(name), "%s", sh->terms.tenant);
         else
@@ -127,6 +132,7 @@ static void apply_terms(cube__session *s)
 void cube__share_attach(cube__session *s)
 {
         s->share.asked_class = -1;
+        s->share.class_ = CUBE__CLASS_NORMAL;
         s->share.vtime = s->server->shares.vnow[CUBE__CLASS_NORMAL];
         apply_terms(s);
 }
