@@ -13,11 +13,12 @@
  * the device (driver.orders_streams, CUDA's events) gets the later work as
  * soon as the earlier is submitted, with no round trip through the host.
  *
- * Sharing: the device holds at most DEVICE_WINDOW pieces of work, and
- * launches of at most share-queue-us of expected device time (tenants.c).
- * No stream has a window of its own: a session held back by one while its
- * device time is owed would hand its turn to the others, and shares would
- * follow the window rather than the weights. When there is room, the executor offers it
+ * Sharing: the device holds at most DEVICE_WINDOW pieces of work, launches
+ * of at most share-queue-us of expected device time (tenants.c), and each
+ * stream at most STREAM_WINDOW while another session has work in flight. A
+ * session owed the device whose streams hold their windows keeps its turn:
+ * the others wait for its work to drain, or shares would follow the windows
+ * rather than the weights. When there is room, the executor offers it
  * to the sessions with queued work in the order tenants.c puts them (class,
  * then device time over weight) and submits one piece of work of the first
  * that may go, then asks again. Equal weights give equal device time, so a
@@ -30,6 +31,7 @@
 #include "cubed.h"
 
 #define DEVICE_WINDOW 64
+#define STREAM_WINDOW 16
 
 /* One allocation holds the op, its uses and extra bytes for the caller
  * (a launch's record): a launch costs one malloc, not a dozen. */
@@ -157,16 +159,22 @@ static void submit_batches(cube__server *srv)
         }
 }
 
-/* Submits one piece of this session's work, taking its streams in turn. */
-static bool submit_one(cube__session *s)
+/* Submits one piece of this session's work, taking its streams in turn.
+ * *ret_windowed says whether a stream had work it held back only for its
+ * window. */
+static bool submit_one(cube__session *s, bool *ret_windowed)
 {
         cube__server *srv = s->server;
         cube__stream *prev = NULL;
+        unsigned window = srv->inflight > s->inflight ? STREAM_WINDOW : DEVICE_WINDOW;
 
+        *ret_windowed = false;
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
-                if (!o || st->host_busy || st->submitted >= DEVICE_WINDOW || !ready(o) ||
+                if (o && st->submitted >= window && st->submitted < DEVICE_WINDOW)
+                        *ret_windowed = true;
+                if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
                     (o->host_run && st->submitted) ||
                     ((o->work.op == CUBE__WORK_LAUNCH || o->work.op == CUBE__WORK_GRAPH) &&
                      !cube__shares_room(srv)))
@@ -208,6 +216,7 @@ static bool submit_one(cube__session *s)
 static bool serve_next(cube__server *srv, uint64_t now)
 {
         unsigned pass = ++srv->shares.pass;
+        bool windowed;
 
         cube__shares_pass(srv, now);
         for (;;) {
@@ -220,8 +229,14 @@ static bool serve_next(cube__server *srv, uint64_t now)
                 if (!best)
                         return false;
                 best->share_pass = pass;
-                if (cube__share_may_submit(best, now) && submit_one(best))
+                if (!cube__share_may_submit(best, now))
+                        continue;
+                if (submit_one(best, &windowed))
                         return true;
+                /* It is owed the device and holds its window: the others
+                 * wait for its work to drain rather than take its turn. */
+                if (windowed)
+                        return false;
         }
 }
 
