@@ -412,6 +412,17 @@ void cube__shares_done(cube__server *srv)
                 uv_close((uv_handle_t *) &srv->shares.timer, NULL);
 }
 
+/* Sends the answer packed in sb, or an error when packing it failed (r). */
+static cube__dispatched answer(cube__msg *k, msgpack_sbuffer *sb, int r)
+{
+        if (r == 0)
+                cube__reply_sbuffer(k->session, sb);
+        else
+                cube__reply_owned_error(k, NULL);
+        msgpack_sbuffer_destroy(sb);
+        return CUBE__DISPATCH_DONE;
+}
+
 /* share [class, weight]: the session lowers its own class (a name, or nil
  * to keep it) or weight (0 or nil to keep it). Answers what it now has. */
 cube__dispatched cube__do_share(cube__msg *k)
@@ -448,12 +459,7 @@ cube__dispatched cube__do_share(cube__msg *k)
         r |= cube__pack_kv_str(&pk, "class", cube__class_name(s->share.class_));
         r |= cube__pack_kv_u64(&pk, "weight", s->share.weight);
         r |= cube__pack_kv_str(&pk, "tenant", s->share.tenant ? s->share.tenant->name : "");
-        if (r == 0)
-                cube__reply_sbuffer(s, &sb);
-        else
-                cube__reply_owned_error(k, NULL);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
+        return answer(k, &sb, r);
 }
 
 /* A line of the shares view: a session's, or a tenant's (session 0). */
@@ -537,12 +543,7 @@ cube__dispatched cube__do_shares(cube__msg *k)
                                t->device_ns, cube__window_last(srv, &t->window), total,
                                owed > 1000 ? 1000 : owed);
         }
-        if (r == 0)
-                cube__reply_sbuffer(k->session, &sb);
-        else
-                cube__reply_owned_error(k, NULL);
-        msgpack_sbuffer_destroy(&sb);
-        return CUBE__DISPATCH_DONE;
+        return answer(k, &sb, r);
 }
 
 /* The shares view as metrics: per session and per tenant, labelled with
