@@ -582,6 +582,7 @@ cube__dispatched cube__do_metrics(cube__msg *k)
         put_hist(f, "cube_compile_seconds", "Time compiling a kernel.", instance, &t->compile);
         put_hist(f, "cube_queue_wait_seconds", "Time work waited in the daemon's queues before "
                  "it was submitted to the device.", instance, &t->queue_wait);
+        cube__shares_metrics(srv, f, instance);
         fclose(f);
         begin(&sb, &pk, k);
         r |= msgpack_pack_str(&pk, len);

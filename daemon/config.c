@@ -85,6 +85,11 @@ static const option_spec specs[] = {
         { "history", K_U32, OFF(history), 0, 65536, false },
         { "poison-ban-after", K_U32, OFF(poison_ban_after), 0, 1000000, true },
         { "poison-ban-seconds", K_SECONDS, OFF(poison_ban_s), 1, 7 * 86400, true },
+        { "shares", K_LIST, OFF(shares), 0, 0, true },
+        { "share-min-percent", K_U32, OFF(share_min_percent), 0, 50, true },
+        { "share-bound-us", K_U32, OFF(share_bound_us), 100, 1000000, true },
+        { "share-window-ms", K_U32, OFF(share_window_ms), 100, 60000, true },
+        { "share-queue-us", K_U32, OFF(share_queue_us), 100, 10000000, true },
 };
 
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
@@ -140,6 +145,10 @@ void cube__options_default(cube__options *o)
                 .poison_ban_s = 600,
                 .kernel_timeout_s = 5,
                 .compile_limit_s = 60,
+                .share_min_percent = 5,
+                .share_bound_us = 1000,
+                .share_window_ms = 1000,
+                .share_queue_us = 10000,
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -160,6 +169,8 @@ void cube__options_done(cube__options *o)
         free(o->allow_gid_ids.ids);
         free(o->unchecked_uids);
         free(o->unchecked_uid_ids.ids);
+        free(o->shares);
+        free(o->share_rules);
         *o = (cube__options) {0};
 }
 
@@ -241,6 +252,141 @@ int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *
         l.set = true;
         *ret = l;
         return 0;
+}
+
+static int parse_size(const char *s, uint64_t *ret);
+
+static const char *const classes[] = { "latency", "normal", "batch" };
+
+const char *cube__class_name(cube__class c)
+{
+        return c < CUBE__CLASSES ? classes[c] : "?";
+}
+
+int cube__class_parse(const char *name)
+{
+        for (int i = 0; i < CUBE__CLASSES; i++)
+                if (strcmp(name, classes[i]) == 0)
+                        return i;
+        return -1;
+}
+
+/* One `key=value` word of a shares entry into r. */
+static bool share_word(cube__share_rule *r, const char *word, char *why, size_t len)
+{
+        const char *v = strchr(word, '=');
+        uint64_t n;
+
+        if (!v) {
+                snprintf(why, len, "shares: '%s' is not key=value", word);
+                return false;
+        }
+        v++;
+        if (strncmp(word, "weight=", 7) == 0 && parse_size(v, &n) == 0 && n >= 1 &&
+            n <= CUBE__WEIGHT_MAX) {
+                r->weight = (uint32_t) n;
+        } else if (strncmp(word, "class=", 6) == 0 && cube__class_parse(v) >= 0) {
+                r->class_ = cube__class_parse(v);
+        } else if (strncmp(word, "cap=", 4) == 0 && parse_size(v, &n) == 0 && n >= 1 &&
+                   n <= 100) {
+                r->cap_percent = (uint32_t) n;
+        } else if (strncmp(word, "cap-alone=", 10) == 0 &&
+                   (strcmp(v, "yes") == 0 || strcmp(v, "no") == 0)) {
+                r->cap_alone = strcmp(v, "yes") == 0;
+        } else if (strncmp(word, "tenant=", 7) == 0 && *v && strlen(v) < CUBE__TENANT_MAX &&
+                   !strchr(v, ':')) {
+                snprintf(r->tenant, sizeof(r->tenant), "%s", v);
+        } else {
+                snprintf(why, len, "shares: '%s': say weight=1..%d, class=latency|normal|batch, "
+                         "cap=1..100, cap-alone=yes|no or tenant=NAME (no ':', under %d bytes)",
+                         word, CUBE__WEIGHT_MAX, CUBE__TENANT_MAX);
+                return false;
+        }
+        return true;
+}
+
+int cube__share_rules_parse(const char *text, cube__share_rule **ret, size_t *ret_n, char *why,
+                            size_t len)
+{
+        cube__share_rule *rules = NULL;
+        size_t n = 0;
+        char *copy, *save = NULL;
+
+        *ret = NULL;
+        *ret_n = 0;
+        if (!text || !*text)
+                return 0;
+        if (!(copy = strdup(text)))
+                return -ENOMEM;
+        for (char *entry = strtok_r(copy, ";", &save); entry; entry = strtok_r(NULL, ";", &save)) {
+                char *wsave = NULL, *sel = strtok_r(entry, " \t", &wsave);
+                cube__share_rule r = { .class_ = -1, .cap_alone = -1 };
+                unsigned long id;
+
+                if (!sel)
+                        continue;
+                if (strcmp(sel, "default") == 0) {
+                        r.kind = CUBE__RULE_DEFAULT;
+                } else if ((strncmp(sel, "uid:", 4) == 0 || strncmp(sel, "group:", 6) == 0) &&
+                           entry_id(strchr(sel, ':') + 1, sel[0] == 'g', &id) && id <= UINT32_MAX) {
+                        r.kind = sel[0] == 'g' ? CUBE__RULE_GROUP : CUBE__RULE_UID;
+                        r.id = (uint32_t) id;
+                } else {
+                        snprintf(why, len, "shares: '%s' selects nothing: say default, uid:USER "
+                                 "or group:GROUP", sel);
+                        goto fail;
+                }
+                for (char *w = strtok_r(NULL, " \t", &wsave); w; w = strtok_r(NULL, " \t", &wsave))
+                        if (!share_word(&r, w, why, len))
+                                goto fail;
+                cube__share_rule *grown = realloc(rules, (n + 1) * sizeof(*rules));
+                if (!grown) {
+                        free(copy);
+                        free(rules);
+                        return -ENOMEM;
+                }
+                rules = grown;
+                rules[n++] = r;
+        }
+        free(copy);
+        *ret = rules;
+        *ret_n = n;
+        return 0;
+fail:
+        free(copy);
+        free(rules);
+        return -EINVAL;
+}
+
+static void share_fold(cube__share_terms *t, const cube__share_rule *r)
+{
+        if (r->weight)
+                t->weight = r->weight;
+        if (r->class_ >= 0)
+                t->class_ = (cube__class) r->class_;
+        if (r->cap_percent)
+                t->cap_percent = r->cap_percent;
+        if (r->cap_alone >= 0)
+                t->cap_alone = r->cap_alone;
+        if (*r->tenant)
+                memcpy(t->tenant, r->tenant, sizeof(t->tenant));
+}
+
+/* default, then the session's group, then its uid: the most specific wins. */
+void cube__share_terms_for(const cube__options *o, uid_t uid, gid_t gid,
+                           cube__share_terms *ret_terms)
+{
+        cube__share_terms t = { .weight = 1, .class_ = CUBE__CLASS_NORMAL };
+
+        for (int kind = CUBE__RULE_DEFAULT; kind <= CUBE__RULE_UID; kind++)
+                for (size_t i = 0; i < o->n_share_rules; i++) {
+                        const cube__share_rule *r = &o->share_rules[i];
+                        if ((int) r->kind == kind &&
+                            (kind == CUBE__RULE_DEFAULT ||
+                             r->id == (kind == CUBE__RULE_UID ? (uint32_t) uid : (uint32_t) gid)))
+                                share_fold(&t, r);
+                }
+        *ret_terms = t;
 }
 
 /* One option's value, spelt as the configuration file takes it. */
@@ -533,6 +679,8 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
         if (r == 0)
                 r = cube__id_list_parse(o.unchecked_uids, false, &o.unchecked_uid_ids, why,
                                         why_len);
+                r = cube__share_rules_parse(o.shares, &o.share_rules, &o.n_share_rules, why,
+                                            why_len);
         if (r < 0) {
                 cube__options_done(&o);
                 return r;
@@ -614,6 +762,16 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->fault_injection = next->fault_injection;
         cur->poison_ban_after = next->poison_ban_after;
         cur->poison_ban_s = next->poison_ban_s;
+        free(cur->shares);
+        free(cur->share_rules);
+        cur->shares = next->shares ? strdup(next->shares) : NULL;
+        cur->share_rules = next->n_share_rules ?
+                memdup(next->share_rules, next->n_share_rules * sizeof(cube__share_rule)) : NULL;
+        cur->n_share_rules = cur->share_rules ? next->n_share_rules : 0;
+        cur->share_min_percent = next->share_min_percent;
+        cur->share_bound_us = next->share_bound_us;
+        cur->share_window_ms = next->share_window_ms;
+        cur->share_queue_us = next->share_queue_us;
         for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
                 if (specs[i].reloadable) {
                         cur->source[i] = next->source[i];

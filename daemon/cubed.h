@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -207,6 +208,8 @@ typedef struct cube__op {
         uint64_t held_bytes;            /* a write's payload, counted in queued_bytes */
         cube__region *region;           /* the staging region it copies from or into */
         uint64_t queued_ns;             /* when it was queued, for the queue-wait histogram */
+        uint64_t est_ns;                /* the device time it was charged when submitted */
+        uint8_t est_class;              /* ...to this class (tenants.c) */
         bool submitted;
         bool deferred_skip;             /* a launch that cannot run, queued only to learn
                                          * which failure its outputs carry */
@@ -517,6 +520,98 @@ cube__dispatched cube__do_replay(cube__msg *k);
 cube__dispatched cube__do_graph_destroy(cube__msg *k);
 cube__dispatched cube__do_captures(cube__msg *k);
 
+/* ---- device time: weights, classes, tenants (tenants.c) ----------------- */
+/* Device time in the current window and the one before it. */
+typedef struct cube__window_ns {
+        uint64_t idx;                   /* windows since the daemon started */
+        uint64_t cur, last;
+} cube__window_ns;
+
+/* Sessions under one name (the operator's tenant=, else their uid): what a
+ * cap holds, and what the views add up. */
+typedef struct cube__tenant {
+        char name[CUBE__TENANT_MAX + 8];
+        unsigned sessions;
+        uint32_t cap_percent;           /* 0: none */
+        bool cap_alone;
+        double credit_ns;               /* the cap's bucket */
+        uint64_t refilled_ns;
+        uint64_t device_ns;
+        cube__window_ns window;
+        bool shown;                     /* on the shares view being packed */
+        struct cube__tenant *next;
+} cube__tenant;
+
+#define CUBE__ESTIMATES 16
+
+/* One session's part of the device's time. */
+typedef struct cube__share {
+        cube__share_terms terms;        /* the operator's */
+        uint32_t weight;                /* in force: the terms, lowered by the session */
+        cube__class class_;
+        uint32_t asked_weight;          /* what the session asked (0: nothing) */
+        int asked_class;                /* -1: nothing */
+        cube__tenant *tenant;
+        double vtime;                   /* device time over weight, ns */
+        uint64_t est_ns;                /* expected device time of its work on the device */
+        uint64_t device_ns;             /* measured device time of its completed work */
+        cube__window_ns window;
+        struct { const void *key; uint64_t ns; } est[CUBE__ESTIMATES];
+        unsigned est_next;
+        uint64_t mean_ns;
+} cube__share;
+
+/* The device's side: classes and tenants. */
+typedef struct cube__shares {
+        cube__tenant *tenants;
+        double vnow[CUBE__CLASSES];     /* each class's virtual time: the most served */
+        double credit[CUBE__CLASSES];   /* a lower class's minimum share owed, ns */
+        uint64_t est_ns[CUBE__CLASSES]; /* expected device time on the device */
+        uint64_t active_ns[CUBE__CLASSES];      /* when a session of it last had work there */
+        cube__window_ns window;         /* all device time */
+        int top;                        /* the best class present, this pass */
+        unsigned pass;
+        uint64_t hold_ns;               /* a cap holds work back for this long */
+        uv_timer_t timer;
+        bool timer_ready;
+} cube__shares;
+
+/* A new session takes its terms, from the configuration, and its tenant. */
+void cube__share_attach(cube__session *s);
+void cube__share_detach(cube__session *s);
+/* The configuration was reloaded: every session takes its terms again. */
+void cube__shares_reload(cube__server *srv);
+/* The session lowers its class (-1: unchanged) or weight (0: unchanged);
+ * a raise above the operator's terms is refused. */
+cube_error *cube__share_lower(cube__session *s, int class_, uint32_t weight);
+/* The executor: a scheduling pass begins; whether s's work may go now;
+ * whether a's goes before b's; o went to the device; o completed. */
+void cube__shares_pass(cube__server *srv, uint64_t now);
+bool cube__share_may_submit(cube__session *s, uint64_t now);
+/* Whether the device holds less than share-queue-us of expected work, for
+ * a launch: the device runs launches in the order it was handed them, so
+ * what waits here can still be ordered by the shares. Copies run beside
+ * launches, and are not held back. */
+bool cube__shares_room(const cube__server *srv);
+bool cube__share_before(const cube__session *a, const cube__session *b);
+void cube__share_submitted(cube__op *o);
+/* s had no work queued or in flight, and now has: it takes up its class's
+ * virtual time, having banked nothing while it had no work. */
+void cube__share_wake(cube__session *s);
+void cube__share_done(cube__op *o);
+/* A cap held work back: the executor is called again when it may go. */
+void cube__shares_hold(cube__server *srv);
+void cube__shares_done(cube__server *srv);
+/* Device time in the last whole window. */
+uint64_t cube__window_last(const cube__server *srv, cube__window_ns *w);
+/* The share s is owed now, per mille. */
+uint32_t cube__share_owed(cube__session *s);
+
+/* The shares view in the Prometheus text format, for metrics. */
+void cube__shares_metrics(cube__server *srv, FILE *f, const char *instance);
+cube__dispatched cube__do_share(cube__msg *k);
+cube__dispatched cube__do_shares(cube__msg *k);
+
 /* ---- sessions (session.c) ----------------------------------------------- */
 struct cube__session {
         uint64_t id;
@@ -563,6 +658,8 @@ struct cube__session {
         struct cube__group *groups;     /* its collective groups (groups.c) */
         uint32_t n_groups;
         uint32_t n_peer_names;          /* names of a peer's memory it holds (peer_bind) */
+        cube__share share;              /* its part of the device's time (tenants.c) */
+        unsigned share_pass;            /* the executor's pass that last tried it */
         cube__session *prev, *next;
 };
 
@@ -650,7 +747,7 @@ struct cube__server {
         uint64_t allocations;
         unsigned inflight;
         unsigned submitted;             /* work on the device now */
-        cube__session *rr;              /* the session the executor serves first next */
+        cube__shares shares;            /* device time by weight, class and tenant */
         bool scheduling, reschedule;
         unsigned plugged;               /* see cube__schedule_plug */
         cube__stream *batched;          /* streams with work picked this pass */

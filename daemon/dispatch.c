@@ -222,6 +222,8 @@ static const method methods[] = {
         { "sessions", CUBE__MSG_REQUEST, cube__do_sessions, true },
         { "streams", CUBE__MSG_REQUEST, cube__do_streams, true },
         { "metrics", CUBE__MSG_REQUEST, cube__do_metrics, true },
+        { "shares", CUBE__MSG_REQUEST, cube__do_shares, true },
+        { "share", CUBE__MSG_REQUEST, cube__do_share, true },
         { "config", CUBE__MSG_REQUEST, cube__do_config, true },
         { "bans", CUBE__MSG_REQUEST, cube__do_bans, true },
         { "ended_sessions", CUBE__MSG_REQUEST, cube__do_ended_sessions, true },

@@ -13,14 +13,17 @@
  * the device (driver.orders_streams, CUDA's events) gets the later work as
  * soon as the earlier is submitted, with no round trip through the host.
  *
- * Fairness: the device holds at most DEVICE_WINDOW pieces of work, and each
- * stream at most STREAM_WINDOW while another session has work in flight
- * (the whole window otherwise). When there is room, the executor serves the
- * sessions in turn, one piece of work each, starting after the last one it
- * served. A session that queues 100k launches therefore delays another
- * session's next piece of work by at most one round: at most one piece of
- * work of every other session with ready work, plus what the device already
- * holds (at most DEVICE_WINDOW pieces), runs before it.
+ * Sharing: the device holds at most DEVICE_WINDOW pieces of work, launches
+ * of at most share-queue-us of expected device time (tenants.c), and each
+ * stream at most STREAM_WINDOW while another session has work in flight. A
+ * session owed the device whose streams hold their windows keeps its turn:
+ * the others wait for its work to drain, or shares would follow the windows
+ * rather than the weights. When there is room, the executor offers it
+ * to the sessions with queued work in the order tenants.c puts them (class,
+ * then device time over weight) and submits one piece of work of the first
+ * that may go, then asks again. Equal weights give equal device time, so a
+ * session that queues 100k launches delays another's next piece of work by
+ * about one of its own, plus what the device already holds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +121,8 @@ void cube__op_enqueue(cube__op *o)
                 st->head = o;
         st->tail = o;
         st->pending++;
+        if (!s->inflight)
+                cube__share_wake(s);
         s->inflight++;
         srv->inflight++;
         if (o->reply)
@@ -154,20 +159,25 @@ static void submit_batches(cube__server *srv)
         }
 }
 
-/* Submits one piece of this session's work, taking its streams in turn. A
- * stream may hold the whole device window while no other session has work in
- * flight: sharing is then moot, and bigger batches cost fewer wake-ups. */
-static bool submit_one(cube__session *s)
+/* Submits one piece of this session's work, taking its streams in turn.
+ * *ret_windowed says whether a stream had work it held back only for its
+ * window. */
+static bool submit_one(cube__session *s, bool *ret_windowed)
 {
         cube__server *srv = s->server;
         cube__stream *prev = NULL;
         unsigned window = srv->inflight > s->inflight ? STREAM_WINDOW : DEVICE_WINDOW;
 
+        *ret_windowed = false;
         for (cube__stream *st = s->active_head; st; prev = st, st = st->active_next) {
                 cube__op *o = st->head;
 
+                if (o && st->submitted >= window && st->submitted < DEVICE_WINDOW)
+                        *ret_windowed = true;
                 if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
-                    (o->host_run && st->submitted))
+                    (o->host_run && st->submitted) ||
+                    ((o->work.op == CUBE__WORK_LAUNCH || o->work.op == CUBE__WORK_GRAPH) &&
+                     !cube__shares_room(srv)))
                         continue;
                 st->head = o->next;
                 if (!st->head)
@@ -182,6 +192,7 @@ static bool submit_one(cube__session *s)
                 st->active = false;
                 if (st->head)
                         activate(st);
+                cube__share_submitted(o);
                 o->submitted = true;
                 cube__hist_observe(&srv->stats.queue_wait,
                                    (double) (uv_hrtime() - o->queued_ns) / 1e9);
@@ -200,6 +211,35 @@ static bool submit_one(cube__session *s)
         return false;
 }
 
+/* Offers the device to the sessions with queued work in the order the
+ * shares put them (tenants.c), until one submits a piece of work. */
+static bool serve_next(cube__server *srv, uint64_t now)
+{
+        unsigned pass = ++srv->shares.pass;
+        bool windowed;
+
+        cube__shares_pass(srv, now);
+        for (;;) {
+                cube__session *best = NULL;
+
+                for (cube__session *s = srv->sessions; s; s = s->next)
+                        if (s->active_head && s->share_pass != pass &&
+                            (!best || cube__share_before(s, best)))
+                                best = s;
+                if (!best)
+                        return false;
+                best->share_pass = pass;
+                if (!cube__share_may_submit(best, now))
+                        continue;
+                if (submit_one(best, &windowed))
+                        return true;
+                /* It is owed the device and holds its window: the others
+                 * wait for its work to drain rather than take its turn. */
+                if (windowed)
+                        return false;
+        }
+}
+
 void cube__schedule(cube__server *srv)
 {
         if (srv->scheduling || srv->plugged) {
@@ -208,26 +248,14 @@ void cube__schedule(cube__server *srv)
         }
         srv->scheduling = true;
         do {
-                bool progress = true;
+                uint64_t now = uv_hrtime();
 
                 srv->reschedule = false;
-                while (progress && srv->submitted < DEVICE_WINDOW && srv->sessions) {
-                        cube__session *start = srv->rr ? srv->rr : srv->sessions, *s = start;
-
-                        progress = false;
-                        do {
-                                cube__session *next = s->next ? s->next : srv->sessions;
-                                if (submit_one(s)) {
-                                        progress = true;
-                                        srv->rr = next;
-                                        if (srv->submitted >= DEVICE_WINDOW)
-                                                break;
-                                }
-                                s = next;
-                        } while (s != start);
-                }
+                while (srv->submitted < DEVICE_WINDOW && serve_next(srv, now))
+                        ;
                 submit_batches(srv);
         } while (srv->reschedule);
+        cube__shares_hold(srv);
         srv->scheduling = false;
 }
 

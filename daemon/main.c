@@ -44,6 +44,15 @@ static void usage(FILE *f)
 "  --poison-ban-after N   poisons by one uid or session name before it is refused\n"
 "                         (default 3; 0: never)\n"
 "  --poison-ban-seconds S for how long (default 600)\n"
+"Device time (cubed.conf(5)):\n"
+"  --shares RULES         weights, classes, tenants and caps: 'default weight=1;\n"
+"                         uid:alice weight=9 class=latency; group:g cap=30'\n"
+"  --share-min-percent N  what each lower class keeps while a higher saturates (5)\n"
+"  --share-bound-us US    lower-class work on the device while a higher class is\n"
+"                         present, in expected device time (default 1000)\n"
+"  --share-window-ms MS   the window shares are measured over (default 1000)\n"
+"  --share-queue-us US    expected device time handed to the device at once\n"
+"                         (default 10000)\n"
 "  --kernel-timeout S     seconds one launch may run before it poisons the device\n"
 "                         (default 5; 0: no limit)\n"
 "  --compile-limit S      CPU seconds one kernel build may take (default 60)\n"
@@ -155,6 +164,11 @@ int main(int argc, char **argv)
                 { "history", required_argument, NULL, 'o' },
                 { "poison-ban-after", required_argument, NULL, 'o' },
                 { "poison-ban-seconds", required_argument, NULL, 'o' },
+                { "shares", required_argument, NULL, 'o' },
+                { "share-min-percent", required_argument, NULL, 'o' },
+                { "share-bound-us", required_argument, NULL, 'o' },
+                { "share-window-ms", required_argument, NULL, 'o' },
+                { "share-queue-us", required_argument, NULL, 'o' },
                 { "enable-fault-injection", no_argument, NULL, 'f' },
                 { "check-config", required_argument, NULL, 'k' },
                 { "help", no_argument, NULL, 'h' },

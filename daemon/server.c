@@ -125,6 +125,7 @@ static void reload(cube__server *srv)
                 srv->reload_error[0] = '\0';
                 cube__options_reload(&srv->opts, &next);
                 cube__options_done(&next);
+                cube__shares_reload(srv);
                 const char *path = srv->opts.config_path;
                 bool missing = path && access(path, F_OK) != 0;
                 cube__log_id(CUBE__MSG_RELOAD, CUBE__LOG_NOTICE, NULL, "configuration reloaded%s%s%s",
@@ -629,6 +630,7 @@ void cube__server_check_stopped(cube__server *srv)
         uv_close((uv_handle_t *) &srv->drain_timer, NULL);
         uv_close((uv_handle_t *) &srv->poison_timer, NULL);
         uv_close((uv_handle_t *) &srv->drain_deadline, NULL);
+        cube__shares_done(srv);
 }
 
 /* The poison policy acts: the grace has passed and every session has been

@@ -404,6 +404,44 @@ const char *cube__check_mode_name(cube__check_mode m);
 enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
 #define CUBE__OPTIONS_MAX 96
 
+/* Priority classes of device time, best first (tenants.c). */
+typedef enum cube__class {
+        CUBE__CLASS_LATENCY,
+        CUBE__CLASS_NORMAL,
+        CUBE__CLASS_BATCH,
+        CUBE__CLASSES
+} cube__class;
+#define CUBE__WEIGHT_MAX 1000
+#define CUBE__TENANT_MAX 32
+
+/* One entry of the shares option: what the sessions it selects get. Unset
+ * fields (weight 0, class -1, cap 0, tenant "") leave what a less specific
+ * entry said. */
+typedef struct cube__share_rule {
+        enum { CUBE__RULE_DEFAULT, CUBE__RULE_GROUP, CUBE__RULE_UID } kind;
+        uint32_t id;                    /* the uid or gid */
+        uint32_t weight;
+        int class_;
+        uint32_t cap_percent;           /* the tenant's ceiling on device time */
+        int cap_alone;                  /* -1 unset; 1: held to the cap even alone */
+        char tenant[CUBE__TENANT_MAX];
+} cube__share_rule;
+
+/* What one session is given: its rules folded, most specific last. */
+typedef struct cube__share_terms {
+        uint32_t weight;
+        cube__class class_;
+        uint32_t cap_percent;           /* 0: none */
+        bool cap_alone;
+        char tenant[CUBE__TENANT_MAX];  /* "" : the session is a tenant of its own uid */
+} cube__share_terms;
+
+/* Parses the shares option: `;`-separated entries of a selector (default,
+ * uid:USER, group:GROUP) and `key=value` words (weight, class, tenant, cap,
+ * cap-alone). */
+int cube__share_rules_parse(const char *text, cube__share_rule **ret, size_t *ret_n, char *why,
+                            size_t len);
+
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
 typedef struct cube__options {
@@ -460,6 +498,14 @@ typedef struct cube__options {
         char *comm_address;             /* the IP this daemon's transport listens on */
         uint32_t collective_timeout_ms; /* a member silent this long is lost */
         uint32_t max_groups;            /* per session */
+        /* Device time (tenants.c). */
+        char *shares;                   /* the rules as written */
+        cube__share_rule *share_rules;  /* ...and parsed at load */
+        size_t n_share_rules;
+        uint32_t share_min_percent;     /* each lower class's floor while a higher saturates */
+        uint32_t share_bound_us;        /* lower-class work on the device while a higher waits */
+        uint32_t share_window_ms;       /* the window shares are measured over */
+        uint32_t share_queue_us;        /* expected device time the device holds at once */
         uint8_t source[CUBE__OPTIONS_MAX];      /* per option (cube__option_key): CUBE__FROM_* */
         uint32_t line[CUBE__OPTIONS_MAX];       /* the file's line, when from the file */
 } cube__options;
@@ -478,6 +524,12 @@ const char *cube__option_key(size_t i, bool *ret_reloadable);
 void cube__option_format(const cube__options *o, size_t i, char *buf, size_t len);
 /* Applies what a reload may change. */
 void cube__options_reload(cube__options *cur, const cube__options *next);
+/* The terms for a session of uid and gid under o's rules. */
+void cube__share_terms_for(const cube__options *o, uid_t uid, gid_t gid,
+                           cube__share_terms *ret_terms);
+/* "latency", "normal", "batch"; and back (-1: none of them). */
+const char *cube__class_name(cube__class c);
+int cube__class_parse(const char *name);
 
 /* ---- access, and what each user holds (access.c) ----------------------- */
 /* Whether id is in the list. */

@@ -32,6 +32,7 @@ cube__session *cube__session_new(cube__server *srv, cube__conn *conn, pid_t pid,
                 srv->sessions->prev = s;
         srv->sessions = s;
         srv->n_sessions++;
+        cube__share_attach(s);
         cube__uid *u = cube__uid_get(&srv->users, uid);
         if (u)
                 u->sessions++;
@@ -119,8 +120,7 @@ void cube__session_maybe_free(cube__session *s)
         free(s->queued);
         cube_error_free(s->count_error);
 
-        if (srv->rr == s)
-                srv->rr = s->next;
+        cube__share_detach(s);
         cube__uid *u = cube__idmap_get(&srv->users.uids, s->uid);
         if (u)
                 u->sessions--;

@@ -322,6 +322,7 @@ static void op_finish(cube__op *o)
         cube__session *s = o->session;
         cube__server *srv = s->server;
 
+        cube__share_done(o);
         if (o->part_of) {
                 /* One launch of a replay: the replay, last in its chain,
                  * settles for all of them. */

@@ -672,6 +672,31 @@ typedef struct cube_stream_info {
 } cube_stream_info;
 
 cube_error *cube_daemon_streams(cube_client *c, cube_stream_info **ret_streams, size_t *ret_n);
+/* A line of the shares view: a session's (session != 0), or a tenant's, its
+ * sessions added up. Shares are per mille of the device time of the last
+ * whole window (cubed.conf(5), share-window-ms). */
+typedef struct cube_share_info {
+        uint64_t session;               /* 0: a tenant's line */
+        uint32_t uid;
+        char name[64];                  /* the session's name, or "" */
+        char tenant[48];                /* the tenant it counts in: tenant= or "uid:N" */
+        uint32_t weight;
+        char class_name[16];            /* "latency", "normal" or "batch" */
+        uint32_t cap;                   /* the tenant's cap, percent (0: none) */
+        uint64_t device_ns;             /* device time of its completed work */
+        uint64_t window_ns;             /* ...in the last whole window */
+        uint32_t share;                 /* its part of that window's device time, per mille */
+        uint32_t owed;                  /* the part it is owed, per mille */
+} cube_share_info;
+
+/* The shares view: every session this user may see, then their tenants.
+ * *ret_shares is an array the caller frees. */
+cube_error *cube_daemon_shares(cube_client *c, cube_share_info **ret_shares, size_t *ret_n);
+/* Sets this session's class ("latency", "normal", "batch"; NULL keeps it)
+ * or weight (0 keeps it) at or below what the operator gave it: anything
+ * above the operator's terms is refused (Validation). */
+cube_error *cube_share_lower(cube_client *c, const char *class_name, uint32_t weight);
+
 /* The daemon's figures in the Prometheus text format; the caller frees it. */
 cube_error *cube_daemon_metrics(cube_client *c, char **ret_text);
 /* Takes no new work, and stops once the last working session ends (the

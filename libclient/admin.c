@@ -189,3 +189,49 @@ cube_error *cube_daemon_kill_session(cube_client *c, uint64_t session)
 {
         return cube__request(c, "kill_session", &session, 1, NULL, NULL);
 }
+
+static bool decode_share(const msgpack_object *m, void *elem)
+{
+        cube_share_info *v = elem;
+        const msgpack_object *o;
+        uint64_t uid, weight, cap, share, owed;
+
+        if (!cube__map_u64(m, "session", &v->session) || !cube__map_u64(m, "uid", &uid) ||
+            !(o = cube__map_get(m, "name")) || !cube__obj_str(o, v->name, sizeof(v->name)) ||
+            !(o = cube__map_get(m, "tenant")) || !cube__obj_str(o, v->tenant, sizeof(v->tenant)) ||
+            !cube__map_u64(m, "weight", &weight) ||
+            !(o = cube__map_get(m, "class")) ||
+            !cube__obj_str(o, v->class_name, sizeof(v->class_name)) ||
+            !cube__map_u64(m, "cap", &cap) || !cube__map_u64(m, "device_ns", &v->device_ns) ||
+            !cube__map_u64(m, "window_ns", &v->window_ns) || !cube__map_u64(m, "share", &share) ||
+            !cube__map_u64(m, "owed", &owed))
+                return false;
+        v->uid = (uint32_t) uid;
+        v->weight = (uint32_t) weight;
+        v->cap = (uint32_t) cap;
+        v->share = (uint32_t) share;
+        v->owed = (uint32_t) owed;
+        return true;
+}
+
+cube_error *cube_daemon_shares(cube_client *c, cube_share_info **ret_shares, size_t *ret_n)
+{
+        return cube__request_list(c, "shares", sizeof(**ret_shares), decode_share, NULL,
+                                  (void **) ret_shares, ret_n);
+}
+
+cube_error *cube_share_lower(cube_client *c, const char *class_name, uint32_t weight)
+{
+        cube__call call = { .client = c };
+        cube__frame f;
+
+        cube__frame_init(&f);
+        call.msgid = cube__next_msgid(c);
+        if (cube__pack_request(&f.pk, call.msgid, "share", 2) < 0 ||
+            (class_name ? cube__pack_str(&f.pk, class_name) : msgpack_pack_nil(&f.pk)) < 0 ||
+            (weight ? msgpack_pack_uint32(&f.pk, weight) : msgpack_pack_nil(&f.pk)) < 0) {
+                cube__frame_destroy(&f);
+                return cube__err_generic("out of memory in libcubeclient");
+        }
+        return cube__frame_send(c, &f, &call, NULL, 0);
+}

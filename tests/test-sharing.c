@@ -144,18 +144,28 @@ static void launch_twin(cube_client *c, uint64_t kernel, const cube_handle *in,
         cube_info_free(info);
 }
 
-/* One unit spinning for n rounds, writing its 8-byte out. */
-static void launch_spin(cube_client *c, uint64_t kernel, const cube_handle *out, uint64_t n)
+/* One unit spinning for n rounds, writing its 8-byte out: the library's
+ * verdict, for threads that must not assert. */
+static cube_error *spin_try(cube_client *c, uint64_t kernel, const cube_handle *out, uint64_t n)
 {
         cube_info *info = cube_info_new();
+        cube_error *e;
 
-        ck_assert_int_eq(cube_info_u64(info, n), 0);
-        ck_assert_int_eq(cube_info_buffer_len(info, 1), 0);
-        ck_ok(cube_launch_kernel(c, &(cube_launch) {
+        if (!info || cube_info_u64(info, n) < 0 || cube_info_buffer_len(info, 1) < 0) {
+                cube_info_free(info);
+                return cube__err_generic("out of memory building a launch's info");
+        }
+        e = cube_launch_kernel(c, &(cube_launch) {
                 .kernel = kernel, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
                 .buffers = out, .n_buffers = 1, .info = info,
-        }));
+        });
         cube_info_free(info);
+        return e;
+}
+
+static void launch_spin(cube_client *c, uint64_t kernel, const cube_handle *out, uint64_t n)
+{
+        ck_ok(spin_try(c, kernel, out, n));
 }
 
 /* The rounds of spin that take about ms milliseconds on this machine, on the
@@ -1541,6 +1551,351 @@ START_TEST(a_flooding_session_delays_another_by_a_bounded_amount)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * 7a. Device time by weight, class and cap
+ * ------------------------------------------------------------------------- */
+
+/* A session keeping the device busy with spin kernels of a given length
+ * until told to stop: 64 at a time on stream 2, the next 64 queued as soon
+ * as the daemon holds fewer than 128 of them, so that it always has work
+ * queued even while its thread waits for a CPU. */
+#define SPIN_STREAMS 2
+
+typedef struct spinner {
+        cube_client *c;
+        uint64_t kernel, rounds;
+        cube_handle out[SPIN_STREAMS];
+        atomic_bool stop;
+        cube_error *e;
+        pthread_t thread;
+} spinner;
+
+static void *spinner_thread(void *arg)
+{
+        spinner *s = arg;
+
+        cube_stream_set(2);
+        while (!s->e && !atomic_load(&s->stop)) {
+                for (int i = 0; !s->e && i < 64; i++)
+                        s->e = spin_try(s->c, s->kernel, &s->out[1], s->rounds);
+                while (!s->e && !atomic_load(&s->stop)) {
+                        cube_stream_info *v;
+                        size_t n;
+                        uint64_t pending = 0;
+                        if ((s->e = cube_daemon_streams(s->c, &v, &n)))
+                                break;
+                        for (size_t i = 0; i < n; i++)
+                                if (v[i].session == cube_client_session(s->c) && v[i].stream == 2)
+                                        pending = v[i].pending;
+                        free(v);
+                        if (pending < 128)
+                                break;
+                        usleep(2000);
+                }
+        }
+        if (!s->e)
+                s->e = cube_sync(s->c, &s->out[1], 1);
+        return NULL;
+}
+
+/* Connects s, and measures the rounds of about ms milliseconds of spin. */
+static void spinner_open(spinner *s, const char *name, int ms)
+{
+        static const uint64_t zero = 0;
+
+        *s = (spinner) {0};
+        ck_ok(cube_connect(D.socket, name, &s->c));
+        s->kernel = test_kernel(s->c, spin_source, "spin");
+        for (int st = SPIN_STREAMS - 1; st >= 0; st--) {
+                cube_stream_set(1 + (unsigned) st);
+                ck_ok(cube_create(s->c, &zero, 8, &s->out[st]));
+        }
+        s->rounds = ms ? spin_rounds_for(s->c, s->kernel, &s->out[0], ms) : 1;
+}
+
+static void spinner_start(spinner *s)
+{
+        atomic_init(&s->stop, false);
+        ck_assert_int_eq(pthread_create(&s->thread, NULL, spinner_thread, s), 0);
+}
+
+static void spinner_close(spinner *s)
+{
+        atomic_store(&s->stop, true);
+        pthread_join(s->thread, NULL);
+        ck_assert_msg(!s->e, "a spinner failed: %s", s->e ? cube_error_message(s->e) : "");
+        cube_disconnect(s->c);
+}
+
+/* The shares view's line of a session. */
+static cube_share_info share_line(cube_client *c, uint64_t session)
+{
+        cube_share_info *v, found = {0};
+        size_t n;
+
+        ck_ok(cube_daemon_shares(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                if (v[i].session == session)
+                        found = v[i];
+        free(v);
+        ck_assert_msg(found.session == session, "no shares line for session %" PRIu64, session);
+        return found;
+}
+
+/* Device time each of n spinners got over about a second, after half a
+ * second of warming up, as fractions of their sum (or of the wall time,
+ * with wall set). */
+static void measure_shares(spinner *s, size_t n, double *ret, bool wall)
+{
+        uint64_t before[8], total = 0;
+        long t0;
+
+        usleep(500000);
+        t0 = test_now_ms();
+        for (size_t i = 0; i < n; i++)
+                before[i] = share_line(s[0].c, cube_client_session(s[i].c)).device_ns;
+        usleep(1000000);
+        for (size_t i = 0; i < n; i++) {
+                ret[i] = (double) (share_line(s[0].c, cube_client_session(s[i].c)).device_ns -
+                                   before[i]);
+                total += (uint64_t) ret[i];
+        }
+        for (size_t i = 0; i < n; i++)
+                ret[i] /= wall ? (double) (test_now_ms() - t0) * 1e6 : (double) (total ? total : 1);
+}
+
+START_TEST(weights_share_device_time_not_launches)
+{
+        static const char *const args[] = { "--shares", "default weight=9", NULL };
+        spinner s[2];
+        double share[2];
+
+        start(args);
+        spinner_open(&s[0], "short", 1);
+        spinner_open(&s[1], "long", 10);
+        ck_ok(cube_share_lower(s[1].c, NULL, 1));
+        spinner_start(&s[0]);
+        spinner_start(&s[1]);
+        measure_shares(s, 2, share, false);
+        spinner_close(&s[0]);
+        spinner_close(&s[1]);
+        fprintf(stderr, "weights 9:1, kernels 1 ms and 10 ms: shares %.3f and %.3f\n", share[0],
+                share[1]);
+        ck_assert_msg(share[0] > 0.6 && share[0] < 0.98, "weight 9 of 10 got %.3f of the "
+                      "device time", share[0]);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(equal_weights_share_equally_whatever_the_kernels_length)
+{
+        spinner s[2];
+        double share[2];
+
+        start(NULL);
+        spinner_open(&s[0], "short", 1);
+        spinner_open(&s[1], "long", 10);
+        spinner_start(&s[0]);
+        spinner_start(&s[1]);
+        measure_shares(s, 2, share, false);
+        spinner_close(&s[0]);
+        spinner_close(&s[1]);
+        fprintf(stderr, "equal weights, kernels 1 ms and 10 ms: shares %.3f and %.3f\n",
+                share[0], share[1]);
+        ck_assert_msg(share[0] > 0.35 && share[0] < 0.65, "the 1 ms kernels got %.3f of the "
+                      "device time", share[0]);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(a_latency_session_waits_for_a_bound_not_for_the_queue)
+{
+        static const char *const args[] = { "--shares", "default class=latency", NULL };
+        spinner batch[2], l;
+        long took[40];
+
+        start(args);
+        for (int i = 0; i < 2; i++) {
+                spinner_open(&batch[i], "batch", 5);
+                ck_ok(cube_share_lower(batch[i].c, "batch", 0));
+        }
+        spinner_open(&l, "latency", 0);
+        for (int i = 0; i < 2; i++)
+                spinner_start(&batch[i]);
+        usleep(300000);
+        for (int i = 0; i < 40; i++) {
+                long t0 = test_now_ms();
+                launch_spin(l.c, l.kernel, &l.out[0], 1);
+                ck_ok(cube_sync(l.c, &l.out[0], 1));
+                took[i] = test_now_ms() - t0;
+        }
+        for (int i = 0; i < 2; i++)
+                spinner_close(&batch[i]);
+        for (int i = 0; i < 40; i++)
+                for (int j = i + 1; j < 40; j++)
+                        if (took[j] < took[i]) {
+                                long x = took[i];
+                                took[i] = took[j];
+                                took[j] = x;
+                        }
+        fprintf(stderr, "latency beside 2 batch floods of 5 ms kernels: median %ld ms, "
+                "90th %ld ms\n", took[20], took[36]);
+        /* The batch streams hold 16 kernels each on the device without the
+         * bound: a launch behind them waits about 160 ms. */
+        ck_assert_msg(took[20] < test_scaled_ms(40), "the median latency launch took %ld ms",
+                      took[20]);
+        cube_disconnect(l.c);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(a_batch_session_beside_a_saturating_latency_one_gets_its_floor)
+{
+        static const char *const args[] = { "--shares", "default class=latency",
+                                            "--share-min-percent", "10", NULL };
+        spinner s[2];
+        double share[2];
+
+        start(args);
+        spinner_open(&s[0], "latency", 2);
+        spinner_open(&s[1], "batch", 2);
+        ck_ok(cube_share_lower(s[1].c, "batch", 0));
+        spinner_start(&s[0]);
+        spinner_start(&s[1]);
+        measure_shares(s, 2, share, false);
+        spinner_close(&s[0]);
+        spinner_close(&s[1]);
+        fprintf(stderr, "latency beside batch (floor 10%%): shares %.3f and %.3f\n", share[0],
+                share[1]);
+        ck_assert_msg(share[0] > 0.7, "the latency session got only %.3f", share[0]);
+        ck_assert_msg(share[1] > 0.05, "the batch session got %.3f, under its floor", share[1]);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(a_capped_tenant_alone_is_held_to_its_cap)
+{
+        static const char *const args[] = { "--shares", "default cap=30 cap-alone=yes", NULL };
+        spinner s;
+        double share;
+
+        start(args);
+        spinner_open(&s, "capped", 2);
+        spinner_start(&s);
+        measure_shares(&s, 1, &share, true);
+        spinner_close(&s);
+        fprintf(stderr, "a tenant capped at 30%% alone: %.3f of the wall time\n", share);
+        ck_assert_msg(share > 0.2 && share < 0.4, "the capped tenant had %.3f of the device",
+                      share);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(a_session_may_lower_its_share_never_raise_it)
+{
+        static const char *const args[] = { "--shares", "default weight=4", NULL };
+        cube_client *c;
+        cube_share_info line;
+
+        start(args);
+        ck_ok(cube_connect(D.socket, "lowering", &c));
+        line = share_line(c, cube_client_session(c));
+        ck_assert_uint_eq(line.weight, 4);
+        ck_assert_str_eq(line.class_name, "normal");
+        test_expect_kind(cube_share_lower(c, "latency", 0), CUBE_SERVER_VALIDATION, "a raised class");
+        test_expect_kind(cube_share_lower(c, NULL, 5), CUBE_SERVER_VALIDATION, "a raised weight");
+        test_expect_kind(cube_share_lower(c, "urgent", 0), CUBE_SERVER_VALIDATION, "no class");
+        ck_ok(cube_share_lower(c, "batch", 2));
+        line = share_line(c, cube_client_session(c));
+        ck_assert_uint_eq(line.weight, 2);
+        ck_assert_str_eq(line.class_name, "batch");
+        cube_disconnect(c);
+        test_stop_clean();
+}
+END_TEST
+
+/* Polls the session's line until its weight is want. */
+static bool wait_weight(cube_client *c, uint32_t want, int timeout_ms)
+{
+        long until = test_now_ms() + timeout_ms;
+
+        do {
+                if (share_line(c, cube_client_session(c)).weight == want)
+                        return true;
+                usleep(20000);
+        } while (test_now_ms() < until);
+        return false;
+}
+
+START_TEST(a_reload_gives_every_session_its_new_terms)
+{
+        char conf[160];
+        const char *args[] = { "--config", conf, NULL };
+        cube_client *c;
+        cube_share_info line;
+        FILE *f;
+
+        snprintf(conf, sizeof(conf), "/tmp/cube-shares-%d.conf", (int) getpid());
+        ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+        fprintf(f, "shares = default weight=3 tenant=team\n");
+        fclose(f);
+        start(args);
+        ck_ok(cube_connect(D.socket, "reloaded", &c));
+        line = share_line(c, cube_client_session(c));
+        ck_assert_uint_eq(line.weight, 3);
+        ck_assert_str_eq(line.tenant, "team");
+        ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+        fprintf(f, "shares = default weight=5 class=batch; uid:%u weight=7\n",
+                (unsigned) getuid());
+        fclose(f);
+        ck_assert_int_eq(kill(D.pid, SIGHUP), 0);
+        ck_assert_msg(wait_weight(c, 7, test_scaled_ms(5000)), "the reload left weight %u",
+                      share_line(c, cube_client_session(c)).weight);
+        line = share_line(c, cube_client_session(c));
+        ck_assert_str_eq(line.class_name, "batch");
+        ck_assert_str_eq(line.tenant, "uid:0");
+        cube_disconnect(c);
+        unlink(conf);
+        test_stop_clean();
+}
+END_TEST
+
+START_TEST(the_shares_view_and_the_metrics_show_sessions_and_tenants)
+{
+        static const char *const args[] = { "--shares", "default tenant=infer cap=50", NULL };
+        char cmd[512], out[8192], want[128];
+        spinner s;
+        char *text;
+        size_t len;
+        FILE *p;
+
+        start(args);
+        spinner_open(&s, "viewed", 0);
+        launch_spin(s.c, s.kernel, &s.out[0], 1000);
+        ck_ok(cube_sync(s.c, &s.out[0], 1));
+        snprintf(cmd, sizeof(cmd), "%s --socket %s --json shares", getenv("CUBECTL_BIN"),
+                 D.socket);
+        ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+        len = fread(out, 1, sizeof(out) - 1, p);
+        out[len] = '\0';
+        ck_assert_int_eq(pclose(p), 0);
+        snprintf(want, sizeof(want), "\"session\":%" PRIu64, cube_client_session(s.c));
+        ck_assert_msg(strstr(out, want), "no %s in %s", want, out);
+        ck_assert_msg(strstr(out, "\"session\":0,") && strstr(out, "\"tenant\":\"infer\"") &&
+                      strstr(out, "\"cap\":50") && strstr(out, "\"owed_percent\":") &&
+                      strstr(out, "\"share_percent\":"), "cubectl shares said %s", out);
+        ck_ok(cube_daemon_metrics(s.c, &text));
+        snprintf(want, sizeof(want), "cube_share_owed_ratio{instance=\"cpu0\",session=\"%" PRIu64
+                 "\",tenant=\"infer\"}", cube_client_session(s.c));
+        ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
+        ck_assert(strstr(text, "cube_share_weight{instance=\"cpu0\",tenant=\"infer\"} 1\n"));
+        ck_assert(strstr(text, "cube_share_device_seconds{instance=\"cpu0\",tenant="));
+        free(text);
+        cube_disconnect(s.c);
+        test_stop_clean();
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * 8. Who may connect
  * ------------------------------------------------------------------------- */
 
@@ -1772,7 +2127,8 @@ int main(void)
         TCase *stress = tcase_create("stress"), *streams = tcase_create("streams");
         TCase *sharing = tcase_create("sharing"), *quotas = tcase_create("quotas");
         TCase *fairness = tcase_create("fairness"), *access_tc = tcase_create("access");
-        TCase *all[] = { stress, streams, sharing, quotas, fairness, access_tc };
+        TCase *shares = tcase_create("shares");
+        TCase *all[] = { stress, streams, sharing, quotas, fairness, shares, access_tc };
         SRunner *sr;
         int failed;
 
@@ -1798,6 +2154,14 @@ int main(void)
         tcase_add_test(quotas, max_requests_holds_back_a_flood_of_small_writes);
         tcase_add_test(quotas, max_queued_bytes_holds_back_a_flood_of_large_writes);
         tcase_add_test(fairness, a_flooding_session_delays_another_by_a_bounded_amount);
+        tcase_add_test(shares, weights_share_device_time_not_launches);
+        tcase_add_test(shares, equal_weights_share_equally_whatever_the_kernels_length);
+        tcase_add_test(shares, a_latency_session_waits_for_a_bound_not_for_the_queue);
+        tcase_add_test(shares, a_batch_session_beside_a_saturating_latency_one_gets_its_floor);
+        tcase_add_test(shares, a_capped_tenant_alone_is_held_to_its_cap);
+        tcase_add_test(shares, a_session_may_lower_its_share_never_raise_it);
+        tcase_add_test(shares, a_reload_gives_every_session_its_new_terms);
+        tcase_add_test(shares, the_shares_view_and_the_metrics_show_sessions_and_tenants);
         tcase_add_test(access_tc, allow_uids_admits_only_the_listed);
         tcase_add_test(access_tc, every_refused_connect_is_told_why);
         tcase_add_test(access_tc, allow_groups_admits_members_only);

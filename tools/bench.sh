@@ -3,6 +3,14 @@
 # temporary socket, under each CPU placement.
 #
 #   tools/bench.sh [BUILD_DIR] [cube-bench options...]     e.g. --runs 7, --smoke
+#   tools/bench.sh [BUILD_DIR] --scheduling [--smoke]
+#
+# --scheduling prints the scheduling table instead, unpinned: a daemon with
+# --shares "default weight=9 class=latency" (the sessions lower themselves to
+# the weights and classes each row needs) for cube-bench --only scheduling,
+# then one with --shares "default cap=30 cap-alone=yes" for --only cap. With
+# BASE_BUILD set to another build's directory (the executor before shares),
+# that build's cubed runs --only floods last: the latency figure as it was.
 #
 # Placements, each with a daemon of its own and an empty kernel cache of its
 # own (so "compiling" figures really compile):
@@ -29,6 +37,8 @@ build=${1:-build}
 shift || true
 
 dir=$(mktemp -d /tmp/cube-bench-XXXXXX)
+daemon_args=()
+unchecked_arg="--unchecked-uids=$(id -u)"
 pid=
 peer=
 cleanup() {
@@ -58,9 +68,10 @@ start_cubed() {
         local name=$1 cache=$2
         shift 2
         rm -f "$dir/$name"
-        # This user may launch unchecked: the "checked" figure times both.
+        # This user may launch unchecked (the "checked" figure times both);
+        # a base build from before check modes is started without it.
         "$@" "$build/daemon/cubed" --socket "$dir/$name" --cache-dir "$cache" \
-                --unchecked-uids "$(id -u)" 2>>"$dir/log" &
+                "${daemon_args[@]}" $unchecked_arg 2>>"$dir/log" &
         started=$!
         for _ in $(seq 200); do
                 [ -S "$dir/$name" ] && return 0
@@ -148,7 +159,31 @@ echo "cube-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
         "$(lscpu | sed -n 's/^Model name: *//p' | head -1), Linux $(uname -r)"
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
         echo "redis-server/redis-benchmark: not installed"
-if [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
+if [ "${1:-}" = --scheduling ]; then
+        shift
+        echo
+        echo "== scheduling (unpinned)"
+        daemon_args=(--shares "default weight=9 class=latency")
+        start_daemon "$dir/cache-scheduling"
+        "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only scheduling "$@"
+        stop_daemon
+        daemon_args=(--shares "default cap=30 cap-alone=yes")
+        start_daemon "$dir/cache-scheduling"
+        "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only cap "$@" |
+                sed -n '/^| cap/p'
+        stop_daemon
+        if [ -n "${BASE_BUILD:-}" ]; then
+                daemon_args=()
+                unchecked_arg=""
+                build_now=$build
+                build=$BASE_BUILD
+                start_daemon "$dir/cache-base"
+                build=$build_now
+                "$build/tools/cube-bench" --socket "$dir/s" --daemon-pid "$pid" --only floods \
+                        "$@" | sed -n '/^| launch/s/^| /| the earlier build: /p'
+                stop_daemon
+        fi
+elif [ -n "${CUBED_CPUS:-}${BENCH_CPUS:-}" ]; then
         placement "custom" "${CUBED_CPUS:-}" "${BENCH_CPUS:-}" "$@"
 else
         placement "same vCPU" 0 0 "$@"

@@ -61,6 +61,10 @@
  *     launch to completed sync, run by run interleaved; and the kernel front
  *     end alone (cube-device --check on matmul, $CUBE_DEVICE_BIN) beside the
  *     first launch of a fresh kernel (front end, PoCL build, load).
+ *   scheduling and cap (only when named by --only: each needs a daemon
+ *     configured for it, which bench.sh starts): device time shared by
+ *     weight, class and cap (bench-shares.c); floods, the latency figure
+ *     alone, for a daemon without classes (BASE_BUILD in bench.sh).
  *
  * It is long (about 1,540 lines): every figure shares the placement, the
  * baselines and the table's printing, and one program keeps them in step.
@@ -79,6 +83,7 @@
 
 #include "bench-baselines.h"
 #include "bench-pocl.h"
+#include "bench-shares.h"
 #include "cube.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -1411,6 +1416,25 @@ out:
         free(g_lat);
 }
 
+/* The scheduling table's rows: 10 one-second windows per share, 1000
+ * latency samples (2 and 20 in a smoke run). */
+static void bench_scheduling(const struct config *cfg)
+{
+        bool full = cfg->rtt_samples >= 1000;
+
+        bench_shares_table(cfg->socket, full ? 10 : 2, full ? 1000 : 20);
+}
+
+static void bench_cap(const struct config *cfg)
+{
+        bench_shares_cap(cfg->socket, cfg->rtt_samples >= 1000 ? 10 : 2);
+}
+
+static void bench_floods(const struct config *cfg)
+{
+        bench_shares_floods(cfg->socket, cfg->rtt_samples >= 1000 ? 1000 : 20);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f,
@@ -1419,26 +1443,30 @@ static void usage(FILE *f)
                 "                  [--peer-socket PATH]\n"
                 "       cube-bench --socket PATH --after-restart TAG [--runs N] [--smoke]\n"
                 "FIGURE: memory, sync, launches, graph, staged, inline, clients, tail, first,\n"
-                "        vadd, kernels or collectives.\n");
+                "        vadd, kernels or collectives; scheduling, cap or floods (only when named).\n");
 }
 
 static const struct figure {
         const char *name;
         void (*run)(const struct config *cfg);
+        bool named_only;                /* needs a daemon configured for it */
 } figures[] = {
-        { "memory", bench_session_memory },
-        { "sync", bench_sync_rtt },
-        { "launches", bench_launch_rate },
-        { "graph", bench_graph_replay },
-        { "staged", bench_staged },
-        { "inline", bench_inline },
-        { "clients", bench_many_clients },
-        { "tail", bench_tail_latency },
-        { "first", bench_first_launch },
-        { "vadd", bench_vector_add },
-        { "kernels", bench_cpu_kernels },
-        { "checked", bench_checked },
-        { "collectives", bench_collectives },
+        { "memory", bench_session_memory, false },
+        { "sync", bench_sync_rtt, false },
+        { "launches", bench_launch_rate, false },
+        { "graph", bench_graph_replay, false },
+        { "staged", bench_staged, false },
+        { "inline", bench_inline, false },
+        { "clients", bench_many_clients, false },
+        { "tail", bench_tail_latency, false },
+        { "first", bench_first_launch, false },
+        { "vadd", bench_vector_add, false },
+        { "kernels", bench_cpu_kernels, false },
+        { "checked", bench_checked, false },
+        { "collectives", bench_collectives, false },
+        { "scheduling", bench_scheduling, true },
+        { "cap", bench_cap, true },
+        { "floods", bench_floods, true },
 };
 
 #define N_FIGURES (sizeof(figures) / sizeof(figures[0]))
@@ -1454,7 +1482,7 @@ static int run_figures(const struct config *cfg)
         printf("| figure | cube | baseline (same run) | ratio | target | verdict |\n");
         printf("|---|---|---|---|---|---|\n");
         for (size_t i = 0; i < N_FIGURES; i++) {
-                if (cfg->only && strcmp(cfg->only, figures[i].name) != 0)
+                if (cfg->only ? strcmp(cfg->only, figures[i].name) != 0 : figures[i].named_only)
                         continue;
                 figures[i].run(cfg);
                 any = true;

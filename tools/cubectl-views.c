@@ -377,6 +377,44 @@ static const view session_view = VIEW(cube_session_info, session_fields, .header
 
 ROWS_COMMAND(cmd_sessions, "sessions", cube_session_info, cube_daemon_sessions, session_view)
 
+/* Device time by weight and class: each session, then each tenant. */
+static value share_percent(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .f = ((const cube_share_info *) row)->share / 10.0 };
+}
+
+static value owed_percent(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .f = ((const cube_share_info *) row)->owed / 10.0 };
+}
+
+static value device_seconds(const void *row, const void *ctx, char *buf, size_t cap)
+{
+        return (value) { .f = (double) ((const cube_share_info *) row)->device_ns / 1e9 };
+}
+
+static const field share_fields[] = {
+        { "session", "SESSION", U64(cube_share_info, session), .width = 7 },
+        { "uid", "UID", U32(cube_share_info, uid), .width = 6 },
+        { "name", "NAME", TEXT(cube_share_info, name), .show = SHOW_NAME, .empty = "-",
+          .width = -16, .max = 16 },
+        { "tenant", "TENANT", TEXT(cube_share_info, tenant), .show = SHOW_NAME, .width = -16,
+          .max = 24 },
+        { "class", "CLASS", TEXT(cube_share_info, class_name), .width = -7 },
+        { "weight", "WEIGHT", U32(cube_share_info, weight), .width = 6 },
+        { "cap", "CAP%", U32(cube_share_info, cap), .width = 4 },
+        { "device_seconds", "DEVICE-S", .kind = FIELD_F64, .get = device_seconds, .prec = 3,
+          .width = 9 },
+        { "share_percent", "SHARE%", .kind = FIELD_F64, .get = share_percent, .prec = 1,
+          .width = 6 },
+        { "owed_percent", "OWED%", .kind = FIELD_F64, .get = owed_percent, .prec = 1,
+          .width = 6 },
+};
+static const view share_view = VIEW(cube_share_info, share_fields, .header = true,
+                                    .none = "no sessions");
+
+ROWS_COMMAND(cmd_shares, "shares", cube_share_info, cube_daemon_shares, share_view)
+
 /* Device memory: the daemon's, each session's, and each stream's pools. */
 typedef struct memory_shown {
         cube_status st;

@@ -30,6 +30,8 @@ static void usage(FILE *f)
 "  failures  each live failure: id, root error, buffers claimed, session, skip chain\n"
 "  sessions  each session: id, pid, uid, name, streams, memory in use and peak,\n"
 "            launches, bytes in and out, errors\n"
+"  shares    each session and tenant: class, weight, cap, device time, and its\n"
+"            share of the last window's device time beside the share it is owed\n"
 "  memory    device memory in use, in pages and at peak, and each stream's pools\n"
 "  streams   each stream of each session, with its queued work\n"
 "  graphs    each session's open profiling windows, graphs (launches, pages kept,\n"
@@ -250,6 +252,7 @@ int main(int argc, char **argv)
                 { "kernels", cmd_kernels, false },
                 { "failures", cmd_failures, false },
                 { "sessions", cmd_sessions, false },
+                { "shares", cmd_shares, false },
                 { "memory", cmd_memory, false },
                 { "streams", cmd_streams, false },
                 { "graphs", cmd_graphs, false },

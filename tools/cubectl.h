@@ -129,6 +129,7 @@ int cmd_status(cube_client *c, bool json, const char *arg);
 int cmd_kernels(cube_client *c, bool json, const char *arg);
 int cmd_failures(cube_client *c, bool json, const char *arg);
 int cmd_sessions(cube_client *c, bool json, const char *arg);
+int cmd_shares(cube_client *c, bool json, const char *arg);
 int cmd_memory(cube_client *c, bool json, const char *arg);
 int cmd_streams(cube_client *c, bool json, const char *arg);
 int cmd_graphs(cube_client *c, bool json, const char *arg);

@@ -17,7 +17,8 @@ from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, Lau
                      count_is_empty, num_elems, can_contain)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
                     StreamInfo, KernelInfo, KernelCache, EvictedArtifact, CacheArtifact,
-                    CountSelection, FailureInfo, Status, ProfileReport, CaptureInfo, CommInfo)
+                    CountSelection, ShareInfo, FailureInfo, Status, ProfileReport, CaptureInfo,
+                    CommInfo)
 from .comms import Group, Reduction, ComputeWait, ElemType, comm_init_all
 from .profiling import ProfileWindow
 from .graphs import Graph, Capture
@@ -31,6 +32,6 @@ __all__ = list(_errors_all) + [
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
     "count_is_empty", "num_elems", "can_contain", "CacheArtifact", "CountSelection",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",
-    "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
+    "ShareInfo", "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
     "CommInfo", "Group", "Reduction", "ComputeWait", "ElemType", "comm_init_all",
     "ProfileWindow", "Graph", "Capture", "PROTOCOL_VERSION", "DEFAULT_SOCKET"]

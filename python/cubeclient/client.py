@@ -583,6 +583,17 @@ class Client:
     def sessions(self):
         return self._array(lib.cube_daemon_sessions, "cube_session_info", views.SessionInfo)
 
+    def shares(self):
+        """Each visible session's, then each tenant's, weight, class, cap, device
+        time, and share of the last window beside the share owed (per mille)."""
+        return self._array(lib.cube_daemon_shares, "cube_share_info", views.ShareInfo)
+
+    def lower_share(self, class_name=None, weight=0):
+        """Lowers this session's class ("latency", "normal", "batch") or weight,
+        at or below what the operator gave it; a raise is a ServerError.Validation."""
+        check(lib.cube_share_lower(self._cp(), _enc(class_name) if class_name else NULL,
+                                   weight))
+
     def streams(self):
         return self._array(lib.cube_daemon_streams, "cube_stream_info", views.StreamInfo)
 

@@ -94,6 +94,22 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
+class ShareInfo:
+    """A line of the shares view: a session's (session != 0) or a tenant's."""
+    session: int
+    uid: int
+    name: str
+    tenant: str
+    weight: int
+    class_name: str
+    cap: int
+    device_ns: int
+    window_ns: int
+    share: int
+    owed: int
+
+
+@dataclass(frozen=True)
 class StreamInfo:
     session: int
     stream: int

@@ -194,3 +194,16 @@ def test_reports_and_admin_views(client):
     client.memory_cleanup(stream=s)
     client.flush()
     b.free()
+
+
+def test_shares_view_and_lowering(daemon):
+    with cube.Client(daemon.socket, name="sharer") as c:
+        me = [x for x in c.shares() if x.session == c.session]
+        assert me and isinstance(me[0], cube.ShareInfo)
+        assert me[0].class_name == "normal" and me[0].weight == 1
+        assert any(x.session == 0 and x.tenant == me[0].tenant for x in c.shares())
+        with pytest.raises(cube.ServerError.Validation):
+            c.lower_share("latency")
+        c.lower_share("batch")
+        me = [x for x in c.shares() if x.session == c.session]
+        assert me[0].class_name == "batch"
