@@ -679,6 +679,7 @@ int cube__config_load(const char *path, bool optional, char *const *overrides, s
         if (r == 0)
                 r = cube__id_list_parse(o.unchecked_uids, false, &o.unchecked_uid_ids, why,
                                         why_len);
+        if (r == 0)
                 r = cube__share_rules_parse(o.shares, &o.share_rules, &o.n_share_rules, why,
                                             why_len);
         if (r < 0) {
