@@ -51,6 +51,8 @@ static const option_spec specs[] = {
         { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
         { "kernel-timeout", K_SECONDS, OFF(kernel_timeout_s), 0, 86400, false },
         { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
+        { "compile-memory", K_SIZE, OFF(compile_memory), 256u << 20, 1ull << 40, false },
+        { "compile-output", K_SIZE, OFF(compile_output), 1u << 20, 128u << 20, false },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
         { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
         { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
@@ -86,6 +88,30 @@ static const option_spec specs[] = {
 
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
 
+/* The defaults that are a share of the host: a build's memory and output,
+ * and what one user's messages may hold while they arrive. cubed.conf(5)
+ * says why each share is what it is. */
+static uint64_t host_memory(void)
+{
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+        return pages > 0 && size > 0 ? (uint64_t) pages * (uint64_t) size : 4ull << 30;
+}
+
+static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+        return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The builds that run at once: one per core, four at most (the CPU
+ * backend's slots). */
+static uint64_t build_slots(void)
+{
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+        return cores < 1 ? 1 : cores > 4 ? 4 : (uint64_t) cores;
+}
+
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
 
 void cube__options_default(cube__options *o)
@@ -102,7 +128,7 @@ void cube__options_default(cube__options *o)
                 .max_queued_bytes = 256ull << 20,
                 .region_memory = 1ull << 30,
                 .max_regions = 64,
-                .uid_queued_bytes = 1ull << 30,
+                .uid_queued_bytes = clamp_u64(host_memory() / 32, 64ull << 20, 1ull << 30),
                 .max_receive_bytes = 2ull << 30,
                 .hello_timeout_s = 10,
                 .frame_timeout_s = 30,
@@ -120,6 +146,9 @@ void cube__options_default(cube__options *o)
                 .poison_ban_s = 600,
                 .kernel_timeout_s = 5,
                 .compile_limit_s = 60,
+                .compile_memory = clamp_u64(host_memory() / 4 / build_slots(), 2ull << 30,
+                                            4ull << 30),
+                .compile_output = clamp_u64(host_memory() / 256, 16ull << 20, 128ull << 20),
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -521,7 +550,9 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             strcmp(cur->backend, next->backend) != 0 || cur->device_index != next->device_index ||
             strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit ||
             cur->kernel_timeout_s != next->kernel_timeout_s ||
-            cur->compile_limit_s != next->compile_limit_s)
+            cur->compile_limit_s != next->compile_limit_s ||
+            cur->compile_memory != next->compile_memory ||
+            cur->compile_output != next->compile_output)
                 cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory, "
                           "memory limit, kernel timeout and compile limit change only when the "
                           "device is opened again; they keep their values");

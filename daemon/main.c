@@ -46,6 +46,10 @@ static void usage(FILE *f)
 "  --kernel-timeout S     seconds one launch may run before it poisons the device\n"
 "                         (default 5; 0: no limit)\n"
 "  --compile-limit S      CPU seconds one kernel build may take (default 60)\n"
+"  --compile-memory BYTES address space one kernel build may take (default: the\n"
+"                         host's memory / 4 / builds at once, 2G to 4G)\n"
+"  --compile-output BYTES bytes one kernel build may write to a file (default: the\n"
+"                         host's memory / 256, 16M to 128M)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -60,7 +64,8 @@ static void usage(FILE *f)
 "                         (default 1G)\n"
 "  --max-regions N        staging regions one session may hold (default 64)\n"
 "  --uid-queued-bytes BYTES  messages still arriving on one user's sessions\n"
-"                         before they are no longer read (default 1G)\n"
+"                         before they are no longer read (default: the host's\n"
+"                         memory / 32, 64M to 1G)\n"
 "  --max-receive-bytes BYTES  messages still arriving on every session before\n"
 "                         they are no longer read (default 2G)\n"
 "  --hello-timeout S      seconds a connection has to say hello (default 10)\n"
@@ -119,6 +124,8 @@ int main(int argc, char **argv)
                 { "poison-grace", required_argument, NULL, 'o' },
                 { "kernel-timeout", required_argument, NULL, 'o' },
                 { "compile-limit", required_argument, NULL, 'o' },
+                { "compile-memory", required_argument, NULL, 'o' },
+                { "compile-output", required_argument, NULL, 'o' },
                 { "session-memory", required_argument, NULL, 'o' },
                 { "uid-memory", required_argument, NULL, 'o' },
                 { "max-sessions", required_argument, NULL, 'o' },

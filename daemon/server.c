@@ -293,6 +293,8 @@ static int open_device(cube__server *srv)
                 .memory_limit = srv->opts.memory_limit,
                 .kernel_timeout_ms = srv->opts.kernel_timeout_s * 1000,
                 .compile_cpu_s = srv->opts.compile_limit_s,
+                .compile_memory = srv->opts.compile_memory,
+                .compile_output = srv->opts.compile_output,
                 .complete = cube__work_complete,
                 .complete_ctx = srv,
                 .loop_fd = srv->device_fd,

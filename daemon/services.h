@@ -388,7 +388,7 @@ int cube__id_list_parse(const char *list, bool group, cube__id_list *ret, char *
 
 /* Where an option's value came from, for cubectl config. */
 enum { CUBE__FROM_DEFAULT, CUBE__FROM_FILE, CUBE__FROM_COMMAND_LINE };
-#define CUBE__OPTIONS_MAX 48
+#define CUBE__OPTIONS_MAX 64
 
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
@@ -436,6 +436,8 @@ typedef struct cube__options {
         uint32_t poison_ban_s;          /* for how long */
         uint32_t kernel_timeout_s;      /* a launch running longer poisons the device; 0: none */
         uint32_t compile_limit_s;       /* CPU time one kernel build may take */
+        uint64_t compile_memory;        /* address space one kernel build may take */
+        uint64_t compile_output;        /* bytes one kernel build may write to one file */
         bool fault_injection;           /* tests only */
         /* Collectives (groups.c, collectives.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */

@@ -461,6 +461,87 @@ START_TEST(a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_
 }
 END_TEST
 
+/* A constant table of 8 MiB: past an output limit of 4 MiB. */
+static const char table_source[] =
+        "CONSTANT uint32_t table[2 << 20] = { 1, 2, 3 };\n"
+        "KERNEL void table(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = table[in[i] & ((2u << 20) - 1)];\n"
+        "}\n";
+
+/* One expression nested so deep that the compiler's recursion over it
+ * overflows its stack: it dies of this source and builds others. */
+static char *deep_expression_source(void)
+{
+        enum { DEPTH = 400000 };
+        size_t cap = DEPTH * 4 + 512, n;
+        char *s = malloc(cap);
+
+        ck_assert_ptr_nonnull(s);
+        n = (size_t) snprintf(s, cap, "KERNEL void nested(const uint32_t *in, uint32_t *out, "
+                              "INFO)\n{\n        uint32_t x = in[0];\n        out[0] = x");
+        for (int i = 0; i < DEPTH; i++)
+                n += (size_t) snprintf(s + n, cap - n, "+%c", 'x');
+        snprintf(s + n, cap - n, ";\n}\n");
+        return s;
+}
+
+/* A build stopped by its limits, or a compiler that dies on one source, is a
+ * refusal naming why, said without the daemon's paths, and kept: the next
+ * launch answers it without building again. */
+static void expect_remembered_refusal(const test_daemon *d, const char *source, const char *entry,
+                                      const char *says)
+{
+        uint32_t in[N] = { 0 };
+        cube_handle bufs[2];
+        cube_client *c;
+        cube_error *e;
+        uint64_t k, compiles;
+
+        ck_ok(cube_connect(d->socket, entry, &c));
+        k = test_kernel(c, source, entry);
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        for (int attempt = 0; attempt < 2; attempt++) {
+                launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+                const cube_error *root = root_of_read(c, &bufs[1], &e);
+                const char *why = cube_error_reason(root);
+                ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC &&
+                              cube_error_is_refusal(e), "%s: not a refusal: %s", entry,
+                              cube_error_message(e));
+                ck_assert_msg(strstr(why, says), "%s: does not say '%s': %s", entry, says, why);
+                ck_assert_msg(!strstr(why, "/proc") && !strstr(why, "/tmp") &&
+                              !strstr(why, ".build-"), "%s: names a path: %s", entry, why);
+                cube_error_free(e);
+                if (attempt == 0)
+                        compiles = status_of(d->socket).compiles;
+        }
+        ck_assert_msg(status_of(d->socket).compiles == compiles, "%s was built again at the "
+                      "next launch", entry);
+        cube_disconnect(c);
+}
+
+START_TEST(a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source)
+{
+        static const char *const args[] = { "--compile-output", "4M", NULL };
+        char *deep = deep_expression_source();
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        expect_remembered_refusal(&d, table_source, "table", "output limit of 4 MiB");
+        expect_remembered_refusal(&d, deep, "nested", "cannot build");
+        /* The compiler still builds, and the daemon still serves. */
+        ck_ok(cube_connect(d.socket, "after", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        cube_disconnect(c);
+        free(deep);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * The kernel cache is trusted only when it is cube's
  * ------------------------------------------------------------------------- */
@@ -693,6 +774,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);
         tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
+        tcase_add_test(tc, a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
