@@ -656,6 +656,8 @@ struct cube__server {
         uint32_t rx_blocked;            /* connections not read for the receive caps */
         const struct cube__transport *transport; /* NULL: NoDeviceTransport */
         struct cube__mint *mints;       /* group ids minted here, not yet joined */
+        atomic_bool groups_stopping;    /* joins waiting for a rendezvous give up */
+        unsigned orphan_threads;        /* group threads left to end with the process */
         struct cube__progress_service *progress; /* NULL without a transport, or when it
                                                   * could not start (progress.c) */
         char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
@@ -674,6 +676,10 @@ void cube__groups_done(cube__server *srv);
 void cube__groups_session_detach(cube__session *s);
 /* The session is freed: its groups' threads are joined. */
 void cube__groups_session_free(cube__session *s);
+/* The daemon stops: every group's queued work fails, a run under way is
+ * aborted and a join under way answered at once, so the drain waits on
+ * none of them. */
+void cube__groups_stop(cube__server *srv);
 
 cube__dispatched cube__do_comm_init(cube__msg *k);
 cube__dispatched cube__do_comm_mint(cube__msg *k);

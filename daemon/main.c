@@ -230,7 +230,15 @@ int main(int argc, char **argv)
                 _exit(srv.exit_code ? srv.exit_code : 1);
         }
         r = cube__server_run(&srv);
+        bool orphans = srv.orphan_threads > 0;
         cube__server_done(&srv);
         free(overrides);
+        /* A group's thread still waiting out a join given up at the stop
+         * holds the transport: the process ends under it, without running
+         * the exit handlers it could still be inside. */
+        if (orphans) {
+                fflush(NULL);
+                _exit(r);
+        }
         return r;
 }

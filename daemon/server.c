@@ -2,8 +2,9 @@
  * server.c - the daemon's life: bring the device up, serve, reload, recover
  * from a poisoned device, and stop cleanly.
  *
- * Stopping is a drain, not an abort: the listener closes, every connection
- * closes, work already on the device completes, every session's memory is
+ * Stopping is a drain, not an abort: the listener closes, collectives that
+ * wait on other daemons fail at once (their members are answered first),
+ * every connection closes, work already on the device completes, every session's memory is
  * reclaimed, and only then does the loop end. SIGTERM therefore exits 0 with
  * nothing leaked and the socket file removed. The drain is bounded: past
  * drain-timeout the daemon exits 1 rather than hang on a wedged device.
@@ -504,6 +505,10 @@ void cube__server_stop(cube__server *srv)
         uv_timer_stop(&srv->drain_deadline);
         sd_notify(0, "STOPPING=1\nSTATUS=draining");
         close_listener(srv);
+        /* Collectives wait on other daemons, up to their own timeout: they
+         * fail now, and their members hear it before the connections close. */
+        cube__groups_stop(srv);
+        cube__work_drain(srv);
         cube__conn_close_all(srv);
         uv_timer_start(&srv->drain_timer, on_drain_timeout,
                        (uint64_t) srv->opts.drain_timeout_s * 1000, 0);

@@ -83,7 +83,8 @@ struct cube__device {
         cube__qctl *ctl;
         pid_t pid;
         int pidfd;
-        char kcache[PATH_MAX];
+        char kcache[PATH_MAX];          /* the device's runtime directory */
+        int owner_fd;                   /* kcache/.owner, locked while this daemon runs */
         char helper[PATH_MAX];
         char target[512];
         pthread_mutex_t control_lock;   /* the control socket */
