@@ -126,6 +126,11 @@ typedef struct cube__driver {
          * fit now. release is called only once no submitted work uses it. */
         cube_error *(*alloc)(cube__device *d, uint64_t size, cube__storage **ret_storage);
         void (*release)(cube__device *d, cube__storage *s);
+        /* Bytes [offset, offset + len) of s hold nothing any more (an
+         * allocation freed from a page the core keeps): the backend may give
+         * their memory back to the host. Optional; called when no work uses
+         * them. */
+        void (*discard)(cube__device *d, cube__storage *s, uint64_t offset, uint64_t len);
         /* The storage's bytes, for backends whose memory the host can address
          * (NULL elsewhere). */
         void *(*host_view)(cube__device *d, cube__storage *s);

@@ -617,6 +617,7 @@ const cube__driver cube__driver_cpu = {
         .properties = cpu_properties,
         .alloc = cube__cpu_alloc,
         .release = cube__cpu_release,
+        .discard = cube__cpu_discard,
         .host_view = cube__cpu_host_view,
         .stream_open = cube__cpu_stream_open,
         .stream_close = cube__cpu_stream_close,

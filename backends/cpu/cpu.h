@@ -153,6 +153,7 @@ int cube__cpu_read_reply(cube__device *d, cube__msg_reply *ret_reply, char *reas
 /* The driver's alloc, release and host_view (driver.h). */
 cube_error *cube__cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage);
 void cube__cpu_release(cube__device *d, cube__storage *s);
+void cube__cpu_discard(cube__device *d, cube__storage *s, uint64_t offset, uint64_t len);
 void *cube__cpu_host_view(cube__device *d, cube__storage *s);
 
 /* Where a storage's bytes are in cubed: device memory, or a peer's. */
