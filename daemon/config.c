@@ -72,6 +72,12 @@ static const option_spec specs[] = {
         { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
         { "max-kernels", K_U32, OFF(max_kernels), 1, 1u << 20, true },
         { "max-kernel-source-bytes", K_SIZE, OFF(max_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "uid-kernels", K_U32, OFF(uid_kernels), 1, UINT32_MAX, true },
+        { "uid-kernel-source-bytes", K_SIZE, OFF(uid_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "daemon-kernels", K_U32, OFF(daemon_kernels), 1, UINT32_MAX, true },
+        { "daemon-kernel-source-bytes", K_SIZE, OFF(daemon_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "uid-regions", K_U32, OFF(uid_regions), 1, 1u << 20, true },
+        { "map-reserve", K_U32, OFF(map_reserve), 0, 1u << 20, true },
         { "cache-max-bytes", K_SIZE, OFF(cache_max_bytes), 0, UINT64_MAX, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
@@ -137,6 +143,13 @@ void cube__options_default(cube__options *o)
                 .max_graph_launches = 65536,
                 .max_kernels = 1024,
                 .max_kernel_source_bytes = 64ull << 20,
+                .uid_kernels = 4096,
+                .uid_kernel_source_bytes = 256ull << 20,
+                .daemon_kernels = 65536,
+                .daemon_kernel_source_bytes = clamp_u64(host_memory() / 16, 256ull << 20,
+                                                        4ull << 30),
+                .uid_regions = 4096,
+                .map_reserve = 4096,
                 .cache_max_bytes = 1ull << 30,
                 .poison_grace_s = 5,
                 .collective_timeout_ms = 30000,
@@ -574,6 +587,12 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_regions = next->max_regions;
         cur->max_kernels = next->max_kernels;
         cur->max_kernel_source_bytes = next->max_kernel_source_bytes;
+        cur->uid_kernels = next->uid_kernels;
+        cur->uid_kernel_source_bytes = next->uid_kernel_source_bytes;
+        cur->daemon_kernels = next->daemon_kernels;
+        cur->daemon_kernel_source_bytes = next->daemon_kernel_source_bytes;
+        cur->uid_regions = next->uid_regions;
+        cur->map_reserve = next->map_reserve;
         cur->cache_max_bytes = next->cache_max_bytes;
         cur->uid_queued_bytes = next->uid_queued_bytes;
         cur->max_receive_bytes = next->max_receive_bytes;

@@ -519,6 +519,9 @@ struct cube__session {
         uint64_t kernels_refused;       /* registrations refused by max-kernels and
                                          * max-kernel-source-bytes */
         bool refused_for_bytes;         /* the last refusal was max-kernel-source-bytes' */
+        const char *refused_by;         /* the last refusal was this per-user or daemon-wide
+                                         * bound's (access.c), of this value */
+        uint64_t refused_limit;
         cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
         size_t n_queued;
         /* A dynamic cube count fetched for the launch being dispatched. */

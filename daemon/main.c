@@ -77,6 +77,15 @@ static void usage(FILE *f)
 "  --max-kernels N        kernel ids one session may register (default 1024)\n"
 "  --max-kernel-source-bytes BYTES  source bytes one session's registrations may\n"
 "                         hold (default 64M)\n"
+"  --uid-kernels N        kernel ids one user's sessions may register (default 4096)\n"
+"  --uid-kernel-source-bytes BYTES  their source bytes (default 256M)\n"
+"  --daemon-kernels N     kernel ids every session together may register\n"
+"                         (default 65536)\n"
+"  --daemon-kernel-source-bytes BYTES  their source bytes (default: the host's\n"
+"                         memory / 16, 256M to 4G)\n"
+"  --uid-regions N        staging regions one user's sessions may hold (default 4096)\n"
+"  --map-reserve N        mappings below vm.max_map_count that only root's and the\n"
+"                         daemon user's regions may take (default 4096)\n"
 "  --cache-max-bytes BYTES  the kernel cache's artifacts on disk; the least\n"
 "                         recently used go past it (default 1G, 0: no limit)\n"
 "Access:\n"
@@ -144,6 +153,12 @@ int main(int argc, char **argv)
                 { "max-graph-launches", required_argument, NULL, 'o' },
                 { "max-kernels", required_argument, NULL, 'o' },
                 { "max-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "uid-kernels", required_argument, NULL, 'o' },
+                { "uid-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "daemon-kernels", required_argument, NULL, 'o' },
+                { "daemon-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "uid-regions", required_argument, NULL, 'o' },
+                { "map-reserve", required_argument, NULL, 'o' },
                 { "cache-max-bytes", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },

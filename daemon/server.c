@@ -438,6 +438,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                         srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return r;
         }
+        srv->users.map_room = cube__map_room();
         if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
         if ((r = cube__disk_cache_init(&srv->disk_cache, srv->disk_cache.fd, &srv->opts,

@@ -111,6 +111,8 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_free(&s->streams);
         /* After the graphs and the work: nothing of the session runs its
          * kernels any more. An entry no other session holds goes now. */
+        cube__kernels_held(&srv->users, s->uid, -(int64_t) s->kernels.len,
+                           -(int64_t) s->kernel_source_bytes);
         cube__idmap_foreach(&s->kernels, unref_kernel, NULL);
         cube__idmap_free(&s->kernels);
         memory = s->regions;
