@@ -101,6 +101,7 @@ typedef struct cube__device_config {
         uint32_t compile_cpu_s;         /* CPU time one kernel build may take; 0: the default */
         uint64_t compile_memory;        /* address space of one build; 0: the default */
         uint64_t compile_output;        /* bytes one build may write to a file; 0: the default */
+        uint32_t compile_slots;         /* builds the core runs at once; 0: the default */
         cube__complete_fn complete;     /* callable from any thread */
         void *complete_ctx;
         /* An eventfd of the core's, or -1. Any thread or process the backend

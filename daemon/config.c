@@ -53,6 +53,8 @@ static const option_spec specs[] = {
         { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
         { "compile-memory", K_SIZE, OFF(compile_memory), 256u << 20, 1ull << 40, false },
         { "compile-output", K_SIZE, OFF(compile_output), 1u << 20, 128u << 20, false },
+        { "build-slots", K_U32, OFF(build_slots), 1, 64, false },
+        { "uid-build-slots", K_U32, OFF(uid_build_slots), 0, 64, true },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
         { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
         { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
@@ -109,13 +111,14 @@ static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
         return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* The builds that run at once: one per core, four at most (the CPU
- * backend's slots). */
+/* The builds that run at once: one per core, four at most, and two at
+ * least, so that one user's build never leaves another's waiting for a
+ * slot (uid-build-slots). */
 static uint64_t build_slots(void)
 {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
-        return cores < 1 ? 1 : cores > 4 ? 4 : (uint64_t) cores;
+        return cores < 2 ? 2 : cores > 4 ? 4 : (uint64_t) cores;
 }
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
@@ -162,6 +165,7 @@ void cube__options_default(cube__options *o)
                 .compile_memory = clamp_u64(host_memory() / 4 / build_slots(), 2ull << 30,
                                             4ull << 30),
                 .compile_output = clamp_u64(host_memory() / 256, 16ull << 20, 128ull << 20),
+                .build_slots = (uint32_t) build_slots(),
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -565,7 +569,8 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             cur->kernel_timeout_s != next->kernel_timeout_s ||
             cur->compile_limit_s != next->compile_limit_s ||
             cur->compile_memory != next->compile_memory ||
-            cur->compile_output != next->compile_output)
+            cur->compile_output != next->compile_output ||
+            cur->build_slots != next->build_slots)
                 cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory, "
                           "memory limit, kernel timeout and compile limit change only when the "
                           "device is opened again; they keep their values");
@@ -592,6 +597,7 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->daemon_kernels = next->daemon_kernels;
         cur->daemon_kernel_source_bytes = next->daemon_kernel_source_bytes;
         cur->uid_regions = next->uid_regions;
+        cur->uid_build_slots = next->uid_build_slots;
         cur->map_reserve = next->map_reserve;
         cur->cache_max_bytes = next->cache_max_bytes;
         cur->uid_queued_bytes = next->uid_queued_bytes;

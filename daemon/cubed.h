@@ -335,6 +335,9 @@ typedef struct cube__kernel {
         size_t n_waiters;
         cube__server *server;
         uv_work_t work;
+        uid_t build_uid;                /* whose request started its build (kernels.c) */
+        bool build_running;             /* holds a build slot */
+        struct cube__kernel *build_next; /* the build queue */
         struct cube__kernel *next;      /* the next entry whose hash has the same prefix */
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;
@@ -348,6 +351,9 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
  * new, and calls waiter once it is ready or failed. Returns false, calling
  * nothing, when there is nothing to wait for. */
 bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
+/* The daemon stops: builds still waiting for a slot fail (a defect: a later
+ * run builds them), so the drain waits only for those under way. */
+void cube__kernels_stop(cube__server *srv);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))
@@ -643,7 +649,10 @@ struct cube__server {
         cube__idmap kernel_index;       /* hash prefix -> first entry with it */
         uint64_t n_kernels;
         uint64_t compiles;
-        unsigned compiling;             /* compile jobs in flight */
+        unsigned compiling;             /* compile jobs in flight, queued ones included */
+        unsigned builds_running;        /* of those, holding a build slot */
+        cube__kernel *build_queue;      /* waiting for a slot, oldest first */
+        uid_t asking_uid;               /* whose request is being dispatched (dispatch.c) */
         bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         cube__disk_cache disk_cache;    /* what it holds (cache.c) */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */

@@ -50,6 +50,10 @@ static void usage(FILE *f)
 "                         host's memory / 4 / builds at once, 2G to 4G)\n"
 "  --compile-output BYTES bytes one kernel build may write to a file (default: the\n"
 "                         host's memory / 256, 16M to 128M)\n"
+"  --build-slots N        kernel builds that run at once (default: one per core,\n"
+"                         2 to 4)\n"
+"  --uid-build-slots N    of those, how many one user's builds may hold while\n"
+"                         another's wait (default 0: all but one)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -135,6 +139,8 @@ int main(int argc, char **argv)
                 { "compile-limit", required_argument, NULL, 'o' },
                 { "compile-memory", required_argument, NULL, 'o' },
                 { "compile-output", required_argument, NULL, 'o' },
+                { "build-slots", required_argument, NULL, 'o' },
+                { "uid-build-slots", required_argument, NULL, 'o' },
                 { "session-memory", required_argument, NULL, 'o' },
                 { "uid-memory", required_argument, NULL, 'o' },
                 { "max-sessions", required_argument, NULL, 'o' },

@@ -296,6 +296,7 @@ static int open_device(cube__server *srv)
                 .compile_cpu_s = srv->opts.compile_limit_s,
                 .compile_memory = srv->opts.compile_memory,
                 .compile_output = srv->opts.compile_output,
+                .compile_slots = srv->opts.build_slots,
                 .complete = cube__work_complete,
                 .complete_ctx = srv,
                 .loop_fd = srv->device_fd,
@@ -439,6 +440,13 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                 return r;
         }
         srv->users.map_room = cube__map_room();
+        /* Builds run on libuv's thread pool, made at its first use: one
+         * thread per build slot. */
+        if (!getenv("UV_THREADPOOL_SIZE")) {
+                char n[16];
+                snprintf(n, sizeof(n), "%u", srv->opts.build_slots);
+                setenv("UV_THREADPOOL_SIZE", n, 1);
+        }
         if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
         if ((r = cube__disk_cache_init(&srv->disk_cache, srv->disk_cache.fd, &srv->opts,
@@ -509,6 +517,7 @@ void cube__server_stop(cube__server *srv)
         /* Collectives wait on other daemons, up to their own timeout: they
          * fail now, and their members hear it before the connections close. */
         cube__groups_stop(srv);
+        cube__kernels_stop(srv);
         cube__work_drain(srv);
         cube__conn_close_all(srv);
         uv_timer_start(&srv->drain_timer, on_drain_timeout,

@@ -444,6 +444,8 @@ typedef struct cube__options {
         uint32_t compile_limit_s;       /* CPU time one kernel build may take */
         uint64_t compile_memory;        /* address space one kernel build may take */
         uint64_t compile_output;        /* bytes one kernel build may write to one file */
+        uint32_t build_slots;           /* kernel builds (and loads) that run at once */
+        uint32_t uid_build_slots;       /* of those, one user's; 0: all but one */
         bool fault_injection;           /* tests only */
         /* Collectives (groups.c, collectives.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */
@@ -479,6 +481,7 @@ typedef struct cube__uid {
         uint64_t kernels;               /* kernel ids its sessions registered */
         uint64_t kernel_source_bytes;   /* the sources of those ids */
         uint32_t regions;               /* staging regions its sessions hold */
+        uint32_t builds;                /* kernel builds running for it (kernels.c) */
         uint32_t poisons;               /* times its sessions poisoned the device */
         uint64_t banned_until_ns;       /* refused until then (poison-ban-after) */
 } cube__uid;

@@ -759,6 +759,86 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Build slots are shared between users
+ * ------------------------------------------------------------------------- */
+
+#define HOG_BUILDS 4
+
+/* 2^40 tokens in an #if: the preprocessor burns its CPU time and writes
+ * nothing, so the build runs to the compile limit. */
+static void silent_bomb_source(char *buf, size_t cap, int seed)
+{
+        size_t n = (size_t) snprintf(buf, cap, "#define B0 1 +\n");
+
+        for (int i = 1; i <= 40; i++)
+                n += (size_t) snprintf(buf + n, cap - n, "#define B%d B%d B%d\n", i, i - 1, i - 1);
+        snprintf(buf + n, cap - n, "#if B40 0\n#endif\n"
+                 "KERNEL void bomb(const uint32_t *in, uint32_t *out, INFO)\n"
+                 "{\n        out[0] = in[0] + %d;\n}\n", seed);
+}
+
+/* As nobody: launches HOG_BUILDS compiler bombs from as many sessions (a
+ * session waits for its kernel before it reads on), each running to the
+ * compile limit, and holds on until told. */
+static int hog_the_build_slots(const char *socket, int from_test, int to_test)
+{
+        uint32_t in[N] = { 0 };
+        cube_client *c[HOG_BUILDS];
+
+        for (int i = 0; i < HOG_BUILDS; i++) {
+                cube_handle bufs[2];
+                char source[4096];
+                uint64_t k;
+                if (cube_connect(socket, "hog", &c[i]))
+                        return 2;
+                ck_ok(cube_create(c[i], in, sizeof(in), &bufs[0]));
+                ck_ok(cube_empty(c[i], sizeof(in), &bufs[1]));
+                silent_bomb_source(source, sizeof(source), i);
+                if (cube_kernel_register(c[i], source, "bomb", &k))
+                        return 3;
+                launch_n(c[i], k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+        }
+        tell(to_test, 'h');
+        hear(from_test, 60000);
+        for (int i = 0; i < HOG_BUILDS; i++)
+                cube_disconnect(c[i]);
+        return 0;
+}
+
+START_TEST(a_bystanders_build_starts_at_once_while_another_user_fills_the_slots)
+{
+        static const char *const args[] = { "--compile-limit", "6", "--drain-timeout", "30",
+                                            NULL };
+        test_daemon d;
+        cube_client *c;
+        nobody n;
+        long t0, took;
+        double build_ms;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        open_socket_to_all(&d);
+        nobody_start(&n, d.socket, hog_the_build_slots);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), 'h');
+        usleep(1000 * 1000);            /* its builds hold the slots */
+        ck_ok(cube_connect(d.socket, "bystander", &c));
+        uint64_t k = test_kernel(c, triple_source, "triple");
+        t0 = test_now_ms();
+        expect_triple_runs(c, k);
+        took = test_now_ms() - t0;
+        build_ms = entry_of(c, "triple").compile_ms;
+        ck_assert_msg(took - (long) build_ms < 1000, "the bystander's kernel took %ld ms, of "
+                      "which %.0f ms building: it waited %ld ms for a slot", took, build_ms,
+                      took - (long) build_ms);
+        cube_disconnect(c);
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
@@ -778,6 +858,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
+        tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
         suite_add_tcase(s, tc);
         return s;
 }

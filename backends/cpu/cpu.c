@@ -499,7 +499,10 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
         pthread_mutex_init(&d->dead_lock, NULL);
         pthread_mutex_init(&d->control_lock, NULL);
         pthread_cond_init(&d->wake, NULL);
-        sem_init(&d->compiles, 0, cores > 1 ? (unsigned) (cores < 4 ? cores : 4) : 1);
+        /* The core schedules builds over its slots, fairly between users
+         * (kernels.c); this only keeps to the same number. */
+        sem_init(&d->compiles, 0, config->compile_slots ? config->compile_slots :
+                                  cores > 1 ? (unsigned) (cores < 4 ? cores : 4) : 1);
         if ((d->holes = malloc(sizeof(*d->holes))))
                 *d->holes = (hole) { 0, d->memory_limit, NULL };
         if (!d->holes || (r = start_device(d, ret_why)) < 0) {
