@@ -1304,6 +1304,14 @@ static int regions_until_refused(const char *socket, int from_test, int to_test)
         return ok ? 0 : 1;
 }
 
+/* Starts the daemon with args, open to every user, and fn as nobody. */
+static void start_for_nobody(const char *const *args, nobody *n, nobody_fn fn)
+{
+        start_with(args);
+        open_socket_to_all(&D);
+        nobody_start(n, D.socket, fn);
+}
+
 /* Root's 8 MiB round trip through a staging region. */
 static void root_is_served(void)
 {
@@ -1333,10 +1341,8 @@ START_TEST(regions_are_bounded_per_user_and_below_the_mapping_limit)
 
         if (!running_as_root())
                 return;
-        start_with(per_user);
-        open_socket_to_all(&D);
         bound_expected = "uid-regions";
-        nobody_start(&n, D.socket, regions_until_refused);
+        start_for_nobody(per_user, &n, regions_until_refused);
         ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), '0' + 10);
         root_is_served();
         tell(n.to_child, 'q');
@@ -1344,10 +1350,8 @@ START_TEST(regions_are_bounded_per_user_and_below_the_mapping_limit)
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
 
         /* A reserve as large as the room regions have: only root maps. */
-        start_with(reserved);
-        open_socket_to_all(&D);
         bound_expected = "map-reserve";
-        nobody_start(&n, D.socket, regions_until_refused);
+        start_for_nobody(reserved, &n, regions_until_refused);
         ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), '0');
         root_is_served();
         tell(n.to_child, 'q');
@@ -1420,9 +1424,7 @@ START_TEST(kernel_sources_are_bounded_per_user_and_released_when_sessions_leave)
 
         if (!running_as_root())
                 return;
-        start_with(args);
-        open_socket_to_all(&D);
-        nobody_start(&n, D.socket, sources_across_sessions);
+        start_for_nobody(args, &n, sources_across_sessions);
         ck_assert_int_eq(hear(n.from_child, test_scaled_ms(60000)), 'd');
         ck_assert_int_eq(nobody_finish(&n), 0);
         ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
