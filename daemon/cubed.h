@@ -309,6 +309,9 @@ typedef struct cube__kernel_waiter {
         void *ctx;
 } cube__kernel_waiter;
 
+/* Refused sources remembered after their entries are gone. */
+#define CUBE__REFUSALS_KEPT 256
+
 /* One entry of the cache every session shares. */
 typedef struct cube__kernel {
         char hash[65];
@@ -652,6 +655,12 @@ struct cube__server {
         unsigned compiling;             /* compile jobs in flight, queued ones included */
         unsigned builds_running;        /* of those, holding a build slot */
         cube__kernel *build_queue;      /* waiting for a slot, oldest first */
+        struct cube__refusal {          /* sources refused for good, kept after their
+                                         * entries go (kernels.c); the oldest goes first */
+                char hash[65];
+                cube_error *error;
+        } refusals[CUBE__REFUSALS_KEPT];
+        unsigned next_refusal;
         uid_t asking_uid;               /* whose request is being dispatched (dispatch.c) */
         bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         cube__disk_cache disk_cache;    /* what it holds (cache.c) */

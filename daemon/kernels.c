@@ -27,6 +27,11 @@
  * fewest, never to a user that holds its share (uid-build-slots) already, so
  * one user's builds running to their limit leave a slot for anyone else.
  *
+ * A source whose build was refused (its own fault: a compiler error, or the
+ * build's limits) stays refused while the daemon runs: the last
+ * CUBE__REFUSALS_KEPT refusals outlive their entries, so registering such a
+ * source again answers the refusal without building it.
+ *
  * The core reads a kernel's signature itself, since the dialect is the same
  * on every backend: how many buffers it binds, which of them are const (the
  * compiled answer ReadOnly), and whether it has barriers.
@@ -145,6 +150,27 @@ static cube_error *read_signature(cube__kernel *k)
         return NULL;
 }
 
+static const struct cube__refusal *refusal_of(const cube__server *srv, const char *hash)
+{
+        for (unsigned i = 0; i < CUBE__REFUSALS_KEPT; i++)
+                if (srv->refusals[i].error && strcmp(srv->refusals[i].hash, hash) == 0)
+                        return &srv->refusals[i];
+        return NULL;
+}
+
+static void remember_refusal(cube__server *srv, const cube__kernel *k)
+{
+        struct cube__refusal *r = &srv->refusals[srv->next_refusal];
+        cube_error *e;
+
+        if (refusal_of(srv, k->hash) || !(e = cube_error_clone(k->error)))
+                return;
+        cube_error_free(r->error);
+        memcpy(r->hash, k->hash, sizeof(r->hash));
+        r->error = e;
+        srv->next_refusal = (srv->next_refusal + 1) % CUBE__REFUSALS_KEPT;
+}
+
 static uint64_t hash_prefix(const char *hex)
 {
         return strtoull((char[17]) { hex[0], hex[1], hex[2], hex[3], hex[4], hex[5], hex[6],
@@ -207,6 +233,9 @@ cube__kernel *cube__kernel_intern(cube__server *srv, const char *source, size_t 
                                           "its source may hold no NUL byte");
         else if (!(k->error = read_signature(k)))
                 k->error = cube__dialect_check(k->source);
+        const struct cube__refusal *refused = k->error ? NULL : refusal_of(srv, hash);
+        if (refused)
+                k->error = cube_error_clone(refused->error);
         k->state = k->error ? CUBE__KERNEL_FAILED : CUBE__KERNEL_NEW;
 
         /* Entries sharing a hash prefix chain from the indexed one. */
@@ -449,6 +478,8 @@ static void prepare_done(uv_work_t *w, int status)
                         CUBE_LAUNCH_UNKNOWN, "the kernel was not built, and the backend said "
                         "nothing of why"));
         k->retry = k->error && !source_fault(k->error);
+        if (k->error && !k->retry && status == 0)
+                remember_refusal(srv, k);
         if (k->error)
                 cube__log(k->retry ? CUBE__LOG_WARNING : CUBE__LOG_INFO, "kernel %s (%.12s) "
                           "failed to build%s: %s", k->entry, k->hash,
@@ -632,5 +663,9 @@ void cube__kernels_free(cube__server *srv)
         }
         srv->kernels = NULL;
         srv->n_kernels = 0;
+        for (unsigned i = 0; i < CUBE__REFUSALS_KEPT; i++) {
+                cube_error_free(srv->refusals[i].error);
+                srv->refusals[i].error = NULL;
+        }
         cube__idmap_free(&srv->kernel_index);
 }
