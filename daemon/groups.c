@@ -299,10 +299,15 @@ static void group_thread(void *arg)
                                 free(j);
                         else if (go)
                                 cube__work_complete(g->server, &j->op->work);
-                } else if (j->op) {
-                        cube__work_complete(g->server, &j->op->work);
                 } else {
-                        free(j);
+                        /* Done with before the loop may free it. */
+                        uv_mutex_lock(&g->lock);
+                        g->running = NULL;
+                        uv_mutex_unlock(&g->lock);
+                        if (j->op)
+                                cube__work_complete(g->server, &j->op->work);
+                        else
+                                free(j);
                 }
         }
         if (g->comm)
