@@ -886,6 +886,42 @@ START_TEST(partial_messages_are_counted)
 }
 END_TEST
 
+/* 24 senders leave 16 MiB of a declared 64 MiB message each, then go: what
+ * their messages held leaves cubed's resident memory, not only its heap. */
+START_TEST(partial_messages_are_given_back_when_their_senders_leave)
+{
+        enum { SENDERS = 24 };
+        static unsigned char chunk[16 << 20];
+        long rss0, held, after = 0;
+        int fds[SENDERS];
+
+        start_with(NULL);
+        status_of(D.socket);
+        rss0 = test_rss_kib(D.pid);
+        for (int i = 0; i < SENDERS; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                send_for(fds[i], chunk, sizeof(chunk), 1000);
+        }
+        status_of(D.socket);
+        held = test_rss_kib(D.pid) - rss0;
+        for (int i = 0; i < SENDERS; i++)
+                close(fds[i]);
+        for (long deadline = test_now_ms() + 5000; test_now_ms() < deadline;) {
+                status_of(D.socket);
+                if ((after = test_rss_kib(D.pid) - rss0) < 64 * 1024)
+                        break;
+                usleep(50 * 1000);
+        }
+        ck_assert_msg(test_under_asan(D.pid) || held > 256 * 1024, "the senders held only %ld "
+                      "KiB", held);
+        ck_assert_msg(test_under_asan(D.pid) || after < 64 * 1024, "%d senders that left keep "
+                      "cubed %ld KiB larger (it held %ld KiB)", SENDERS, after, held);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 /* Item 7: half a hello, and a message that stops arriving, are ended. */
 START_TEST(idle_connections_time_out)
 {
@@ -1611,6 +1647,7 @@ int main(void)
         tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
         tcase_add_test(tc, answers_nobody_reads_are_counted);
         tcase_add_test(tc, partial_messages_are_counted);
+        tcase_add_test(tc, partial_messages_are_given_back_when_their_senders_leave);
         tcase_add_test(tc, idle_connections_time_out);
         tcase_add_test(tc, listings_show_only_the_callers_own);
         tcase_add_test(tc, one_hostile_client);
