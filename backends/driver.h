@@ -110,6 +110,9 @@ typedef struct cube__device_config {
         uint64_t memory_limit;          /* 0: the backend's default */
         uint32_t kernel_timeout_ms;     /* a launch running longer poisons the device; 0: none */
         uint32_t compile_cpu_s;         /* CPU time one kernel build may take; 0: the default */
+        uint64_t compile_memory;        /* address space of one build; 0: the default */
+        uint64_t compile_output;        /* bytes one build may write to a file; 0: the default */
+        uint32_t compile_slots;         /* builds the core runs at once; 0: the default */
         cube__complete_fn complete;     /* callable from any thread */
         void *complete_ctx;
         /* An eventfd of the core's, or -1. Any thread or process the backend
@@ -135,6 +138,11 @@ typedef struct cube__driver {
          * fit now. release is called only once no submitted work uses it. */
         cube_error *(*alloc)(cube__device *d, uint64_t size, cube__storage **ret_storage);
         void (*release)(cube__device *d, cube__storage *s);
+        /* Bytes [offset, offset + len) of s hold nothing any more (an
+         * allocation freed from a page the core keeps): the backend may give
+         * their memory back to the host. Optional; called when no work uses
+         * them. */
+        void (*discard)(cube__device *d, cube__storage *s, uint64_t offset, uint64_t len);
         /* The storage's bytes, for backends whose memory the host can address
          * (NULL elsewhere). */
         void *(*host_view)(cube__device *d, cube__storage *s);

@@ -6,7 +6,9 @@
  * allow-groups narrow it further: a peer connects only if its uid is listed
  * or it is a member of a listed group (its primary group or a supplementary
  * one). Root and the daemon's own user are always let in, so an operator can
- * always inspect the daemon; they are also exempt from the session quotas.
+ * always inspect the daemon; they are also exempt from the session quotas
+ * and the per-user bounds, and their regions may take the mappings
+ * map-reserve keeps from everyone else.
  *
  * Names in the lists are resolved once, when the configuration loads
  * (config.c); at accept the peer's uid and groups come from the kernel (SO_PEERCRED and
@@ -14,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,4 +207,97 @@ int cube__socket_set_group(const char *path, const char *group)
                 return -errno;
         }
         return 0;
+}
+
+/* The per-user bounds are per-user sums over sessions, so one user with many
+ * sessions holds no more than one with a single session may; the daemon-wide
+ * ones bound every user together. */
+const char *cube__kernel_bound(const cube__options *o, const cube__users *users, uid_t uid,
+                               uint64_t bytes, uint64_t *ret_limit)
+{
+        const cube__uid *u = cube__idmap_get(&users->uids, uid);
+
+        if (!cube__uid_is_admin(uid) && u) {
+                if (u->kernels >= o->uid_kernels) {
+                        *ret_limit = o->uid_kernels;
+                        return "uid-kernels";
+                }
+                if (bytes > o->uid_kernel_source_bytes ||
+                    u->kernel_source_bytes > o->uid_kernel_source_bytes - bytes) {
+                        *ret_limit = o->uid_kernel_source_bytes;
+                        return "uid-kernel-source-bytes";
+                }
+        }
+        if (users->kernels >= o->daemon_kernels) {
+                *ret_limit = o->daemon_kernels;
+                return "daemon-kernels";
+        }
+        if (bytes > o->daemon_kernel_source_bytes ||
+            users->kernel_source_bytes > o->daemon_kernel_source_bytes - bytes) {
+                *ret_limit = o->daemon_kernel_source_bytes;
+                return "daemon-kernel-source-bytes";
+        }
+        return NULL;
+}
+
+void cube__kernels_held(cube__users *users, uid_t uid, int64_t kernels, int64_t bytes)
+{
+        cube__uid *u = cube__uid_get(users, uid);
+
+        users->kernels += (uint64_t) kernels;
+        users->kernel_source_bytes += (uint64_t) bytes;
+        if (u) {
+                u->kernels += (uint64_t) kernels;
+                u->kernel_source_bytes += (uint64_t) bytes;
+        }
+}
+
+const char *cube__region_bound(const cube__options *o, const cube__users *users, uid_t uid,
+                               uint64_t *ret_limit)
+{
+        const cube__uid *u = cube__idmap_get(&users->uids, uid);
+        bool admin = cube__uid_is_admin(uid);
+        uint64_t room = users->map_room, reserve = admin ? 0 : o->map_reserve;
+
+        if (!admin && u && u->regions >= o->uid_regions) {
+                *ret_limit = o->uid_regions;
+                return "uid-regions";
+        }
+        room = room > reserve ? room - reserve : 0;
+        if (users->regions + 1 > room) {
+                *ret_limit = room;
+                return admin ? "vm.max_map_count" : "map-reserve";
+        }
+        return NULL;
+}
+
+void cube__regions_held(cube__users *users, uid_t uid, int delta)
+{
+        cube__uid *u = cube__uid_get(users, uid);
+
+        users->regions += (uint64_t) (int64_t) delta;
+        if (u)
+                u->regions += (uint32_t) delta;
+}
+
+/* Read at start: every later region is one mapping more. The margin is for
+ * the daemon's own later mappings (threads, peers' memory, the heap). */
+uint64_t cube__map_room(void)
+{
+        FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+        uint64_t max = 65530, have = 0;
+        char line[512];
+
+        if (f) {
+                if (fscanf(f, "%" SCNu64, &max) != 1)
+                        max = 65530;
+                fclose(f);
+        }
+        if ((f = fopen("/proc/self/maps", "re"))) {
+                while (fgets(line, sizeof(line), f))
+                        have += strchr(line, '\n') != NULL;
+                fclose(f);
+        }
+        have += 1024;
+        return max > have ? max - have : 0;
 }

@@ -32,6 +32,8 @@ typedef struct job {
         uint64_t refused;               /* this member's source failure, when it refused */
         uint64_t src_memory;
         bool finished, op_started;      /* a join: under the group's lock */
+        bool abandoned;                 /* a join answered without it at a stop: the
+                                         * thread frees it (under the group's lock) */
         int rc;
         char why[512];
         struct job *next;
@@ -66,7 +68,10 @@ struct cube__group {
         uv_mutex_t lock;
         uv_cond_t cond;
         job *head, *tail;
+        job *running;                   /* under the lock: the job the thread runs */
         bool stop, started;
+        bool abandoned;                 /* under the lock: the daemon stops; queued
+                                         * work was failed, a join under way given up */
         unsigned jobs;                  /* loop thread: jobs whose op has not finished */
         /* Traffic. */
         uint64_t ops, bytes, refusals;

@@ -54,6 +54,10 @@ static const option_spec specs[] = {
         { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
         { "check-mode", K_CHECK, OFF(check_mode), 0, 0, false },
         { "unchecked-uids", K_LIST, OFF(unchecked_uids), 0, 0, true },
+        { "compile-memory", K_SIZE, OFF(compile_memory), 256u << 20, 1ull << 40, false },
+        { "compile-output", K_SIZE, OFF(compile_output), 1u << 20, 128u << 20, false },
+        { "build-slots", K_U32, OFF(build_slots), 1, 64, false },
+        { "uid-build-slots", K_U32, OFF(uid_build_slots), 0, 64, true },
         { "fault-injection", K_BOOL, OFF(fault_injection), 0, 0, true },
         { "session-memory", K_SIZE, OFF(session_memory), 0, UINT64_MAX, true },
         { "uid-memory", K_SIZE, OFF(uid_memory), 0, UINT64_MAX, true },
@@ -73,6 +77,12 @@ static const option_spec specs[] = {
         { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
         { "max-kernels", K_U32, OFF(max_kernels), 1, 1u << 20, true },
         { "max-kernel-source-bytes", K_SIZE, OFF(max_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "uid-kernels", K_U32, OFF(uid_kernels), 1, UINT32_MAX, true },
+        { "uid-kernel-source-bytes", K_SIZE, OFF(uid_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "daemon-kernels", K_U32, OFF(daemon_kernels), 1, UINT32_MAX, true },
+        { "daemon-kernel-source-bytes", K_SIZE, OFF(daemon_kernel_source_bytes), 4096, UINT64_MAX, true },
+        { "uid-regions", K_U32, OFF(uid_regions), 1, 1u << 20, true },
+        { "map-reserve", K_U32, OFF(map_reserve), 0, 1u << 20, true },
         { "cache-max-bytes", K_SIZE, OFF(cache_max_bytes), 0, UINT64_MAX, true },
         { "socket-group", K_STRING, OFF(socket_group), 0, 0, false },
         { "allow-uids", K_LIST, OFF(allow_uids), 0, 0, true },
@@ -93,6 +103,31 @@ static const option_spec specs[] = {
 };
 
 _Static_assert(sizeof(specs) / sizeof(specs[0]) <= CUBE__OPTIONS_MAX, "CUBE__OPTIONS_MAX is too small");
+
+/* The defaults that are a share of the host: a build's memory and output,
+ * and what one user's messages may hold while they arrive. cubed.conf(5)
+ * says why each share is what it is. */
+static uint64_t host_memory(void)
+{
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+        return pages > 0 && size > 0 ? (uint64_t) pages * (uint64_t) size : 4ull << 30;
+}
+
+static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+        return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The builds that run at once: one per core, four at most, and two at
+ * least, so that one user's build never leaves another's waiting for a
+ * slot (uid-build-slots). */
+static uint64_t build_slots(void)
+{
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+        return cores < 2 ? 2 : cores > 4 ? 4 : (uint64_t) cores;
+}
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };
 static const char *const check_modes[] = { "auto", "enforce", "validate" };
@@ -127,7 +162,7 @@ void cube__options_default(cube__options *o)
                 .max_queued_bytes = 256ull << 20,
                 .region_memory = 1ull << 30,
                 .max_regions = 64,
-                .uid_queued_bytes = 1ull << 30,
+                .uid_queued_bytes = clamp_u64(host_memory() / 32, 64ull << 20, 1ull << 30),
                 .max_receive_bytes = 2ull << 30,
                 .hello_timeout_s = 10,
                 .frame_timeout_s = 30,
@@ -136,6 +171,13 @@ void cube__options_default(cube__options *o)
                 .max_graph_launches = 65536,
                 .max_kernels = 1024,
                 .max_kernel_source_bytes = 64ull << 20,
+                .uid_kernels = 4096,
+                .uid_kernel_source_bytes = 256ull << 20,
+                .daemon_kernels = 65536,
+                .daemon_kernel_source_bytes = clamp_u64(host_memory() / 16, 256ull << 20,
+                                                        4ull << 30),
+                .uid_regions = 4096,
+                .map_reserve = 4096,
                 .cache_max_bytes = 1ull << 30,
                 .poison_grace_s = 5,
                 .collective_timeout_ms = 30000,
@@ -149,6 +191,10 @@ void cube__options_default(cube__options *o)
                 .share_bound_us = 1000,
                 .share_window_ms = 1000,
                 .share_queue_us = 10000,
+                .compile_memory = clamp_u64(host_memory() / 4 / build_slots(), 2ull << 30,
+                                            4ull << 30),
+                .compile_output = clamp_u64(host_memory() / 256, 16ull << 20, 128ull << 20),
+                .build_slots = (uint32_t) build_slots(),
         };
         cube__limits_daemon_default(&o->limits);
 }
@@ -706,7 +752,10 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
             strcmp(cur->backend, next->backend) != 0 || cur->device_index != next->device_index ||
             strcmp(cur->cache_dir, next->cache_dir) != 0 || cur->memory_limit != next->memory_limit ||
             cur->kernel_timeout_s != next->kernel_timeout_s ||
-            cur->compile_limit_s != next->compile_limit_s || cur->check_mode != next->check_mode)
+            cur->compile_limit_s != next->compile_limit_s || cur->check_mode != next->check_mode ||
+            cur->compile_memory != next->compile_memory ||
+            cur->compile_output != next->compile_output ||
+            cur->build_slots != next->build_slots)
                 cube__log(CUBE__LOG_NOTICE, "the socket, backend, device, cache directory, "
                           "memory limit, kernel timeout, compile limit and check mode change only when the "
                           "device is opened again; they keep their values");
@@ -728,6 +777,13 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->max_regions = next->max_regions;
         cur->max_kernels = next->max_kernels;
         cur->max_kernel_source_bytes = next->max_kernel_source_bytes;
+        cur->uid_kernels = next->uid_kernels;
+        cur->uid_kernel_source_bytes = next->uid_kernel_source_bytes;
+        cur->daemon_kernels = next->daemon_kernels;
+        cur->daemon_kernel_source_bytes = next->daemon_kernel_source_bytes;
+        cur->uid_regions = next->uid_regions;
+        cur->uid_build_slots = next->uid_build_slots;
+        cur->map_reserve = next->map_reserve;
         cur->cache_max_bytes = next->cache_max_bytes;
         cur->uid_queued_bytes = next->uid_queued_bytes;
         cur->max_receive_bytes = next->max_receive_bytes;

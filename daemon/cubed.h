@@ -312,6 +312,9 @@ typedef struct cube__kernel_waiter {
         void *ctx;
 } cube__kernel_waiter;
 
+/* Refused sources remembered after their entries are gone. */
+#define CUBE__REFUSALS_KEPT 256
+
 /* One entry of the cache every session shares. */
 typedef struct cube__kernel {
         char hash[65];
@@ -344,6 +347,9 @@ typedef struct cube__kernel {
         size_t n_waiters;
         cube__server *server;
         uv_work_t work;
+        uid_t build_uid;                /* whose request started its build (kernels.c) */
+        bool build_running;             /* holds a build slot */
+        struct cube__kernel *build_next; /* the build queue */
         struct cube__kernel *next;      /* the next entry whose hash has the same prefix */
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;
@@ -360,6 +366,9 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter);
 /* The unchecked form of checked kernel k (the reference's unsafe launch),
  * an entry of its own in the cache, which k keeps; NULL when out of memory. */
 cube__kernel *cube__kernel_unchecked(cube__kernel *k);
+/* The daemon stops: builds still waiting for a slot fail (a defect: a later
+ * run builds them), so the drain waits only for those under way. */
+void cube__kernels_stop(cube__server *srv);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))
@@ -632,6 +641,9 @@ struct cube__session {
         uint64_t kernels_refused;       /* registrations refused by max-kernels and
                                          * max-kernel-source-bytes */
         bool refused_for_bytes;         /* the last refusal was max-kernel-source-bytes' */
+        const char *refused_by;         /* the last refusal was this per-user or daemon-wide
+                                         * bound's (access.c), of this value */
+        uint64_t refused_limit;
         cube__kernel **queued;          /* LaunchMode::Queue, for compile_queued */
         size_t n_queued;
         /* A dynamic cube count fetched for the launch being dispatched. */
@@ -755,7 +767,16 @@ struct cube__server {
         cube__idmap kernel_index;       /* hash prefix -> first entry with it */
         uint64_t n_kernels;
         uint64_t compiles;
-        unsigned compiling;             /* compile jobs in flight */
+        unsigned compiling;             /* compile jobs in flight, queued ones included */
+        unsigned builds_running;        /* of those, holding a build slot */
+        cube__kernel *build_queue;      /* waiting for a slot, oldest first */
+        struct cube__refusal {          /* sources refused for good, kept after their
+                                         * entries go (kernels.c); the oldest goes first */
+                char hash[65];
+                cube_error *error;
+        } refusals[CUBE__REFUSALS_KEPT];
+        unsigned next_refusal;
+        uid_t asking_uid;               /* whose request is being dispatched (dispatch.c) */
         bool cache_trusted;             /* the cache directory is ours alone: artifacts may load */
         cube__disk_cache disk_cache;    /* what it holds (cache.c) */
         cube_error *poison;             /* the DevicePoison, once the device is poisoned */
@@ -771,6 +792,8 @@ struct cube__server {
         uint32_t rx_blocked;            /* connections not read for the receive caps */
         const struct cube__transport *transport; /* NULL: NoDeviceTransport */
         struct cube__mint *mints;       /* group ids minted here, not yet joined */
+        atomic_bool groups_stopping;    /* joins waiting for a rendezvous give up */
+        unsigned orphan_threads;        /* group threads left to end with the process */
         struct cube__progress_service *progress; /* NULL without a transport, or when it
                                                   * could not start (progress.c) */
         char instance[CUBED_NAME_MAX];  /* this device's name among devices: "cpu0" */
@@ -789,6 +812,10 @@ void cube__groups_done(cube__server *srv);
 void cube__groups_session_detach(cube__session *s);
 /* The session is freed: its groups' threads are joined. */
 void cube__groups_session_free(cube__session *s);
+/* The daemon stops: every group's queued work fails, a run under way is
+ * aborted and a join under way answered at once, so the drain waits on
+ * none of them. */
+void cube__groups_stop(cube__server *srv);
 
 cube__dispatched cube__do_comm_init(cube__msg *k);
 cube__dispatched cube__do_comm_mint(cube__msg *k);

@@ -308,6 +308,7 @@ cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *
                         .p = env.params->via.array.ptr, .n = env.params->via.array.size,
                         .buf = buf,
                 };
+                s->server->asking_uid = s->uid;
                 return m->handle(&k);
         }
 

@@ -122,7 +122,7 @@ static int rendezvous(cube__group *g, uint64_t deadline, char *why, size_t len)
                 }
                 return 0;
         }
-        while (now_ms() < deadline) {
+        while (now_ms() < deadline && !atomic_load(&g->server->groups_stopping)) {
                 FILE *f = fopen(path, "r");
                 unsigned port;
                 if (f) {
@@ -180,7 +180,11 @@ static void do_join(cube__group *g, job *j)
         g->progress.group = g->id;
         g->progress.nonce = g->nonce;
         g->progress.rank = g->rank;
-        cube__progress_add(srv->progress, &g->progress);
+        /* A join given up at a stop may end after the daemon's services. */
+        uv_mutex_lock(&g->lock);
+        if (!g->abandoned)
+                cube__progress_add(srv->progress, &g->progress);
+        uv_mutex_unlock(&g->lock);
 }
 
 /* Whether member's daemon still answers on its socket (same-host groups). */
@@ -259,6 +263,7 @@ static void group_thread(void *arg)
                 j = g->head;
                 if (j && !(g->head = j->next))
                         g->tail = NULL;
+                g->running = j;
                 uv_mutex_unlock(&g->lock);
                 if (!j)
                         break;
@@ -271,26 +276,38 @@ static void group_thread(void *arg)
                          * other members now rather than at their timeout;
                          * a member that closes says it has left first, so
                          * the others that ask then hear it. */
+                        cube__comm *comm;
                         if (j->kind == JOB_CLOSE)
                                 cube__progress_remove(g->server->progress, &g->progress);
-                        if (g->comm) {
-                                g->server->transport->close(g->comm);
-                                g->comm = NULL;
-                        }
+                        uv_mutex_lock(&g->lock);
+                        comm = g->comm;
+                        g->comm = NULL;
+                        uv_mutex_unlock(&g->lock);
+                        if (comm)
+                                g->server->transport->close(comm);
                 }
                 if (j->kind == JOB_JOIN) {
                         /* Its op may not have reached its place yet. */
-                        bool go;
+                        bool go, abandoned;
                         uv_mutex_lock(&g->lock);
                         j->finished = true;
                         go = j->op_started;
+                        abandoned = j->abandoned;
+                        g->running = NULL;
                         uv_mutex_unlock(&g->lock);
-                        if (go)
+                        if (abandoned)
+                                free(j);
+                        else if (go)
                                 cube__work_complete(g->server, &j->op->work);
-                } else if (j->op) {
-                        cube__work_complete(g->server, &j->op->work);
                 } else {
-                        free(j);
+                        /* Done with before the loop may free it. */
+                        uv_mutex_lock(&g->lock);
+                        g->running = NULL;
+                        uv_mutex_unlock(&g->lock);
+                        if (j->op)
+                                cube__work_complete(g->server, &j->op->work);
+                        else
+                                free(j);
                 }
         }
         if (g->comm)
@@ -302,6 +319,12 @@ void cube__group_push(cube__group *g, job *j)
 {
         j->group = g;
         uv_mutex_lock(&g->lock);
+        if (g->abandoned && !j->op) {
+                /* A teardown after the stop gave the group up: nothing to do. */
+                uv_mutex_unlock(&g->lock);
+                free(j);
+                return;
+        }
         if (g->tail)
                 g->tail->next = j;
         else
@@ -314,10 +337,19 @@ void cube__group_push(cube__group *g, job *j)
 static void group_free(cube__group *g)
 {
         if (g->started) {
+                bool orphan;
                 uv_mutex_lock(&g->lock);
                 g->stop = true;
                 uv_cond_signal(&g->cond);
+                orphan = g->abandoned && g->running;
                 uv_mutex_unlock(&g->lock);
+                if (orphan) {
+                        /* A join given up at a stop may wait its whole
+                         * timeout: its thread is left to end with the
+                         * process, and the group with it. */
+                        g->server->orphan_threads++;
+                        return;
+                }
                 uv_thread_join(&g->thread);
         }
         if (g->store_fd >= 0)
@@ -785,6 +817,65 @@ void cube__groups_done(cube__server *srv)
                 close(m->fd);
                 free(m);
         }
+}
+
+static void fail_job(cube__server *srv, job *j)
+{
+        if (!j->op) {
+                free(j);
+                return;
+        }
+        j->rc = -1;
+        snprintf(j->why, sizeof(j->why), "the daemon is stopping");
+        if (j->kind == JOB_JOIN) {
+                /* Answered when its op reaches its place, if it has not. */
+                j->finished = true;
+                if (!j->op_started)
+                        return;
+        }
+        cube__work_complete(srv, &j->op->work);
+}
+
+/* Gives g up at a stop: what is queued fails now, a run under way is
+ * aborted, and a join under way is answered at once (the members that
+ * asked learn the daemon is stopping) while its thread finishes it alone. */
+static void abandon(cube__server *srv, cube__group *g)
+{
+        job *queued, *stand_in = NULL;
+
+        uv_mutex_lock(&g->lock);
+        g->abandoned = true;
+        queued = g->head;
+        g->head = g->tail = NULL;
+        if (g->running && g->running->kind == JOB_RUN && g->comm)
+                srv->transport->abort(g->comm);
+        if (g->running && g->running->kind == JOB_JOIN && g->running->op &&
+            (stand_in = calloc(1, sizeof(*stand_in)))) {
+                job *j = g->running;
+                *stand_in = (job) {
+                        .kind = JOB_JOIN, .group = g, .op = j->op,
+                        .collective = j->collective, .op_started = j->op_started,
+                };
+                stand_in->op->host_ctx = stand_in;
+                j->op = NULL;
+                j->abandoned = true;
+        }
+        uv_mutex_unlock(&g->lock);
+        if (stand_in)
+                fail_job(srv, stand_in);
+        for (job *j = queued, *next; j; j = next) {
+                next = j->next;
+                fail_job(srv, j);
+        }
+}
+
+void cube__groups_stop(cube__server *srv)
+{
+        atomic_store(&srv->groups_stopping, true);
+        for (cube__session *s = srv->sessions; s; s = s->next)
+                for (cube__group *g = s->groups; g; g = g->next)
+                        if (g->started)
+                                abandon(srv, g);
 }
 
 void cube__groups_session_detach(cube__session *s)

@@ -28,6 +28,16 @@
  * kernel is checked unless a launch asks for its unchecked twin (the
  * reference's unsafe launch), a cache entry of its own; the check mode and
  * the variant are part of the key.
+ *
+ * Builds share a few slots (build-slots) between users: a build waits in a
+ * queue, and a free slot goes to the oldest build of the user running the
+ * fewest, never to a user that holds its share (uid-build-slots) already, so
+ * one user's builds running to their limit leave a slot for anyone else.
+ *
+ * A source whose build was refused (its own fault: a compiler error, or the
+ * build's limits) stays refused while the daemon runs: the last
+ * CUBE__REFUSALS_KEPT refusals outlive their entries, so registering such a
+ * source again answers the refusal without building it.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -46,6 +56,27 @@
 static bool is_ident(int ch)
 {
         return isalnum(ch) || ch == '_';
+}
+
+static const struct cube__refusal *refusal_of(const cube__server *srv, const char *hash)
+{
+        for (unsigned i = 0; i < CUBE__REFUSALS_KEPT; i++)
+                if (srv->refusals[i].error && strcmp(srv->refusals[i].hash, hash) == 0)
+                        return &srv->refusals[i];
+        return NULL;
+}
+
+static void remember_refusal(cube__server *srv, const cube__kernel *k)
+{
+        struct cube__refusal *r = &srv->refusals[srv->next_refusal];
+        cube_error *e;
+
+        if (refusal_of(srv, k->hash) || !(e = cube_error_clone(k->error)))
+                return;
+        cube_error_free(r->error);
+        memcpy(r->hash, k->hash, sizeof(r->hash));
+        r->error = e;
+        srv->next_refusal = (srv->next_refusal + 1) % CUBE__REFUSALS_KEPT;
 }
 
 static uint64_t hash_prefix(const char *hex)
@@ -117,6 +148,9 @@ static cube__kernel *intern(cube__server *srv, const char *source, size_t source
                                           "its source may hold no NUL byte");
         else
                 k->error = cube__dialect_check(k->source);
+        const struct cube__refusal *refused = k->error ? NULL : refusal_of(srv, hash);
+        if (refused)
+                k->error = cube_error_clone(refused->error);
         k->state = k->error ? CUBE__KERNEL_FAILED : CUBE__KERNEL_NEW;
 
         /* Entries sharing a hash prefix chain from the indexed one. */
@@ -392,6 +426,9 @@ static void prepare_work(uv_work_t *w)
         free(path);
 }
 
+static void build_schedule(cube__server *srv, cube__kernel *asking);
+
+/* status is 0 once the work ran, UV_ECANCELED for a build never started. */
 static void prepare_done(uv_work_t *w, int status)
 {
         cube__kernel *k = w->data;
@@ -399,6 +436,13 @@ static void prepare_done(uv_work_t *w, int status)
         cube__kernel_waiter *waiters = k->waiters;
         size_t n = k->n_waiters;
 
+        if (k->build_running) {
+                cube__uid *u = cube__idmap_get(&srv->users.uids, k->build_uid);
+                k->build_running = false;
+                srv->builds_running--;
+                if (u)
+                        u->builds--;
+        }
         srv->compiling--;
         if (k->pinned)
                 cube__disk_cache_unpin(&srv->disk_cache, k->hash, k->from_disk);
@@ -406,7 +450,7 @@ static void prepare_done(uv_work_t *w, int status)
         if (k->stored)
                 cube__disk_cache_stored(&srv->disk_cache, k->hash, k->artifact_bytes);
         k->stored = false;
-        if (!k->from_disk && (k->module || k->error)) {
+        if (status == 0 && !k->from_disk && (k->module || k->error)) {
                 srv->compiles++;
                 cube__hist_observe(&srv->stats.compile, k->compile_ms / 1e3);
         }
@@ -416,6 +460,8 @@ static void prepare_done(uv_work_t *w, int status)
                         CUBE_LAUNCH_UNKNOWN, "the kernel was not built, and the backend said "
                         "nothing of why"));
         k->retry = k->error && !source_fault(k->error);
+        if (k->error && !k->retry && status == 0)
+                remember_refusal(srv, k);
         if (k->error)
                 cube__log(k->retry ? CUBE__LOG_WARNING : CUBE__LOG_INFO, "kernel %s (%.12s) "
                           "failed to build%s: %s", k->entry, k->hash,
@@ -430,7 +476,97 @@ static void prepare_done(uv_work_t *w, int status)
                 waiters[i].ready(waiters[i].ctx);
         free(waiters);
         cube__kernel_unref(k);          /* the compile's reference */
+        build_schedule(srv, NULL);
         srv->up->check_stopped(srv);
+}
+
+/* The slots one user's builds may hold at once: all but one by default, so
+ * another user's build always finds one. */
+static unsigned uid_build_slots(const cube__server *srv)
+{
+        unsigned slots = srv->opts.build_slots ? srv->opts.build_slots : 1;
+        unsigned share = srv->opts.uid_build_slots ? srv->opts.uid_build_slots : slots - 1;
+
+        return share ? share : 1;
+}
+
+/* Hands k's build to the thread pool. A build that cannot be queued fails
+ * as a defect; the kernel being asked for (notify false) says so to its
+ * caller, which then waits for nothing. */
+static bool build_start(cube__kernel *k, bool notify)
+{
+        cube__server *srv = k->server;
+        cube__uid *u = cube__uid_get(&srv->users, k->build_uid);
+
+        k->build_running = true;
+        srv->builds_running++;
+        if (u)
+                u->builds++;
+        if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) == 0)
+                return true;
+        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
+                                                                     "could not queue the compile"));
+        if (notify) {
+                prepare_done(&k->work, UV_ECANCELED);
+                return false;
+        }
+        k->build_running = false;
+        srv->builds_running--;
+        if (u)
+                u->builds--;
+        srv->compiling--;
+        k->refs--;
+        if (k->pinned)
+                cube__disk_cache_unpin(&srv->disk_cache, k->hash, false);
+        k->pinned = false;
+        k->state = CUBE__KERNEL_FAILED;
+        k->retry = true;
+        free(k->waiters);
+        k->waiters = NULL;
+        k->n_waiters = 0;
+        return false;
+}
+
+/* Starts queued builds while slots are free: each time the oldest of the
+ * user running the fewest, as long as that user is below its share. */
+static void build_schedule(cube__server *srv, cube__kernel *asking)
+{
+        unsigned slots = srv->opts.build_slots ? srv->opts.build_slots : 1;
+        unsigned share = uid_build_slots(srv);
+
+        if (srv->stopping)
+                return;
+        while (srv->builds_running < slots && srv->build_queue) {
+                cube__kernel **best = NULL, *k;
+                uint32_t fewest = UINT32_MAX;
+                for (cube__kernel **p = &srv->build_queue; *p; p = &(*p)->build_next) {
+                        const cube__uid *u = cube__idmap_get(&srv->users.uids, (*p)->build_uid);
+                        uint32_t running = u ? u->builds : 0;
+                        if (running < fewest) {
+                                best = p;
+                                fewest = running;
+                        }
+                }
+                if (fewest >= share)
+                        return;
+                k = *best;
+                *best = k->build_next;
+                k->build_next = NULL;
+                build_start(k, k != asking);
+        }
+}
+
+void cube__kernels_stop(cube__server *srv)
+{
+        while (srv->build_queue) {
+                cube__kernel *k = srv->build_queue;
+                srv->build_queue = k->build_next;
+                k->build_next = NULL;
+                k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                        CUBE_LAUNCH_UNKNOWN, "the daemon is stopping: kernel %s was not built",
+                        k->entry));
+                prepare_done(&k->work, UV_ECANCELED);
+        }
 }
 
 bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
@@ -461,18 +597,14 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
                 k->refs++;              /* held until prepare_done */
                 k->pinned = cube__disk_cache_pin(&srv->disk_cache, k->hash);
                 srv->compiling++;
-                if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) < 0) {
-                        srv->compiling--;
-                        k->refs--;
-                        if (k->pinned)
-                                cube__disk_cache_unpin(&srv->disk_cache, k->hash, false);
-                        k->pinned = false;
-                        k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
-                                CUBE_LAUNCH_UNKNOWN, "could not queue the compile"));
-                        k->state = CUBE__KERNEL_FAILED;
-                        k->retry = true;
+                k->build_uid = srv->asking_uid;
+                cube__kernel **tail = &srv->build_queue;
+                while (*tail)
+                        tail = &(*tail)->build_next;
+                *tail = k;
+                build_schedule(srv, k);
+                if (k->state == CUBE__KERNEL_FAILED)
                         return false;
-                }
         }
         return true;
 }
@@ -513,5 +645,9 @@ void cube__kernels_free(cube__server *srv)
         }
         srv->kernels = NULL;
         srv->n_kernels = 0;
+        for (unsigned i = 0; i < CUBE__REFUSALS_KEPT; i++) {
+                cube_error_free(srv->refusals[i].error);
+                srv->refusals[i].error = NULL;
+        }
         cube__idmap_free(&srv->kernel_index);
 }

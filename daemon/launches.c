@@ -47,6 +47,7 @@ cube__dispatched cube__do_register(cube__msg *k)
             bytes > o->max_kernel_source_bytes ||
             s->kernel_source_bytes > o->max_kernel_source_bytes - bytes) {
                 s->refused_for_bytes = s->kernels.len < o->max_kernels;
+                s->refused_by = NULL;
                 if (s->kernels_refused++ == 0)
                         cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": refused "
                                           "kernel %" PRIu64 ": it holds %zu kernels of %" PRIu64
@@ -54,6 +55,17 @@ cube__dispatched cube__do_register(cube__msg *k)
                                           "max-kernel-source-bytes %" PRIu64 ")", s->id, id,
                                           s->kernels.len, s->kernel_source_bytes,
                                           o->max_kernels, o->max_kernel_source_bytes);
+                return CUBE__DISPATCH_DONE;
+        }
+        uint64_t limit;
+        const char *bound = cube__kernel_bound(o, &k->server->users, s->uid, bytes, &limit);
+        if (bound) {
+                s->refused_by = bound;
+                s->refused_limit = limit;
+                if (s->kernels_refused++ == 0)
+                        cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": refused "
+                                          "kernel %" PRIu64 ": %s (%" PRIu64 ")", s->id, id,
+                                          bound, limit);
                 return CUBE__DISPATCH_DONE;
         }
         kernel = cube__kernel_intern(k->server, k->p[1].via.str.ptr, k->p[1].via.str.size,
@@ -64,6 +76,7 @@ cube__dispatched cube__do_register(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         s->kernel_source_bytes += bytes;
+        cube__kernels_held(&k->server->users, s->uid, 1, (int64_t) bytes);
         return CUBE__DISPATCH_DONE;
 }
 
@@ -76,6 +89,14 @@ static cube_error *unknown_kernel(cube__session *s, uint64_t id)
         if (!s->kernels_refused)
                 return cube__err_validation("kernel %" PRIu64 " was never registered in this "
                                             "session", id);
+        if (s->refused_by)
+                return cube__err_validation("kernel %" PRIu64 " is not registered: %s (%" PRIu64
+                                            ") was reached, %s, so %" PRIu64 " registration(s) "
+                                            "were refused; end sessions that hold kernels, or "
+                                            "reuse the ids already registered", id, s->refused_by,
+                                            s->refused_limit, strncmp(s->refused_by, "uid-", 4)
+                                            == 0 ? "over this user's sessions" : "over every "
+                                            "session of the daemon", s->kernels_refused);
         if (s->refused_for_bytes)
                 return cube__err_validation("kernel %" PRIu64 " is not registered: this "
                                             "session's kernel sources reached "

@@ -59,6 +59,14 @@ static void usage(FILE *f)
 "  --check-mode M         auto, enforce or validate: which launches run checked\n"
 "                         (default auto: all but unchecked-uids' unchecked ones)\n"
 "  --unchecked-uids LIST  users who may launch unchecked under check-mode auto\n"
+"  --compile-memory BYTES address space one kernel build may take (default: the\n"
+"                         host's memory / 4 / builds at once, 2G to 4G)\n"
+"  --compile-output BYTES bytes one kernel build may write to a file (default: the\n"
+"                         host's memory / 256, 16M to 128M)\n"
+"  --build-slots N        kernel builds that run at once (default: one per core,\n"
+"                         2 to 4)\n"
+"  --uid-build-slots N    of those, how many one user's builds may hold while\n"
+"                         another's wait (default 0: all but one)\n"
 "Quotas (0: none):\n"
 "  --session-memory BYTES device memory one session may hold (default 0)\n"
 "  --uid-memory BYTES     device memory one user's sessions may hold (default 0)\n"
@@ -73,7 +81,8 @@ static void usage(FILE *f)
 "                         (default 1G)\n"
 "  --max-regions N        staging regions one session may hold (default 64)\n"
 "  --uid-queued-bytes BYTES  messages still arriving on one user's sessions\n"
-"                         before they are no longer read (default 1G)\n"
+"                         before they are no longer read (default: the host's\n"
+"                         memory / 32, 64M to 1G)\n"
 "  --max-receive-bytes BYTES  messages still arriving on every session before\n"
 "                         they are no longer read (default 2G)\n"
 "  --hello-timeout S      seconds a connection has to say hello (default 10)\n"
@@ -85,6 +94,15 @@ static void usage(FILE *f)
 "  --max-kernels N        kernel ids one session may register (default 1024)\n"
 "  --max-kernel-source-bytes BYTES  source bytes one session's registrations may\n"
 "                         hold (default 64M)\n"
+"  --uid-kernels N        kernel ids one user's sessions may register (default 4096)\n"
+"  --uid-kernel-source-bytes BYTES  their source bytes (default 256M)\n"
+"  --daemon-kernels N     kernel ids every session together may register\n"
+"                         (default 65536)\n"
+"  --daemon-kernel-source-bytes BYTES  their source bytes (default: the host's\n"
+"                         memory / 16, 256M to 4G)\n"
+"  --uid-regions N        staging regions one user's sessions may hold (default 4096)\n"
+"  --map-reserve N        mappings below vm.max_map_count that only root's and the\n"
+"                         daemon user's regions may take (default 4096)\n"
 "  --cache-max-bytes BYTES  the kernel cache's artifacts on disk; the least\n"
 "                         recently used go past it (default 1G, 0: no limit)\n"
 "Access:\n"
@@ -134,6 +152,10 @@ int main(int argc, char **argv)
                 { "compile-limit", required_argument, NULL, 'o' },
                 { "check-mode", required_argument, NULL, 'o' },
                 { "unchecked-uids", required_argument, NULL, 'o' },
+                { "compile-memory", required_argument, NULL, 'o' },
+                { "compile-output", required_argument, NULL, 'o' },
+                { "build-slots", required_argument, NULL, 'o' },
+                { "uid-build-slots", required_argument, NULL, 'o' },
                 { "session-memory", required_argument, NULL, 'o' },
                 { "uid-memory", required_argument, NULL, 'o' },
                 { "max-sessions", required_argument, NULL, 'o' },
@@ -152,6 +174,12 @@ int main(int argc, char **argv)
                 { "max-graph-launches", required_argument, NULL, 'o' },
                 { "max-kernels", required_argument, NULL, 'o' },
                 { "max-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "uid-kernels", required_argument, NULL, 'o' },
+                { "uid-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "daemon-kernels", required_argument, NULL, 'o' },
+                { "daemon-kernel-source-bytes", required_argument, NULL, 'o' },
+                { "uid-regions", required_argument, NULL, 'o' },
+                { "map-reserve", required_argument, NULL, 'o' },
                 { "cache-max-bytes", required_argument, NULL, 'o' },
                 { "socket-group", required_argument, NULL, 'o' },
                 { "allow-uids", required_argument, NULL, 'o' },
@@ -243,7 +271,15 @@ int main(int argc, char **argv)
                 _exit(srv.exit_code ? srv.exit_code : 1);
         }
         r = cube__server_run(&srv);
+        bool orphans = srv.orphan_threads > 0;
         cube__server_done(&srv);
         free(overrides);
+        /* A group's thread still waiting out a join given up at the stop
+         * holds the transport: the process ends under it, without running
+         * the exit handlers it could still be inside. */
+        if (orphans) {
+                fflush(NULL);
+                _exit(r);
+        }
         return r;
 }

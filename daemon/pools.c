@@ -14,7 +14,8 @@
  * MemoryAllocationMode picks the route: Persistent and Dedicated push a
  * mode, Auto pops one, as in the reference. A page that holds no live slice
  * stays for reuse until memory_cleanup (or a reservation that found the
- * device full) gives it back. Pages belong to a stream of a session; they
+ * device full) gives it back, but the bytes of a freed allocation go back
+ * to the host at once (driver.h's discard). Pages belong to a stream of a session; they
  * outlive it only while exported allocations still live on them.
  */
 #include <errno.h>
@@ -306,6 +307,11 @@ void cube__pools_release(const cube__carve *c, uint64_t size)
 
         if (pool->kind == CUBE__POOL_SMALL)
                 slice_give(p, c->base);
+        /* The bytes go back to the host now, though the page stays for
+         * reuse (cubed's resident memory follows what is in use). */
+        if (c->pools->device->driver->discard)
+                c->pools->device->driver->discard(c->pools->device->device, p->storage, c->base,
+                                                  size + c->padding);
         p->live--;
         pool->allocations--;
         pool->bytes_in_use -= size;

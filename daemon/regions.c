@@ -47,6 +47,7 @@ static void region_unmap(cube__region *r)
                 munmap(r->map, r->size);
         s->region_bytes -= region_charge(r->size);
         s->n_regions--;
+        cube__regions_held(&srv->users, s->uid, -1);
         free(r);
 }
 
@@ -122,6 +123,21 @@ cube__dispatched cube__do_region(cube__msg *k)
                                   "it holds max-regions (%u)", s->id, srv->opts.max_regions);
                 return CUBE__DISPATCH_DONE;
         }
+        /* Each region is a mapping of the daemon's, and every session shares
+         * vm.max_map_count: past it, no one could map anything. */
+        uint64_t limit;
+        const char *bound = cube__region_bound(&srv->opts, &srv->users, s->uid, &limit);
+        if (bound) {
+                cube__reply_owned_error(k, cube__err_validation(
+                        "no more staging regions for uid %u: %s allows %" PRIu64 " %s; free one "
+                        "(region_free) or reuse it", (unsigned) s->uid, bound, limit,
+                        strcmp(bound, "uid-regions") == 0 ? "for one user's sessions" :
+                        "for all sessions together, the rest of the daemon's mappings being "
+                        "kept for root and the daemon's own user"));
+                cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 ": refused a region: "
+                                  "%s (%" PRIu64 ")", s->id, bound, limit);
+                return CUBE__DISPATCH_DONE;
+        }
         r = calloc(1, sizeof(*r));
         if (r)
                 fd = memfd_create("cube-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -148,6 +164,7 @@ cube__dispatched cube__do_region(cube__msg *k)
         }
         s->region_bytes += charge;
         s->n_regions++;
+        cube__regions_held(&srv->users, s->uid, 1);
         if (srv->driver->host_register)
                 srv->driver->host_register(srv->device, r->map, size);
         msgpack_sbuffer_init(&sb);

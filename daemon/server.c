@@ -2,8 +2,9 @@
  * server.c - the daemon's life: bring the device up, serve, reload, recover
  * from a poisoned device, and stop cleanly.
  *
- * Stopping is a drain, not an abort: the listener closes, every connection
- * closes, work already on the device completes, every session's memory is
+ * Stopping is a drain, not an abort: the listener closes, collectives that
+ * wait on other daemons fail at once (their members are answered first),
+ * every connection closes, work already on the device completes, every session's memory is
  * reclaimed, and only then does the loop end. SIGTERM therefore exits 0 with
  * nothing leaked and the socket file removed. The drain is bounded: past
  * drain-timeout the daemon exits 1 rather than hang on a wedged device.
@@ -294,6 +295,9 @@ static int open_device(cube__server *srv)
                 .memory_limit = srv->opts.memory_limit,
                 .kernel_timeout_ms = srv->opts.kernel_timeout_s * 1000,
                 .compile_cpu_s = srv->opts.compile_limit_s,
+                .compile_memory = srv->opts.compile_memory,
+                .compile_output = srv->opts.compile_output,
+                .compile_slots = srv->opts.build_slots,
                 .complete = cube__work_complete,
                 .complete_ctx = srv,
                 .loop_fd = srv->device_fd,
@@ -436,6 +440,14 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                         srv->exit_code = CUBE__EXIT_NO_DEVICE;
                 return r;
         }
+        srv->users.map_room = cube__map_room();
+        /* Builds run on libuv's thread pool, made at its first use: one
+         * thread per build slot. */
+        if (!getenv("UV_THREADPOOL_SIZE")) {
+                char n[16];
+                snprintf(n, sizeof(n), "%u", srv->opts.build_slots);
+                setenv("UV_THREADPOOL_SIZE", n, 1);
+        }
         if ((r = prepare_cache_dir(srv, opts->cache_dir, &srv->cache_trusted)) < 0)
                 return r;
         if ((r = cube__disk_cache_init(&srv->disk_cache, srv->disk_cache.fd, &srv->opts,
@@ -503,6 +515,11 @@ void cube__server_stop(cube__server *srv)
         uv_timer_stop(&srv->drain_deadline);
         sd_notify(0, "STOPPING=1\nSTATUS=draining");
         close_listener(srv);
+        /* Collectives wait on other daemons, up to their own timeout: they
+         * fail now, and their members hear it before the connections close. */
+        cube__groups_stop(srv);
+        cube__kernels_stop(srv);
+        cube__work_drain(srv);
         cube__conn_close_all(srv);
         uv_timer_start(&srv->drain_timer, on_drain_timeout,
                        (uint64_t) srv->opts.drain_timeout_s * 1000, 0);

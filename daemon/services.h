@@ -475,6 +475,12 @@ typedef struct cube__options {
         uint32_t max_graph_launches;    /* per graph: launches one capture may record */
         uint32_t max_kernels;           /* per session: kernel ids registered */
         uint64_t max_kernel_source_bytes; /* per session: source bytes of those registrations */
+        uint32_t uid_kernels;           /* per user, over its sessions: kernel ids */
+        uint64_t uid_kernel_source_bytes; /* per user: their source bytes */
+        uint32_t daemon_kernels;        /* every session's kernel ids */
+        uint64_t daemon_kernel_source_bytes; /* every session's source bytes */
+        uint32_t uid_regions;           /* per user, over its sessions: staging regions */
+        uint32_t map_reserve;           /* mappings below vm.max_map_count only admins' regions take */
         uint64_t cache_max_bytes;       /* the disk cache's artifacts (0: no limit) */
         /* Access. */
         char *socket_group;             /* the socket's group, when we bind it */
@@ -491,6 +497,10 @@ typedef struct cube__options {
         cube__check_mode check_mode;
         char *unchecked_uids;           /* who may launch unchecked under check-mode auto */
         cube__id_list unchecked_uid_ids;
+        uint64_t compile_memory;        /* address space one kernel build may take */
+        uint64_t compile_output;        /* bytes one kernel build may write to one file */
+        uint32_t build_slots;           /* kernel builds (and loads) that run at once */
+        uint32_t uid_build_slots;       /* of those, one user's; 0: all but one */
         bool fault_injection;           /* tests only */
         /* Collectives (groups.c, collectives.c). */
         char *transport;                /* "none": no collectives (NoDeviceTransport) */
@@ -539,6 +549,10 @@ typedef struct cube__uid {
         uint32_t sessions;
         uint64_t memory;
         uint64_t rx_bytes;              /* receive buffers of its connections */
+        uint64_t kernels;               /* kernel ids its sessions registered */
+        uint64_t kernel_source_bytes;   /* the sources of those ids */
+        uint32_t regions;               /* staging regions its sessions hold */
+        uint32_t builds;                /* kernel builds running for it (kernels.c) */
         uint32_t poisons;               /* times its sessions poisoned the device */
         uint64_t banned_until_ns;       /* refused until then (poison-ban-after) */
 } cube__uid;
@@ -554,6 +568,11 @@ typedef struct cube__name_ban {
 /* The users of the daemon: what each holds, and the names refused. */
 typedef struct cube__users {
         cube__idmap uids;               /* uid -> cube__uid */
+        uint64_t kernels;               /* every user's, summed */
+        uint64_t kernel_source_bytes;
+        uint64_t regions;
+        uint64_t map_room;              /* mappings regions may take: vm.max_map_count less
+                                         * those the daemon had at start and a margin */
         cube__name_ban name_bans[CUBE__NAME_BANS];
 } cube__users;
 
@@ -563,6 +582,21 @@ cube__uid *cube__uid_get(cube__users *users, uid_t uid);
  * they are refused for poison-ban-seconds. */
 void cube__poison_blame(const struct cube__options *o, cube__users *users,
                         const cube__log_who *who);
+/* The bound a registration of one more kernel id, of bytes of source, by
+ * uid would cross: the option's key, with its value in *ret_limit; NULL
+ * when it crosses none. */
+const char *cube__kernel_bound(const struct cube__options *o, const cube__users *users, uid_t uid,
+                               uint64_t bytes, uint64_t *ret_limit);
+/* Counts kernel ids (and their source bytes) registered (+) or let go (-). */
+void cube__kernels_held(cube__users *users, uid_t uid, int64_t kernels, int64_t bytes);
+/* The bound one more staging region of uid would cross (uid-regions, or
+ * map-reserve below vm.max_map_count), as cube__kernel_bound says it. */
+const char *cube__region_bound(const struct cube__options *o, const cube__users *users, uid_t uid,
+                               uint64_t *ret_limit);
+void cube__regions_held(cube__users *users, uid_t uid, int delta);
+/* What the daemon's mappings leave to regions: vm.max_map_count less the
+ * mappings it has now and a margin for its own later ones. */
+uint64_t cube__map_room(void);
 /* Whether the name is refused now; why says for how long. */
 bool cube__name_banned(const struct cube__options *o, const cube__users *users, const char *name,
                        char *why, size_t len);

@@ -7,6 +7,7 @@
  * gone and the work has drained, everything the session held is reclaimed.
  */
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,8 @@ void cube__session_maybe_free(cube__session *s)
         cube__idmap_free(&s->streams);
         /* After the graphs and the work: nothing of the session runs its
          * kernels any more. An entry no other session holds goes now. */
+        cube__kernels_held(&srv->users, s->uid, -(int64_t) s->kernels.len,
+                           -(int64_t) s->kernel_source_bytes);
         cube__idmap_foreach(&s->kernels, unref_kernel, NULL);
         cube__idmap_free(&s->kernels);
         memory = s->regions;
@@ -131,6 +134,11 @@ void cube__session_maybe_free(cube__session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->n_sessions--;
+        /* Bulk payloads and half-received messages are served from the
+         * heap and kept there when freed (main.c's M_TRIM_THRESHOLD): once
+         * no session is left, the heap goes back to the host. */
+        if (!srv->sessions)
+                malloc_trim(0);
         srv->stats.launches += s->launches;
         srv->stats.bytes_in += s->bytes_in;
         srv->stats.bytes_out += s->bytes_out;

@@ -595,6 +595,11 @@ long test_rss_kib(pid_t pid)
         return proc_status_field(pid, "VmRSS");
 }
 
+long test_shmem_kib(pid_t pid)
+{
+        return proc_status_field(pid, "RssShmem");
+}
+
 bool test_under_asan(pid_t pid)
 {
         char path[64], line[512];

@@ -113,6 +113,8 @@ int test_timeout_multiplier(void);
  * mappings, from /proc; -1 when they cannot be read. */
 long test_rss_kib(pid_t pid);
 long test_vm_kib(pid_t pid);
+/* Its resident shared memory (RssShmem): the device memory it touched. */
+long test_shmem_kib(pid_t pid);
 /* Whether the daemon runs under AddressSanitizer: its quarantine and shadow
  * memory make RSS and mapping counts say nothing, and it is several times
  * slower. */

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -820,6 +821,141 @@ START_TEST(test_no_transport)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * A stop is clean whatever the groups wait for
+ * ------------------------------------------------------------------------- */
+
+/* How many cube-device-* directories dir holds: the CPU device's runtime
+ * directories, made under the daemon's TMPDIR. */
+static int runtime_dirs(const char *dir)
+{
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        int n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d)))
+                n += strncmp(de->d_name, "cube-device-", 12) == 0;
+        closedir(d);
+        return n;
+}
+
+/* Starts one daemon whose TMPDIR is tmp. */
+static void start_in(test_group *g, const char *tmp, const char *const *args)
+{
+        const char *old = getenv("TMPDIR");
+        char *saved = old ? strdup(old) : NULL;
+
+        setenv("TMPDIR", tmp, 1);
+        ck_assert_int_eq(test_group_start(g, 1, args), 0);
+        if (saved)
+                setenv("TMPDIR", saved, 1);
+        else
+                unsetenv("TMPDIR");
+        free(saved);
+}
+
+/* SIGTERM, and the exit status once it exits (-1 past timeout_ms). */
+static int terminate(test_daemon *d, long timeout_ms, long *ret_took)
+{
+        long t0 = test_now_ms();
+        int status = 0;
+
+        kill(d->pid, SIGTERM);
+        while (waitpid(d->pid, &status, WNOHANG) != d->pid) {
+                if (test_now_ms() - t0 > timeout_ms) {
+                        kill(d->pid, SIGKILL);
+                        waitpid(d->pid, NULL, 0);
+                        d->pid = 0;
+                        return -1;
+                }
+                usleep(5000);
+        }
+        *ret_took = test_now_ms() - t0;
+        d->pid = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+typedef struct waiting_init {
+        cube_client *c;
+        cube_error *e;
+} waiting_init;
+
+static void *init_with_absent_member(void *arg)
+{
+        static const char *const members[] = { "cpu0", "cpu7" };
+        waiting_init *w = arg;
+
+        w->e = cube_comm_init(w->c, members, 2);
+        return NULL;
+}
+
+/* A comm_init waiting for a member that never comes, longer than the drain
+ * timeout: SIGTERM still stops cubed cleanly within the drain, the waiting
+ * member learns its group failed, and the device's runtime directory goes. */
+START_TEST(test_stop_with_a_pending_comm_init)
+{
+        static const char *const args[] = { "--drain-timeout", "4", "--collective-timeout",
+                                            "60000", NULL };
+        char tmp[] = "/tmp/cube-tmpdir-XXXXXX";
+        waiting_init w = { 0 };
+        pthread_t t;
+        test_group g;
+        long took = 0;
+        int rc;
+
+        ck_assert_ptr_nonnull(mkdtemp(tmp));
+        start_in(&g, tmp, args);
+        ck_assert_int_eq(runtime_dirs(tmp), 1);
+        ck_ok(cube_connect(g.d[0].socket, "waits", &w.c));
+        ck_assert_int_eq(pthread_create(&t, NULL, init_with_absent_member, &w), 0);
+        usleep(500 * 1000);
+        rc = terminate(&g.d[0], 4000 + 3000, &took);
+        pthread_join(t, NULL);
+        ck_assert_msg(rc == 0, "cubed exited %d after SIGTERM with a pending comm_init", rc);
+        ck_assert_msg(took < 4000, "the stop took %ld ms, past the drain timeout", took);
+        ck_assert_msg(w.e != NULL, "the pending comm_init succeeded");
+        ck_assert_msg(strstr(cube_error_message(w.e), "stopping"), "the member was not told "
+                      "why: %s", cube_error_message(w.e));
+        cube_error_free(w.e);
+        cube_disconnect(w.c);
+        ck_assert_msg(runtime_dirs(tmp) == 0, "the device's runtime directory outlived cubed");
+        test_group_stop(&g);
+        ck_assert_int_eq(rmdir(tmp), 0);
+}
+END_TEST
+
+/* SIGKILL leaves the device's runtime directory; the next start removes it,
+ * and leaves the one of a daemon still running. */
+START_TEST(test_start_removes_what_a_killed_daemon_left)
+{
+        char tmp[] = "/tmp/cube-tmpdir-XXXXXX";
+        test_group killed, live, next;
+        long took = 0;
+
+        ck_assert_ptr_nonnull(mkdtemp(tmp));
+        start_in(&killed, tmp, NULL);
+        start_in(&live, tmp, NULL);
+        ck_assert_int_eq(runtime_dirs(tmp), 2);
+        kill(killed.d[0].pid, SIGKILL);
+        waitpid(killed.d[0].pid, NULL, 0);
+        killed.d[0].pid = 0;
+        /* Its device process follows it (PR_SET_PDEATHSIG). */
+        usleep(200 * 1000);
+        ck_assert_int_eq(runtime_dirs(tmp), 2);
+        start_in(&next, tmp, NULL);
+        ck_assert_msg(runtime_dirs(tmp) == 2, "%d runtime directories: the killed daemon's "
+                      "is still there, or the live one's was taken", runtime_dirs(tmp));
+        ck_assert_int_eq(terminate(&next.d[0], 10000, &took), 0);
+        ck_assert_int_eq(terminate(&live.d[0], 10000, &took), 0);
+        ck_assert_int_eq(runtime_dirs(tmp), 0);
+        test_group_stop(&next);
+        test_group_stop(&live);
+        test_group_stop(&killed);
+        ck_assert_int_eq(rmdir(tmp), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("comms");
@@ -838,6 +974,8 @@ static Suite *suite(void)
         tcase_add_test(tc, test_sizes);
         tcase_add_test(tc, test_disagreeing_ops);
         tcase_add_test(tc, test_no_transport);
+        tcase_add_test(tc, test_stop_with_a_pending_comm_init);
+        tcase_add_test(tc, test_start_removes_what_a_killed_daemon_left);
         suite_add_tcase(s, tc);
         return s;
 }

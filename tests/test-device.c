@@ -463,6 +463,98 @@ START_TEST(a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_
 }
 END_TEST
 
+/* A constant table of 8 MiB: past an output limit of 4 MiB. */
+static const char table_source[] =
+        "CONSTANT uint32_t table[2 << 20] = { 1, 2, 3 };\n"
+        "KERNEL void table(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = table[in[i] & ((2u << 20) - 1)];\n"
+        "}\n";
+
+/* One expression nested so deep that the compiler's recursion over it
+ * overflows its stack: it dies of this source and builds others. */
+static char *deep_expression_source(void)
+{
+        enum { DEPTH = 400000 };
+        size_t cap = DEPTH * 4 + 512, n;
+        char *s = malloc(cap);
+
+        ck_assert_ptr_nonnull(s);
+        n = (size_t) snprintf(s, cap, "KERNEL void nested(const uint32_t *in, uint32_t *out, "
+                              "INFO)\n{\n        uint32_t x = in[0];\n        out[0] = x");
+        for (int i = 0; i < DEPTH; i++)
+                n += (size_t) snprintf(s + n, cap - n, "+%c", 'x');
+        snprintf(s + n, cap - n, ";\n}\n");
+        return s;
+}
+
+/* A build stopped by its limits, or a compiler that dies on one source, is a
+ * refusal naming why, said without the daemon's paths, and kept: the next
+ * launch, and a later session registering the same source, answer it
+ * without building again. */
+static void expect_remembered_refusal(const test_daemon *d, const char *source, const char *entry,
+                                      const char *says)
+{
+        uint32_t in[N] = { 0 };
+        cube_handle bufs[2];
+        cube_client *c = NULL;
+        cube_error *e;
+        uint64_t k = 0, compiles = 0;
+
+        for (int attempt = 0; attempt < 3; attempt++) {
+                if (attempt != 1) {
+                        if (c) {
+                                /* Its entry goes with its last session. */
+                                long deadline = test_now_ms() + 5000;
+                                cube_disconnect(c);
+                                while (status_of(d->socket).kernels > 0 &&
+                                       test_now_ms() < deadline)
+                                        usleep(20 * 1000);
+                        }
+                        ck_ok(cube_connect(d->socket, entry, &c));
+                        k = test_kernel(c, source, entry);
+                        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+                        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+                }
+                launch_n(c, k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+                const cube_error *root = root_of_read(c, &bufs[1], &e);
+                const char *why = cube_error_reason(root);
+                ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC &&
+                              cube_error_is_refusal(e), "%s: not a refusal: %s", entry,
+                              cube_error_message(e));
+                ck_assert_msg(strstr(why, says), "%s: does not say '%s': %s", entry, says, why);
+                ck_assert_msg(!strstr(why, "/proc") && !strstr(why, "/tmp") &&
+                              !strstr(why, ".build-"), "%s: names a path: %s", entry, why);
+                cube_error_free(e);
+                if (attempt == 0)
+                        compiles = status_of(d->socket).compiles;
+        }
+        ck_assert_msg(status_of(d->socket).compiles == compiles, "%s was built again at the "
+                      "next launch, or in the next session", entry);
+        cube_disconnect(c);
+}
+
+START_TEST(a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source)
+{
+        static const char *const args[] = { "--compile-output", "4M", NULL };
+        char *deep = deep_expression_source();
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        expect_remembered_refusal(&d, table_source, "table", "output limit of 4 MiB");
+        expect_remembered_refusal(&d, deep, "nested", "cannot build");
+        /* The compiler still builds, and the daemon still serves. */
+        ck_ok(cube_connect(d.socket, "after", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        cube_disconnect(c);
+        free(deep);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * The kernel cache is trusted only when it is cube's
  * ------------------------------------------------------------------------- */
@@ -680,6 +772,86 @@ START_TEST(a_cache_another_user_could_swap_is_refused_or_not_loaded)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Build slots are shared between users
+ * ------------------------------------------------------------------------- */
+
+#define HOG_BUILDS 4
+
+/* 2^40 tokens in an #if: the preprocessor burns its CPU time and writes
+ * nothing, so the build runs to the compile limit. */
+static void silent_bomb_source(char *buf, size_t cap, int seed)
+{
+        size_t n = (size_t) snprintf(buf, cap, "#define B0 1 +\n");
+
+        for (int i = 1; i <= 40; i++)
+                n += (size_t) snprintf(buf + n, cap - n, "#define B%d B%d B%d\n", i, i - 1, i - 1);
+        snprintf(buf + n, cap - n, "#if B40 0\n#endif\n"
+                 "KERNEL void bomb(const uint32_t *in, uint32_t *out, INFO)\n"
+                 "{\n        out[0] = in[0] + %d;\n}\n", seed);
+}
+
+/* As nobody: launches HOG_BUILDS compiler bombs from as many sessions (a
+ * session waits for its kernel before it reads on), each running to the
+ * compile limit, and holds on until told. */
+static int hog_the_build_slots(const char *socket, int from_test, int to_test)
+{
+        uint32_t in[N] = { 0 };
+        cube_client *c[HOG_BUILDS];
+
+        for (int i = 0; i < HOG_BUILDS; i++) {
+                cube_handle bufs[2];
+                char source[4096];
+                uint64_t k;
+                if (cube_connect(socket, "hog", &c[i]))
+                        return 2;
+                ck_ok(cube_create(c[i], in, sizeof(in), &bufs[0]));
+                ck_ok(cube_empty(c[i], sizeof(in), &bufs[1]));
+                silent_bomb_source(source, sizeof(source), i);
+                if (cube_kernel_register(c[i], source, "bomb", &k))
+                        return 3;
+                launch_n(c[i], k, bufs, 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+        }
+        tell(to_test, 'h');
+        hear(from_test, 60000);
+        for (int i = 0; i < HOG_BUILDS; i++)
+                cube_disconnect(c[i]);
+        return 0;
+}
+
+START_TEST(a_bystanders_build_starts_at_once_while_another_user_fills_the_slots)
+{
+        static const char *const args[] = { "--compile-limit", "6", "--drain-timeout", "30",
+                                            NULL };
+        test_daemon d;
+        cube_client *c;
+        nobody n;
+        long t0, took;
+        double build_ms;
+
+        if (!running_as_root())
+                return;
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        open_socket_to_all(&d);
+        nobody_start(&n, d.socket, hog_the_build_slots);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), 'h');
+        usleep(1000 * 1000);            /* its builds hold the slots */
+        ck_ok(cube_connect(d.socket, "bystander", &c));
+        uint64_t k = test_kernel(c, triple_source, "triple");
+        t0 = test_now_ms();
+        expect_triple_runs(c, k);
+        took = test_now_ms() - t0;
+        build_ms = entry_of(c, "triple").compile_ms;
+        ck_assert_msg(took - (long) build_ms < 1000, "the bystander's kernel took %ld ms, of "
+                      "which %.0f ms building: it waited %ld ms for a slot", took, build_ms,
+                      took - (long) build_ms);
+        cube_disconnect(c);
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
@@ -695,9 +867,11 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);
         tcase_add_test(tc, units_stuck_at_different_barriers_end_like_a_kernel_that_never_ends);
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
+        tcase_add_test(tc, a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
+        tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
         suite_add_tcase(s, tc);
         return s;
 }

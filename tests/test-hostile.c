@@ -886,6 +886,42 @@ START_TEST(partial_messages_are_counted)
 }
 END_TEST
 
+/* 24 senders leave 16 MiB of a declared 64 MiB message each, then go: what
+ * their messages held leaves cubed's resident memory, not only its heap. */
+START_TEST(partial_messages_are_given_back_when_their_senders_leave)
+{
+        enum { SENDERS = 24 };
+        static unsigned char chunk[16 << 20];
+        long rss0, held, after = 0;
+        int fds[SENDERS];
+
+        start_with(NULL);
+        status_of(D.socket);
+        rss0 = test_rss_kib(D.pid);
+        for (int i = 0; i < SENDERS; i++) {
+                fds[i] = raw_connect(D.socket);
+                raw_hello(fds[i]);
+                ck_assert_int_eq(raw_send(fds[i], declares_64m, sizeof(declares_64m)), 0);
+                send_for(fds[i], chunk, sizeof(chunk), 1000);
+        }
+        status_of(D.socket);
+        held = test_rss_kib(D.pid) - rss0;
+        for (int i = 0; i < SENDERS; i++)
+                close(fds[i]);
+        for (long deadline = test_now_ms() + 5000; test_now_ms() < deadline;) {
+                status_of(D.socket);
+                if ((after = test_rss_kib(D.pid) - rss0) < 64 * 1024)
+                        break;
+                usleep(50 * 1000);
+        }
+        ck_assert_msg(test_under_asan(D.pid) || held > 256 * 1024, "the senders held only %ld "
+                      "KiB", held);
+        ck_assert_msg(test_under_asan(D.pid) || after < 64 * 1024, "%d senders that left keep "
+                      "cubed %ld KiB larger (it held %ld KiB)", SENDERS, after, held);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 /* Item 7: half a hello, and a message that stops arriving, are ended. */
 START_TEST(idle_connections_time_out)
 {
@@ -1269,6 +1305,168 @@ START_TEST(kernel_registrations_are_bounded_per_session)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * What one user holds across its sessions
+ * ------------------------------------------------------------------------- */
+
+#define USER_SESSIONS 4
+static const char *bound_expected;      /* what nobody's refusal must name */
+
+/* As nobody: regions of one byte, from USER_SESSIONS sessions, until one is
+ * refused; tells the test how many were made ('0' + n), holds them until
+ * told, and exits 0 if the refusal named bound_expected. */
+static int regions_until_refused(const char *socket, int from_test, int to_test)
+{
+        cube_client *c[USER_SESSIONS];
+        cube_error *e = NULL;
+        int made = 0, ok;
+
+        for (int i = 0; i < USER_SESSIONS; i++)
+                if (cube_connect(socket, "regions", &c[i]))
+                        return 2;
+        for (int i = 0; !e && made < 60; i = (i + 1) % USER_SESSIONS) {
+                cube_region *r;
+                if (!(e = cube_region_create(c[i], 1, &r)))
+                        made++;
+        }
+        const char *why = e ? cube_error_message(cube_error_root(e)) : "none";
+        ok = e && strstr(why, bound_expected);
+        dprintf(2, "nobody made %d regions, then: %s\n", made, why);
+        cube_error_free(e);
+        tell(to_test, (char) ('0' + made));
+        hear(from_test, 30000);
+        for (int i = 0; i < USER_SESSIONS; i++)
+                cube_disconnect(c[i]);
+        return ok ? 0 : 1;
+}
+
+/* Starts the daemon with args, open to every user, and fn as nobody. */
+static void start_for_nobody(const char *const *args, nobody *n, nobody_fn fn)
+{
+        start_with(args);
+        open_socket_to_all(&D);
+        nobody_start(n, D.socket, fn);
+}
+
+/* Root's 8 MiB round trip through a staging region. */
+static void root_is_served(void)
+{
+        size_t n = 8u << 20;
+        char *data = malloc(n), *back = malloc(n);
+        cube_client *c = test_connect(D.socket, "admin");
+        cube_handle h;
+
+        memset(data, 0x3c, n);
+        ck_ok(cube_create(c, data, n, &h));
+        ck_ok(cube_read(c, &h, back, n));
+        ck_assert(memcmp(data, back, n) == 0);
+        cube_disconnect(c);
+        free(back);
+        free(data);
+}
+
+/* Regions are bounded per user over its sessions, and together below
+ * vm.max_map_count with map-reserve kept for root and the daemon's user:
+ * nobody is refused naming the bound, root is still served. */
+START_TEST(regions_are_bounded_per_user_and_below_the_mapping_limit)
+{
+        static const char *const per_user[] = { "--max-regions", "4", "--uid-regions", "10",
+                                                NULL };
+        static const char *const reserved[] = { "--map-reserve", "1048576", NULL };
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        bound_expected = "uid-regions";
+        start_for_nobody(per_user, &n, regions_until_refused);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), '0' + 10);
+        root_is_served();
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+
+        /* A reserve as large as the room regions have: only root maps. */
+        bound_expected = "map-reserve";
+        start_for_nobody(reserved, &n, regions_until_refused);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(10000)), '0');
+        root_is_served();
+        tell(n.to_child, 'q');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
+/* As nobody: two sessions each register three 10 KiB sources; a third
+ * session's next one crosses uid-kernel-source-bytes (64K). Once the two
+ * have left, the third registers it and it runs. */
+static int sources_across_sessions(const char *socket, int from_test, int to_test)
+{
+        cube_client *holders[2], *late;
+        cube_error *e;
+        uint64_t k;
+        char *src;
+        int rc = 0;
+
+        (void) from_test;
+        for (int i = 0; i < 2; i++) {
+                if (cube_connect(socket, "holds", &holders[i]))
+                        return 2;
+                for (unsigned j = 0; j < 3; j++) {
+                        src = affine_variant(i * 3 + j, 10 << 10);
+                        if (cube_kernel_register(holders[i], src, "affine", &k))
+                                rc = 3;
+                        free(src);
+                }
+        }
+        if (cube_connect(socket, "late", &late))
+                return 2;
+        src = affine_variant(100, 10 << 10);
+        if (cube_kernel_register(late, src, "affine", &k))
+                rc = 3;
+        e = test_affine_try(late, k, 64);
+        if (!e || !strstr(cube_error_message(cube_error_root(e)), "uid-kernel-source-bytes")) {
+                dprintf(2, "not refused by uid-kernel-source-bytes: %s\n",
+                        e ? cube_error_message(cube_error_root(e)) : "it ran");
+                rc = 4;
+        }
+        cube_error_free(e);
+        for (int i = 0; i < 2; i++)
+                cube_disconnect(holders[i]);
+        /* What they held is given back with them. */
+        for (int tries = 0; tries < 100; tries++) {
+                if (cube_kernel_register(late, src, "affine", &k))
+                        rc = 3;
+                if (!(e = test_affine_try(late, k, 64)))
+                        break;
+                cube_error_free(e);
+                e = NULL;
+                usleep(50 * 1000);
+        }
+        if (e) {
+                dprintf(2, "still refused after the others left: %s\n", cube_error_message(e));
+                cube_error_free(e);
+                rc = 5;
+        }
+        free(src);
+        cube_disconnect(late);
+        tell(to_test, 'd');
+        return rc;
+}
+
+START_TEST(kernel_sources_are_bounded_per_user_and_released_when_sessions_leave)
+{
+        static const char *const args[] = { "--uid-kernel-source-bytes", "64K", NULL };
+        nobody n;
+
+        if (!running_as_root())
+                return;
+        start_for_nobody(args, &n, sources_across_sessions);
+        ck_assert_int_eq(hear(n.from_child, test_scaled_ms(60000)), 'd');
+        ck_assert_int_eq(nobody_finish(&n), 0);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 /* Item 8: 192 distinct 1 MiB sources, registered by sessions that then
  * close, leave nothing behind: the entries go with their last session. */
 #define ABANDONED 192
@@ -1449,10 +1647,13 @@ int main(void)
         tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
         tcase_add_test(tc, answers_nobody_reads_are_counted);
         tcase_add_test(tc, partial_messages_are_counted);
+        tcase_add_test(tc, partial_messages_are_given_back_when_their_senders_leave);
         tcase_add_test(tc, idle_connections_time_out);
         tcase_add_test(tc, listings_show_only_the_callers_own);
         tcase_add_test(tc, one_hostile_client);
         tcase_add_test(tc, kernel_registrations_are_bounded_per_session);
+        tcase_add_test(tc, regions_are_bounded_per_user_and_below_the_mapping_limit);
+        tcase_add_test(tc, kernel_sources_are_bounded_per_user_and_released_when_sessions_leave);
         tcase_add_test(tc, abandoned_kernel_sources_are_freed);
         tcase_add_test(tc, the_disk_cache_evicts_the_least_recently_used);
         suite_add_tcase(s, tc);

@@ -1545,6 +1545,48 @@ START_TEST(copies_beyond_one_message_go_through_staging)
 }
 END_TEST
 
+/* A freed gigabyte leaves the daemon's resident memory at once, before any
+ * memory_cleanup, and what reuses its page reads zeros, not its bytes. */
+START_TEST(freed_device_memory_goes_back_to_the_host)
+{
+        const uint64_t size = 1024 * MiB;
+        cube_client *c = test_connect(D.socket, "gigabyte");
+        char *buf = malloc(size), *back = malloc(MiB), zeros[4096] = { 0 };
+        long before, held, after, shmem_after;
+        cube_handle h;
+
+        ck_assert_ptr_nonnull(buf);
+        ck_assert_ptr_nonnull(back);
+        memset(buf, 0x5a, size);
+        ck_ok(cube_sync(c, NULL, 0));
+        before = test_rss_kib(D.pid);
+        ck_ok(cube_create(c, buf, size, &h));
+        ck_ok(cube_sync(c, &h, 1));
+        held = test_rss_kib(D.pid);
+        ck_assert_msg(held - before > 900 * 1024, "writing 1 GiB made the daemon %ld KiB larger",
+                      held - before);
+        ck_ok(cube_free(c, &h));
+        ck_assert(wait_memory_in_use(D.socket, 0, 5000));
+        after = test_rss_kib(D.pid);
+        shmem_after = test_shmem_kib(D.pid);
+        ck_assert_msg(after - before < 64 * 1024, "the daemon's resident memory is %ld KiB above "
+                      "where it was before 1 GiB was written and freed (%ld KiB of shared "
+                      "memory)", after - before, shmem_after);
+
+        /* The same size reuses the page: it shows none of the freed bytes. */
+        ck_ok(cube_empty(c, size, &h));
+        cube_handle first = cube_handle_slice(&h, 0, size - MiB);
+        ck_ok(cube_read(c, &first, back, MiB));
+        for (uint64_t i = 0; i < MiB; i += sizeof(zeros))
+                ck_assert_msg(memcmp(back + i, zeros, sizeof(zeros)) == 0, "byte %" PRIu64
+                              " of a reused page still holds what was freed", i);
+        ck_ok(cube_free(c, &h));
+        free(back);
+        free(buf);
+        cube_disconnect(c);
+}
+END_TEST
+
 static Suite *memory_suite(void)
 {
         Suite *s = suite_create("memory");
@@ -1579,6 +1621,7 @@ static Suite *memory_suite(void)
         tcase_add_test(sizes, null_host_memory_is_validation_and_allocates_nothing);
         tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
         tcase_add_test(sizes, unsupported_strides_claim_only_the_handles_range);
+        tcase_add_test(sizes, freed_device_memory_goes_back_to_the_host);
 
         tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
         tcase_add_test(staging, staged_round_trips_at_every_size);

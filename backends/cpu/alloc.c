@@ -4,7 +4,9 @@
  *
  * cubed allocates on its loop thread (driver.h). A range never straddles two
  * of the windows PoCL is given (queue.h's window), and it reads as
- * zeros when it is handed out. A peer's memory (peer.c) is named by storage
+ * zeros when it is handed out. Memory freed goes back to the host at once,
+ * whole pages of it punched out of the memfd: cubed's resident memory
+ * follows what is in use, not what once was. A peer's memory (peer.c) is named by storage
  * too, but never allocated here: it is the peer's.
  */
 #include <fcntl.h>
@@ -26,6 +28,19 @@ static void zero(cube__device *d, uint64_t offset, uint64_t len)
                       (off_t) len) == 0)
                 return;
         memset(d->memory + offset, 0, len);
+}
+
+/* Punches the whole pages inside [offset, offset + len) out of the memfd:
+ * they leave cubed's (and the device process's) resident memory, and read
+ * as zeros. */
+static void punch(cube__device *d, uint64_t offset, uint64_t len)
+{
+        uint64_t start = (offset + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE;
+        uint64_t end = (offset + len) / CPU_PAGE * CPU_PAGE;
+
+        if (end >= start + CPU_PAGE_MIN)
+                (void) fallocate(d->memory_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                 (off_t) start, (off_t) (end - start));
 }
 
 cube_error *cube__cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage)
@@ -87,6 +102,7 @@ void cube__cpu_release(cube__device *d, cube__storage *s)
                 return;
         }
         d->in_use -= s->extent;
+        punch(d, s->offset, s->extent);
         while (*hp && (*hp)->offset < s->offset) {
                 prev = *hp;
                 hp = &(*hp)->next;
@@ -108,6 +124,12 @@ void cube__cpu_release(cube__device *d, cube__storage *s)
                 free(n);
         }
         free(s);
+}
+
+void cube__cpu_discard(cube__device *d, cube__storage *s, uint64_t offset, uint64_t len)
+{
+        if (!s->peer && offset < s->extent)
+                punch(d, s->offset + offset, len < s->extent - offset ? len : s->extent - offset);
 }
 
 /* Where a storage's bytes are in cubed: device memory, or a peer's. */

@@ -23,6 +23,7 @@
  * the fault. The core's poison policy then closes the device and opens a
  * fresh one, or exits.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -39,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -68,6 +70,60 @@ void cube__cpu_rm_tree(const char *dir)
 {
         if (dir[0])
                 (void) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---------------------------------------------------------------------------
+ * The device's runtime directory
+ * ------------------------------------------------------------------------- */
+
+/* Makes the device's runtime directory in tmp, and takes the lock inside it
+ * that says its daemon still runs (held until the daemon is gone, however
+ * it goes). The lock is taken before the file gets its name, so no other
+ * daemon ever finds it unlocked while this one lives. */
+static int make_runtime_dir(cube__device *d, const char *tmp)
+{
+        char path[PATH_MAX + 16], named[PATH_MAX + 16];
+
+        snprintf(d->kcache, sizeof(d->kcache), "%s/cube-device-XXXXXX", tmp);
+        if (!mkdtemp(d->kcache)) {
+                d->kcache[0] = '\0';
+                return -errno;
+        }
+        snprintf(path, sizeof(path), "%s/.owner.new", d->kcache);
+        snprintf(named, sizeof(named), "%s/.owner", d->kcache);
+        d->owner_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (d->owner_fd < 0 || flock(d->owner_fd, LOCK_EX) < 0 || rename(path, named) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Removes the runtime directories in tmp that a daemon of this user left
+ * when it was killed (or gave up its drain): those whose lock no daemon
+ * holds. A directory of a running daemon, of another user, or without a
+ * lock is left as it is. */
+static void remove_orphans(const char *tmp)
+{
+        DIR *dp = opendir(tmp);
+        struct dirent *de;
+
+        while (dp && (de = readdir(dp))) {
+                char path[PATH_MAX], lock[PATH_MAX + 16];
+                struct stat st;
+                int fd;
+                if (strncmp(de->d_name, "cube-device-", 12) != 0)
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s", tmp, de->d_name);
+                if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                        continue;
+                snprintf(lock, sizeof(lock), "%s/.owner", path);
+                if ((fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+                        continue;
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                        cube__cpu_rm_tree(path);
+                close(fd);
+        }
+        if (dp)
+                closedir(dp);
 }
 
 /* ---------------------------------------------------------------------------
@@ -239,11 +295,11 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -ENOENT;
         }
-        snprintf(d->kcache, sizeof(d->kcache), "%s/cube-device-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(d->kcache)) {
-                d->kcache[0] = '\0';
+        tmp = tmp && *tmp ? tmp : "/tmp";
+        remove_orphans(tmp);
+        if ((r = make_runtime_dir(d, tmp)) < 0) {
                 *ret_why = "cannot create the device's private directory";
-                return -errno;
+                return r;
         }
         if ((d->memory_fd = memfd("cube-device-memory", d->memory_limit)) < 0 ||
             (d->queue_fd = memfd("cube-device-queue", CUBE__Q_BYTES)) < 0) {
@@ -413,13 +469,16 @@ static int cpu_open(const cube__device_config *config, cube__device **ret_device
                 *ret_why = "the CPU device holds at most 16 TiB";
                 return -EINVAL;
         }
-        d->memory_fd = d->queue_fd = d->control_fd = d->pidfd = -1;
+        d->memory_fd = d->queue_fd = d->control_fd = d->pidfd = d->owner_fd = -1;
         pthread_mutex_init(&d->lock, NULL);
         pthread_mutex_init(&d->post_lock, NULL);
         pthread_mutex_init(&d->dead_lock, NULL);
         pthread_mutex_init(&d->control_lock, NULL);
         pthread_cond_init(&d->wake, NULL);
-        sem_init(&d->compiles, 0, cores > 1 ? (unsigned) (cores < 4 ? cores : 4) : 1);
+        /* The core schedules builds over its slots, fairly between users
+         * (kernels.c); this only keeps to the same number. */
+        sem_init(&d->compiles, 0, config->compile_slots ? config->compile_slots :
+                                  cores > 1 ? (unsigned) (cores < 4 ? cores : 4) : 1);
         if ((d->holes = malloc(sizeof(*d->holes))))
                 *d->holes = (hole) { 0, d->memory_limit, NULL };
         if (!d->holes || (r = start_device(d, ret_why)) < 0) {
@@ -488,6 +547,8 @@ static void cpu_close(cube__device *d)
         if (d->queue_fd >= 0)
                 close(d->queue_fd);
         cube__cpu_rm_tree(d->kcache);
+        if (d->owner_fd >= 0)
+                close(d->owner_fd);
         for (hole *h = d->holes, *next; h; h = next) {
                 next = h->next;
                 free(h);
@@ -535,6 +596,7 @@ const cube__driver cube__driver_cpu = {
         .properties = cpu_properties,
         .alloc = cube__cpu_alloc,
         .release = cube__cpu_release,
+        .discard = cube__cpu_discard,
         .host_view = cube__cpu_host_view,
         .stream_open = cube__cpu_stream_open,
         .stream_close = cube__cpu_stream_close,

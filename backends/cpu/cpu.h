@@ -85,7 +85,8 @@ struct cube__device {
         cube__qctl *ctl;
         pid_t pid;
         int pidfd;
-        char kcache[PATH_MAX];
+        char kcache[PATH_MAX];          /* the device's runtime directory */
+        int owner_fd;                   /* kcache/.owner, locked while this daemon runs */
         char helper[PATH_MAX];
         char target[512];
         pthread_mutex_t control_lock;   /* the control socket */
@@ -155,6 +156,7 @@ int cube__cpu_read_reply(cube__device *d, cube__msg_reply *ret_reply, char *reas
 /* The driver's alloc, release and host_view (driver.h). */
 cube_error *cube__cpu_alloc(cube__device *d, uint64_t size, cube__storage **ret_storage);
 void cube__cpu_release(cube__device *d, cube__storage *s);
+void cube__cpu_discard(cube__device *d, cube__storage *s, uint64_t offset, uint64_t len);
 void *cube__cpu_host_view(cube__device *d, cube__storage *s);
 
 /* Where a storage's bytes are in cubed: device memory, or a peer's. */
