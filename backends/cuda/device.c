@@ -76,6 +76,7 @@ struct cube__module {
         cube__cuda_resources res;
         uint32_t n_buffers;
         uint8_t *align;                 /* per buffer: the bytes its elements load at */
+        const cube__fe_facts *facts;    /* the kernel's, for reports */
 };
 
 /* A piece of issued work the completion thread waits for. */
@@ -89,6 +90,9 @@ struct rec {
         void *copy_to;                  /* a read through the bounce: where its bytes go */
         uint64_t copy_len;
         int info_slot;                  /* -1: none */
+        int64_t record_at;              /* a checked launch: its out-of-bounds record's byte
+                                         * offset in the info slot, copied back; -1: none */
+        const cube__fe_facts *facts;
         const char *kernel;             /* a launch: its entry point, for the poison report */
 };
 
@@ -328,6 +332,7 @@ static rec *new_rec(void)
                 abort();
         }
         x->info_slot = -1;
+        x->record_at = -1;
         return x;
 }
 
@@ -465,6 +470,7 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         uint32_t meta = l->metadata_offset, dyn = l->dynamic_offset, words = l->n_info;
         void *big = NULL;
         int slot = -1;
+        int64_t record_at = -1;
         CUresult r = CUDA_SUCCESS;
         rec *x = new_rec();
 
@@ -529,6 +535,15 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
                 w->error = cube__cuda_error(CUBE__CU_SITE_LAUNCH, r,
                                             (uint64_t) l->dim[0] * l->dim[1] * l->dim[2], what);
         }
+        /* The record of the launch's first access out of bounds (the info
+         * words' tail, frontend.h) comes back in stream order behind it. */
+        if (r == CUDA_SUCCESS && slot >= 0 && l->n_info >= CUBE__CHECK_TAIL_WORDS + l->n_buffers) {
+                uint64_t at = ((uint64_t) l->n_info - CUBE__CHECK_TAIL_WORDS) * 8;
+                if (check(d, d->cu->cuMemcpyDtoHAsync(d->info_host + (size_t) slot * INFO_SLOT + at,
+                                                      info + at, sizeof(cube__oob_record),
+                                                      s->stream), "cuMemcpyDtoHAsync"))
+                        record_at = (int64_t) at;
+        }
         if (big)
                 check(d, d->cu->cuMemFreeAsync(info, s->stream), "cuMemFreeAsync");
 done:
@@ -537,6 +552,8 @@ done:
         x->work = w;
         x->kernel = l->kernel;
         x->info_slot = slot;
+        x->record_at = record_at;
+        x->facts = l->module->facts;
         x->bounce = big;
         push_rec(d, s, x);
 }
@@ -831,6 +848,17 @@ static bool reap(cube__device *d)
                 next = x->next;
                 if (x->bounce)
                         bounce_give_locked(d, x->bounce);
+                if (x->info_slot >= 0 && x->record_at >= 0 && x->work && !x->work->error &&
+                    !d->poison) {
+                        cube__oob_record r;
+                        memcpy(&r, d->info_host + (size_t) x->info_slot * INFO_SLOT +
+                               x->record_at, sizeof(r));
+                        if (r.site_plus_one) {
+                                char text[768];
+                                cube__fe_describe_oob(x->facts, x->kernel, &r, text, sizeof(text));
+                                x->work->error = cube__err_validation("%s", text);
+                        }
+                }
                 if (x->info_slot >= 0) {
                         d->slot_busy[x->info_slot] = false;
                         pthread_cond_signal(&d->slot_free);
@@ -1289,6 +1317,7 @@ static cube_error *cuda_load(cube__device *d, const cube__kernel_desc *desc, con
                 goto fail;
         }
         m->n_buffers = desc->n_buffers;
+        m->facts = desc->facts;
         /* The front end's facts say each buffer's element size; a source
          * compiled without them is read for it. */
         if (desc->facts && desc->facts->n_buffers == m->n_buffers) {
