@@ -465,12 +465,12 @@ END_TEST
 
 /* A constant table of 8 MiB: past an output limit of 4 MiB. */
 static const char table_source[] =
-        "CONSTANT uint32_t table[2 << 20] = { 1, 2, 3 };\n"
+        "CONSTANT uint32_t values[2 << 20] = { 1, 2, 3 };\n"
         "KERNEL void table(const uint32_t *in, uint32_t *out, INFO)\n"
         "{\n"
         "        uint64_t i = ABSOLUTE_POS;\n"
         "        if (i < BUFFER_LEN(1))\n"
-        "                out[i] = table[in[i] & ((2u << 20) - 1)];\n"
+        "                out[i] = values[in[i] & ((2u << 20) - 1)];\n"
         "}\n";
 
 /* One expression nested so deep that the compiler's recursion over it
