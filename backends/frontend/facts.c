@@ -71,8 +71,7 @@ cube__fe_facts *cube__fe_facts_parse(const char *text)
                         if (k >= f->n_buffers)
                                 goto bad;
                         snprintf(f->buffers[k].type, sizeof(f->buffers[k].type), "%s", buf + at);
-                } else if (sscanf(buf, "scalar %d %31s %63s", &g, cst, name) >= 2 &&
-                           strncmp(buf, "scalar ", 7) == 0) {
+                } else if (strncmp(buf, "scalar ", 7) == 0) {
                         char type[32];
                         if (sscanf(buf, "scalar %d %31s %63s", &g, type, name) != 3 || g < 0 ||
                             g >= CUBE__SCALAR_GROUPS || f->n_scalars >= CUBE__FE_MAX_PARAMS ||
