@@ -545,7 +545,7 @@ START_TEST(a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source)
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         expect_remembered_refusal(&d, table_source, "table", "output limit of 4 MiB");
-        expect_remembered_refusal(&d, deep, "nested", "cannot build");
+        expect_remembered_refusal(&d, deep, "nested", "died of");
         /* The compiler still builds, and the daemon still serves. */
         ck_ok(cube_connect(d.socket, "after", &c));
         expect_triple_runs(c, test_kernel(c, triple_source, "triple"));

@@ -1449,7 +1449,7 @@ END_TEST
  * queue takes to drain.
  * ------------------------------------------------------------------------- */
 
-#define FAIR_LAUNCHES 100000
+#define FAIR_LAUNCHES 200000
 
 typedef struct flooder {
         cube_client *c;
