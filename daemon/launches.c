@@ -431,8 +431,10 @@ static cube_error *check_scalars(const launch_req *r, const cube__kernel *kernel
                 return cube__err_validation("kernel '%s' takes %u scalar parameter(s), and the "
                                             "launch does not say which scalars it gives",
                                             kernel->entry, f->n_scalars);
+        /* A parameter the launch leaves without a value is named first;
+         * then a group the launch gives more of than the kernel takes. */
         for (int g = 0; g < CUBE__SCALAR_GROUPS; g++) {
-                if (r->groups[g] == f->group_counts[g])
+                if (r->groups[g] >= f->group_counts[g])
                         continue;
                 /* Name the first parameter of the group the launch does not match. */
                 uint32_t seen = 0;
@@ -446,10 +448,12 @@ static cube_error *check_scalars(const launch_req *r, const cube__kernel *kernel
                                         f->scalars[i].type, f->scalars[i].name, names[g], seen,
                                         r->groups[g], names[g]);
                 }
-                return cube__err_validation("kernel '%s' takes %u %s scalar parameter(s), and the "
-                                            "launch gives %u", kernel->entry, f->group_counts[g],
-                                            names[g], r->groups[g]);
         }
+        for (int g = 0; g < CUBE__SCALAR_GROUPS; g++)
+                if (r->groups[g] != f->group_counts[g])
+                        return cube__err_validation("kernel '%s' takes %u %s scalar parameter(s), "
+                                                    "and the launch gives %u", kernel->entry,
+                                                    f->group_counts[g], names[g], r->groups[g]);
         return NULL;
 }
 
