@@ -1554,6 +1554,18 @@ static void fe_free(fe *f)
         free(f->error);
 }
 
+static bool is_identifier(const char *s)
+{
+        size_t n = strlen(s);
+
+        if (n == 0 || n > 63 || isdigit((unsigned char) s[0]))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char) s[i]) && s[i] != '_')
+                        return false;
+        return true;
+}
+
 cube__fe_status cube__frontend_run(const char *source, const char *entry, char **ret_checked,
                                    char **ret_facts, char **ret_error)
 {
@@ -1574,6 +1586,14 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
         char *edited = NULL;
 
         *ret_checked = *ret_facts = *ret_error = NULL;
+        /* The entry's name becomes the file's, and libclang reads a file
+         * name that starts with '-' as an option and fails the whole parse. */
+        if (!is_identifier(entry)) {
+                if (asprintf(ret_error, "the entry point '%.64s' is not a C identifier",
+                             entry) < 0)
+                        *ret_error = NULL;
+                return *ret_error ? CUBE__FE_REFUSED : CUBE__FE_DEFECT;
+        }
         snprintf(file_name, sizeof(file_name), "%s.c", entry);
         struct CXUnsavedFile files[2] = {
                 { file_name, source, (unsigned long) f.len },
