@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -22,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "sandbox.h"
 
 /* cube-device: beside cubed (the build tree, or one install directory),
@@ -53,14 +55,6 @@ int cube__device_helper(char *buf, size_t cap)
         return access(buf, X_OK) == 0 ? 0 : -ENOENT;
 }
 
-static uint64_t now_ns(void)
-{
-        struct timespec t;
-
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
-}
-
 int cube__sandbox_run(const char *helper, const char *mode, const char *dir, unsigned cpu_s,
                       unsigned as_mb, unsigned fsize_mb, cube__sandbox_result *ret)
 {
@@ -86,7 +80,7 @@ int cube__sandbox_run(const char *helper, const char *mode, const char *dir, uns
         if (r != 0)
                 return r;
 
-        uint64_t deadline = now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
+        uint64_t deadline = cube__now_ns() + (uint64_t) (cpu_s * 3 + 10) * 1000000000ull;
         for (;;) {
                 pid_t w = wait4(pid, &ret->status, WNOHANG, &ret->ru);
                 if (w == pid)
@@ -95,7 +89,7 @@ int cube__sandbox_run(const char *helper, const char *mode, const char *dir, uns
                         ret->status = -1;
                         break;
                 }
-                if (now_ns() > deadline) {
+                if (cube__now_ns() > deadline) {
                         kill(pid, SIGKILL);
                         while (wait4(pid, &ret->status, 0, &ret->ru) < 0 && errno == EINTR)
                                 ;
@@ -128,4 +122,33 @@ char *cube__sandbox_read(const char *dir, const char *name, size_t max)
         buf[got] = '\0';
         close(fd);
         return buf;
+}
+
+int cube__sandbox_write(const char *dir, const char *name, const char *text)
+{
+        char path[PATH_MAX];
+        int fd, r;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+                return -errno;
+        r = cube__write_all(fd, text, strlen(text));
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        return r;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        (void) st;
+        (void) flag;
+        (void) ftw;
+        (void) remove(path);
+        return 0;
+}
+
+void cube__sandbox_remove(const char *dir)
+{
+        if (dir && dir[0])
+                (void) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

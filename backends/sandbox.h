@@ -22,7 +22,12 @@ int cube__device_helper(char *buf, size_t cap);
  * kept it from starting. */
 int cube__sandbox_run(const char *helper, const char *mode, const char *dir, unsigned cpu_s,
                       unsigned as_mb, unsigned fsize_mb, cube__sandbox_result *ret);
+/* Writes text as DIR/NAME, mode 0600: 0, or a negative errno. */
+int cube__sandbox_write(const char *dir, const char *name, const char *text);
 /* The first max bytes of DIR/NAME, NUL-terminated; NULL if it cannot be read. */
 char *cube__sandbox_read(const char *dir, const char *name, size_t max);
+/* Removes DIR and everything in it, without following links: a child's
+ * directory once read, or any other a backend made for its children. */
+void cube__sandbox_remove(const char *dir);
 
 #endif

@@ -30,43 +30,6 @@
 #define CHECK_AS_MB 2048
 #define CHECK_FSIZE_MB 256
 
-static int write_text(const char *dir, const char *name, const char *text)
-{
-        char path[PATH_MAX + 16];
-        size_t len = strlen(text), at = 0;
-        int fd, r = 0;
-
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-                return -errno;
-        while (at < len) {
-                ssize_t n = write(fd, text + at, len - at);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0) {
-                        r = -errno;
-                        break;
-                }
-                at += (size_t) n;
-        }
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        return r;
-}
-
-static void remove_dir(const char *dir)
-{
-        static const char *const names[] = { "source", "entry", "checked", "facts", "log",
-                                             "stderr" };
-        char path[PATH_MAX + 16];
-
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-                (void) unlink(path);
-        }
-        (void) rmdir(dir);
-}
-
 static cube_error *defect(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static cube_error *defect(const char *fmt, ...)
 {
@@ -136,8 +99,8 @@ cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
         if (!mkdtemp(dir))
                 return defect("cannot make a directory to check kernel '%s' in: %s", k->entry,
                               strerror(errno));
-        if ((r = write_text(dir, "source", k->source)) < 0 ||
-            (r = write_text(dir, "entry", k->entry)) < 0) {
+        if ((r = cube__sandbox_write(dir, "source", k->source)) < 0 ||
+            (r = cube__sandbox_write(dir, "entry", k->entry)) < 0) {
                 e = defect("cannot write kernel '%s' for its check: %s", k->entry, strerror(-r));
                 goto out;
         }
@@ -181,7 +144,7 @@ out:
         free(checked);
         free(facts_text);
         free(log);
-        remove_dir(dir);
+        cube__sandbox_remove(dir);
         return e;
 }
 

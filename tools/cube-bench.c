@@ -71,6 +71,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -85,6 +86,7 @@
 #include "bench-pocl.h"
 #include "bench-shares.h"
 #include "cube.h"
+#include "sandbox.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -1088,42 +1090,24 @@ static void checked_row(const struct config *cfg, const struct kernel_case *kc)
         free(tu);
 }
 
-/* The front end alone on a source (cube-device --check, as cubed runs it):
- * seconds, or -1 when it cannot be run. */
+/* The front end alone on a source, as cubed runs it (a confined
+ * cube-device --check): seconds, or -1 when it cannot be run. */
 static double frontend_once(const char *helper, const char *source, const char *entry)
 {
-        char dir[] = "/tmp/cube-bench-fe-XXXXXX", path[128];
-        FILE *f;
-        int status;
+        char dir[] = "/tmp/cube-bench-fe-XXXXXX";
+        cube__sandbox_result res;
+        bool ok;
 
         if (!mkdtemp(dir))
                 return -1;
-        snprintf(path, sizeof(path), "%s/source", dir);
-        if ((f = fopen(path, "w"))) {
-                fputs(source, f);
-                fclose(f);
-        }
-        snprintf(path, sizeof(path), "%s/entry", dir);
-        if ((f = fopen(path, "w"))) {
-                fputs(entry, f);
-                fclose(f);
-        }
         double t0 = bench_now();
-        pid_t pid = fork();
-        if (pid == 0) {
-                execl(helper, helper, "--check", dir, "60", "2048", "256", (char *) NULL);
-                _exit(127);
-        }
-        waitpid(pid, &status, 0);
+        ok = cube__sandbox_write(dir, "source", source) == 0 &&
+             cube__sandbox_write(dir, "entry", entry) == 0 &&
+             cube__sandbox_run(helper, "--check", dir, 60, 2048, 256, &res) == 0 &&
+             WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0;
         double t = bench_now() - t0;
-        static const char *const names[] = { "source", "entry", "checked", "facts", "log",
-                                             "stderr" };
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-                unlink(path);
-        }
-        rmdir(dir);
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t : -1;
+        cube__sandbox_remove(dir);
+        return ok ? t : -1;
 }
 
 /* The CPU kernel table's cases (sizes by --smoke), each with the target its
@@ -1176,8 +1160,8 @@ static void bench_checked(const struct config *cfg)
         }
 
         /* What reading a registration costs, beside a whole first build. */
-        const char *helper = getenv("CUBE_DEVICE_BIN");
-        if (!helper || !*helper)
+        char helper[PATH_MAX];
+        if (cube__device_helper(helper, sizeof(helper)) < 0)
                 return;
         double *fe = xcalloc((size_t) cfg->runs, sizeof(double));
         double *compile = xcalloc((size_t) cfg->runs, sizeof(double));

@@ -74,18 +74,6 @@ static char *read_text(const char *path, size_t max)
         return buf;
 }
 
-static int write_file(const char *path, const char *text)
-{
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), r;
-
-        if (fd < 0)
-                return -errno;
-        r = cube__write_all(fd, text, strlen(text));
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        return r;
-}
-
 /* Takes every mention of the private build directory out of what the
  * compiler said: the requester learns its source's line, not our paths. */
 static void scrub(char *text, const char *dir)
@@ -196,11 +184,9 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
                 return cube__cpu_defect(CUBE_IO_UNKNOWN, "cannot create a build directory in "
                                         "the kernel cache: %s; check the cache directory",
                                         strerror(errno));
-        snprintf(path, sizeof(path), "%s/kernel.cl", dir);
-        r = write_file(path, translated);
-        snprintf(path, sizeof(path), "%s/entry", dir);
+        r = cube__sandbox_write(dir, "kernel.cl", translated);
         if (r == 0)
-                r = write_file(path, desc->entry);
+                r = cube__sandbox_write(dir, "entry", desc->entry);
         if (r < 0) {
                 e = cube__cpu_defect(CUBE_IO_UNKNOWN, "cannot write the kernel source into a "
                                      "build directory in the kernel cache: %s; check the cache "
@@ -248,7 +234,7 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
                                      "kernel cache: %s; check the cache directory",
                                      strerror(errno));
 out:
-        cube__cpu_rm_tree(dir);
+        cube__sandbox_remove(dir);
         return e;
 }
 

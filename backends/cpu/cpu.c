@@ -60,18 +60,6 @@
 #define CPU_SPIN_NS 20000
 #define CPU_START_TIMEOUT_MS 60000
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-        (void) remove(path);
-        return 0;
-}
-
-void cube__cpu_rm_tree(const char *dir)
-{
-        if (dir[0])
-                (void) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* ---------------------------------------------------------------------------
  * The device's runtime directory
  * ------------------------------------------------------------------------- */
@@ -119,7 +107,7 @@ static void remove_orphans(const char *tmp)
                 if ((fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
                         continue;
                 if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-                        cube__cpu_rm_tree(path);
+                        cube__sandbox_remove(path);
                 close(fd);
         }
         if (dp)
@@ -546,7 +534,7 @@ static void cpu_close(cube__device *d)
                 close(d->memory_fd);
         if (d->queue_fd >= 0)
                 close(d->queue_fd);
-        cube__cpu_rm_tree(d->kcache);
+        cube__sandbox_remove(d->kcache);
         if (d->owner_fd >= 0)
                 close(d->owner_fd);
         for (hole *h = d->holes, *next; h; h = next) {

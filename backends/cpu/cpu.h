@@ -140,9 +140,6 @@ void cube__cpu_notify_loop(cube__device *d);
 /* A signal's name without SIG ("SEGV"), or "?". */
 const char *cube__cpu_signal_name(int sig);
 
-/* Removes a directory and what it holds; "" is no directory. */
-void cube__cpu_rm_tree(const char *dir);
-
 /* Sends a control message that has no answer, with m->len bytes of
  * payload; a device that is gone is not written to. */
 int cube__cpu_send_notice(cube__device *d, const cube__msg *m, const void *payload);

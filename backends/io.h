@@ -2,11 +2,12 @@
  * io.h - whole reads and writes on a descriptor, and the monotonic clock.
  *
  * Both sides of the CPU device need them (cubed's, and the device process,
- * which links nothing of cubed's), and so does the Gloo engine, which is
- * C++: so they are static inline, in C that C++ compiles too.
+ * which links nothing of cubed's), so do the confined children's parent
+ * (sandbox.c) and the Gloo engine, which is C++: so they are static inline,
+ * in C that C++ compiles too.
  */
-#ifndef CUBE_CPU_IO_H
-#define CUBE_CPU_IO_H
+#ifndef CUBE_IO_H
+#define CUBE_IO_H
 
 #include <errno.h>
 #include <stddef.h>
