@@ -160,8 +160,14 @@ bool cube__kernel_facts_load(cube__kernel *k)
         int fd;
 
         snprintf(name, sizeof(name), "%.64s.facts", k->hash);
-        if ((fd = cube__artifact_open(&srv->disk_cache, name, &bytes)) < 0)
+        if ((fd = cube__artifact_open(&srv->disk_cache, name, &bytes)) < 0) {
+                if (fd != -ENOENT)
+                        cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached facts %s "
+                                  "are not what was written beside the artifact (planted or "
+                                  "altered); the front end reads the source again", k->entry,
+                                  k->hash, name);
                 return false;
+        }
         size_t len = bytes > 64 ? (size_t) (bytes - 64) : 0;
         char *text = len <= (16u << 20) ? malloc(len + 1) : NULL;
         bool ok = text && pread(fd, text, len, 0) == (ssize_t) len;

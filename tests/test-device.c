@@ -666,6 +666,47 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
 }
 END_TEST
 
+/* The front end's facts kept beside an artifact are trusted as it is: facts
+ * altered after they were written (here, a scalar the kernel does not take,
+ * which would refuse every launch) are read again from the source, and the
+ * event is logged. */
+START_TEST(altered_facts_beside_an_artifact_are_read_again_from_the_source)
+{
+        char cache[] = "/tmp/cube-cache-XXXXXX", facts[160], text[8192], cmd[96];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "first", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        snprintf(facts, sizeof(facts), "%s/%s.facts", cache, entry_of(c, "triple").hash);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        FILE *f = fopen(facts, "r");
+        ck_assert_ptr_nonnull(f);
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        ck_assert_ptr_nonnull(strstr(text, "\nbuffer 1 "));
+        ck_assert_ptr_nonnull(f = fopen(facts, "w"));
+        fprintf(f, "scalar 0 u32 planted\n%s", text);
+        fclose(f);
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "altered", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        ck_assert_msg(entry_of(c, "triple").from_disk, "the artifact itself was not loaded");
+        ck_assert_msg(log_has(&d, "cached facts"), "the event was not logged");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* A symlink planted under an artifact's name, pointing at a copy of the
  * very bytes its digest records, is refused: artifacts are opened through
  * the held directory with O_NOFOLLOW and judged on what was opened. */
@@ -869,6 +910,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
         tcase_add_test(tc, a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
+        tcase_add_test(tc, altered_facts_beside_an_artifact_are_read_again_from_the_source);
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
         tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
