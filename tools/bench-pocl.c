@@ -76,7 +76,12 @@ int pocl_bench_kernel(pocl_bench *b, const char *src, const char *name)
         }
         b->kernels[b->n_kernels] = clCreateKernel(p, name, &err);
         clReleaseProgram(p);
-        return b->kernels[b->n_kernels] ? b->n_kernels++ : -1;
+        if (!b->kernels[b->n_kernels]) {
+                fprintf(stderr, "cube-bench: the PoCL baseline has no kernel %s (%d)\n", name,
+                        err);
+                return -1;
+        }
+        return b->n_kernels++;
 }
 
 void *pocl_bench_buffer(pocl_bench *b, size_t bytes, const void *init)
@@ -89,7 +94,7 @@ void *pocl_bench_buffer(pocl_bench *b, size_t bytes, const void *init)
 
 double pocl_bench_run(pocl_bench *b, int kernel, void *const *bufs, int n_bufs,
                       const uint32_t *args, int n_args, const size_t global[3],
-                      const size_t local[3])
+                      const size_t local[3], int times)
 {
         cl_kernel k = b->kernels[kernel];
         double t0;
@@ -99,7 +104,8 @@ double pocl_bench_run(pocl_bench *b, int kernel, void *const *bufs, int n_bufs,
         for (int i = 0; i < n_args; i++)
                 clSetKernelArg(k, (cl_uint) (n_bufs + i), sizeof(cl_uint), &args[i]);
         t0 = now();
-        clEnqueueNDRangeKernel(b->queue, k, 3, NULL, global, local, 0, NULL, NULL);
+        for (int i = 0; i < times; i++)
+                clEnqueueNDRangeKernel(b->queue, k, 3, NULL, global, local, 0, NULL, NULL);
         clFinish(b->queue);
         return now() - t0;
 }

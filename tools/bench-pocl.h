@@ -17,11 +17,11 @@ void pocl_bench_free(pocl_bench *b);
 int pocl_bench_kernel(pocl_bench *b, const char *src, const char *name);
 /* A device buffer of bytes, filled from init when it is not NULL. */
 void *pocl_bench_buffer(pocl_bench *b, size_t bytes, const void *init);
-/* Seconds one enqueue + clFinish of kernel takes, buffers first, then the
- * u32 arguments. */
+/* Seconds `times` enqueues of kernel back to back on the in-order queue,
+ * then one clFinish, take; buffers first, then the u32 arguments. */
 double pocl_bench_run(pocl_bench *b, int kernel, void *const *bufs, int n_bufs,
                       const uint32_t *args, int n_args, const size_t global[3],
-                      const size_t local[3]);
+                      const size_t local[3], int times);
 
 /* Seconds per kernel of batches of `batch` empty one-unit kernels, each with
  * its arguments set as the CPU device sets a launch's, enqueued back to

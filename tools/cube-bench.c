@@ -47,6 +47,11 @@
  *     buffers and writing a third, launch to completed sync, in bytes touched
  *     per second; against memcpy of 64 MiB counted the same way (bytes read
  *     plus bytes written per second).
+ *   CPU kernels: vector add, reduce, matmul, an empty launch, and 1000
+ *     dependent launches of a small step with one sync at the end, each
+ *     launch to completed sync; against the same kernel in OpenCL C on PoCL
+ *     in this process (the daemon's CPUs), enqueued the same number of times
+ *     and finished once, the two taking turns run by run.
  *   all_reduce of 64 MiB and of 4 KiB f32 over two daemons (--socket and
  *     --peer-socket, on one host): a group id minted on the first, one
  *     thread per rank with its own client, cube_all_reduce (Sum, NOW) then
@@ -893,7 +898,7 @@ static const char bench_matmul_source[] =
 "                c[(size_t) row * n + col] = acc;\n"
 "}\n";
 
-/* The same four kernels, translated by hand to OpenCL C. */
+/* The same kernels, translated by hand to OpenCL C. */
 static const char pocl_source[] =
 "__kernel void vadd(__global const float *a, __global const float *b, __global float *out,\n"
 "                   uint n)\n"
@@ -938,6 +943,22 @@ static const char pocl_source[] =
 "}\n"
 "__kernel void nop(__global uint *unused)\n"
 "{\n"
+"}\n"
+"__kernel void relax(__global float *x, uint n)\n"
+"{\n"
+"        ulong i = get_global_id(0);\n"
+"        if (i < n)\n"
+"                x[i] = x[i] * 0.5f + 1.0f;\n"
+"}\n";
+
+/* One small step of an iterative method: many of them in a row, each on
+ * what the one before wrote, with one wait at the end. */
+static const char relax_source[] =
+"KERNEL void relax(float *x, INFO)\n"
+"{\n"
+"        uint64_t i = ABSOLUTE_POS;\n"
+"        if (i < BUFFER_LEN(0))\n"
+"                x[i] = x[i] * 0.5f + 1.0f;\n"
 "}\n";
 
 /* One kernel of the table, both ways. */
@@ -952,6 +973,7 @@ struct kernel_case {
         uint32_t count[3], dim[3];
         double target;
         bool latency;                   /* timed as a latency: rtt_samples, not runs */
+        int chain;                      /* launches on one stream before the sync */
 };
 
 /* A kernel case's buffers (in cube, and in PoCL when pb is given), info
@@ -1009,26 +1031,34 @@ static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const s
         CHECK("launch", cube_launch_kernel(c, &l));
         CHECK("sync", cube_sync(c, NULL, 0));
         moved = move_to(peer_cpus(cfg), &was);
-        pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args, (int) kc->n_args, global, local);
+        pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args, (int) kc->n_args, global, local,
+                       1);
         move_back(moved, &was);
+        int chain = kc->chain;
         int turn = kc->latency ? 100 : 1;
         for (int r0 = 0; r0 < runs; r0 += turn) {
                 int r1 = r0 + turn < runs ? r0 + turn : runs;
                 for (int r = r0; r < r1; r++) {
                         double t0 = bench_now();
-                        CHECK("launch", cube_launch_kernel(c, &l));
+                        for (int i = 0; i < chain; i++)
+                                CHECK("launch", cube_launch_kernel(c, &l));
                         CHECK("sync", cube_sync(c, NULL, 0));
                         tc[r] = bench_now() - t0;
                 }
                 moved = move_to(peer_cpus(cfg), &was);
                 for (int r = r0; r < r1; r++)
                         tp[r] = pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args,
-                                               (int) kc->n_args, global, local);
+                                               (int) kc->n_args, global, local, chain);
                 move_back(moved, &was);
         }
         double mc = median(tc, runs), mp = median(tp, runs);
         snprintf(a, sizeof(a), "%.3f ms", mc * 1e3);
-        snprintf(b, sizeof(b), "PoCL enqueue + finish, same kernel in OpenCL C: %.3f ms", mp * 1e3);
+        if (chain > 1)
+                snprintf(b, sizeof(b), "PoCL: %d enqueues + one finish, same kernel in OpenCL C: "
+                         "%.3f ms", chain, mp * 1e3);
+        else
+                snprintf(b, sizeof(b), "PoCL enqueue + finish, same kernel in OpenCL C: %.3f ms",
+                         mp * 1e3);
         char target[32];
         snprintf(target, sizeof(target), "<= %.2fx", kc->target);
         printf("| %s | %s | %s | %.2fx | %s | %s |\n", kc->figure, a, b, mc / mp, target,
@@ -1112,7 +1142,8 @@ static double frontend_once(const char *helper, const char *source, const char *
 
 /* The CPU kernel table's cases (sizes by --smoke), each with the target its
  * row against PoCL has; figures hold their names. */
-#define KERNEL_CASES 6
+#define KERNEL_CASES 7
+#define CHAIN_LAUNCHES 1000
 static void cpu_kernel_cases(const struct config *cfg, char figures[KERNEL_CASES][64],
                              struct kernel_case ret[KERNEL_CASES])
 {
@@ -1128,21 +1159,25 @@ static void cpu_kernel_cases(const struct config *cfg, char figures[KERNEL_CASES
         snprintf(f[3], 64, "CPU kernel: matmul %u x %u", ms, ms);
         snprintf(f[4], 64, "CPU kernel: matmul %u x %u", ml, ml);
         snprintf(f[5], 64, "CPU kernel: empty launch + sync (median of %d)", cfg->rtt_samples);
+        snprintf(f[6], 64, "CPU kernel: %d dependent steps of 4096 floats, one sync",
+                 CHAIN_LAUNCHES);
         const struct kernel_case cases[KERNEL_CASES] = {
                 { f[0], "vadd", vadd_source, 3, { vn * 4ul, vn * 4ul, vn * 4ul }, { vn }, 1,
-                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false },
+                  { (vn + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.1, false, 1 },
                 { f[1], "reduce", bench_reduce_source, 2, { rs * 4ul, (rs + 255) / 256 * 4ul },
-                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5, false },
+                  { rs }, 1, { (rs + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.5, false, 1 },
                 { f[2], "reduce", bench_reduce_source, 2, { rl * 4ul, (rl + 255) / 256 * 4ul },
-                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.25, false },
+                  { rl }, 1, { (rl + 255) / 256, 1, 1 }, { 256, 1, 1 }, 1.25, false, 1 },
                 { f[3], "matmul", bench_matmul_source, 3, { ms * ms * 4ul, ms * ms * 4ul,
                   ms * ms * 4ul }, { ms, ms, ms }, 3, { ms / 16, ms / 16, 1 }, { 16, 16, 1 }, 1.5,
-                  false },
+                  false, 1 },
                 { f[4], "matmul", bench_matmul_source, 3, { ml * ml * 4ul, ml * ml * 4ul,
                   ml * ml * 4ul }, { ml, ml, ml }, 3, { ml / 16, ml / 16, 1 }, { 16, 16, 1 }, 1.25,
-                  false },
+                  false, 1 },
                 { f[5], "nop", "KERNEL void nop(uint32_t *unused, INFO)\n{\n}\n", 1, { 64 },
-                  { 0 }, 0, { 1, 1, 1 }, { 1, 1, 1 }, 1.0, true },
+                  { 0 }, 0, { 1, 1, 1 }, { 1, 1, 1 }, 1.0, true, 1 },
+                { f[6], "relax", relax_source, 1, { 4096 * 4ul }, { 4096 }, 1, { 16, 1, 1 },
+                  { 256, 1, 1 }, 1.5, false, CHAIN_LAUNCHES },
         };
         memcpy(ret, cases, sizeof(cases));
 }
@@ -1199,14 +1234,15 @@ static void bench_cpu_kernels(const struct config *cfg)
         int kr = pocl_bench_kernel(pb, pocl_source, "reduce");
         int km = pocl_bench_kernel(pb, pocl_source, "matmul");
         int kn = pocl_bench_kernel(pb, pocl_source, "nop");
-        if (kv < 0 || kr < 0 || km < 0 || kn < 0) {
+        int ks = pocl_bench_kernel(pb, pocl_source, "relax");
+        if (kv < 0 || kr < 0 || km < 0 || kn < 0 || ks < 0) {
                 pocl_bench_free(pb);
                 return;
         }
         char f[KERNEL_CASES][64];
         struct kernel_case cases[KERNEL_CASES];
         cpu_kernel_cases(cfg, f, cases);
-        const int pks[] = { kv, kr, kr, km, km, kn };
+        const int pks[] = { kv, kr, kr, km, km, kn, ks };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
                 kernel_row(cfg, pb, pks[i], &cases[i]);
         pocl_bench_free(pb);
