@@ -243,7 +243,7 @@ cube_error *cube__await_handles(cube__session *s, const cube_handle *handles, si
 }
 
 cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p,
-                             cube__storage *storage, uint64_t size)
+                             cube__storage *storage, uint64_t at, uint64_t size)
 {
         cube__server *srv = s->server;
         cube__alloc *a;
@@ -262,6 +262,7 @@ cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p
         a->server = srv;
         a->storage = storage;
         a->peer = p;
+        a->peer_at = at;
         if (!name_new(s, id, a, false)) {
                 srv->driver->release(srv->device, storage);
                 free(a);

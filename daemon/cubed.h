@@ -94,6 +94,7 @@ typedef struct cube__alloc {
         cube__use *uses_head, *uses_tail;
         char token[33];                 /* its export token, or "" */
         struct cube__peer *peer;        /* a peer device's memory it names (peer.c), or NULL */
+        uint64_t peer_at;               /* ...where it starts in the peer's memory */
 } cube__alloc;
 
 /* A session's name for an allocation. A read-only import may not be
@@ -153,12 +154,12 @@ void cube__reclaim_pages(void *server);
  * failure over every byte: it is what every read of it reports, whatever
  * later work failed to write there. */
 void cube__alloc_taint(cube__alloc *a, uint64_t start, uint64_t end, uint64_t failure);
-/* Names storage, size bytes of peer device p's memory (peer.c), as memory
- * id of s: an allocation that is the peer's, charged to no one here. Takes
- * storage. */
+/* Names storage, size bytes at offset at of peer device p's memory (peer.c),
+ * as memory id of s: an allocation that is the peer's, charged to no one
+ * here. Takes storage. */
 struct cube__peer;
 cube_error *cube__alloc_peer(cube__session *s, uint64_t id, struct cube__peer *p,
-                             cube__storage *storage, uint64_t size);
+                             cube__storage *storage, uint64_t at, uint64_t size);
 /* Export: a token another session imports the allocation with. */
 const char *cube__alloc_export(cube__name *n);
 /* Import: a new name in s for the exported allocation, or an error. */
@@ -670,6 +671,7 @@ struct cube__session {
         struct cube__group *groups;     /* its collective groups (groups.c) */
         uint32_t n_groups;
         uint32_t n_peer_names;          /* names of a peer's memory it holds (peer_bind) */
+        bool peer_mapped;               /* a peer daemon that was handed this device's memory */
         cube__share share;              /* its part of the device's time (tenants.c) */
         unsigned share_pass;            /* the executor's pass that last tried it */
         cube__session *prev, *next;
@@ -826,6 +828,11 @@ cube__dispatched cube__do_comms(cube__msg *k);
 typedef struct cube__peer cube__peer;
 /* NULL while the peer is there, else why its memory may not be bound now. */
 cube_error *cube__peer_check(cube__server *srv, const cube__peer *p);
+/* A launch of s on stream claimed [start, end) of a, a peer's memory: once
+ * the claim is settled, in stream order, the peer learns what those bytes
+ * are (written, or the failure they carry) before the stream goes on. */
+void cube__peer_launch_wrote(cube__session *s, uint64_t stream, cube__alloc *a, uint64_t start,
+                             uint64_t end);
 void cube__peers_done(cube__server *srv);
 
 cube__dispatched cube__do_can_access_peer(cube__msg *k);
@@ -833,6 +840,7 @@ cube__dispatched cube__do_peer_memory(cube__msg *k);
 cube__dispatched cube__do_peer_address(cube__msg *k);
 cube__dispatched cube__do_peer_bind(cube__msg *k);
 cube__dispatched cube__do_peer_wrote(cube__msg *k);
+cube__dispatched cube__do_peer_written(cube__msg *k);
 
 /* ---- collective operations (collectives.c) ------------------------------ */
 cube__dispatched cube__do_collective(cube__msg *k);

@@ -248,6 +248,7 @@ static const method methods[] = {
         { "peer_memory", CUBE__MSG_REQUEST, cube__do_peer_memory, false },
         { "peer_bind", CUBE__MSG_REQUEST, cube__do_peer_bind, false },
         { "peer_wrote", CUBE__MSG_NOTIFY, cube__do_peer_wrote, false },
+        { "peer_written", CUBE__MSG_REQUEST, cube__do_peer_written, false },
 };
 
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)

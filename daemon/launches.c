@@ -272,6 +272,16 @@ static bool reads(const launch_req *r, const cube__kernel *kernel, size_t i)
         return cube__io_read(compiled, n_compiled, r->io, r->n_io, i);
 }
 
+/* The peers whose memory the launch claimed learn, in stream order, how the
+ * claim ended (peer.c). */
+static void tell_peers(cube__msg *k, const launch_req *r, const cube__kernel *kernel)
+{
+        for (size_t i = 0; i < r->n; i++)
+                if (r->allocs[i] && r->allocs[i]->peer && writes(r, kernel, i))
+                        cube__peer_launch_wrote(k->session, r->stream, r->allocs[i], r->start[i],
+                                                r->end[i]);
+}
+
 /* A launch that will not run: its failure lands on what it writes. Launches
  * that only compile or queue claim nothing. Takes e. */
 static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube_error *e)
@@ -300,6 +310,7 @@ static void refuse(cube__msg *k, launch_req *r, const cube__kernel *kernel, cube
                 else
                         cube__alloc_taint(r->allocs[i], r->start[i], r->end[i], failure);
         }
+        tell_peers(k, r, kernel);
         cube__failures_prune(&srv->failures, failure);
 }
 
@@ -359,6 +370,7 @@ static void skip(cube__msg *k, launch_req *r, const cube__kernel *kernel, uint64
         if (ids)
                 cube__failures_skipped(fs, failure, kernel->entry, needed, ids, n);
         free(ids);
+        tell_peers(k, r, kernel);
 }
 
 /* Checks the launch against the device before anything is compiled. */
@@ -558,6 +570,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         }
         s->launches++;
         cube__op_enqueue(o);
+        tell_peers(k, r, kernel);
 }
 
 /* Records the launch into the capture st records, instead of running it:

@@ -1,6 +1,6 @@
 /*
  * peer.c - peer access between devices: can_access_peer, peer_address,
- * peer_bind and peer_wrote.
+ * peer_bind, and what a peer's kernels wrote (peer_written).
  *
  * Two CPU devices of one host and one user map each other's device memory.
  * When a session of this daemon (A) asks can_access_peer(B), a worker thread
@@ -16,9 +16,15 @@
  * buffer's address in B's memory tagged with B (its 16 high bits are B's
  * tag, the rest the offset). peer_bind on A names a range at such an address
  * as a memory id of A's session: launches bind it as any buffer, and its
- * claims order A's work on it. A kernel on A that wrote B's buffer is told
- * to B with peer_wrote, which marks the bytes written (or tainted with the
- * cause), so a read on B sees them.
+ * claims order A's work on it.
+ *
+ * B's claims cannot see A's work, so A tells B, on that connection, what
+ * every launch that claimed B's bytes ended with: in stream order behind the
+ * launch, a host step reads what A's claims say of those bytes now and asks
+ * B to take it (peer_written: written, or the failure, as the error value
+ * it is), and the stream goes on once B has answered. A sync on A that waits
+ * for the launch therefore also waits until B knows, and B's reads answer
+ * the peer's failure as they would one of B's own launches.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,6 +45,7 @@
 #define PEER_REPLY_MAX (64 * 1024)      /* bytes a peer's answers may take */
 #define TAG_SHIFT 48
 #define PEER_NAMES_MAX 4096             /* peer ranges one session may hold bound */
+#define PEER_SPANS_MAX 1024             /* spans one peer_written names */
 
 struct cube__peer {
         char name[CUBED_NAME_MAX];
@@ -46,6 +53,8 @@ struct cube__peer {
         uint32_t slot;                  /* the driver's */
         uint64_t tag, size;
         cube__device *device;           /* the device it was attached to */
+        pthread_mutex_t lock;           /* one peer_written exchange at a time on fd */
+        uint32_t next_msgid;            /* the loop thread's, for peer_written */
         struct cube__peer *next;
 };
 
@@ -115,6 +124,7 @@ void cube__peers_done(cube__server *srv)
                 cube__peer *p = srv->peers;
                 srv->peers = p->next;
                 close(p->fd);
+                pthread_mutex_destroy(&p->lock);
                 free(p);
         }
 }
@@ -158,10 +168,11 @@ static int send_request(int fd, uint32_t msgid, const char *method, const char *
         return r;
 }
 
-/* Receives the answer to msgid into up, keeping a descriptor that came with
- * it (the first; others are closed) in *fd. Answers with why on error. */
-static int recv_answer(exchange *x, int sock, msgpack_unpacker *u, msgpack_unpacked *up,
-                       uint32_t msgid, int *fd)
+/* Receives the answer to msgid from device name on sock into up, keeping a
+ * descriptor that came with it (the first; others are closed) in *fd when fd
+ * is not NULL. Answers with why on error. */
+static int recv_answer(int sock, msgpack_unpacker *u, msgpack_unpacked *up, uint32_t msgid,
+                       int *fd, const char *name, char *why, size_t why_len)
 {
         size_t total = 0;
 
@@ -170,15 +181,19 @@ static int recv_answer(exchange *x, int sock, msgpack_unpacker *u, msgpack_unpac
                 if (ur == MSGPACK_UNPACK_SUCCESS) {
                         const msgpack_object *o = &up->data;
                         uint64_t type, id;
+                        cube_error *e = NULL;
                         if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4 ||
                             !cube__obj_u64(&o->via.array.ptr[0], &type) ||
                             !cube__obj_u64(&o->via.array.ptr[1], &id))
                                 break;
                         if (type != 1 || id != msgid)
-                                continue;       /* a notification: not ours */
+                                continue;       /* a notification, or a late answer */
                         if (o->via.array.ptr[2].type != MSGPACK_OBJECT_NIL) {
-                                snprintf(x->why, sizeof(x->why), "device %s refused peer access",
-                                         x->name);
+                                (void) cube__err_unpack(&o->via.array.ptr[2], CUBE__FAMILY_SERVER,
+                                                        &e);
+                                snprintf(why, why_len, "device %s refused: %s", name,
+                                         e ? cube_error_message(e) : "an error it did not say");
+                                cube_error_free(e);
                                 return -1;
                         }
                         return 0;
@@ -194,7 +209,7 @@ static int recv_answer(exchange *x, int sock, msgpack_unpacker *u, msgpack_unpac
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0) {
-                        snprintf(x->why, sizeof(x->why), "device %s did not answer: %s", x->name,
+                        snprintf(why, why_len, "device %s did not answer: %s", name,
                                  n == 0 ? "it hung up" : strerror(errno));
                         return -1;
                 }
@@ -205,7 +220,7 @@ static int recv_answer(exchange *x, int sock, msgpack_unpacker *u, msgpack_unpac
                         for (size_t i = 0; i < k; i++) {
                                 int got;
                                 memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                                if (*fd < 0)
+                                if (fd && *fd < 0)
                                         *fd = got;
                                 else
                                         close(got);
@@ -214,7 +229,7 @@ static int recv_answer(exchange *x, int sock, msgpack_unpacker *u, msgpack_unpac
                 msgpack_unpacker_buffer_consumed(u, (size_t) n);
                 total += (size_t) n;
         }
-        snprintf(x->why, sizeof(x->why), "device %s answered what is not msgpack-RPC", x->name);
+        snprintf(why, why_len, "device %s answered what is not msgpack-RPC", name);
         return -1;
 }
 
@@ -261,8 +276,8 @@ static void exchange_run(exchange *x)
                                                                      NULL) < 0) {
                 snprintf(x->why, sizeof(x->why), "cannot talk to device %s: %s", x->name,
                          strerror(errno));
-        } else if (recv_answer(x, sock, &u, &up, 1, &memfd) == 0 &&
-                   recv_answer(x, sock, &u, &up, 2, &memfd) == 0) {
+        } else if (recv_answer(sock, &u, &up, 1, &memfd, x->name, x->why, sizeof(x->why)) == 0 &&
+                   recv_answer(sock, &u, &up, 2, &memfd, x->name, x->why, sizeof(x->why)) == 0) {
                 const msgpack_object *r = &up.data.via.array.ptr[3];
                 if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 3 ||
                     !cube__obj_u64(&r->via.array.ptr[0], &size) ||
@@ -349,6 +364,8 @@ static void exchange_done(cube__op *o)
                         p->tag = x->tag;
                         p->size = x->size;
                         p->device = x->device;
+                        p->next_msgid = 3;      /* 1 and 2 were the exchange's */
+                        pthread_mutex_init(&p->lock, NULL);
                         p->next = srv->peers;
                         srv->peers = p;
                         cube__log(CUBE__LOG_INFO, "peer access: device %s's memory (%" PRIu64
@@ -371,6 +388,189 @@ static void exchange_done(cube__op *o)
         }
         msgpack_sbuffer_destroy(&sb);
         free(x);
+}
+
+/* ---- telling a peer what a launch here wrote (host steps) ---------------- */
+
+/* One span of the peer's memory and what it is now: failure 0, written. */
+typedef struct span {
+        uint64_t start, end;            /* of the allocation */
+        uint64_t failure;
+} span;
+
+/* A launch's claim on one peer range, told in stream order behind it. */
+typedef struct tell {
+        cube__server *srv;
+        cube__op *op;
+        cube__peer *peer;
+        cube__alloc *alloc;
+        uint64_t start, end;
+        uint32_t msgid;
+        msgpack_sbuffer frame;          /* the peer_written request */
+        bool failed;
+        char why[256];
+} tell;
+
+/* What A's claims say of [t->start, t->end) of the peer range now: spans
+ * written, spans carrying a failure; bytes a later launch claims already
+ * are left to its own telling. Past PEER_SPANS_MAX the rest goes as one
+ * span carrying the first failure in it, if any. */
+static size_t spans_now(const tell *t, span *v)
+{
+        const cube__claims *c = &t->alloc->claims;
+        uint64_t at = t->start;
+        size_t n = 0;
+
+        for (size_t i = 0; i < c->n && at < t->end; i++) {
+                const cube__claim *cl = &c->v[i];
+                uint64_t s = cl->start > at ? cl->start : at, e = cl->end < t->end ? cl->end : t->end;
+                if (cl->end <= at || s >= e)
+                        continue;
+                if (n >= PEER_SPANS_MAX - 2) {
+                        for (; i < c->n && c->v[i].start < t->end; i++)
+                                if (c->v[i].failure) {
+                                        v[n++] = (span) { at, t->end, c->v[i].failure };
+                                        return n;
+                                }
+                        break;
+                }
+                if (s > at)
+                        v[n++] = (span) { at, s, 0 };
+                if (cl->failure)
+                        v[n++] = (span) { s, e, cl->failure };
+                at = e;
+        }
+        if (at < t->end)
+                v[n++] = (span) { at, t->end, 0 };
+        return n;
+}
+
+/* Packs peer_written [[[offset, size, error or nil], ...]]: each failure as
+ * its root, the error value the launch here ended with. */
+static int pack_told(tell *t, const span *v, size_t n)
+{
+        cube__failures *fs = &t->srv->failures;
+        msgpack_packer pk;
+        int r;
+
+        msgpack_sbuffer_init(&t->frame);
+        msgpack_packer_init(&pk, &t->frame, msgpack_sbuffer_write);
+        r = cube__pack_request(&pk, t->msgid, "peer_written", 1);
+        r |= msgpack_pack_array(&pk, (uint32_t) n);
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                r |= msgpack_pack_array(&pk, 3);
+                r |= msgpack_pack_uint64(&pk, t->alloc->peer_at + v[i].start);
+                r |= msgpack_pack_uint64(&pk, v[i].end - v[i].start);
+                if (!v[i].failure) {
+                        r |= msgpack_pack_nil(&pk);
+                        continue;
+                }
+                cube_error *report = cube__failures_report(fs, v[i].failure, t->alloc->id);
+                const cube_error *root = report ? cube_error_source(report) : NULL;
+                r |= root ? cube__err_pack(&pk, root) : -1;
+                cube_error_free(report);
+        }
+        return r ? -1 : 0;
+}
+
+/* Its own thread: one exchange at a time on the peer's connection. */
+static void *tell_thread(void *arg)
+{
+        tell *t = arg;
+        msgpack_unpacker u;
+        msgpack_unpacked up;
+
+        pthread_mutex_lock(&t->peer->lock);
+        if (!msgpack_unpacker_init(&u, 4096)) {
+                snprintf(t->why, sizeof(t->why), "out of host memory");
+                t->failed = true;
+        } else {
+                msgpack_unpacked_init(&up);
+                if (send_all(t->peer->fd, t->frame.data, t->frame.size) < 0) {
+                        snprintf(t->why, sizeof(t->why), "cannot talk to device %s: %s",
+                                 t->peer->name, strerror(errno));
+                        t->failed = true;
+                } else if (recv_answer(t->peer->fd, &u, &up, t->msgid, NULL, t->peer->name,
+                                       t->why, sizeof(t->why)) < 0) {
+                        t->failed = true;
+                }
+                msgpack_unpacked_destroy(&up);
+                msgpack_unpacker_destroy(&u);
+        }
+        pthread_mutex_unlock(&t->peer->lock);
+        cube__work_complete(t->srv, &t->op->work);
+        return NULL;
+}
+
+/* Loop thread, in stream order once the launch's claim is settled: what the
+ * bytes are now goes to the peer, unless it is gone (a launch that binds it
+ * fails now) or nothing of the range is the launch's any more. */
+static void tell_start(cube__op *o)
+{
+        tell *t = o->host_ctx;
+        cube_error *gone = cube__peer_check(t->srv, t->peer);
+        span *v = gone ? NULL : calloc(PEER_SPANS_MAX, sizeof(*v));
+        size_t n = v ? spans_now(t, v) : 0;
+        pthread_attr_t attr;
+        pthread_t th;
+        int r = -1;
+
+        if (n > 0 && pack_told(t, v, n) == 0) {
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                r = pthread_create(&th, &attr, tell_thread, t);
+                pthread_attr_destroy(&attr);
+        }
+        if (r != 0 && !gone && (n > 0 || !v)) {
+                snprintf(t->why, sizeof(t->why), "out of host memory");
+                t->failed = true;
+        }
+        cube_error_free(gone);
+        free(v);
+        if (r != 0)
+                cube__work_complete(t->srv, &o->work);
+}
+
+static void tell_done(cube__op *o)
+{
+        tell *t = o->host_ctx;
+
+        if (t->failed)
+                cube__log_session(CUBE__LOG_WARNING, o->session, 0, "device %s was not told what "
+                                  "a launch of session %" PRIu64 " wrote of its memory: %s",
+                                  t->peer->name, o->session->id, t->why);
+        msgpack_sbuffer_destroy(&t->frame);
+}
+
+void cube__peer_launch_wrote(cube__session *s, uint64_t stream, cube__alloc *a, uint64_t start,
+                             uint64_t end)
+{
+        cube_error *e = NULL;
+        cube__stream *st = start < end ? cube__stream_get(s, stream, &e) : NULL;
+        cube__op *o;
+        tell *t;
+
+        if (!st || cube__capturing(st) ||
+            !(o = cube__op_new(s, st, CUBE__WORK_FENCE, 1, sizeof(*t), (void **) &t))) {
+                if (start < end)
+                        cube__log_session(CUBE__LOG_WARNING, s, 0, "device %s will not be told "
+                                          "what a launch of session %" PRIu64 " wrote of its "
+                                          "memory: %s", a->peer->name, s->id,
+                                          e ? cube_error_message(e) : st ? "the stream records "
+                                          "a capture" : "out of host memory");
+                cube_error_free(e);
+                return;
+        }
+        *t = (tell) { .srv = s->server, .op = o, .peer = a->peer, .alloc = a, .start = start,
+                      .end = end, .msgid = a->peer->next_msgid++ };
+        msgpack_sbuffer_init(&t->frame);
+        if (!a->peer->next_msgid)
+                a->peer->next_msgid = 3;
+        cube__op_use(o, a, false);
+        o->host_run = tell_start;
+        o->host_done = tell_done;
+        o->host_ctx = t;
+        cube__op_enqueue(o);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -488,6 +688,7 @@ cube__dispatched cube__do_peer_memory(cube__msg *k)
         r |= cube__pack_str(&pk, srv->instance);
         if (r == 0) {
                 s->bytes_out += sb.size;
+                s->peer_mapped = true;
                 cube__log_session(CUBE__LOG_INFO, s, 0, "session %" PRIu64 " (%s) maps this "
                                   "device's memory", s->id, s->name);
                 cube__reply_sbuffer_fd(k, &sb, fd);
@@ -582,7 +783,7 @@ cube__dispatched cube__do_peer_bind(cube__msg *k)
                 e = cube__err_validation("%" PRIu64 " bytes at offset %" PRIu64 " do not fit "
                                          "device %s's memory", size, offset, name);
         else if (!(e = srv->driver->peer_storage(srv->device, p->slot, offset, size, &storage)))
-                e = cube__alloc_peer(k->session, id, p, storage, size);
+                e = cube__alloc_peer(k->session, id, p, storage, offset, size);
         if (e)
                 cube__reply_owned_error(k, e);
         else
@@ -590,47 +791,101 @@ cube__dispatched cube__do_peer_bind(cube__msg *k)
         return CUBE__DISPATCH_DONE;
 }
 
-/* peer_wrote: [stream, [handle, ...], reason or nil], a notification. A kernel
- * on another device finished enqueuing its writes to these buffers: a reason
- * taints them as a failed launch would, nil marks them written. */
+/* peer_wrote: a notification of earlier libraries, whose client said what a
+ * peer's kernel wrote. The peer says it itself now (peer_written), so what a
+ * client says is not taken: it is accepted and ignored. */
 cube__dispatched cube__do_peer_wrote(cube__msg *k)
 {
-        cube__session *s = k->session;
-        cube__failures *fs = &k->server->failures;
-        const msgpack_object_array *arr;
-        char reason[512];
-        uint64_t stream, failure = 0;
-        bool failed;
+        (void) k;
+        return CUBE__DISPATCH_DONE;
+}
 
-        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_array(&k->p[1], &arr) ||
-            (k->p[2].type != MSGPACK_OBJECT_NIL &&
-             !cube__obj_str(&k->p[2], reason, sizeof(reason)))) {
-                cube__reply_malformed(k, "params must be [stream, [handle, ...], reason or nil]");
+/* What one peer_written span lands on: every allocation of this device's
+ * memory it overlaps. */
+typedef struct landing {
+        cube__server *srv;
+        uint64_t start, end;            /* of the device's memory */
+        uint64_t failure;               /* 0: written */
+} landing;
+
+static void land_on(uint64_t id, void *value, void *ctx)
+{
+        cube__name *n = value;
+        cube__alloc *a = n->alloc;
+        landing *l = ctx;
+        uint64_t at, s, e;
+
+        (void) id;
+        if (a->peer || !a->storage || a->freed)
+                return;
+        at = l->srv->driver->peer_offset(l->srv->device, a->storage) + a->base;
+        s = l->start > at ? l->start - at : 0;
+        e = l->end - at < a->size ? l->end - at : a->size;
+        if (l->end <= at || s >= e)
+                return;
+        if (l->failure)
+                cube__alloc_taint(a, s, e, l->failure);
+        else
+                cube__claims_written(&l->srv->failures, &a->claims, s, e);
+}
+
+/* peer_written: [[[offset, size, error or nil], ...]], from a daemon this
+ * device's memory was handed to (peer_memory). A launch there that bound
+ * these bytes ended: nil marks them written (releasing a failure they
+ * carried), an error taints them with it, the peer's own error value, as a
+ * failed launch here would. Answered nil once done, so the peer's stream
+ * goes on only once reads here see it. */
+cube__dispatched cube__do_peer_written(cube__msg *k)
+{
+        cube__session *s = k->session;
+        cube__server *srv = k->server;
+        cube__failures *fs = &srv->failures;
+        const msgpack_object_array *spans, *one;
+        const char *device = strncmp(s->name, "peer:", 5) == 0 ? s->name + 5 : s->name;
+
+        if (k->n != 1 || !cube__obj_array(&k->p[0], &spans)) {
+                cube__reply_malformed(k, "params must be [[[offset, size, error or nil], ...]]");
                 return CUBE__DISPATCH_DONE;
         }
-        failed = k->p[2].type != MSGPACK_OBJECT_NIL;
-        if (failed) {
-                s->errors++;
-                failure = cube__failures_insert(fs, cube__err_generic("a kernel on a peer device "
-                                                                      "failed: %s", reason), s->id, s->uid);
+        if (!s->peer_mapped || s->uid != geteuid() || !has_peer_access(srv)) {
+                cube__reply_owned_error(k, cube__err_validation("peer_written is for a daemon "
+                                                                "this device's memory was "
+                                                                "handed to"));
+                return CUBE__DISPATCH_DONE;
         }
-        for (uint32_t i = 0; i < arr->size; i++) {
-                cube_handle h;
-                cube__name *n;
-                uint64_t start, end;
-                cube_error *e;
-                if (!cube__obj_handle(&arr->ptr[i], &h))
-                        continue;
-                if ((e = cube__name_resolve(s, &h, &n, &start, &end))) {
-                        cube_error_free(e);
-                        continue;
+        for (uint32_t i = 0; i < spans->size; i++) {
+                landing l = { .srv = srv };
+                uint64_t offset, size;
+                cube_error *root = NULL;
+                if (!cube__obj_array(&spans->ptr[i], &one) || one->size != 3 ||
+                    !cube__obj_u64(&one->ptr[0], &offset) || !cube__obj_u64(&one->ptr[1], &size) ||
+                    offset + size < offset ||
+                    (one->ptr[2].type != MSGPACK_OBJECT_NIL &&
+                     cube__err_unpack(&one->ptr[2], CUBE__FAMILY_SERVER, &root) < 0)) {
+                        cube__reply_malformed(k, "a span must be [offset, size, error or nil], "
+                                              "the error a ServerError");
+                        return CUBE__DISPATCH_DONE;
                 }
-                if (failed)
-                        cube__alloc_taint(n->alloc, start, end, failure);
-                else
-                        cube__claims_written(fs, &n->alloc->claims, start, end);
+                if (root) {
+                        s->errors++;
+                        l.failure = cube__failures_insert(fs, root, s->id, s->uid);
+                        if (!l.failure)
+                                continue;
+                        char note[CUBED_NAME_MAX + 64];
+                        snprintf(note, sizeof(note), "a kernel on device %s was to write these "
+                                 "bytes", device);
+                        cube__failures_note(fs, l.failure, note);
+                        cube__log_session(CUBE__LOG_INFO, s, l.failure, "a launch on device %s "
+                                          "that bound this device's memory failed (failure #%"
+                                          PRIu64 ")", device, l.failure);
+                }
+                l.start = offset;
+                l.end = offset + size;
+                for (cube__session *x = srv->sessions; x; x = x->next)
+                        cube__idmap_foreach(&x->memory, land_on, &l);
+                if (l.failure)
+                        cube__failures_prune(fs, l.failure);
         }
-        if (failed)
-                cube__failures_prune(fs, failure);
+        cube__reply_ok_nil(k);
         return CUBE__DISPATCH_DONE;
 }

@@ -35,6 +35,13 @@ extern "C" {
 
 #define CUBE_PROTOCOL_VERSION 1
 
+/* Marks what is kept only for programs built against earlier libraries. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CUBE_DEPRECATED __attribute__((deprecated))
+#else
+#define CUBE_DEPRECATED
+#endif
+
 /* Where cube_connect() looks when neither a path nor $CUBE_SOCKET is given. */
 #define CUBE_DEFAULT_SOCKET "/run/cube/cpu0.sock"
 
@@ -867,19 +874,21 @@ cube_error *cube_sync_collective(cube_client *c);
  * The other client names size bytes at that address as a handle of its
  * own with cube_peer_bind, and binds it in launches as any buffer (only a
  * client of the daemon's own user, or root, may: a bound range reaches
- * whatever the peer holds there); a launch
- * that binds it after the peer is gone fails, on what it writes. After its
- * kernel that writes the buffer was synced, the owner's client calls
- * cube_peer_wrote(handles, NULL) (or with the reason it failed) so reads of
- * the buffer on the owner see the bytes (or the failure). */
+ * whatever the peer holds there); a launch that binds it after the peer is
+ * gone fails, on what it writes. The daemon that ran a launch writing the
+ * buffer tells the owner's daemon itself how it ended, in stream order: a
+ * sync there that waited for the launch answers once the owner knows, and
+ * reads on the owner see the bytes, or fail on the launch's own error (a
+ * poisoned device's DevicePoisoned included) as they would on one of its
+ * own launches. */
 cube_error *cube_can_access_peer(cube_client *c, const char *peer, bool *ret_can);
 cube_error *cube_peer_address(cube_client *c, const cube_handle *h, uint64_t *ret_address);
 cube_error *cube_peer_bind(cube_client *c, const char *peer, uint64_t address, uint64_t size,
                            cube_handle *ret_handle);
-/* A kernel on another device finished enqueuing its writes to handles:
- * reason NULL when it did, else why it failed (the handles carry it). */
+/* Deprecated, does nothing: the owner's daemon learns what a peer's launch
+ * wrote from the peer. Kept for programs built against earlier libraries. */
 cube_error *cube_peer_wrote(cube_client *c, const cube_handle *handles, size_t n,
-                            const char *reason);
+                            const char *reason) CUBE_DEPRECATED;
 
 typedef struct cube_comm_info {
         char id[17];

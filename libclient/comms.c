@@ -296,24 +296,17 @@ cube_error *cube_peer_bind(cube_client *c, const char *peer, uint64_t address, u
         return e;
 }
 
+/* Deprecated: the daemon whose memory a peer's launch wrote learns it from
+ * the peer itself, so there is nothing left for a client to say. Kept so
+ * that programs built against earlier libraries link and run. */
 cube_error *cube_peer_wrote(cube_client *c, const cube_handle *handles, size_t n,
                             const char *reason)
 {
-        cube__frame f;
-        int r = 0;
-
-        cube__frame_init(&f);
-        r |= cube__pack_notify(&f.pk, "peer_wrote", 3);
-        r |= msgpack_pack_uint64(&f.pk, cube_stream_current());
-        r |= msgpack_pack_array(&f.pk, (uint32_t) n);
-        for (size_t i = 0; i < n; i++)
-                r |= cube__pack_handle(&f.pk, &handles[i]);
-        r |= reason ? cube__pack_str(&f.pk, reason) : msgpack_pack_nil(&f.pk);
-        if (r) {
-                cube__frame_destroy(&f);
-                return cube__err_generic("out of memory in libcubeclient");
-        }
-        return cube__frame_send(c, &f, NULL, NULL, 0);
+        (void) c;
+        (void) handles;
+        (void) n;
+        (void) reason;
+        return NULL;
 }
 
 static bool decode_comm(const msgpack_object *m, void *elem)

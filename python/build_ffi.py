@@ -134,7 +134,7 @@ def header_cdef(path):
         if s.startswith("#"):
             continue
         lines.append(line)
-    body = "\n".join(lines)
+    body = "\n".join(lines).replace("CUBE_DEPRECATED", "")
     for name, value in defines.items():
         body = re.sub(r"\b%s\b" % name, value, body)
     return "".join(f"#define {n} {v}\n" for n, v in defines.items()) + body

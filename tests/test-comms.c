@@ -808,14 +808,6 @@ START_TEST(test_no_transport)
         e = cube_peer_address(c, &h, &addr);
         ck_assert_int_eq(cube_error_operation(e), (e ? CUBE_COLLECTIVE_PEER_ACCESS : -2));
         cube_error_free(e);
-        /* peer_wrote with a reason taints; with none, repairs. */
-        ck_ok(cube_peer_wrote(c, &h, 1, "the peer's kernel faulted"));
-        e = cube_check(c, &h, 1);
-        ck_assert_msg(e && strstr(cube_error_message(e), "the peer's kernel faulted"), "%s",
-                      e ? cube_error_message(e) : "none");
-        cube_error_free(e);
-        ck_ok(cube_peer_wrote(c, &h, 1, NULL));
-        ck_ok(cube_check(c, &h, 1));
         cube_disconnect(c);
         test_group_stop(&g);
 }

@@ -1,10 +1,11 @@
 /*
  * test-peer.c - peer access between two CPU daemons of one host: who may
  * access whom, a kernel on one device writing and reading a buffer of the
- * other, peer_address on a tainted buffer, the bound-range limit, a peer of
- * another user (a daemon, a session asking for the memory, a process posing
- * as a peer), who may bind, and a peer that dies under a device that binds
- * its memory.
+ * other, the owner learning from the peer itself what its kernels wrote
+ * (written, failed with the peer's own error, poisoned), peer_address on a
+ * tainted buffer, the bound-range limit, a peer of another user (a daemon, a
+ * session asking for the memory, a process posing as a peer), who may bind,
+ * and a peer that dies under a device that binds its memory.
  */
 #include <check.h>
 #include <signal.h>
@@ -42,6 +43,20 @@ static cube_handle bind_peer(cube_client *owner, const cube_handle *h, cube_clie
         return bound;
 }
 
+/* Daemons cpu0 and cpu1 started with args, a client of each, and cpu1's
+ * memory handed to cpu0. */
+static void peers_up(test_group *g, const char *const *args, cube_client **ret_a,
+                     cube_client **ret_b)
+{
+        bool can = false;
+
+        ck_assert_int_eq(test_group_start(g, 2, args), 0);
+        *ret_a = test_connect(g->d[0].socket, "a");
+        *ret_b = test_connect(g->d[1].socket, "b");
+        ck_ok(cube_can_access_peer(*ret_a, "cpu1", &can));
+        ck_assert(can);
+}
+
 START_TEST(test_who_may_access)
 {
         test_group g;
@@ -73,38 +88,66 @@ START_TEST(test_who_may_access)
 }
 END_TEST
 
+/* The read of h on c fails within a few seconds, on an error it returns:
+ * what a peer whose device is poisoned tells comes in behind its sync's
+ * answer, which a poisoned device gives at once. */
+static cube_error *read_fails(cube_client *c, const cube_handle *h)
+{
+        uint32_t *got = malloc(cube_handle_len(h));
+        long until = test_now_ms() + test_scaled_ms(5000);
+        cube_error *e;
+
+        while (!(e = cube_read(c, h, got, cube_handle_len(h))) && test_now_ms() < until)
+                usleep(20000);
+        free(got);
+        return e;
+}
+
+/* Whether kind is on the way from e to its root. */
+static bool carries(const cube_error *e, cube_error_kind kind)
+{
+        while (e && cube_error_kind_of(e) != kind)
+                e = cube_error_count(e) == 1 ? cube_error_at(e, 0) : cube_error_source(e);
+        return e != NULL;
+}
+
+/* The innermost error of e is of kind. */
+static void ck_root_is(const cube_error *e, cube_error_kind kind, const char *words)
+{
+        ck_assert_msg(e != NULL, "the read succeeded");
+        ck_assert_msg(cube_error_kind_of(cube_error_root(e)) == kind && strstr(
+                      cube_error_message(e), words), "not kind %d with '%s': %s", (int) kind,
+                      words, cube_error_message(e));
+}
+
 START_TEST(test_kernel_writes_peer_buffer)
 {
         test_group g;
         cube_client *a, *b;
         uint32_t in[N], zeros[N] = {0}, got[N];
-        cube_handle src, dst, bound;
-        bool can = false;
+        cube_handle src, dst, bound, other;
 
-        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
-        a = test_connect(g.d[0].socket, "a");
-        b = test_connect(g.d[1].socket, "b");
-        ck_ok(cube_can_access_peer(a, "cpu1", &can));
-        ck_assert(can);
+        peers_up(&g, NULL, &a, &b);
         for (uint32_t i = 0; i < N; i++)
                 in[i] = i * 3 + 1;
         ck_ok(cube_create(a, in, sizeof(in), &src));
         ck_ok(cube_create(b, zeros, sizeof(zeros), &dst));
+        ck_ok(cube_create(b, zeros, sizeof(zeros), &other));
         ck_ok(cube_sync(b, &dst, 1));
         bound = bind_peer(b, &dst, a, "cpu1");
-        /* An earlier attempt failed: the buffer carries it until a kernel's
-         * write is reported. */
-        ck_ok(cube_peer_wrote(b, &dst, 1, "an earlier attempt failed"));
+        /* An earlier launch on B failed writing it: the buffer carries that
+         * until a kernel's write is done. */
+        test_launch_u32(b, affine_over(999, (cube_handle[]) { other, dst }), NULL, 0);
+        cube_error *e = cube_read(b, &dst, got, sizeof(got));
+        ck_assert_msg(e && strstr(cube_error_message(e), "never registered"), "%s",
+                      e ? cube_error_message(e) : "read");
+        cube_error_free(e);
+        /* A kernel on A writes it: once A's sync answers, B reads what it
+         * wrote, told by A itself. */
         uint64_t k = test_kernel(a, test_affine_source, "affine");
         test_launch_u32(a, affine_over(k, (cube_handle[]) { src, bound }), NULL, 0);
         ck_ok(cube_sync(a, &bound, 1));
         ck_ok(cube_check(a, &bound, 1));
-        cube_error *e = cube_read(b, &dst, got, sizeof(got));
-        ck_assert_msg(e && strstr(cube_error_message(e), "an earlier attempt failed"), "%s",
-                      e ? cube_error_message(e) : "read");
-        cube_error_free(e);
-        /* The owner is told, then reads what the kernel wrote. */
-        ck_ok(cube_peer_wrote(b, &dst, 1, NULL));
         ck_ok(cube_read(b, &dst, got, sizeof(got)));
         for (uint32_t i = 0; i < N; i++)
                 ck_assert_uint_eq(got[i], test_affine(in[i]));
@@ -118,19 +161,114 @@ START_TEST(test_kernel_writes_peer_buffer)
 }
 END_TEST
 
+/* A buffer of B (zeros) bound on A, a source of zeros on A, the affine
+ * kernel on A, and its launch from the one to the other, which fails on
+ * A's device with kind (reason). */
+typedef struct peer_write {
+        cube_handle src, dst, bound;
+        uint64_t kernel;
+} peer_write;
+
+static peer_write failing_peer_write(cube_client *a, cube_client *b, cube_error_kind kind,
+                                     const char *reason)
+{
+        uint32_t zeros[N] = {0};
+        peer_write w;
+
+        ck_ok(cube_create(a, zeros, sizeof(zeros), &w.src));
+        ck_ok(cube_create(b, zeros, sizeof(zeros), &w.dst));
+        w.bound = bind_peer(b, &w.dst, a, "cpu1");
+        w.kernel = test_kernel(a, test_affine_source, "affine");
+        ck_ok(cube_debug_inject(a, CUBE_FAULT_DEVICE_LAUNCH, kind, reason, 0));
+        test_launch_u32(a, affine_over(w.kernel, (cube_handle[]) { w.src, w.bound }), NULL, 0);
+        return w;
+}
+
+/* A kernel on A that writes B's buffer and fails: B's reads answer A's own
+ * error value, with no word from any client; the next kernel that writes it
+ * repairs it. */
+START_TEST(test_peer_failure_reaches_the_owner)
+{
+        static const char *const args[] = { "--enable-fault-injection", NULL };
+        test_group g;
+        cube_client *a, *b;
+        uint32_t got[N];
+        cube_error *e;
+
+        peers_up(&g, args, &a, &b);
+        peer_write w = failing_peer_write(a, b, CUBE_LAUNCH_UNKNOWN, "the peer's kernel failed");
+        e = cube_sync(a, &w.bound, 1);
+        ck_root_is(e, CUBE_LAUNCH_UNKNOWN, "the peer's kernel failed");
+        cube_error_free(e);
+        e = cube_read(b, &w.dst, got, sizeof(got));
+        ck_root_is(e, CUBE_LAUNCH_UNKNOWN, "the peer's kernel failed");
+        ck_assert_msg(carries(e, CUBE_SERVER_UNWRITTEN) && carries(e, CUBE_SERVER_LAUNCH),
+                      "%s", cube_error_message(e));
+        ck_assert(!cube_error_is_refusal(e));
+        cube_error_free(e);
+        /* Nor may B hand the address to anyone. */
+        uint64_t address;
+        e = cube_peer_address(b, &w.dst, &address);
+        ck_root_is(e, CUBE_LAUNCH_UNKNOWN, "the peer's kernel failed");
+        cube_error_free(e);
+        /* A launch on A refused outright taints it with the refusal. */
+        test_launch_u32(a, affine_over(999, (cube_handle[]) { w.src, w.bound }), NULL, 0);
+        ck_ok(cube_sync(a, NULL, 0));
+        e = cube_read(b, &w.dst, got, sizeof(got));
+        ck_root_is(e, CUBE_SERVER_VALIDATION, "never registered");
+        cube_error_free(e);
+        /* A kernel that writes it repairs it, on B too. */
+        test_launch_u32(a, affine_over(w.kernel, (cube_handle[]) { w.src, w.bound }), NULL, 0);
+        ck_ok(cube_sync(a, &w.bound, 1));
+        ck_ok(cube_read(b, &w.dst, got, sizeof(got)));
+        ck_assert_uint_eq(got[N - 1], test_affine(0));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop_clean(&g);
+}
+END_TEST
+
+/* A kernel on A that faults, poisoning A, while writing B's buffer (the
+ * fault as the backend hands it back): B's reads answer the poison, not a
+ * refusal. B itself serves on. */
+START_TEST(test_poisoned_peer)
+{
+        static const char *const args[] = { "--enable-fault-injection", NULL };
+        test_group g;
+        cube_client *a, *b;
+        uint32_t zeros[N] = {0}, got[N];
+        cube_handle mine;
+        cube_error *e;
+
+        peers_up(&g, args, &a, &b);
+        peer_write w = failing_peer_write(a, b, CUBE_DEVICE_POISON, "the peer's kernel faulted");
+        e = cube_sync(a, NULL, 0);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "%s",
+                      e ? cube_error_message(e) : "A's sync succeeded");
+        cube_error_free(e);
+        e = read_fails(b, &w.dst);
+        ck_root_is(e, CUBE_DEVICE_POISON, "the peer's kernel faulted");
+        ck_assert_msg(carries(e, CUBE_SERVER_UNWRITTEN) && carries(e, CUBE_SERVER_LAUNCH) &&
+                      carries(e, CUBE_LAUNCH_DEVICE_POISONED), "%s", cube_error_message(e));
+        ck_assert(!cube_error_is_refusal(e));
+        cube_error_free(e);
+        /* B's device is not A's: it serves on. */
+        ck_ok(cube_create(b, zeros, sizeof(zeros), &mine));
+        ck_ok(cube_read(b, &mine, got, sizeof(got)));
+        cube_disconnect(a);
+        cube_disconnect(b);
+        test_group_stop(&g);
+}
+END_TEST
+
 START_TEST(test_kernel_reads_peer_buffer)
 {
         test_group g;
         cube_client *a, *b;
         uint32_t in[N], got[N];
         cube_handle src, dst, bound;
-        bool can = false;
 
-        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
-        a = test_connect(g.d[0].socket, "a");
-        b = test_connect(g.d[1].socket, "b");
-        ck_ok(cube_can_access_peer(a, "cpu1", &can));
-        ck_assert(can);
+        peers_up(&g, NULL, &a, &b);
         for (uint32_t i = 0; i < N; i++)
                 in[i] = i ^ 0x5a5a;
         ck_ok(cube_create(b, in, sizeof(in), &src));
@@ -173,22 +311,20 @@ START_TEST(test_address_of_tainted_buffer)
         uint32_t data[N] = {0};
         cube_handle h;
         uint64_t address = 0;
-        bool can = false;
         cube_error *e;
 
-        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
-        a = test_connect(g.d[0].socket, "a");
-        b = test_connect(g.d[1].socket, "b");
-        ck_ok(cube_can_access_peer(a, "cpu1", &can));
-        ck_assert(can);
+        peers_up(&g, NULL, &a, &b);
         ck_ok(cube_create(b, data, sizeof(data), &h));
         ck_ok(cube_peer_address(b, &h, &address));
         ck_assert_uint_ne(address >> 48, 0);    /* tagged with the device */
         /* A kernel elsewhere failed writing it: the address is refused with
          * the cause, so no peer binds bytes nothing wrote. */
-        ck_ok(cube_peer_wrote(b, &h, 1, "the peer's kernel faulted"));
+        cube_handle bound = bind_peer(b, &h, a, "cpu1"), in;
+        ck_ok(cube_create(a, data, sizeof(data), &in));
+        test_launch_u32(a, affine_over(999, (cube_handle[]) { in, bound }), NULL, 0);
+        ck_ok(cube_sync(a, NULL, 0));
         e = cube_peer_address(b, &h, &address);
-        ck_assert_msg(e && strstr(cube_error_message(e), "the peer's kernel faulted"), "%s",
+        ck_assert_msg(e && strstr(cube_error_message(e), "never registered"), "%s",
                       e ? cube_error_message(e) : "an address");
         cube_error_free(e);
         /* A write repairs it. */
@@ -324,15 +460,10 @@ START_TEST(test_bind_is_for_the_daemons_user)
         uint32_t data[16] = {0};
         cube_handle h;
         nobody n;
-        bool can = false;
 
         if (!running_as_root())
                 return;
-        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
-        a = test_connect(g.d[0].socket, "a");
-        b = test_connect(g.d[1].socket, "b");
-        ck_ok(cube_can_access_peer(a, "cpu1", &can));
-        ck_assert(can);
+        peers_up(&g, NULL, &a, &b);
         ck_ok(cube_create(b, data, sizeof(data), &h));
         ck_ok(cube_peer_address(b, &h, &granted_address));
         ck_assert_int_eq(chmod(g.dir, 0755), 0);
@@ -437,14 +568,10 @@ START_TEST(test_peer_dies)
         cube_client *a, *b;
         uint32_t in[N], got[N];
         cube_handle src, dst, bound, local;
-        bool can = false;
+        bool can;
         cube_error *e;
 
-        ck_assert_int_eq(test_group_start(&g, 2, NULL), 0);
-        a = test_connect(g.d[0].socket, "a");
-        b = test_connect(g.d[1].socket, "b");
-        ck_ok(cube_can_access_peer(a, "cpu1", &can));
-        ck_assert(can);
+        peers_up(&g, NULL, &a, &b);
         for (uint32_t i = 0; i < N; i++)
                 in[i] = i;
         ck_ok(cube_create(a, in, sizeof(in), &src));
@@ -488,6 +615,8 @@ static Suite *suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_who_may_access);
         tcase_add_test(tc, test_kernel_writes_peer_buffer);
+        tcase_add_test(tc, test_peer_failure_reaches_the_owner);
+        tcase_add_test(tc, test_poisoned_peer);
         tcase_add_test(tc, test_kernel_reads_peer_buffer);
         tcase_add_test(tc, test_address_of_tainted_buffer);
         tcase_add_test(tc, test_peer_of_another_user);

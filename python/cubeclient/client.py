@@ -528,13 +528,6 @@ class Client:
     def peer_address(self, buf):
         return comms.peer_address(self, buf)
 
-    def peer_wrote(self, buffers, reason=None):
-        """A kernel on another device finished enqueuing its writes to
-        buffers: reason None when it did, else why it failed (the buffers
-        then carry it)."""
-        hs, n = _handles(buffers)
-        comms.peer_wrote(self, hs, n, reason)
-
     def comms(self):
         """Every communicator of the daemon's sessions, as CommInfo."""
         v, n = ffi.new("cube_comm_info **"), ffi.new("size_t *")

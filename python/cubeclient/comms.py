@@ -226,7 +226,3 @@ def peer_address(client, buf):
     check(lib.cube_peer_address(client._cp(), buf._h, addr))
     return addr[0]
 
-
-def peer_wrote(client, handles, n, reason):
-    check(lib.cube_peer_wrote(client._cp(), handles, n,
-                              reason.encode() if reason is not None else NULL))

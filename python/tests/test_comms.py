@@ -1,7 +1,7 @@
 """Collectives between two daemons through the binding, each result against
 numpy: all_reduce (Sum and Mean, both ComputeWaits), broadcast, send/recv on a
 pair's group and within a group, a minted group id; a daemon started without a
-transport raising NoDeviceTransport with its operation; peer_wrote."""
+transport raising NoDeviceTransport with its operation."""
 import threading
 
 import numpy as np
@@ -151,9 +151,3 @@ def test_no_transport_raises_its_class(daemon_group):
         with pytest.raises(cube.NoDeviceTransport) as ei:
             c.peer_address(h)
         assert ei.value.operation is cube.Collective.PEER_ACCESS
-        # peer_wrote with a reason taints the buffer; with none, repairs it.
-        c.peer_wrote([h], "the peer's kernel faulted")
-        with pytest.raises(cube.CubeError, match="the peer's kernel faulted"):
-            c.check([h])
-        c.peer_wrote(h)
-        c.check([h])
