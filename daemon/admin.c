@@ -293,7 +293,7 @@ cube__dispatched cube__do_kernels(cube__msg *k)
                  * is done: they read as zeros until then. */
                 bool done = kn->state != CUBE__KERNEL_COMPILING;
                 r |= msgpack_pack_map(&pk, 9);
-                r |= cube__pack_kv_str(&pk, "hash", kn->hash);
+                r |= cube__pack_kv_str(&pk, "hash", kn->program);
                 r |= cube__pack_kv_str(&pk, "entry", kn->entry);
                 r |= cube__pack_kv_str(&pk, "backend", srv->driver->name);
                 r |= cube__pack_kv_str(&pk, "state", states[kn->state]);

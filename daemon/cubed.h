@@ -319,6 +319,8 @@ typedef struct cube__kernel_waiter {
 /* One entry of the cache every session shares. */
 typedef struct cube__kernel {
         char hash[65];
+        char program[65];               /* the key of the build every entry point of
+                                         * the source shares: its artifact's name */
         char *source;
         char *entry;
         cube__kernel_desc desc;
@@ -326,6 +328,8 @@ typedef struct cube__kernel {
         cube__fe_facts *facts;          /* the front end's, once checked */
         char *checked;                  /* the source the backend compiles */
         char *facts_text;               /* the facts as the front end wrote them */
+        char entries[64];               /* the source's entry points, comma-separated
+                                         * (as many as fit): its artifact's record */
         bool unchecked;                 /* compiled without bounds checks */
         struct cube__kernel *unchecked_twin; /* the same source unchecked, once asked for */
         cube__kernel_state state;

@@ -42,6 +42,23 @@ static cube_error *defect(const char *fmt, ...)
         return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN, "%s", text));
 }
 
+/* The entry points the facts name, for the artifact's record. */
+static void list_entries(cube__kernel *k)
+{
+        size_t at = 0;
+
+        k->entries[0] = '\0';
+        for (const char *p = k->facts_text; p && (p = strstr(p, "entry ")); p += 6) {
+                if (p != k->facts_text && p[-1] != '\n')
+                        continue;
+                size_t n = strcspn(p + 6, "\n");
+                if (at + (at > 0) + n >= sizeof(k->entries))
+                        break;
+                at += (size_t) snprintf(k->entries + at, sizeof(k->entries) - at, "%s%.*s",
+                                        at ? "," : "", (int) n, p + 6);
+        }
+}
+
 /* What a check that did not exit 0 means. Parsing is deterministic, so a
  * front end stopped by its limits, or dying, on one source is that source's
  * doing: a refusal, remembered. A check that could not run at all, or
@@ -120,7 +137,7 @@ cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
         }
         checked = cube__sandbox_read(dir, "checked", (size_t) CHECK_FSIZE_MB << 20);
         facts_text = cube__sandbox_read(dir, "facts", 16u << 20);
-        cube__fe_facts *facts = facts_text ? cube__fe_facts_parse(facts_text) : NULL;
+        cube__fe_facts *facts = facts_text ? cube__fe_facts_parse(facts_text, k->entry) : NULL;
         if (!checked || !facts) {
                 cube__fe_facts_free(facts);
                 e = defect("the kernel front end's answer for kernel '%s' cannot be read; a "
@@ -140,6 +157,7 @@ cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
         k->checked = source;
         k->facts_text = facts_text;
         facts_text = NULL;
+        list_entries(k);
 out:
         free(checked);
         free(facts_text);
@@ -159,7 +177,7 @@ bool cube__kernel_facts_load(cube__kernel *k)
         uint64_t bytes = 0;
         int fd;
 
-        snprintf(name, sizeof(name), "%.64s.facts", k->hash);
+        snprintf(name, sizeof(name), "%.64s.facts", k->program);
         if ((fd = cube__artifact_open(&srv->disk_cache, name, &bytes)) < 0) {
                 if (fd != -ENOENT)
                         cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached facts %s "
@@ -177,7 +195,7 @@ bool cube__kernel_facts_load(cube__kernel *k)
                 return false;
         }
         text[len] = '\0';
-        cube__fe_facts *facts = cube__fe_facts_parse(text);
+        cube__fe_facts *facts = cube__fe_facts_parse(text, k->entry);
         if (!facts) {
                 free(text);
                 return false;
@@ -186,6 +204,7 @@ bool cube__kernel_facts_load(cube__kernel *k)
         free(k->facts_text);
         k->facts = facts;
         k->facts_text = text;
+        list_entries(k);
         return true;
 }
 
@@ -197,7 +216,7 @@ void cube__kernel_facts_store(cube__kernel *k)
 
         if (!k->facts_text)
                 return;
-        snprintf(name, sizeof(name), "%.64s.facts", k->hash);
+        snprintf(name, sizeof(name), "%.64s.facts", k->program);
         fd = openat(srv->disk_cache.fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
                     O_NOFOLLOW, 0600);
         if (fd < 0)
@@ -208,6 +227,6 @@ void cube__kernel_facts_store(cube__kernel *k)
                 (void) unlinkat(srv->disk_cache.fd, name, 0);
                 return;
         }
-        if ((fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->source, NULL)) >= 0)
+        if ((fd = cube__artifact_seal(&srv->disk_cache, name, k->entries, k->source, NULL)) >= 0)
                 close(fd);
 }

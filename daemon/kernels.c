@@ -3,10 +3,14 @@
  *
  * A kernel is compiled once for everyone: its cache key is a SHA-256 over the
  * backend, the compiler and its options (the driver's target), the front
- * end's version, the check mode and variant, the entry point and the source, and the compiled artifact is kept in the cache
- * directory under that key, so a later run of the daemon loads it instead of
- * compiling. Compiling and loading run on libuv's thread pool; the loop only
- * learns the outcome.
+ * end's version, the check mode and variant, the entry point and the
+ * source. A source is built once for all its entry points: the front end
+ * rewrites them all, and the artifact is kept in the cache directory under
+ * the key without the entry point (the program), so another entry point of
+ * the source, or a later run of the daemon, loads it instead of compiling;
+ * an entry point whose source is being built waits for that build.
+ * Compiling and loading run on libuv's thread pool; the loop only learns
+ * the outcome.
  *
  * An entry lives while something references it: each kernel id a session
  * registered holds one reference, and a compile in flight holds one. Queued
@@ -115,10 +119,16 @@ static cube__kernel *intern(cube__server *srv, const char *source, size_t source
         cube__sha256_update(&sha, CUBE__FRONTEND_VERSION, sizeof(CUBE__FRONTEND_VERSION));
         cube__sha256_update(&sha, mode, strlen(mode) + 1);
         cube__sha256_update(&sha, variant, strlen(variant) + 1);
+        cube__sha256 program_sha = sha;
         cube__sha256_update(&sha, entry, entry_len);
         cube__sha256_update(&sha, "", 1);
         cube__sha256_update(&sha, source, source_len);
         cube__sha256_hex(&sha, hash);
+        /* One build serves every entry point of a source (the front end
+         * rewrites them all): its key leaves the entry point out. */
+        char program[65];
+        cube__sha256_update(&program_sha, source, source_len);
+        cube__sha256_hex(&program_sha, program);
 
         for (k = cube__idmap_get(&srv->kernel_index, hash_prefix(hash)); k; k = k->next)
                 if (strcmp(k->hash, hash) == 0) {
@@ -130,6 +140,7 @@ static cube__kernel *intern(cube__server *srv, const char *source, size_t source
         if (!k)
                 return NULL;
         memcpy(k->hash, hash, sizeof(hash));
+        memcpy(k->program, program, sizeof(program));
         k->server = srv;
         k->source = strndup(source, source_len);
         k->entry = strndup(entry, entry_len);
@@ -255,7 +266,7 @@ static char *artifact_path(const cube__kernel *k)
         char *path = malloc(n);
 
         if (path)
-                snprintf(path, n, "%s/%s.%s", srv->opts.cache_dir, k->hash,
+                snprintf(path, n, "%s/%s.%s", srv->opts.cache_dir, k->program,
                          srv->driver->artifact_ext);
         return path;
 }
@@ -334,7 +345,7 @@ static void prepare_work(uv_work_t *w)
         }
         k->check_ms = ms_since(check_start);
         use_facts(k);
-        cube__artifact_name(&srv->disk_cache, k->hash, name);
+        cube__artifact_name(&srv->disk_cache, k->program, name);
         if (srv->cache_trusted && !intact) {
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the kernel cache %s is no "
                           "longer the directory the daemon started with (it was moved or "
@@ -400,7 +411,7 @@ static void prepare_work(uv_work_t *w)
         if (!e && intact) {
                 /* What was built is loaded from the descriptor its digest was
                  * taken from. */
-                fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->source,
+                fd = cube__artifact_seal(&srv->disk_cache, name, k->entries, k->source,
                                          &k->artifact_bytes);
                 if (fd >= 0) {
                         e = load_fd(k, fd);
@@ -445,10 +456,10 @@ static void prepare_done(uv_work_t *w, int status)
         }
         srv->compiling--;
         if (k->pinned)
-                cube__disk_cache_unpin(&srv->disk_cache, k->hash, k->from_disk);
+                cube__disk_cache_unpin(&srv->disk_cache, k->program, k->from_disk);
         k->pinned = false;
         if (k->stored)
-                cube__disk_cache_stored(&srv->disk_cache, k->hash, k->artifact_bytes);
+                cube__disk_cache_stored(&srv->disk_cache, k->program, k->artifact_bytes);
         k->stored = false;
         if (status == 0 && !k->from_disk && (k->module || k->error)) {
                 srv->compiles++;
@@ -517,13 +528,23 @@ static bool build_start(cube__kernel *k, bool notify)
         srv->compiling--;
         k->refs--;
         if (k->pinned)
-                cube__disk_cache_unpin(&srv->disk_cache, k->hash, false);
+                cube__disk_cache_unpin(&srv->disk_cache, k->program, false);
         k->pinned = false;
         k->state = CUBE__KERNEL_FAILED;
         k->retry = true;
         free(k->waiters);
         k->waiters = NULL;
         k->n_waiters = 0;
+        return false;
+}
+
+/* Whether another entry point of k's source is being built: k waits for
+ * that build, whose artifact it then loads, so a source is built once. */
+static bool sibling_building(const cube__server *srv, const cube__kernel *k)
+{
+        for (const cube__kernel *o = srv->kernels; o; o = o->all_next)
+                if (o != k && o->build_running && strcmp(o->program, k->program) == 0)
+                        return true;
         return false;
 }
 
@@ -542,12 +563,12 @@ static void build_schedule(cube__server *srv, cube__kernel *asking)
                 for (cube__kernel **p = &srv->build_queue; *p; p = &(*p)->build_next) {
                         const cube__uid *u = cube__idmap_get(&srv->users.uids, (*p)->build_uid);
                         uint32_t running = u ? u->builds : 0;
-                        if (running < fewest) {
+                        if (running < fewest && !sibling_building(srv, *p)) {
                                 best = p;
                                 fewest = running;
                         }
                 }
-                if (fewest >= share)
+                if (!best || fewest >= share)
                         return;
                 k = *best;
                 *best = k->build_next;
@@ -595,7 +616,7 @@ bool cube__kernel_prepare(cube__kernel *k, const cube__kernel_waiter *waiter)
                 k->state = CUBE__KERNEL_COMPILING;
                 k->work.data = k;
                 k->refs++;              /* held until prepare_done */
-                k->pinned = cube__disk_cache_pin(&srv->disk_cache, k->hash);
+                k->pinned = cube__disk_cache_pin(&srv->disk_cache, k->program);
                 srv->compiling++;
                 k->build_uid = srv->asking_uid;
                 cube__kernel **tail = &srv->build_queue;

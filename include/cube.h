@@ -601,7 +601,8 @@ cube_error *cube_daemon_captures(cube_client *c, cube_capture_info **ret_capture
 
 /* One entry of the daemon's kernel cache, as cubectl kernels shows it. */
 typedef struct cube_kernel_info {
-        char hash[65];                  /* SHA-256 of what the key covers */
+        char hash[65];                  /* the key of its build (its artifact's name), which
+                                         * the entry points of one source share */
         char entry[64];
         char backend[16];
         char state[16];                 /* "compiled", "failed", "compiling", "new" */
@@ -637,7 +638,8 @@ cube_error *cube_daemon_kernel_cache(cube_client *c, cube_kernel_cache *ret_cach
 typedef struct cube_cache_artifact {
         char hash[65];                  /* the cache key, as cube_kernel_info's hash */
         char source_hash[65];           /* SHA-256 of the kernel's source ("" if unrecorded) */
-        char entry[64];                 /* its entry point ("" if unrecorded) */
+        char entry[64];                 /* its source's entry points, comma-separated, as
+                                         * many as fit ("" if unrecorded) */
         char backend[16];
         uint64_t bytes;                 /* the artifact and its digest */
         double used_at;                 /* last written or loaded, seconds since the epoch */

@@ -680,6 +680,85 @@ START_TEST(compile_mode_fills_the_cache_and_runs_nothing)
 }
 END_TEST
 
+/* Three entry points of one source, with two, two and one buffers, and a
+ * helper marked KERNEL that the source calls (a helper, not an entry). */
+static const char several_source[] =
+        "KERNEL uint32_t bump(uint32_t v)\n"
+        "{\n"
+        "        return v + 1u;\n"
+        "}\n"
+        "KERNEL void twice(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = in[i] * 2u;\n"
+        "}\n"
+        "KERNEL void plus_one(const uint32_t *in, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(1))\n"
+        "                out[i] = bump(in[i]);\n"
+        "}\n"
+        "KERNEL void fill(uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        if (i < BUFFER_LEN(0))\n"
+        "                out[i] = 7u;\n"
+        "}\n";
+
+/* A source with several entry points is read and built once, every entry
+ * point by its own name, and the disk keeps one artifact for it, which a
+ * restarted daemon loads for each of them. */
+START_TEST(a_source_with_several_entry_points_is_built_once)
+{
+        static const char *const entries[] = { "twice", "plus_one", "fill" };
+        static const uint32_t lens[2] = { TRIPLE_N, TRIPLE_N };
+        uint32_t in[TRIPLE_N], got[TRIPLE_N];
+        cube_handle hin, hout;
+        cube_cache_artifact *arts;
+        size_t n_arts;
+        cube_client *c;
+        uint64_t k[3];
+
+        ck_ok(cube_connect(D.socket, "several", &c));
+        triple_buffers(c, 40, in, &hin, &hout);
+        for (int round = 0; round < 2; round++) {
+                for (int i = 0; i < 3; i++) {
+                        k[i] = test_kernel(c, several_source, entries[i]);
+                        cube_handle bufs[2] = { hin, hout };
+                        cube_info *info = info_with_lens(i == 2 ? 1 : 2, i == 2 ? lens + 1 : lens);
+                        launch(c, (cube_launch) {
+                                .kernel = k[i], .cube_count = { (TRIPLE_N + 63) / 64, 1, 1 },
+                                .cube_dim = { 64, 1, 1 }, .buffers = i == 2 ? bufs + 1 : bufs,
+                                .n_buffers = i == 2 ? 1 : 2, .info = info,
+                                .mode = round == 0 ? CUBE_LAUNCH_QUEUE : CUBE_LAUNCH_EXECUTE,
+                        });
+                        cube_info_free(info);
+                        if (round == 0)
+                                continue;
+                        ck_ok(cube_read(c, &hout, got, sizeof(got)));
+                        for (uint32_t j = 0; j < TRIPLE_N; j++) {
+                                uint32_t want = i == 0 ? in[j] * 2u : i == 1 ? in[j] + 1u : 7u;
+                                ck_assert_msg(got[j] == want, "%s: out[%u] = %#x, expected %#x",
+                                              entries[i], j, got[j], want);
+                        }
+                }
+                /* The three asked for at once: one build, the others wait
+                 * for it and load what it stored. */
+                if (round == 0)
+                        ck_ok(cube_compile_queued(c));
+                ck_assert_uint_eq(session_status(c).compiles, 1);
+        }
+        ck_assert(kernel_entry(c, "twice").hash[0]);
+        ck_assert_str_eq(kernel_entry(c, "fill").state, "compiled");
+        ck_ok(cube_daemon_cache_artifacts(c, &arts, &n_arts));
+        ck_assert_uint_eq(n_arts, 1);
+        ck_assert_str_eq(arts[0].entry, "twice,plus_one,fill");
+        free(arts);
+        cube_disconnect(c);
+}
+END_TEST
+
 START_TEST(queue_mode_compiles_only_when_asked)
 {
         uint32_t in[TRIPLE_N];
@@ -1518,6 +1597,7 @@ static Suite *kernels_suite(void)
         tcase_add_test(tc, a_kernel_that_does_not_compile_is_refused_with_the_compilers_words);
         tcase_add_test(tc, a_kernel_with_a_bad_signature_fails_validation);
         tcase_add_test(tc, compile_mode_fills_the_cache_and_runs_nothing);
+        tcase_add_test(tc, a_source_with_several_entry_points_is_built_once);
         tcase_add_test(tc, queue_mode_compiles_only_when_asked);
         tcase_add_test(tc, a_second_session_hits_the_first_sessions_compile);
         tcase_add_test(tc, a_restarted_daemon_loads_the_kernel_from_its_cache_dir);

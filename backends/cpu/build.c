@@ -244,7 +244,7 @@ static bool compiler_builds(cube__device *d, const char *artifact_path)
 {
         static const cube__kernel_desc probe = {
                 /* What the front end would have written, without the guards. */
-                .source = "__kernel void cube__entry(__global uint *out)\n"
+                .source = "__kernel void cube__k_cube_probe(__global uint *out)\n"
                           "{\n        out[0] = 1;\n}\n",
                 .entry = "cube_probe",
                 .n_buffers = 1,
@@ -344,9 +344,11 @@ cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const
                 return cube__cpu_defect(CUBE_LAUNCH_UNKNOWN, "the CPU device could not load kernel "
                                         "'%s': %s", desc->entry, reason);
         }
+        /* The device answers the shared memory the entry point declares. */
+        unsigned long long shared = strtoull(reason, NULL, 10);
         m->n_buffers = desc->n_buffers;
         m->facts = desc->facts;
-        *ret_shared_bytes = head.shared_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t) head.shared_bytes;
+        *ret_shared_bytes = shared > UINT32_MAX ? UINT32_MAX : (uint32_t) shared;
         *ret_module = m;
         return NULL;
 }

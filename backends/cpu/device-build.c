@@ -72,8 +72,7 @@ int cube__dev_build_main(int argc, char **argv)
         cl_device_id device;
         cl_context context;
         cl_program program;
-        cl_kernel kernels[1];
-        cl_uint n_kernels = 0;
+        cl_kernel kernel;
         cl_int err;
         size_t src_len;
         char *src, *entry;
@@ -115,16 +114,16 @@ int cube__dev_build_main(int argc, char **argv)
                 return build_fail(log, err == CL_BUILD_PROGRAM_FAILURE ? EXIT_SOURCE : EXIT_DEFECT,
                                   "%s", text && *text ? text : "the OpenCL compiler failed");
         }
-        err = clCreateKernelsInProgram(program, 0, NULL, &n_kernels);
-        kernels[0] = clCreateKernel(program, "cube__entry", &err);
-        if (!kernels[0])
+        /* The program holds every entry point of the source; the one the
+         * build was asked for must be among them. */
+        char name[96];
+        snprintf(name, sizeof(name), CUBE__KERNEL_PREFIX "%s", entry);
+        kernel = clCreateKernel(program, name, &err);
+        if (!kernel)
                 return build_fail(log, EXIT_SOURCE, "the program has no kernel %s (%d)", entry, err);
+        clReleaseKernel(kernel);
 
         cube__artifact_head head = { .magic = CUBE__ARTIFACT_MAGIC };
-        cl_ulong local = 0;
-        clGetKernelWorkGroupInfo(kernels[0], device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local),
-                                 &local, NULL);
-        head.shared_bytes = local;
         /* Asking for the binaries makes PoCL build the generic work-group
          * functions into them, so the sealed device never compiles. One per
          * device, in cube__dev_find_devices' order (queue.h says how they are laid). */

@@ -102,8 +102,8 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 pthread_mutex_lock(&cube__dev.lock);
                 if (r.module < cube__dev.n_modules && cube__dev.modules[r.module].program &&
                     cube__dev.modules[r.module].n_buffers == r.n_buffers)
-                        k = clCreateKernel(cube__dev.modules[r.module].program, "cube__entry",
-                                           &err);
+                        k = clCreateKernel(cube__dev.modules[r.module].program,
+                                           cube__dev.modules[r.module].name, &err);
                 pthread_mutex_unlock(&cube__dev.lock);
                 if (!k) {
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph names no loaded "

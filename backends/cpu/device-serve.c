@@ -123,12 +123,16 @@ static void load(const cube__msg *m, char *payload)
                 reply(err, "clBuildProgram of the binary: %d", err);
                 return;
         }
-        mod.kernel = clCreateKernel(mod.program, "cube__entry", &err);
+        snprintf(mod.name, sizeof(mod.name), CUBE__KERNEL_PREFIX "%s", entry);
+        mod.kernel = clCreateKernel(mod.program, mod.name, &err);
         if (!mod.kernel) {
                 clReleaseProgram(mod.program);
                 reply(err, "clCreateKernel(%s): %d", entry, err);
                 return;
         }
+        cl_ulong shared = 0;
+        clGetKernelWorkGroupInfo(mod.kernel, cube__dev.devs.ids[0], CL_KERNEL_LOCAL_MEM_SIZE,
+                                 sizeof(shared), &shared, NULL);
         clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &cube__dev.arena);
         pthread_mutex_lock(&cube__dev.lock);
         if (m->id >= cube__dev.n_modules) {
@@ -147,7 +151,7 @@ static void load(const cube__msg *m, char *payload)
         }
         cube__dev.modules[m->id] = mod;
         pthread_mutex_unlock(&cube__dev.lock);
-        reply(0, NULL);
+        reply(0, "%llu", (unsigned long long) shared);
 }
 
 /* Reads a control message's header, and the descriptor that came with it

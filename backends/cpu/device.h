@@ -33,6 +33,7 @@ typedef struct cpu_devices {
 typedef struct module {
         cl_program program;
         cl_kernel kernel;
+        char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
 } module;
 

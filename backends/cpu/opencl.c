@@ -64,7 +64,7 @@ const char cube__cpu_prelude[] =
 "#define DYN_U32(i) (((__global const uint *) (cube__info + cube__dyn))[i])\n"
 "#define BUFFER_LEN(b) META_U32(b)\n"
 "#define CUBE__KERNEL __kernel\n"
-"#define CUBE__ENTRY_NAME(n) cube__entry\n"
+"#define CUBE__ENTRY_NAME(n) cube__k_##n\n"
 "#define CUBE__PARAMS_HEAD __global ulong *cube__arena, ulong cube__info_off, uint cube__meta, "
 "uint cube__dyn, uint cube__nw\n"
 "#define CUBE__BUFFER(k) , __global char *cube__m##k, ulong cube__o##k, ulong cube__n##k\n"

@@ -110,7 +110,8 @@ static inline cube__qslot *cube__q_slot(void *base, uint64_t seq)
 
 /* The control socket's messages: a header, then len bytes. */
 enum {
-        CUBE__MSG_LOAD = 1,             /* id, entry '\0' binary -> status, reason */
+        CUBE__MSG_LOAD = 1,             /* id, entry '\0' binary -> status, and the
+                                         * shared bytes in decimal (or why not) */
         CUBE__MSG_UNLOAD = 2,           /* id -> nothing */
         CUBE__MSG_PEER = 3,             /* id (a slot), size (u64), with a peer's memory
                                          * descriptor (SCM_RIGHTS) -> status, reason */
@@ -185,11 +186,14 @@ static inline uint64_t cube__q_spin_ns(uint64_t wanted)
 /* The artifact a build writes: this header, then binary_bytes of program
  * binaries: a uint64_t count N (1 or 2), N uint64_t sizes, then the N
  * binaries, one for each of the device's PoCL devices (spread, then
- * inline; device-main.c). */
-#define CUBE__ARTIFACT_MAGIC "cube-ocl-2"
+ * inline; device-main.c). One program holds every entry point of its
+ * source, each the kernel CUBE__KERNEL_PREFIX + its name (the prelude's
+ * CUBE__ENTRY_NAME); a load names the one it wants, and the device answers
+ * the shared memory it declares. */
+#define CUBE__ARTIFACT_MAGIC "cube-ocl-3"
+#define CUBE__KERNEL_PREFIX "cube__k_"
 typedef struct cube__artifact_head {
         char magic[16];
-        uint64_t shared_bytes;
         uint64_t binary_bytes;
 } cube__artifact_head;
 

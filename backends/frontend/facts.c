@@ -3,9 +3,10 @@
  *
  * The front end runs in the build process and cubed reads what it learnt,
  * so the facts cross a process boundary as a few lines of text (one fact a
- * line: "buffer", "buffertype", "scalar", "sync", "site"), read here by a
- * parser that trusts nothing in them: the build process ran a tenant's
- * source.
+ * line: "entry", then its "buffer", "buffertype" and "scalar" lines, for
+ * each entry point; then "sync" and "site" for the whole source), read here
+ * by a parser that trusts nothing in them: the build process ran a
+ * tenant's source.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,10 +36,13 @@ static bool grow(void **p, uint32_t n, size_t size)
         return true;
 }
 
-cube__fe_facts *cube__fe_facts_parse(const char *text)
+cube__fe_facts *cube__fe_facts_parse(const char *text, const char *entry)
 {
         cube__fe_facts *f = calloc(1, sizeof(*f));
         const char *line = text;
+        /* Whether the lines read now are the asked entry's, and whether its
+         * section was seen at all. */
+        bool ours = false, found = false;
 
         if (!f)
                 return NULL;
@@ -56,6 +60,13 @@ cube__fe_facts *cube__fe_facts_parse(const char *text)
                 long long size;
                 char cst[8], name[64];
                 int g, at = 0;
+                if (strncmp(buf, "entry ", 6) == 0) {
+                        ours = !found && (!entry || strcmp(buf + 6, entry) == 0);
+                        found |= ours;
+                        continue;
+                }
+                if (!ours && (strncmp(buf, "buffer", 6) == 0 || strncmp(buf, "scalar ", 7) == 0))
+                        continue;
                 if (sscanf(buf, "buffer %u %u %7s %lld %63s", &k, &io, cst, &size, name) == 5) {
                         if (k != f->n_buffers || k >= CUBE__FE_MAX_PARAMS || io < 1 || io > 3 ||
                             size <= 0 || size > 8 ||
@@ -90,10 +101,12 @@ cube__fe_facts *cube__fe_facts_parse(const char *text)
                             !(f->sites[f->n_sites] = strdup(buf + 5)))
                                 goto bad;
                         f->n_sites++;
-                } else if (strncmp(buf, "entry ", 6) != 0 && buf[0]) {
+                } else if (buf[0]) {
                         goto bad;
                 }
         }
+        if (!found)
+                goto bad;
         return f;
 bad:
         cube__fe_facts_free(f);
@@ -104,8 +117,15 @@ void cube__fe_describe_oob(const cube__fe_facts *f, const char *kernel,
                            const cube__oob_record *r, char *buf, size_t cap)
 {
         uint64_t site = r->site_plus_one - 1;
-        const char *where = f && site < f->n_sites ? f->sites[site] : "an access";
+        char where[320] = "an access";
+        unsigned line, col;
+        int at = 0;
         bool write = r->flags & 1;
+
+        if (f && site < f->n_sites &&
+            sscanf(f->sites[site], "%u:%u %n", &line, &col, &at) == 2 && at > 0)
+                snprintf(where, sizeof(where), "%s at %s.c:%u:%u", f->sites[site] + at, kernel,
+                         line, col);
 
         if (r->length)
                 snprintf(buf, cap, "kernel '%s' %s out of bounds through %s: index %" PRIu64

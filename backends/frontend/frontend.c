@@ -189,9 +189,11 @@ static const char guards[] =
 "        c->rec = (GLOBAL uint64_t *) (info + own + nb);\n"
 "        c->sink = (GLOBAL char *) (info + own + nb + 4);\n"
 "        c->zero = (GLOBAL const char *) (info + own + nb + 20);\n"
-"        c->bytes[0] = 0;\n"
-"        c->ro[0] = 0;\n"
-"        c->base[0] = (GLOBAL const char *) 0;\n"
+"        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
+"                c->bytes[b] = 0;\n"
+"                c->ro[b] = 0;\n"
+"                c->base[b] = (GLOBAL const char *) 0;\n"
+"        }\n"
 "}\n"
 "/* A binding's length in bytes, the top bit set when it may not be written:\n"
 " * the backend passes it as an argument where it can (CUBE__BINDING_BYTES). */\n"
@@ -222,6 +224,17 @@ typedef struct edit {
         char *text;
 } edit;
 
+/* One entry point of the source, and what its body does with its
+ * parameters. */
+typedef struct fe_entry {
+        node *fn;
+        char name[64];
+        node **params;
+        unsigned n_params;
+        bool *moved;                    /* assigned, incremented or its address taken */
+        bool *read, *written;
+} fe_entry;
+
 typedef struct fe {
         CXTranslationUnit tu;
         CXFile file;
@@ -233,12 +246,9 @@ typedef struct fe {
         size_t n_edits, cap_edits;
         char *error;                    /* the first refusal */
         bool oom;
-        /* the entry point */
-        node *entry_fn;
-        node **params;
-        unsigned n_params;
-        bool *param_moved;              /* assigned, incremented or its address taken */
-        bool *param_read, *param_written;
+        /* the entry points: every KERNEL function the source does not call */
+        struct fe_entry *entries;
+        unsigned n_entries;
         char **sites;
         unsigned n_sites, cap_sites;
         unsigned depth;
@@ -623,23 +633,46 @@ static use use_of(fe *f, node *n)
         }
 }
 
-static int param_index(fe *f, node *ref)
+/* The entry point whose definition n is, or NULL. */
+static fe_entry *entry_by_fn(fe *f, const node *n)
 {
-        if (!ref || ref->kind != CXCursor_DeclRefExpr || !f->entry_fn)
-                return -1;
-        CXCursor d = clang_getCursorReferenced(ref->c);
-        for (unsigned i = 0; i < f->n_params; i++)
-                if (clang_equalCursors(d, f->params[i]->c))
-                        return (int) i;
-        return -1;
+        for (unsigned i = 0; i < f->n_entries; i++)
+                if (f->entries[i].fn == n)
+                        return &f->entries[i];
+        return NULL;
 }
 
-static bool inside(node *n, node *fn)
+/* The entry point n lies in, or NULL (a helper's body, file scope). */
+static fe_entry *entry_of(fe *f, node *n)
 {
-        for (; n; n = n->parent)
-                if (n == fn)
-                        return true;
-        return false;
+        for (; n && n->parent && n->parent != f->root; n = n->parent)
+                ;
+        return n ? entry_by_fn(f, n) : NULL;
+}
+
+static fe_entry *entry_by_name(fe *f, const char *name)
+{
+        for (unsigned i = 0; i < f->n_entries; i++)
+                if (strcmp(f->entries[i].name, name) == 0)
+                        return &f->entries[i];
+        return NULL;
+}
+
+/* Which parameter of the entry point it lies in ref names: its index, with
+ * the entry in *ret_entry, or -1. */
+static int param_index(fe *f, node *ref, fe_entry **ret_entry)
+{
+        fe_entry *e;
+
+        if (!ref || ref->kind != CXCursor_DeclRefExpr || !(e = entry_of(f, ref)))
+                return -1;
+        CXCursor d = clang_getCursorReferenced(ref->c);
+        for (unsigned i = 0; i < e->n_params; i++)
+                if (clang_equalCursors(d, e->params[i]->c)) {
+                        *ret_entry = e;
+                        return (int) i;
+                }
+        return -1;
 }
 
 static unsigned new_site(fe *f, unsigned offset, const char *what)
@@ -663,7 +696,9 @@ static unsigned new_site(fe *f, unsigned offset, const char *what)
         }
         line_col(f, offset, &line, &col);
         char *s = NULL;
-        if (asprintf(&s, "%s at %s.c:%u:%u", what, f->entry, line, col) < 0) {
+        /* Line and column first, and no file: the facts serve every entry
+         * point of the source, and a report names the kernel's own. */
+        if (asprintf(&s, "%u:%u %s", line, col, what) < 0) {
                 f->oom = true;
                 return 0;
         }
@@ -683,14 +718,14 @@ static long next_char(fe *f, unsigned a, unsigned b, char c)
         return -1;
 }
 
-/* A guarded access's site: through buffer parameter k, or (k < 0) through
- * a pointer the kernel computed. */
-static unsigned pointer_site(fe *f, node *n, int k)
+/* A guarded access's site: through buffer parameter k of entry e, or
+ * (k < 0) through a pointer the kernel computed. */
+static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k)
 {
         char what[128];
 
         if (k >= 0) {
-                CXString s = clang_getCursorSpelling(f->params[k]->c);
+                CXString s = clang_getCursorSpelling(e->params[k]->c);
                 snprintf(what, sizeof(what), "parameter '%s' (buffer %d)", clang_getCString(s), k);
                 clang_disposeString(s);
         } else {
@@ -767,15 +802,16 @@ static void on_subscript(fe *f, node *n)
                 refuse(f, n->start, "an access of an element type a buffer cannot hold");
                 return;
         }
-        int k = param_index(f, sb);
-        bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
-        unsigned site = pointer_site(f, n, k);
+        fe_entry *e = NULL;
+        int k = param_index(f, sb, &e);
+        bool direct = k >= 0 && !e->moved[k];
+        unsigned site = pointer_site(f, n, e, k);
         bool write = u != USE_READ;
         if (direct) {
                 if (u == USE_READ || u == USE_READ_WRITE)
-                        f->param_read[k] = true;
+                        e->read[k] = true;
                 if (write)
-                        f->param_written[k] = true;
+                        e->written[k] = true;
         }
         /* The element type's own pointer: volatile has no meaning through a
          * guard, and const is kept by the compiler's own check of the store. */
@@ -849,15 +885,16 @@ static void on_deref(fe *f, node *n)
                 refuse(f, n->start, "an access of an element type a buffer cannot hold");
                 return;
         }
-        int k = param_index(f, so);
-        unsigned site = pointer_site(f, n, k);
+        fe_entry *e = NULL;
+        int k = param_index(f, so, &e);
+        unsigned site = pointer_site(f, n, e, k);
         bool write = u != USE_READ;
-        bool direct = k >= 0 && !f->param_moved[k] && inside(n, f->entry_fn);
+        bool direct = k >= 0 && !e->moved[k];
         if (direct) {
                 if (u != USE_WRITE)
-                        f->param_read[k] = true;
+                        e->read[k] = true;
                 if (write)
-                        f->param_written[k] = true;
+                        e->written[k] = true;
         }
         const char *tn = elem_type_name(sfx);
         if (direct)
@@ -970,11 +1007,13 @@ static void on_call(fe *f, node *n)
                 refuse(f, n->start, "a call the checker cannot place");
                 return;
         }
-        if (f->entry_fn && clang_equalCursors(clang_getCanonicalCursor(d),
-                                              clang_getCanonicalCursor(f->entry_fn->c))) {
-                refuse(f, n->start, "the entry point cannot be called");
-                return;
-        }
+        for (unsigned i = 0; i < f->n_entries; i++)
+                if (clang_equalCursors(clang_getCanonicalCursor(d),
+                                       clang_getCanonicalCursor(f->entries[i].fn->c))) {
+                        refuse(f, n->start, "the entry point '%s' cannot be called",
+                               f->entries[i].name);
+                        return;
+                }
         /* The source's functions get names of their own: a helper named
          * like a device builtin (dot, clamp, mix) would clash with it. */
         add_edit(f, callee->start, 0, -4500, "cube__u_");
@@ -1045,30 +1084,31 @@ static void check_decl_type(fe *f, node *n)
                 refuse(f, n->start, "a struct or union may not hold a pointer");
 }
 
-/* Marks the entry's parameters that the body moves: a moved parameter no
- * longer points at its binding's start, so its accesses get the general
- * guard. */
+/* Marks the entry points' parameters that their bodies move: a moved
+ * parameter no longer points at its binding's start, so its accesses get
+ * the general guard. */
 static void find_moves(fe *f, node *n)
 {
         for (unsigned i = 0; i < n->n_kids; i++)
                 find_moves(f, n->kids[i]);
         if (n->kind != CXCursor_DeclRefExpr)
                 return;
-        int k = param_index(f, n);
+        fe_entry *e = NULL;
+        int k = param_index(f, n, &e);
         if (k < 0)
                 return;
         use u = use_of(f, n);
         if (u == USE_WRITE || u == USE_READ_WRITE || u == USE_ADDRESS)
-                f->param_moved[k] = true;
+                e->moved[k] = true;
         /* Handed on as a pointer value (to a variable, a helper, arithmetic):
          * what happens there is not this parameter's direct access. */
         node *p = up(n);
         if (p && p->kind != CXCursor_ArraySubscriptExpr &&
             !(p->kind == CXCursor_UnaryOperator && f->src[p->start] == '*')) {
-                f->param_read[k] = true;
+                e->read[k] = true;
                 if (!clang_isConstQualifiedType(clang_getPointeeType(
-                            clang_getCanonicalType(clang_getCursorType(f->params[k]->c)))))
-                        f->param_written[k] = true;
+                            clang_getCanonicalType(clang_getCursorType(e->params[k]->c)))))
+                        e->written[k] = true;
         }
 }
 
@@ -1078,8 +1118,8 @@ static void find_moves(fe *f, node *n)
  * to). */
 static void add_global(fe *f, node *n)
 {
-        if (!n->located || !is_pointer(clang_getCursorType(n->c)) || n == f->entry_fn ||
-            (n->kind == CXCursor_ParmDecl && n->parent == f->entry_fn))
+        if (!n->located || !is_pointer(clang_getCursorType(n->c)) || entry_by_fn(f, n) ||
+            (n->kind == CXCursor_ParmDecl && entry_by_fn(f, n->parent)))
                 return;
         const char *p = f->src + n->start;
         if (strncmp(p, "GLOBAL", 6) == 0)
@@ -1110,7 +1150,7 @@ static void walk(fe *f, node *n)
         switch (n->kind) {
         case CXCursor_FunctionDecl:
                 check_decl_type(f, n);
-                if (n != f->entry_fn)
+                if (!entry_by_fn(f, n))
                         on_function(f, n);
                 break;
         case CXCursor_VarDecl:
@@ -1120,7 +1160,7 @@ static void walk(fe *f, node *n)
                 check_decl_type(f, n);
                 if (n->kind == CXCursor_VarDecl || n->kind == CXCursor_ParmDecl)
                         add_global(f, n);
-                if (n->kind == CXCursor_ParmDecl && n->parent != f->entry_fn) {
+                if (n->kind == CXCursor_ParmDecl && !entry_by_fn(f, n->parent)) {
                         CXString s = clang_getCursorSpelling(n->c);
                         if (strcmp(clang_getCString(s), "cube__info_param") == 0)
                                 refuse(f, n->start, "INFO is the entry point's last parameter "
@@ -1128,7 +1168,7 @@ static void walk(fe *f, node *n)
                         clang_disposeString(s);
                 }
                 if (n->kind == CXCursor_VarDecl && annotated(n, "cube_shared") &&
-                    (!f->entry_fn || !inside(n, f->entry_fn)))
+                    !entry_of(f, n))
                         refuse(f, n->start, "SHARED belongs in the entry point's own body");
                 break;
         case CXCursor_AsmStmt:
@@ -1261,19 +1301,76 @@ static const char *scalar_group(CXType t, cube__scalar_group *ret)
         }
 }
 
-static node *find_entry(fe *f)
+/* Collects into called the functions a call of the source names. */
+static void find_called(fe *f, node *n, CXCursor *called, unsigned *n_called, unsigned cap)
 {
+        for (unsigned i = 0; i < n->n_kids; i++)
+                find_called(f, n->kids[i], called, n_called, cap);
+        if (n->kind != CXCursor_CallExpr || *n_called >= cap)
+                return;
+        CXCursor d = clang_getCursorReferenced(n->c);
+        if (!clang_Cursor_isNull(d))
+                called[(*n_called)++] = clang_getCanonicalCursor(d);
+}
+
+/* The entry points: every KERNEL function the source defines and does not
+ * call (a KERNEL function it calls is a helper), and the one asked for
+ * whatever it is. One build serves them all, each by its own name. */
+static bool find_entries(fe *f)
+{
+        unsigned cap = 4096, n_called = 0;
+        CXCursor *called = calloc(cap, sizeof(*called));
+
+        f->entries = calloc(f->root->n_kids + 1, sizeof(*f->entries));
+        if (!called || !f->entries) {
+                free(called);
+                f->oom = true;
+                return false;
+        }
+        find_called(f, f->root, called, &n_called, cap);
         for (unsigned i = 0; i < f->root->n_kids; i++) {
                 node *n = f->root->kids[i];
                 if (n->kind != CXCursor_FunctionDecl || !clang_isCursorDefinition(n->c))
                         continue;
                 CXString s = clang_getCursorSpelling(n->c);
-                bool yes = strcmp(clang_getCString(s), f->entry) == 0;
+                const char *name = clang_getCString(s);
+                bool asked = strcmp(name, f->entry) == 0, is_called = false;
+                for (unsigned j = 0; j < n_called && !is_called; j++)
+                        is_called = clang_equalCursors(called[j], clang_getCanonicalCursor(n->c));
+                if (asked || (annotated(n, "cube_kernel") && !is_called && strlen(name) < 64)) {
+                        fe_entry *e = &f->entries[f->n_entries++];
+                        e->fn = n;
+                        snprintf(e->name, sizeof(e->name), "%s", name);
+                }
                 clang_disposeString(s);
-                if (yes)
-                        return n;
         }
-        return NULL;
+        free(called);
+        return true;
+}
+
+/* Takes the parameters of entry e, with room for what the body does with
+ * each. */
+static bool entry_params(fe *f, fe_entry *e)
+{
+        for (unsigned i = 0; i < e->fn->n_kids; i++)
+                if (e->fn->kids[i]->kind == CXCursor_ParmDecl)
+                        e->n_params++;
+        if (e->n_params > CUBE__FE_MAX_PARAMS) {
+                refuse(f, e->fn->start, "more than %u parameters", CUBE__FE_MAX_PARAMS);
+                return false;
+        }
+        e->params = calloc(e->n_params + 1, sizeof(*e->params));
+        e->moved = calloc(e->n_params + 1, sizeof(bool));
+        e->read = calloc(e->n_params + 1, sizeof(bool));
+        e->written = calloc(e->n_params + 1, sizeof(bool));
+        if (!e->params || !e->moved || !e->read || !e->written) {
+                f->oom = true;
+                return false;
+        }
+        for (unsigned i = 0, j = 0; i < e->fn->n_kids; i++)
+                if (e->fn->kids[i]->kind == CXCursor_ParmDecl)
+                        e->params[j++] = e->fn->kids[i];
+        return true;
 }
 
 typedef struct sbuf {
@@ -1316,9 +1413,9 @@ static void put(sbuf *b, const char *fmt, ...)
  * the check context, its buffers' pointers and its scalars, on the line of
  * its opening brace so that every later line keeps its number. Writes the
  * signature facts. */
-static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
+static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_nb)
 {
-        node *fn = f->entry_fn, *body = NULL;
+        node *fn = e->fn, *body = NULL;
         uint32_t nb = 0, ns = 0, counts[CUBE__SCALAR_GROUPS] = { 0 };
         bool seen_scalar = false, seen_info = false;
 
@@ -1327,26 +1424,26 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                         body = fn->kids[i];
         CXType rt = clang_getResultType(clang_getCursorType(fn->c));
         if (rt.kind != CXType_Void) {
-                refuse(f, fn->start, "the entry point '%s' must return void", f->entry);
+                refuse(f, fn->start, "the entry point '%s' must return void", e->name);
                 return;
         }
         if (!annotated(fn, "cube_kernel")) {
-                refuse(f, fn->start, "the entry point '%s' must be marked KERNEL", f->entry);
+                refuse(f, fn->start, "the entry point '%s' must be marked KERNEL", e->name);
                 return;
         }
         if (!body || !body->located || !fn->located || f->src[body->start] != '{') {
-                refuse(f, fn->start, "the entry point '%s' cannot be placed", f->entry);
+                refuse(f, fn->start, "the entry point '%s' cannot be placed", e->name);
                 return;
         }
         /* Scalars in their groups, for their words. */
         cube__scalar_group groups[CUBE__FE_MAX_PARAMS];
-        for (unsigned i = 0; i < f->n_params; i++) {
-                node *p = f->params[i];
+        for (unsigned i = 0; i < e->n_params; i++) {
+                node *p = e->params[i];
                 CXType t = clang_getCursorType(p->c);
                 CXString s = clang_getCursorSpelling(p->c);
                 const char *name = clang_getCString(s);
                 if (strcmp(name, "cube__info_param") == 0) {
-                        if (i + 1 != f->n_params)
+                        if (i + 1 != e->n_params)
                                 refuse(f, p->start, "INFO must be the last parameter");
                         seen_info = true;
                 } else if (is_pointer(t)) {
@@ -1381,7 +1478,7 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
         }
 
         sbuf head = { 0 };
-        put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", f->entry);
+        put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", e->name);
         for (uint32_t k = 0; k < nb; k++)
                 put(&head, " CUBE__BUFFER(%u)", k);
         put(&head, " CUBE__PARAMS_TAIL)");
@@ -1393,8 +1490,8 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
             "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu); ", nb);
         uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
         uint32_t k = 0;
-        for (unsigned i = 0; i < f->n_params; i++) {
-                node *p = f->params[i];
+        for (unsigned i = 0; i < e->n_params; i++) {
+                node *p = e->params[i];
                 CXType t = clang_getCursorType(p->c);
                 CXString s = clang_getCursorSpelling(p->c);
                 const char *name = clang_getCString(s);
@@ -1414,8 +1511,8 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                             "GLOBAL %s%s *%s = (GLOBAL %s%s *) CUBE__BUFFER_PTR(%u); ", k, k, k,
                             nb, is_const ? "const " : "", tn, name, is_const ? "const " : "", tn,
                             k);
-                        int io = (f->param_read[k] ? CUBE__PARAM_READ : 0) |
-                                 (f->param_written[k] ? CUBE__PARAM_WRITE : 0);
+                        int io = (e->read[k] ? CUBE__PARAM_READ : 0) |
+                                 (e->written[k] ? CUBE__PARAM_WRITE : 0);
                         if (is_const)
                                 io = CUBE__PARAM_READ;
                         if (!io)
@@ -1445,12 +1542,12 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
         *ret_nb = nb;
 }
 
-/* Other KERNEL functions are helpers: they lose the mark. */
+/* KERNEL functions the source calls are helpers: they lose the mark. */
 static void unmark_helpers(fe *f)
 {
         for (unsigned i = 0; i < f->root->n_kids; i++) {
                 node *n = f->root->kids[i];
-                if (n == f->entry_fn || n->kind != CXCursor_FunctionDecl || !n->located)
+                if (entry_by_fn(f, n) || n->kind != CXCursor_FunctionDecl || !n->located)
                         continue;
                 if (annotated(n, "cube_kernel") && strncmp(f->src + n->start, "KERNEL", 6) == 0)
                         add_edit(f, n->start, 6, 0, "      ");
@@ -1544,10 +1641,13 @@ static void fe_free(fe *f)
         for (size_t i = 0; i < f->n_edits; i++)
                 free(f->edits[i].text);
         free(f->edits);
-        free(f->params);
-        free(f->param_moved);
-        free(f->param_read);
-        free(f->param_written);
+        for (unsigned i = 0; i < f->n_entries; i++) {
+                free(f->entries[i].params);
+                free(f->entries[i].moved);
+                free(f->entries[i].read);
+                free(f->entries[i].written);
+        }
+        free(f->entries);
         for (unsigned i = 0; i < f->n_sites; i++)
                 free(f->sites[i]);
         free(f->sites);
@@ -1636,39 +1736,33 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                 goto out;
         if (f.error)
                 goto refused;
-        f.entry_fn = find_entry(&f);
-        if (!f.entry_fn) {
+        if (!find_entries(&f))
+                goto out;
+        if (!entry_by_name(&f, entry)) {
                 refuse(&f, 0, "the source defines no entry point '%s' (KERNEL void %s(...) "
                        "{ ... })", entry, entry);
                 goto refused;
         }
-        for (unsigned i = 0; i < f.entry_fn->n_kids; i++)
-                if (f.entry_fn->kids[i]->kind == CXCursor_ParmDecl)
-                        f.n_params++;
-        if (f.n_params > CUBE__FE_MAX_PARAMS) {
-                refuse(&f, f.entry_fn->start, "more than %u parameters", CUBE__FE_MAX_PARAMS);
-                goto refused;
-        }
-        f.params = calloc(f.n_params + 1, sizeof(*f.params));
-        f.param_moved = calloc(f.n_params + 1, sizeof(bool));
-        f.param_read = calloc(f.n_params + 1, sizeof(bool));
-        f.param_written = calloc(f.n_params + 1, sizeof(bool));
-        if (!f.params || !f.param_moved || !f.param_read || !f.param_written)
-                goto out;
-        for (unsigned i = 0, j = 0; i < f.entry_fn->n_kids; i++)
-                if (f.entry_fn->kids[i]->kind == CXCursor_ParmDecl)
-                        f.params[j++] = f.entry_fn->kids[i];
+        for (unsigned i = 0; i < f.n_entries; i++)
+                if (!entry_params(&f, &f.entries[i]))
+                        goto stopped;
         /* The info words' own site comes first (the guards' site 0). */
         new_site(&f, 0, "the launch's info words (SCALAR, META_U32, DYN_U32, BUFFER_LEN)");
-        find_moves(&f, f.entry_fn);
+        find_moves(&f, f.root);
         walk(&f, f.root);
         if (f.oom)
                 goto out;
         if (f.error)
                 goto refused;
-        uint32_t nb = 0;
-        put(&facts, "entry %s\n", entry);
-        rewrite_entry(&f, &facts, &nb);
+        /* The context's arrays hold the most bindings any entry point takes. */
+        uint32_t max_nb = 1;
+        for (unsigned i = 0; i < f.n_entries; i++) {
+                uint32_t nb = 0;
+                put(&facts, "entry %s\n", f.entries[i].name);
+                rewrite_entry(&f, &f.entries[i], &facts, &nb);
+                if (nb > max_nb)
+                        max_nb = nb;
+        }
         unmark_helpers(&f);
         if (f.oom)
                 goto out;
@@ -1692,7 +1786,7 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n%s#line 1 \"%s.c\"\n%s\n", nb ? nb : 1, guards,
+                put(&out, "#define CUBE__NB %u\n%s#line 1 \"%s.c\"\n%s\n", max_nb, guards,
                     entry, applied);
                 free(applied);
         }
@@ -1703,6 +1797,9 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
         out.p = facts.p = NULL;
         st = CUBE__FE_OK;
         goto out;
+stopped:
+        if (f.oom || !f.error)
+                goto out;
 refused:
         *ret_error = f.error;
         f.error = NULL;

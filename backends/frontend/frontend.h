@@ -18,7 +18,7 @@
 
 /* Bump when the rewrite changes: it is part of every kernel's cache key, so
  * an artifact built from an older rewrite is never loaded. */
-#define CUBE__FRONTEND_VERSION "cube-frontend 1"
+#define CUBE__FRONTEND_VERSION "cube-frontend 2"
 
 /* The most parameters, sites and scalars one entry point may have: limits on
  * what a source controls. */
@@ -84,11 +84,13 @@ typedef struct cube__fe_facts {
         uint32_t group_counts[CUBE__SCALAR_GROUPS];
         bool uses_sync;
         uint32_t n_sites;
-        char **sites;                   /* per guarded access: what and where, for reports */
+        char **sites;                   /* per guarded access: "LINE:COL what", for reports */
 } cube__fe_facts;
 
-/* Parses the text form; NULL when it is not one (out of memory included). */
-cube__fe_facts *cube__fe_facts_parse(const char *text);
+/* Parses the text form, for the entry point named entry (NULL: the first
+ * the text holds); NULL when it is not one, or holds no such entry point
+ * (out of memory included). */
+cube__fe_facts *cube__fe_facts_parse(const char *text, const char *entry);
 void cube__fe_facts_free(cube__fe_facts *f);
 
 /* The info words the daemon adds after a launch's own, for a checked

@@ -31,11 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!entry || !source)
                 abort();
 
-        cube__fe_facts_free(cube__fe_facts_parse(source));
+        cube__fe_facts_free(cube__fe_facts_parse(source, NULL));
+        cube__fe_facts_free(cube__fe_facts_parse(source, "k"));
         if (strlen(entry) > 0 && strlen(entry) <= 63 && !strchr(entry, '/')) {
                 switch (cube__frontend_run(source, entry, &checked, &facts, &why)) {
                 case CUBE__FE_OK: {
-                        cube__fe_facts *f = cube__fe_facts_parse(facts);
+                        cube__fe_facts *f = cube__fe_facts_parse(facts, entry);
                         if (!checked || !f || why || !strstr(checked, "#define CUBE__NB"))
                                 abort();
                         cube__fe_facts_free(f);
