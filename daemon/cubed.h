@@ -128,8 +128,11 @@ typedef struct cube__stream {
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
 /* Creates memory id of size bytes on stream's pools. A failed reservation is
- * recorded on the allocation, as the reference's initialize_memory does. */
-int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream);
+ * recorded on the allocation, as the reference's initialize_memory does;
+ * so is refused (taken), an error found before reserving: the memory then
+ * reserves nothing. */
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream,
+                       cube_error *refused);
 /* Drops a session's name; the storage goes once no name and no work uses it. */
 void cube__name_free(cube__name *n);
 void cube__alloc_unref(cube__alloc *a);
@@ -459,6 +462,7 @@ bool cube__read_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle *
 void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
 cube__dispatched cube__do_create(cube__msg *k);
+cube__dispatched cube__do_create_tensors(cube__msg *k);
 cube__dispatched cube__do_write(cube__msg *k);
 cube__dispatched cube__do_free(cube__msg *k);
 cube__dispatched cube__do_read(cube__msg *k);
