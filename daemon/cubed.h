@@ -265,6 +265,16 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
                        uint64_t offset, void *host, const cube__copy *copy, void *owned,
                        cube__pending_reply *reply, struct cube__region *region);
 
+/* A write whose payload the connection reads straight into the allocation
+ * (direct.c), queued as host work so that later work of any session on the
+ * allocation waits for it. Its range is the write's from now on; it ends
+ * with cube__scoped_write_end, whole or not: a payload cut short leaves the
+ * range claimed by the reference's TornDown, the error a write scope that
+ * never reached its exit carries. NULL when out of host memory. */
+cube__op *cube__scoped_write_begin(cube__session *s, cube__stream *st, cube__alloc *a,
+                                   uint64_t start, uint64_t end);
+void cube__scoped_write_end(cube__op *o, bool whole);
+
 /* Marks the device poisoned (once) with why; every later operation reports it. */
 void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison);
 /* ServerError::DevicePoisoned for the poisoned device. */

@@ -1762,6 +1762,87 @@ START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
 }
 END_TEST
 
+/* A large write to memory another session holds is received straight into
+ * it in its place in the allocation's order. A peer that hangs up halfway
+ * leaves that write scope unfinished: the other holder's read reports
+ * TornDown rather than handing back half-written bytes, and a later write
+ * repairs the range. */
+START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        cube_client *holder = test_connect(D.socket, "holder");
+        uint64_t nonce, session, memory;
+        char token[33] = "", *payload = calloc(1, sent);
+        const cube_error *u;
+        cube_handle imported;
+        msgpack_unpacked up;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        cube_error *e;
+        void *back = malloc(size);
+        int fd = raw_connect(D.socket);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_ptr_nonnull(payload);
+        ck_assert_ptr_nonnull(back);
+        raw_greet(fd, &nonce, &session);
+        memory = session << 40 | 1;
+        raw_send_create(fd, memory, size);
+        raw_send_request_u64(fd, 7, "export", &memory, 1);
+        msgpack_unpacked_init(&up);
+        while (!token[0] && raw_recv(fd, &up, test_scaled_ms(10000)) == 1) {
+                const msgpack_object *o = &up.data;
+                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                    o->via.array.ptr[1].via.u64 == 7) {
+                        const msgpack_object *t = &o->via.array.ptr[3];
+                        ck_assert_int_eq(t->type, MSGPACK_OBJECT_STR);
+                        ck_assert_uint_lt(t->via.str.size, sizeof(token));
+                        memcpy(token, t->via.str.ptr, t->via.str.size);
+                }
+        }
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(token[0], "no export token");
+        ck_ok(cube_import(holder, token, false, &imported));
+        write_pattern(holder, &imported, 70);
+        ck_ok(cube_sync(holder, &imported, 1));
+
+        /* The owner's write: its header and a quarter of its payload. */
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, &(cube_handle) { .service = nonce, .memory = memory,
+                                                .size = size });
+        msgpack_pack_bin(&pk, size);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        ck_assert_int_eq(raw_send(fd, payload, sent), 0);
+        close(fd);
+        for (long until = test_now_ms() + test_scaled_ms(10000);
+             status(holder).sessions > 1 && test_now_ms() < until;)
+                usleep(10000);
+        ck_assert_uint_eq(status(holder).sessions, 1);
+
+        e = cube_read(holder, &imported, back, size);
+        ck_assert_msg(e != NULL, "the half-written memory read as written");
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+        ck_assert_uint_eq(cube_error_count(e), 1);
+        u = cube_error_at(e, 0);
+        ck_assert_int_eq(cube_error_kind_of(u), CUBE_SERVER_UNWRITTEN);
+        ck_assert_str_eq(cube_error_variant(cube_error_source(u)), "TornDown");
+        ck_assert(!cube_error_is_refusal(e));
+        ck_assert(!cube_error_is_device_poisoned(e));
+        cube_error_free(e);
+
+        write_pattern(holder, &imported, 71);
+        expect_read_pattern(holder, &imported, 71);
+        free(payload);
+        free(back);
+        cube_disconnect(holder);
+}
+END_TEST
+
+
 START_TEST(copies_beyond_one_message_go_through_staging)
 {
         const uint64_t n = 100 * MiB, inline_n = 8 * MiB;
@@ -1915,6 +1996,7 @@ static Suite *memory_suite(void)
         tcase_add_test(staging, a_large_write_behind_queued_work_keeps_its_place);
         tcase_add_test(staging, a_large_write_to_a_read_only_import_changes_nothing);
         tcase_add_test(staging, a_peer_gone_halfway_through_a_large_write_leaves_nothing_held);
+        tcase_add_test(staging, a_write_cut_short_leaves_torn_down_for_the_other_holders);
 
         tcase_add_test(quota, regions_count_against_the_session_quota);
         tcase_add_test(quota, a_range_beyond_the_region_is_validation);
