@@ -1725,24 +1725,16 @@ START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
 }
 END_TEST
 
-/* A large inline write is read straight into its memory as it arrives; a
- * peer that hangs up halfway must leave no allocation held behind it. */
-START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
+/* Sends the header of an inline write of size bytes to memory, then sent
+ * bytes of its payload, and hangs up. */
+static void hang_up_mid_write(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
+                              uint64_t sent)
 {
-        const uint64_t size = 4u << 20, sent = 1u << 20;
-        int fd = raw_connect(D.socket);
-        uint64_t nonce, session;
+        char *payload = calloc(1, sent);
         msgpack_sbuffer sb;
         msgpack_packer pk;
-        char *payload = calloc(1, sent);
 
-        ck_assert_int_ge(fd, 0);
         ck_assert_ptr_nonnull(payload);
-        raw_greet(fd, &nonce, &session);
-        uint64_t memory = session << 40 | 1;
-        raw_send_create(fd, memory, size);
-        ck_assert(wait_memory_in_use(D.socket, size, 5000));
-
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         cube__pack_notify(&pk, "write", 3);
@@ -1755,6 +1747,23 @@ START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
         ck_assert_int_eq(raw_send(fd, payload, sent), 0);
         free(payload);
         close(fd);
+}
+
+/* A large inline write is read straight into its memory as it arrives; a
+ * peer that hangs up halfway must leave no allocation held behind it. */
+START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        int fd = raw_connect(D.socket);
+        uint64_t nonce, session;
+
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        uint64_t memory = session << 40 | 1;
+        raw_send_create(fd, memory, size);
+        ck_assert(wait_memory_in_use(D.socket, size, 5000));
+
+        hang_up_mid_write(fd, nonce, memory, size, sent);
 
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000),
                       "the allocation outlived its session");
@@ -1772,18 +1781,15 @@ START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
         const uint64_t size = 4u << 20, sent = 1u << 20;
         cube_client *holder = test_connect(D.socket, "holder");
         uint64_t nonce, session, memory;
-        char token[33] = "", *payload = calloc(1, sent);
+        char token[33] = "";
         const cube_error *u;
         cube_handle imported;
         msgpack_unpacked up;
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
         cube_error *e;
         void *back = malloc(size);
         int fd = raw_connect(D.socket);
 
         ck_assert_int_ge(fd, 0);
-        ck_assert_ptr_nonnull(payload);
         ck_assert_ptr_nonnull(back);
         raw_greet(fd, &nonce, &session);
         memory = session << 40 | 1;
@@ -1807,17 +1813,7 @@ START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
         ck_ok(cube_sync(holder, &imported, 1));
 
         /* The owner's write: its header and a quarter of its payload. */
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "write", 3);
-        msgpack_pack_uint64(&pk, 1);
-        cube__pack_handle(&pk, &(cube_handle) { .service = nonce, .memory = memory,
-                                                .size = size });
-        msgpack_pack_bin(&pk, size);
-        raw_send_sbuffer(fd, &sb);
-        msgpack_sbuffer_destroy(&sb);
-        ck_assert_int_eq(raw_send(fd, payload, sent), 0);
-        close(fd);
+        hang_up_mid_write(fd, nonce, memory, size, sent);
         for (long until = test_now_ms() + test_scaled_ms(10000);
              status(holder).sessions > 1 && test_now_ms() < until;)
                 usleep(10000);
@@ -1836,7 +1832,6 @@ START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
 
         write_pattern(holder, &imported, 71);
         expect_read_pattern(holder, &imported, 71);
-        free(payload);
         free(back);
         cube_disconnect(holder);
 }
