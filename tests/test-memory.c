@@ -1715,16 +1715,14 @@ START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
 }
 END_TEST
 
-/* Sends the header of an inline write of size bytes to memory, then sent
- * bytes of its payload, and hangs up. */
-static void hang_up_mid_write(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
-                              uint64_t sent)
+/* Sends the header of an inline write of size bytes to memory, then the
+ * first sent bytes of payload. */
+static void send_write_head(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
+                            const void *payload, uint64_t sent)
 {
-        char *payload = calloc(1, sent);
         msgpack_sbuffer sb;
         msgpack_packer pk;
 
-        ck_assert_ptr_nonnull(payload);
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         cube__pack_notify(&pk, "write", 3);
@@ -1735,8 +1733,58 @@ static void hang_up_mid_write(int fd, uint64_t nonce, uint64_t memory, uint64_t 
         raw_send_sbuffer(fd, &sb);
         msgpack_sbuffer_destroy(&sb);
         ck_assert_int_eq(raw_send(fd, payload, sent), 0);
+}
+
+/* The same, then hangs up. */
+static void hang_up_mid_write(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
+                              uint64_t sent)
+{
+        char *payload = calloc(1, sent);
+
+        ck_assert_ptr_nonnull(payload);
+        send_write_head(fd, nonce, memory, size, payload, sent);
         free(payload);
         close(fd);
+}
+
+/* A raw peer that creates memory 1 of size bytes and exports it, and a
+ * client that imports it (writable) and writes pattern seed into it. */
+typedef struct shared_target {
+        int fd;
+        uint64_t nonce, session, memory;
+        cube_client *holder;
+        cube_handle imported;
+} shared_target;
+
+static shared_target share_raw_memory(uint64_t size, uint64_t seed)
+{
+        shared_target t = { .fd = raw_connect(D.socket) };
+        char token[33] = "";
+        msgpack_unpacked up;
+
+        ck_assert_int_ge(t.fd, 0);
+        raw_greet(t.fd, &t.nonce, &t.session);
+        t.memory = t.session << 40 | 1;
+        raw_send_create(t.fd, t.memory, size);
+        raw_send_request_u64(t.fd, 7, "export", &t.memory, 1);
+        msgpack_unpacked_init(&up);
+        while (!token[0] && raw_recv(t.fd, &up, test_scaled_ms(10000)) == 1) {
+                const msgpack_object *o = &up.data;
+                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                    o->via.array.ptr[1].via.u64 == 7) {
+                        const msgpack_object *tok = &o->via.array.ptr[3];
+                        ck_assert_int_eq(tok->type, MSGPACK_OBJECT_STR);
+                        ck_assert_uint_lt(tok->via.str.size, sizeof(token));
+                        memcpy(token, tok->via.str.ptr, tok->via.str.size);
+                }
+        }
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(token[0], "no export token");
+        t.holder = test_connect(D.socket, "holder");
+        ck_ok(cube_import(t.holder, token, false, &t.imported));
+        write_pattern(t.holder, &t.imported, seed);
+        ck_ok(cube_sync(t.holder, &t.imported, 1));
+        return t;
 }
 
 /* A large inline write is read straight into its memory as it arrives; a
@@ -1769,41 +1817,16 @@ END_TEST
 START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
 {
         const uint64_t size = 4u << 20, sent = 1u << 20;
-        cube_client *holder = test_connect(D.socket, "holder");
-        uint64_t nonce, session, memory;
-        char token[33] = "";
+        shared_target t = share_raw_memory(size, 70);
+        cube_client *holder = t.holder;
+        cube_handle imported = t.imported;
         const cube_error *u;
-        cube_handle imported;
-        msgpack_unpacked up;
         cube_error *e;
         void *back = malloc(size);
-        int fd = raw_connect(D.socket);
 
-        ck_assert_int_ge(fd, 0);
         ck_assert_ptr_nonnull(back);
-        raw_greet(fd, &nonce, &session);
-        memory = session << 40 | 1;
-        raw_send_create(fd, memory, size);
-        raw_send_request_u64(fd, 7, "export", &memory, 1);
-        msgpack_unpacked_init(&up);
-        while (!token[0] && raw_recv(fd, &up, test_scaled_ms(10000)) == 1) {
-                const msgpack_object *o = &up.data;
-                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
-                    o->via.array.ptr[1].via.u64 == 7) {
-                        const msgpack_object *t = &o->via.array.ptr[3];
-                        ck_assert_int_eq(t->type, MSGPACK_OBJECT_STR);
-                        ck_assert_uint_lt(t->via.str.size, sizeof(token));
-                        memcpy(token, t->via.str.ptr, t->via.str.size);
-                }
-        }
-        msgpack_unpacked_destroy(&up);
-        ck_assert_msg(token[0], "no export token");
-        ck_ok(cube_import(holder, token, false, &imported));
-        write_pattern(holder, &imported, 70);
-        ck_ok(cube_sync(holder, &imported, 1));
-
         /* The owner's write: its header and a quarter of its payload. */
-        hang_up_mid_write(fd, nonce, memory, size, sent);
+        hang_up_mid_write(t.fd, t.nonce, t.memory, size, sent);
         for (long until = test_now_ms() + test_scaled_ms(10000);
              status(holder).sessions > 1 && test_now_ms() < until;)
                 usleep(10000);
@@ -1824,6 +1847,72 @@ START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
         expect_read_pattern(holder, &imported, 71);
         free(back);
         cube_disconnect(holder);
+}
+END_TEST
+
+typedef struct pending_read {
+        cube_client *c;
+        cube_handle h;
+        void *dst;
+        uint64_t size;
+        cube_error *e;
+        volatile int done;
+} pending_read;
+
+static void *read_in_thread(void *arg)
+{
+        pending_read *r = arg;
+
+        r->e = cube_read(r->c, &r->h, r->dst, r->size);
+        r->done = 1;
+        return NULL;
+}
+
+/* Whether session's stream has work queued in the daemon. */
+static bool stream_busy(cube_client *c, uint64_t session, uint64_t stream)
+{
+        cube_stream_info *v;
+        bool busy = false;
+        size_t n;
+
+        ck_ok(cube_daemon_streams(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                busy |= v[i].session == session && v[i].stream == stream && v[i].pending > 0;
+        free(v);
+        return busy;
+}
+
+/* While a large write to memory another session holds arrives, that
+ * session's read of it waits for the payload and then sees all of it. */
+START_TEST(a_read_of_shared_memory_waits_for_a_large_write_arriving)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        shared_target t = share_raw_memory(size, 80);
+        char *payload = malloc(size);
+        pending_read r = { .c = t.holder, .h = t.imported, .dst = malloc(size), .size = size };
+        pthread_t th;
+
+        ck_assert_ptr_nonnull(payload);
+        ck_assert_ptr_nonnull(r.dst);
+        pattern(payload, size, 81);
+        send_write_head(t.fd, t.nonce, t.memory, size, payload, sent);
+        for (long until = test_now_ms() + test_scaled_ms(10000);
+             !stream_busy(t.holder, t.session, 1) && test_now_ms() < until;)
+                usleep(5000);
+        ck_assert_msg(stream_busy(t.holder, t.session, 1),
+                      "the write was not queued in its place as its payload arrived");
+
+        ck_assert_int_eq(pthread_create(&th, NULL, read_in_thread, &r), 0);
+        usleep(300 * 1000);
+        ck_assert_msg(!r.done, "the read returned before the write's payload was whole");
+        ck_assert_int_eq(raw_send(t.fd, payload + sent, size - sent), 0);
+        pthread_join(th, NULL);
+        ck_ok(r.e);
+        ck_assert_msg(memcmp(r.dst, payload, size) == 0, "the read did not see the whole write");
+        close(t.fd);
+        free(payload);
+        free(r.dst);
+        cube_disconnect(t.holder);
 }
 END_TEST
 
@@ -1982,6 +2071,7 @@ static Suite *memory_suite(void)
         tcase_add_test(staging, a_large_write_to_a_read_only_import_changes_nothing);
         tcase_add_test(staging, a_peer_gone_halfway_through_a_large_write_leaves_nothing_held);
         tcase_add_test(staging, a_write_cut_short_leaves_torn_down_for_the_other_holders);
+        tcase_add_test(staging, a_read_of_shared_memory_waits_for_a_large_write_arriving);
 
         tcase_add_test(quota, regions_count_against_the_session_quota);
         tcase_add_test(quota, a_range_beyond_the_region_is_validation);
