@@ -336,8 +336,9 @@ typedef struct cube_layout_descriptor {
 /* The policy alone (MemoryLayoutPolicy::apply), allocating nothing: each
  * tensor's shape and strides, its handle's offsets, and in *ret_size the
  * bytes of the allocation the n tensors share. The handles name no memory
- * yet. n of 0, a rank outside 1..CUBE_MAX_RANK, an element size of 0, a
- * dimension of 2^32 or more or a size beyond 64 bits is Validation. */
+ * yet. n of 0, a rank outside 1..CUBE_MAX_RANK, an element size of 0 or of
+ * 2^32 or more, a dimension of 2^32 or more or a size beyond 64 bits is
+ * Validation. */
 cube_error *cube_layout_apply(cube_client *c, const cube_layout_descriptor *descs, size_t n,
                               cube_copy *ret_tensors, uint64_t *ret_size);
 /* Allocates the n tensors of cube_layout_apply as one allocation (one
