@@ -160,7 +160,8 @@ static const char *over_quota(cube__session *s, uint64_t size, char *why, size_t
         return NULL;
 }
 
-int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream)
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream,
+                       cube_error *refused)
 {
         cube__server *srv = s->server;
         cube__stream *st;
@@ -170,17 +171,22 @@ int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t st
         char why[256];
 
         a = calloc(1, sizeof(*a));
-        if (!a)
+        if (!a) {
+                cube_error_free(refused);
                 return -ENOMEM;
+        }
         a->id = id;
         a->size = size;
         a->server = srv;
         if (!name_new(s, id, a, false)) {
+                cube_error_free(refused);
                 free(a);
                 return -ENOMEM;
         }
 
-        if (srv->poison)
+        if (refused)
+                e = refused;
+        else if (srv->poison)
                 e = cube__err_wrap(CUBE_SERVER_IO, cube__err_wrap(CUBE_IO_DEVICE_POISONED,
                                                                   cube_error_clone(srv->poison)));
         else if ((quota = over_quota(s, size, why, sizeof(why))))

@@ -73,7 +73,7 @@ static const option_spec specs[] = {
         { "hello-timeout", K_SECONDS, OFF(hello_timeout_s), 0, 3600, true },
         { "frame-timeout", K_SECONDS, OFF(frame_timeout_s), 0, 3600, true },
         { "max-profile-windows", K_U32, OFF(max_profile_windows), 1, 1u << 20, true },
-        { "max-graphs", K_U32, OFF(max_graphs), 1, 1u << 20, true },
+        { "max-graphs", K_U32, OFF(max_graphs), 0, 1u << 20, true },
         { "max-graph-launches", K_U32, OFF(max_graph_launches), 1, 1u << 24, true },
         { "max-kernels", K_U32, OFF(max_kernels), 1, 1u << 20, true },
         { "max-kernel-source-bytes", K_SIZE, OFF(max_kernel_source_bytes), 4096, UINT64_MAX, true },

@@ -129,8 +129,11 @@ typedef struct cube__stream {
 
 cube__stream *cube__stream_get(cube__session *s, uint64_t id, cube_error **ret_error);
 /* Creates memory id of size bytes on stream's pools. A failed reservation is
- * recorded on the allocation, as the reference's initialize_memory does. */
-int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream);
+ * recorded on the allocation, as the reference's initialize_memory does;
+ * so is refused (taken), an error found before reserving: the memory then
+ * reserves nothing. */
+int cube__alloc_create(cube__session *s, uint64_t id, uint64_t size, uint64_t stream,
+                       cube_error *refused);
 /* Drops a session's name; the storage goes once no name and no work uses it. */
 void cube__name_free(cube__name *n);
 void cube__alloc_unref(cube__alloc *a);
@@ -262,6 +265,16 @@ struct cube__region;
 void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube__work_op op,
                        uint64_t offset, void *host, const cube__copy *copy, void *owned,
                        cube__pending_reply *reply, struct cube__region *region);
+
+/* A write whose payload the connection reads straight into the allocation
+ * (direct.c), queued as host work so that later work of any session on the
+ * allocation waits for it. Its range is the write's from now on; it ends
+ * with cube__scoped_write_end, whole or not: a payload cut short leaves the
+ * range claimed by the reference's TornDown, the error a write scope that
+ * never reached its exit carries. NULL when out of host memory. */
+cube__op *cube__scoped_write_begin(cube__session *s, cube__stream *st, cube__alloc *a,
+                                   uint64_t start, uint64_t end);
+void cube__scoped_write_end(cube__op *o, bool whole);
 
 /* Marks the device poisoned (once) with why; every later operation reports it. */
 void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison);
@@ -464,6 +477,7 @@ bool cube__read_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle *
 void cube__fail_range(cube__session *s, cube__name *n, uint64_t start, uint64_t end,
                       cube_error *e);
 cube__dispatched cube__do_create(cube__msg *k);
+cube__dispatched cube__do_create_tensors(cube__msg *k);
 cube__dispatched cube__do_write(cube__msg *k);
 cube__dispatched cube__do_free(cube__msg *k);
 cube__dispatched cube__do_read(cube__msg *k);

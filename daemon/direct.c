@@ -8,13 +8,18 @@
  * payload arrives, the daemon instead reads the payload from the socket into
  * the target itself, as soon as the write's header is in.
  *
- * Nothing else can see the target when no queued or running work uses it,
- * its session is its only holder and it was never exported (so no other
- * session can import it mid-transfer); the session itself sends nothing
- * else until the payload is whole. The write's order on its stream is then
- * unobservable, so it needs no place in the queue. Everything a queued write
- * checks first (poison, read-only, size, stream quota, an armed copy fault)
- * makes the write take the queued path instead, which reports it as usual.
+ * It is done when no queued or running work uses the target. When its
+ * session is its only holder and it was never exported, nothing else can
+ * see it while the payload arrives (the session itself sends nothing else
+ * until the payload is whole), so the write's order is unobservable and it
+ * needs no place in the queue. A target another session holds, or may
+ * import, gets one: the write is queued as host work (work.c's scoped
+ * write), and that session's work on it waits for the payload. A payload
+ * cut short (the peer hung up mid-message) then leaves the range claimed by
+ * TornDown, the error of a write scope that never reached its exit, which
+ * the other holders' reads report. Everything a queued write checks first
+ * (poison, read-only, size, stream quota, an armed copy fault) makes the
+ * write take the queued path instead, which reports it as usual.
  */
 #include <string.h>
 
@@ -86,6 +91,8 @@ bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size
         cube_handle h;
         cube__name *n;
         cube__alloc *a;
+        cube__stream *st;
+        cube__op *scope = NULL;
         cube_error *e;
         char *base;
 
@@ -103,20 +110,24 @@ bool cube__direct_begin(cube__session *s, const uint8_t *msg, size_t avail, size
                 return false;
         }
         a = n->alloc;
-        if (n->read_only || end - start != len || !a->storage || a->pending || a->holders != 1 ||
-            a->token[0] || !(base = srv->driver->host_view(srv->device, a->storage)))
+        if (n->read_only || end - start != len || !a->storage || a->pending ||
+            !(base = srv->driver->host_view(srv->device, a->storage)))
                 return false;
-        if (!cube__stream_get(s, stream, &e)) {
+        if (!(st = cube__stream_get(s, stream, &e))) {
                 cube_error_free(e);
                 return false;
         }
 
         /* The bytes are this write's from now on, as a queued write's are
          * from its dispatch; the count keeps the allocation alive. */
-        cube__claims_written(&srv->failures, &a->claims, start, end);
+        if (a->holders == 1 && !a->token[0])
+                cube__claims_written(&srv->failures, &a->claims, start, end);
+        else if (!(scope = cube__scoped_write_begin(s, st, a, start, end)))
+                return false;
         a->pending++;
         *ret = (cube__direct) {
                 .alloc = a,
+                .scope = scope,
                 .dst = base + a->base + start,
                 .left = len,
         };
@@ -135,6 +146,8 @@ void cube__direct_advance(cube__direct *d, size_t n)
 
 void cube__direct_end(cube__direct *d)
 {
+        if (d->scope)
+                cube__scoped_write_end(d->scope, d->left == 0);
         if (d->alloc)
                 cube__alloc_unref(d->alloc);
         *d = (cube__direct) {0};

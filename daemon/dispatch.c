@@ -191,6 +191,7 @@ static const method methods[] = {
         { "kernels", CUBE__MSG_REQUEST, cube__do_kernels, true },
         { "kernel_cache", CUBE__MSG_REQUEST, cube__do_kernel_cache, true },
         { "create", CUBE__MSG_NOTIFY, cube__do_create, false },
+        { "create_tensors", CUBE__MSG_NOTIFY, cube__do_create_tensors, false },
         { "write", CUBE__MSG_NOTIFY, cube__do_write, false },
         { "free", CUBE__MSG_NOTIFY, cube__do_free, false },
         { "read", CUBE__MSG_REQUEST, cube__do_read, false },

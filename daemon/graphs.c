@@ -106,6 +106,15 @@ static bool backend_captures(const cube__server *srv)
         return !srv->driver->cannot_capture || !srv->driver->cannot_capture(srv->device);
 }
 
+/* Whether a new capture may start: the backend captures and the operator
+ * left graphs on (max-graphs 0 turns them off, and the daemon then answers
+ * as a backend without graph support). A capture or graph made before a
+ * reload turned them off is still ended, replayed and destroyed. */
+static bool captures_start(const cube__server *srv)
+{
+        return srv->opts.max_graphs > 0 && backend_captures(srv);
+}
+
 bool cube__capturing(const cube__stream *st)
 {
         return st && st->capture && st->capture->state == CUBE__CAPTURE_RECORDING;
@@ -305,7 +314,7 @@ cube__dispatched cube__do_graph_prepare(cube__msg *k)
 
         if (!get_stream(k, &stream))
                 return CUBE__DISPATCH_DONE;
-        if (!backend_captures(srv)) {
+        if (!captures_start(srv)) {
                 cube__reply_ok_nil(k);  /* the reference's default: a no-op */
                 return CUBE__DISPATCH_DONE;
         }
@@ -352,7 +361,7 @@ cube__dispatched cube__do_begin_capture(cube__msg *k)
 
         if (!get_stream(k, &stream))
                 return CUBE__DISPATCH_DONE;
-        if (!backend_captures(k->server)) {
+        if (!captures_start(k->server)) {
                 cube__reply_owned_error(k, unsupported());
                 return CUBE__DISPATCH_DONE;
         }
@@ -418,6 +427,10 @@ cube__dispatched cube__do_end_capture(cube__msg *k)
                 return CUBE__DISPATCH_DONE;
         }
         st = cube__idmap_get(&s->streams, stream);
+        if (!cube__capturing(st) && !captures_start(srv)) {
+                cube__reply_owned_error(k, unsupported());
+                return CUBE__DISPATCH_DONE;
+        }
         if (!cube__capturing(st)) {
                 cube__reply_owned_error(k, cube__graph_state(
                         "end_capture: stream %" PRIu64 " is not recording a capture (%s)", stream,
@@ -649,7 +662,9 @@ cube__dispatched cube__do_replay(cube__msg *k)
         }
         g = cube__idmap_get(&s->graphs, id);
         st = g ? cube__stream_get(s, stream, &e) : NULL;
-        if (!g)
+        if (!g && !captures_start(k->server))
+                e = unsupported();
+        else if (!g)
                 e = cube__graph_state("replay: graph %" PRIu64 " %s", id, id && id <= s->next_graph ?
                                       "was destroyed (graph_destroy)" :
                                       "is unknown: end_capture of this session never made it");

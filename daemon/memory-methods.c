@@ -1,6 +1,6 @@
 /*
- * memory-methods.c - the memory methods: create, write, free, read, sync, check,
- * flush and memory_cleanup.
+ * memory-methods.c - the memory methods: create, create_tensors, write, free,
+ * read, sync, check, flush and memory_cleanup.
  *
  * create, write and free are notifications: whatever goes wrong with them
  * lands on the memory they were to write, and the next read, sync or check of
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cubed.h"
+#include "layout.h"
 
 /* Payloads at least this large are kept in the read buffer they arrived in
  * rather than copied. */
@@ -40,6 +41,26 @@ bool cube__read_stream_handles(cube__msg *k, uint64_t *ret_stream, cube_handle *
         return true;
 }
 
+/* Whether memory may name a new allocation of the session; a protocol
+ * error otherwise. */
+static bool new_memory_id(cube__msg *k, const char *method, uint64_t memory)
+{
+        if (CUBE__MEMORY_SESSION(memory) != k->session->id ||
+            (memory & ((1ull << CUBE__MEMORY_SESSION_SHIFT) - 1)) == 0) {
+                k->server->up->protocol_error(k->conn, -1, "%s: memory id %" PRIu64 " is not one "
+                                          "of this session's: ids are (session << 40) | n with "
+                                          "n > 0, and this session is %" PRIu64, method, memory,
+                                          k->session->id);
+                return false;
+        }
+        if (cube__idmap_get(&k->session->memory, memory)) {
+                k->server->up->protocol_error(k->conn, -1, "%s: memory id %" PRIu64
+                                          " is already in use in this session", method, memory);
+                return false;
+        }
+        return true;
+}
+
 cube__dispatched cube__do_create(cube__msg *k)
 {
         uint64_t stream, memory, size;
@@ -49,21 +70,76 @@ cube__dispatched cube__do_create(cube__msg *k)
                 cube__reply_malformed(k, "params must be [stream, memory, size]");
                 return CUBE__DISPATCH_DONE;
         }
-        if (CUBE__MEMORY_SESSION(memory) != k->session->id ||
-            (memory & ((1ull << CUBE__MEMORY_SESSION_SHIFT) - 1)) == 0) {
-                k->server->up->protocol_error(k->conn, -1, "create: memory id %" PRIu64 " is not one "
-                                          "of this session's: ids are (session << 40) | n with "
-                                          "n > 0, and this session is %" PRIu64, memory,
-                                          k->session->id);
+        if (!new_memory_id(k, "create", memory))
                 return CUBE__DISPATCH_DONE;
-        }
-        if (cube__idmap_get(&k->session->memory, memory)) {
-                k->server->up->protocol_error(k->conn, -1, "create: memory id %" PRIu64
-                                          " is already in use in this session", memory);
-                return CUBE__DISPATCH_DONE;
-        }
-        if (cube__alloc_create(k->session, memory, size, stream) < 0)
+        if (cube__alloc_create(k->session, memory, size, stream, NULL) < 0)
                 k->server->up->protocol_error(k->conn, -1, "create: out of host memory");
+        return CUBE__DISPATCH_DONE;
+}
+
+/* Reads [strategy, [dim, ...], elem_size]. A rank the descriptor cannot hold
+ * is left for the policy to refuse (rank 0 stands for it). */
+static bool read_descriptor(const msgpack_object *o, cube_layout_descriptor *ret)
+{
+        const msgpack_object_array *d, *shape;
+        uint64_t strategy;
+
+        if (!cube__obj_array(o, &d) || d->size != 3 || !cube__obj_u64(&d->ptr[0], &strategy) ||
+            !cube__obj_array(&d->ptr[1], &shape) || !cube__obj_u64(&d->ptr[2], &ret->elem_size))
+                return false;
+        ret->strategy = strategy > 1 ? (cube_layout_strategy) 2 : (cube_layout_strategy) strategy;
+        ret->rank = shape->size <= CUBE_MAX_RANK ? shape->size : 0;
+        for (uint32_t i = 0; i < shape->size; i++) {
+                uint64_t dim;
+                if (!cube__obj_u64(&shape->ptr[i], &dim))
+                        return false;
+                if (i < CUBE_MAX_RANK)
+                        ret->shape[i] = dim;
+        }
+        return true;
+}
+
+/* create_tensors: [stream, memory, [[strategy, shape, elem_size], ...]], a
+ * notification. The batch's tensors share allocation memory, sized by the
+ * layout policy the client applied too (proto/layout.c); a batch the policy
+ * refuses is a memory that reserved nothing, claimed by Validation. */
+cube__dispatched cube__do_create_tensors(cube__msg *k)
+{
+        const msgpack_object_array *arr;
+        cube_layout_descriptor *descs;
+        uint64_t stream, memory, size = 0;
+        cube_error *refused = NULL;
+        char why[160];
+
+        if (k->n != 3 || !cube__obj_u64(&k->p[0], &stream) || !cube__obj_u64(&k->p[1], &memory) ||
+            !cube__obj_array(&k->p[2], &arr)) {
+                cube__reply_malformed(k, "params must be [stream, memory, [[strategy, shape, "
+                                      "elem_size], ...]]");
+                return CUBE__DISPATCH_DONE;
+        }
+        if (!(descs = calloc(arr->size ? arr->size : 1, sizeof(*descs)))) {
+                k->server->up->protocol_error(k->conn, -1, "create_tensors: out of host memory");
+                return CUBE__DISPATCH_DONE;
+        }
+        for (uint32_t i = 0; i < arr->size; i++)
+                if (!read_descriptor(&arr->ptr[i], &descs[i])) {
+                        free(descs);
+                        cube__reply_malformed(k, "a tensor descriptor must be [strategy, [dim, "
+                                              "...], elem_size] of unsigned integers");
+                        return CUBE__DISPATCH_DONE;
+                }
+        if (!new_memory_id(k, "create_tensors", memory)) {
+                free(descs);
+                return CUBE__DISPATCH_DONE;
+        }
+        if (cube__layout_apply(k->server->properties.alignment, descs, arr->size, NULL, &size,
+                               why, sizeof(why)) < 0) {
+                refused = cube__err_validation("%s", why);
+                size = 0;
+        }
+        free(descs);
+        if (cube__alloc_create(k->session, memory, size, stream, refused) < 0)
+                k->server->up->protocol_error(k->conn, -1, "create_tensors: out of host memory");
         return CUBE__DISPATCH_DONE;
 }
 

@@ -23,6 +23,8 @@ void cube__session_maybe_free(cube__session *s);
 /* An inline write whose payload is being read into its target. */
 typedef struct cube__direct {
         cube__alloc *alloc;             /* NULL: none in progress */
+        struct cube__op *scope;         /* a target others can see: the write's place in
+                                         * its order (cube__scoped_write_begin) */
         char *dst;                      /* where the next payload byte goes */
         uint64_t left;                  /* payload bytes still to come */
 } cube__direct;

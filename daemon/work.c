@@ -171,6 +171,57 @@ void cube__submit_copy(cube__session *s, cube__stream *st, cube__alloc *a, cube_
         cube__op_enqueue(o);
 }
 
+/* Where a scoped write stands: the executor reached it (ran), and the
+ * payload stopped arriving (ended); it completes once both hold. */
+typedef struct scoped_write {
+        bool ran, ended;
+} scoped_write;
+
+static void scoped_write_run(cube__op *o)
+{
+        scoped_write *w = o->owned;
+
+        w->ran = true;
+        if (w->ended)
+                cube__work_complete(o->session->server, &o->work);
+}
+
+cube__op *cube__scoped_write_begin(cube__session *s, cube__stream *st, cube__alloc *a,
+                                   uint64_t start, uint64_t end)
+{
+        cube__server *srv = s->server;
+        cube__op *o = cube__op_new(s, st, CUBE__WORK_FENCE, 1, 0, NULL);
+
+        if (!o || !(o->owned = calloc(1, sizeof(scoped_write))) ||
+            !(o->writer = cube__writer_new())) {
+                if (o)
+                        free(o->owned);
+                free(o);
+                return NULL;
+        }
+        o->alloc = a;
+        o->start = start;
+        o->end = end;
+        o->host_run = scoped_write_run;
+        cube__op_use(o, a, true);
+        cube__claims_pending(&srv->failures, &a->claims, start, end, o->writer);
+        cube__op_enqueue(o);
+        return o;
+}
+
+void cube__scoped_write_end(cube__op *o, bool whole)
+{
+        scoped_write *w = o->owned;
+
+        /* The scope never reached its exit: what it was to write carries
+         * the provisional error every scope enters with. */
+        if (!whole)
+                o->work.error = cube__err_new(CUBE_SERVER_TORN_DOWN);
+        w->ended = true;
+        if (w->ran)
+                cube__work_complete(o->session->server, &o->work);
+}
+
 void cube__work_poison(cube__server *srv, cube__session *by, cube_error *poison)
 {
         if (srv->poison || !poison) {

@@ -321,6 +321,43 @@ uint64_t cube_copy_len(const cube_copy *d);
  * kernels and pitched copies want; rank 1 and rows of one element are dense. */
 cube_error *cube_empty_tensor(cube_client *c, const uint64_t *shape, uint32_t rank,
                               uint64_t elem_size, cube_copy *ret_tensor);
+
+/* Many tensors in one allocation, as the reference's MemoryLayoutPolicy
+ * lays them out (its MemoryLayoutStrategy and MemoryLayoutDescriptor).
+ * Each tensor is a cube_copy whose handle is a slice of the shared
+ * allocation: tensor i starts where tensor i-1's bytes, rounded up to the
+ * device's alignment, end. A contiguous tensor packs its rows; an optimized
+ * one starts each row on the pitch cube_empty_tensor gives it. */
+typedef enum cube_layout_strategy {
+        CUBE_LAYOUT_CONTIGUOUS = 0,     /* rows packed, no padding */
+        CUBE_LAYOUT_OPTIMIZED = 1,      /* rows on an aligned pitch */
+} cube_layout_strategy;
+
+typedef struct cube_layout_descriptor {
+        cube_layout_strategy strategy;
+        uint32_t rank;                  /* 1 to CUBE_MAX_RANK */
+        uint64_t shape[CUBE_MAX_RANK];  /* each below 2^32 */
+        uint64_t elem_size;
+} cube_layout_descriptor;
+
+/* The policy alone (MemoryLayoutPolicy::apply), allocating nothing: each
+ * tensor's shape and strides, its handle's offsets, and in *ret_size the
+ * bytes of the allocation the n tensors share. The handles name no memory
+ * yet. n of 0, a rank outside 1..CUBE_MAX_RANK, an element size of 0 or of
+ * 2^32 or more, a dimension of 2^32 or more or a size beyond 64 bits is
+ * Validation. */
+cube_error *cube_layout_apply(cube_client *c, const cube_layout_descriptor *descs, size_t n,
+                              cube_copy *ret_tensors, uint64_t *ret_size);
+/* Allocates the n tensors of cube_layout_apply as one allocation (one
+ * create_tensors message, no round trip), uninitialised. Freeing any of
+ * them frees the allocation; a failed reservation claims all of them. */
+cube_error *cube_empty_tensors(cube_client *c, const cube_layout_descriptor *descs, size_t n,
+                               cube_copy *ret_tensors);
+/* As cube_empty_tensors, then writes data[i], cube_copy_len dense bytes,
+ * into tensor i. NULL data is Validation; nothing stays allocated when a
+ * write fails. */
+cube_error *cube_create_tensors(cube_client *c, const cube_layout_descriptor *descs,
+                                const void *const *data, size_t n, cube_copy *ret_tensors);
 /* Writes cube_copy_len(d) dense bytes into the strided view. */
 cube_error *cube_write_strided(cube_client *c, const cube_copy *d, const void *data, uint64_t size);
 /* Reads the strided view into size == cube_copy_len(d) dense bytes. */

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "layout.h"
 #include "rpc.h"
 
 static cube_error *oom(void)
@@ -206,56 +207,126 @@ cube_error *cube_read_strided(cube_client *c, const cube_copy *d, void *dst, uin
         return call_read(c, NULL, d, dst, size, NULL, 0);
 }
 
-static uint64_t next_pow2(uint64_t v)
+cube_error *cube_layout_apply(cube_client *c, const cube_layout_descriptor *descs, size_t n,
+                              cube_copy *ret_tensors, uint64_t *ret_size)
 {
-        uint64_t p = 1;
+        char why[160];
 
-        while (p < v && p < (UINT64_C(1) << 62))
-                p <<= 1;
-        return p;
+        if (!descs && n)
+                return cube__err_validation("no descriptors for a batch of %zu tensors", n);
+        if (cube__layout_apply(c->properties.alignment, descs, n, ret_tensors, ret_size, why,
+                               sizeof(why)) < 0)
+                return cube__err_validation("%s", why);
+        return NULL;
+}
+
+/* Sends create_tensors: [stream, memory, [[strategy, shape, elem_size], ...]]. */
+static cube_error *send_create_tensors(cube_client *c, const cube_handle *h,
+                                       const cube_layout_descriptor *descs, size_t n)
+{
+        cube__frame f;
+        int r;
+
+        cube__frame_init(&f);
+        r = cube__pack_notify(&f.pk, "create_tensors", 3) |
+            msgpack_pack_uint64(&f.pk, h->stream) | msgpack_pack_uint64(&f.pk, h->memory) |
+            msgpack_pack_array(&f.pk, (uint32_t) n);
+        for (size_t i = 0; i < n && r == 0; i++) {
+                r |= msgpack_pack_array(&f.pk, 3) |
+                     msgpack_pack_uint32(&f.pk, (uint32_t) descs[i].strategy) |
+                     msgpack_pack_array(&f.pk, descs[i].rank);
+                for (uint32_t j = 0; j < descs[i].rank; j++)
+                        r |= msgpack_pack_uint64(&f.pk, descs[i].shape[j]);
+                r |= msgpack_pack_uint64(&f.pk, descs[i].elem_size);
+        }
+        if (r) {
+                cube__frame_destroy(&f);
+                return cube__err_generic("libcubeclient is out of host memory");
+        }
+        return cube__frame_send(c, &f, NULL, NULL, 0);
+}
+
+cube_error *cube_empty_tensors(cube_client *c, const cube_layout_descriptor *descs, size_t n,
+                               cube_copy *ret_tensors)
+{
+        cube_copy *t;
+        cube_handle h;
+        uint64_t size;
+        cube_error *e;
+
+        if (n > UINT32_MAX)
+                return cube__err_validation("a batch of %zu tensors is more than one message "
+                                            "can name", n);
+        if (!(t = calloc(n ? n : 1, sizeof(*t))))
+                return cube__err_generic("libcubeclient is out of host memory");
+        if ((e = cube_layout_apply(c, descs, n, t, &size))) {
+                free(t);
+                return e;
+        }
+        h = (cube_handle) {
+                .service = c->nonce,
+                .memory = atomic_fetch_add(&c->next_memory, 1),
+                .stream = cube_stream_current(),
+                .size = size,
+        };
+        if ((e = send_create_tensors(c, &h, descs, n))) {
+                free(t);
+                return e;
+        }
+        for (size_t i = 0; i < n; i++) {
+                h.offset_start = t[i].handle.offset_start;
+                h.offset_end = t[i].handle.offset_end;
+                t[i].handle = h;
+                ret_tensors[i] = t[i];
+        }
+        free(t);
+        return NULL;
+}
+
+cube_error *cube_create_tensors(cube_client *c, const cube_layout_descriptor *descs,
+                                const void *const *data, size_t n, cube_copy *ret_tensors)
+{
+        cube_copy *t;
+        cube_error *e = NULL;
+
+        for (size_t i = 0; i < n; i++)
+                if (!data || !data[i])
+                        return cube__err_validation("tensor %zu has no data: "
+                                                    "cube_empty_tensors makes tensors without "
+                                                    "contents", i);
+        if (!(t = calloc(n ? n : 1, sizeof(*t))))
+                return cube__err_generic("libcubeclient is out of host memory");
+        if ((e = cube_empty_tensors(c, descs, n, t))) {
+                free(t);
+                return e;
+        }
+        for (size_t i = 0; i < n && !e; i++)
+                e = cube_write_strided(c, &t[i], data[i], cube_copy_len(&t[i]));
+        if (e)
+                cube_error_free(cube_free(c, &t[0].handle));
+        else
+                memcpy(ret_tensors, t, n * sizeof(*t));
+        free(t);
+        return e;
 }
 
 cube_error *cube_empty_tensor(cube_client *c, const uint64_t *shape, uint32_t rank,
                               uint64_t elem_size, cube_copy *ret_tensor)
 {
-        cube_copy t = { .rank = rank, .elem_size = elem_size };
-        uint64_t row, pitch, rows = 1, align = c->properties.alignment ? c->properties.alignment : 16;
+        cube_layout_descriptor d = {
+                .strategy = CUBE_LAYOUT_OPTIMIZED, .rank = rank, .elem_size = elem_size,
+        };
+        cube_copy t;
         cube_error *e;
 
         if (rank == 0 || rank > CUBE_MAX_RANK || elem_size == 0)
                 return cube__err_validation("a tensor needs a rank of 1 to %d and an element size",
                                             CUBE_MAX_RANK);
-        for (uint32_t i = 0; i < rank; i++) {
-                if (shape[i] > UINT32_MAX)
-                        return cube__err_validation("dimension %u of %" PRIu64 " is above 2^32",
-                                                    i, shape[i]);
-                t.shape[i] = shape[i];
-        }
-        row = shape[rank - 1] * elem_size;
-        pitch = row;
-        if (rank > 1 && shape[rank - 1] > 1) {
-                /* Rows start where the device reads fastest: on its alignment,
-                 * or on a power of two when a row is smaller than that. */
-                uint64_t a = next_pow2(row);
-                a = a < 16 ? 16 : a > align ? align : a;
-                pitch = (row + a - 1) / a * a;
-        }
-        if (pitch % elem_size)
-                pitch = row;    /* strides count elements: a pitch holds whole ones */
-        t.strides[rank - 1] = 1;
-        for (uint32_t i = rank - 1; i-- > 0;)
-                t.strides[i] = i == rank - 2 ? pitch / elem_size : t.strides[i + 1] * shape[i + 1];
-        for (uint32_t i = 0; i + 1 < rank; i++) {
-                if (shape[i] && rows > UINT64_MAX / shape[i])
-                        return cube__err_validation("the tensor's shape overflows 64 bits");
-                rows *= shape[i];
-        }
-        if (rows && pitch && rows > UINT64_MAX / pitch)
-                return cube__err_validation("the tensor's shape overflows 64 bits");
-        if ((e = cube_empty(c, rows * pitch, &t.handle)))
-                return e;
-        *ret_tensor = t;
-        return NULL;
+        memcpy(d.shape, shape, rank * sizeof(*shape));
+        if (!(e = cube_layout_apply(c, &d, 1, &t, &(uint64_t) {0})) &&
+            !(e = cube_empty(c, cube_handle_len(&t.handle), &t.handle)))
+                *ret_tensor = t;
+        return e;
 }
 
 typedef struct region_answer {

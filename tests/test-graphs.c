@@ -839,6 +839,48 @@ START_TEST(lifecycle_errors_say_what_was_wrong)
 }
 END_TEST
 
+/* A daemon whose operator turned graphs off (max-graphs 0) answers as the
+ * reference's backend without graph support: graph_prepare is a no-op, and
+ * begin_capture, end_capture and replay are graph_capture_unsupported. The
+ * stream's launches run as ever. */
+START_TEST(graphs_off_answer_graph_capture_unsupported)
+{
+        static const char *const args[] = { "--max-graphs", "0", NULL };
+        const char *unsupported = "graph capture is not supported by this backend";
+        uint32_t zero[N] = {0}, got[N];
+        test_daemon d;
+        cube_client *c;
+        cube_handle acc;
+        cube_error *e;
+        uint64_t k, g = 7;
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "no-graphs");
+        k = test_kernel(c, step_source, "step");
+        ck_ok(cube_create(c, zero, BYTES, &acc));
+        ck_ok(cube_graph_prepare(c));
+        e = reason_has(cube_begin_capture(c), unsupported);
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_GENERIC);
+        ck_assert(!cube_error_is_refusal(e));
+        cube_error_free(e);
+        steps(c, k, &acc);                      /* run, not recorded */
+        cube_error_free(reason_has(cube_end_capture(c, &g), unsupported));
+        ck_assert_uint_eq(g, 7);
+        cube_error_free(reason_has(cube_replay(c, 1), unsupported));
+        cube_error_free(reason_has(cube_replay_times(c, 1, 3), unsupported));
+        ck_ok(cube_graph_destroy(c, 1));
+        ck_ok(cube_read(c, &acc, got, BYTES));
+        for (uint32_t i = 0; i < N; i++) {
+                uint32_t x = 0;
+                for (uint32_t j = 0; j < STEPS; j++)
+                        x = step_model(x, j * 7u + 1u, i);
+                ck_assert_uint_eq(got[i], x);
+        }
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* graph_destroy while a replay runs: the replay finishes on what the graph
  * kept, and then the graph is gone. */
 START_TEST(destroy_during_a_replay_is_safe)
@@ -968,6 +1010,7 @@ static Suite *graphs_suite(void)
         tcase_add_test(graphs, a_session_dying_with_graphs_frees_their_pages);
         tcase_add_test(graphs, a_graph_larger_than_the_device_keeps_replays_through_its_launches);
         tcase_add_test(own, the_kernel_timeout_watches_each_launch_of_a_replay);
+        tcase_add_test(own, graphs_off_answer_graph_capture_unsupported);
         tcase_add_test(limits, doomed_and_abandoned_is_several);
         tcase_add_test(limits, windows_are_limited_per_session);
         tcase_add_test(limits, graphs_are_limited_per_session);

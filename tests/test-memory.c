@@ -3,7 +3,8 @@
  * (sliced pages, exclusive pages reused by size, persistent and dedicated
  * allocation modes), their reports field by field, cleanup and the reclaim
  * that follows a full device, the size errors (OutOfMemory, BufferTooBig,
- * PageSizesExhausted), pitched tensors and strided copies, staging regions,
+ * PageSizesExhausted), pitched tensors and strided copies, batches of tensors
+ * in one allocation (the layout policy), staging regions,
  * and the transparent staging of copies larger than one message.
  *
  * Every test starts its own cubed (with the options its test case needs) and
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "errors.h"
 #include "wire.h"
 
 #define KiB ((uint64_t) 1 << 10)
@@ -1067,6 +1069,285 @@ START_TEST(other_layouts_are_unsupported_strides_and_overruns_are_validation)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * Batched layouts (the reference's MemoryLayoutPolicy)
+ * ------------------------------------------------------------------------- */
+
+static uint64_t round_to(uint64_t v, uint64_t a)
+{
+        return (v + a - 1) / a * a;
+}
+
+/* Each tensor at the offset the policy gives it, with the strides its
+ * strategy asks for, all in one allocation the daemon sized the same way. */
+START_TEST(a_batch_of_tensors_shares_one_allocation_laid_out_by_the_policy)
+{
+        cube_client *c = test_connect(D.socket, "layouts");
+        const uint64_t al = cube_client_properties(c)->alignment;
+        static const struct {
+                cube_layout_descriptor d;
+                uint64_t strides[3], bytes;
+        } want[] = {
+                /* 20-byte rows on the next power of two. */
+                { { CUBE_LAYOUT_OPTIMIZED, 2, { 3, 5 }, 4 }, { 8, 1 }, 96 },
+                /* The same shape packed. */
+                { { CUBE_LAYOUT_CONTIGUOUS, 2, { 3, 5 }, 4 }, { 5, 1 }, 60 },
+                /* Rank 1 is dense, optimized or not. */
+                { { CUBE_LAYOUT_OPTIMIZED, 1, { 7 }, 1 }, { 1 }, 7 },
+                /* Rows of one element are not padded. */
+                { { CUBE_LAYOUT_OPTIMIZED, 3, { 2, 3, 1 }, 8 }, { 3, 1, 1 }, 48 },
+                /* A 36-byte row would pitch to 64, which holds no whole number
+                 * of 12-byte elements: the rows stay packed. */
+                { { CUBE_LAYOUT_OPTIMIZED, 2, { 4, 3 }, 12 }, { 3, 1 }, 144 },
+                /* 100-byte rows on the device's alignment, past 64 bytes. */
+                { { CUBE_LAYOUT_OPTIMIZED, 2, { 2, 100 }, 1 }, { 0, 1 }, 0 },
+        };
+        enum { N = LEN(want) };
+        cube_layout_descriptor descs[N];
+        cube_copy t[N], applied[N];
+        uint64_t size, offset = 0, s = cube_stream_current(), pitch100 = round_to(100, al < 128 ? al : 128);
+        cube_memory_report before, after;
+        unsigned char *whole;
+
+        ck_assert_uint_ge(al, 16);
+        for (size_t i = 0; i < N; i++)
+                descs[i] = want[i].d;
+        ck_ok(cube_layout_apply(c, descs, N, applied, &size));
+        ck_ok(cube_empty(c, 1, &(cube_handle) {0}));    /* the stream's report exists */
+        before = report_of(c, s);
+        ck_ok(cube_empty_tensors(c, descs, N, t));
+        for (size_t i = 0; i < N; i++) {
+                uint64_t bytes = want[i].bytes, strides0 = want[i].strides[0];
+                if (i == N - 1) {
+                        bytes = 2 * pitch100;
+                        strides0 = pitch100;
+                }
+                ck_assert_uint_eq(t[i].handle.memory, t[0].handle.memory);
+                ck_assert_uint_eq(t[i].handle.service, t[0].handle.service);
+                ck_assert_uint_eq(t[i].handle.size, size);
+                ck_assert_msg(t[i].handle.offset_start == offset, "tensor %zu starts at %" PRIu64
+                              ", expected %" PRIu64, i, t[i].handle.offset_start, offset);
+                ck_assert_uint_eq(cube_handle_len(&t[i].handle), bytes);
+                ck_assert_uint_eq(t[i].rank, want[i].d.rank);
+                ck_assert_uint_eq(t[i].elem_size, want[i].d.elem_size);
+                ck_assert_msg(t[i].strides[0] == strides0, "tensor %zu's outer stride is %"
+                              PRIu64 ", expected %" PRIu64, i, t[i].strides[0], strides0);
+                for (uint32_t j = 1; j < t[i].rank; j++)
+                        ck_assert_uint_eq(t[i].strides[j], want[i].strides[j]);
+                /* apply alone says the same, naming no memory. */
+                ck_assert_uint_eq(applied[i].handle.offset_start, t[i].handle.offset_start);
+                ck_assert_uint_eq(applied[i].handle.offset_end, t[i].handle.offset_end);
+                ck_assert_uint_eq(applied[i].handle.memory, 0);
+                offset += round_to(bytes, al);
+        }
+        ck_assert_uint_eq(size, offset);
+
+        /* One allocation of exactly that size in the daemon. */
+        after = report_of(c, s);
+        ck_assert_uint_eq(after.pools[P_SLICED].allocations + after.pools[P_EXCLUSIVE].allocations,
+                          before.pools[P_SLICED].allocations +
+                          before.pools[P_EXCLUSIVE].allocations + 1);
+        ck_assert_uint_eq(after.pools[P_SLICED].bytes_in_use + after.pools[P_EXCLUSIVE].bytes_in_use,
+                          before.pools[P_SLICED].bytes_in_use +
+                          before.pools[P_EXCLUSIVE].bytes_in_use + size);
+
+        /* Each tensor round-trips, and lands where its layout says. */
+        whole = calloc(1, size);
+        ck_assert_ptr_nonnull(whole);
+        for (size_t i = 0; i < N; i++) {
+                uint64_t n = cube_copy_len(&t[i]);
+                unsigned char *data = malloc(n), *back = calloc(1, n);
+                pattern(data, n, 100 + i);
+                ck_ok(cube_write_strided(c, &t[i], data, n));
+                ck_ok(cube_read_strided(c, &t[i], back, n));
+                ck_assert_msg(memcmp(back, data, n) == 0, "tensor %zu did not round-trip", i);
+                free(data);
+                free(back);
+        }
+        cube_handle all = t[0].handle;
+        all.offset_start = all.offset_end = 0;
+        ck_ok(cube_read(c, &all, whole, size));
+        for (size_t i = 0; i < N; i++) {
+                uint64_t n = cube_copy_len(&t[i]), row = t[i].shape[t[i].rank - 1] * t[i].elem_size;
+                uint64_t pitch = t[i].rank > 1 ? t[i].strides[t[i].rank - 2] * t[i].elem_size : row;
+                unsigned char *data = malloc(n);
+                pattern(data, n, 100 + i);
+                for (uint64_t r = 0; r < n / row; r++)
+                        ck_assert_msg(memcmp(whole + t[i].handle.offset_start + r * pitch,
+                                             data + r * row, row) == 0,
+                                      "row %" PRIu64 " of tensor %zu is not at its pitch", r, i);
+                free(data);
+        }
+        free(whole);
+
+        /* Freeing one frees the allocation they share. */
+        ck_ok(cube_free(c, &t[2].handle));
+        ck_ok(cube_sync(c, NULL, 0));
+        after = report_of(c, s);
+        ck_assert_uint_eq(after.pools[P_SLICED].bytes_in_use + after.pools[P_EXCLUSIVE].bytes_in_use,
+                          before.pools[P_SLICED].bytes_in_use +
+                          before.pools[P_EXCLUSIVE].bytes_in_use);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* cube_create_tensors writes each tensor's dense bytes into its layout. */
+START_TEST(created_tensors_hold_their_data)
+{
+        cube_client *c = test_connect(D.socket, "create-tensors");
+        cube_layout_descriptor descs[2] = {
+                { CUBE_LAYOUT_OPTIMIZED, 3, { 2, 3, 5 }, 4 },
+                { CUBE_LAYOUT_CONTIGUOUS, 2, { 4, 3 }, 2 },
+        };
+        unsigned char a[120], b[24], back[120];
+        const void *data[2] = { a, b };
+        cube_copy t[2];
+
+        pattern(a, sizeof(a), 1);
+        pattern(b, sizeof(b), 2);
+        ck_ok(cube_create_tensors(c, descs, data, 2, t));
+        ck_assert_uint_eq(t[0].strides[1], 8);
+        ck_assert_uint_eq(t[0].strides[0], 24);
+        ck_ok(cube_read_strided(c, &t[0], back, sizeof(a)));
+        ck_assert(memcmp(back, a, sizeof(a)) == 0);
+        ck_ok(cube_read_strided(c, &t[1], back, sizeof(b)));
+        ck_assert(memcmp(back, b, sizeof(b)) == 0);
+        data[1] = NULL;
+        expect_validation(cube_create_tensors(c, descs, data, 2, t), "tensor 1 has no data");
+        cube_disconnect(c);
+}
+END_TEST
+
+/* The request msgid's answer on a raw peer: its error, or NULL. */
+static cube_error *raw_answer(int fd, uint32_t msgid)
+{
+        msgpack_unpacked up;
+        cube_error *e = NULL;
+        bool found = false;
+
+        msgpack_unpacked_init(&up);
+        while (!found && raw_recv(fd, &up, test_scaled_ms(10000)) == 1) {
+                const msgpack_object *o = &up.data;
+                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                    o->via.array.ptr[0].via.u64 == 1 && o->via.array.ptr[1].via.u64 == msgid) {
+                        found = true;
+                        if (o->via.array.ptr[2].type != MSGPACK_OBJECT_NIL)
+                                ck_assert_int_eq(cube__err_unpack(&o->via.array.ptr[2],
+                                                                  CUBE__FAMILY_SERVER, &e), 0);
+                }
+        }
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(found, "no answer to request %u", msgid);
+        return e;
+}
+
+/* A batch the library would refuse, sent by hand: the daemon creates the
+ * memory all the same, claimed by Validation, and reserves nothing. */
+START_TEST(hostile_batches_are_refused_with_validation)
+{
+        cube_client *c = test_connect(D.socket, "hostile-layouts");
+        static const struct {
+                cube_layout_descriptor d;
+                const char *why;
+        } bad[] = {
+                { { CUBE_LAYOUT_OPTIMIZED, 0, { 0 }, 4 }, "rank of 1 to 8" },
+                { { CUBE_LAYOUT_OPTIMIZED, 9, { 1, 1, 1, 1, 1, 1, 1, 1 }, 4 }, "rank of 1 to 8" },
+                { { CUBE_LAYOUT_CONTIGUOUS, 1, { 4 }, 0 }, "an element size" },
+                { { (cube_layout_strategy) 7, 1, { 4 }, 4 }, "a strategy" },
+                { { CUBE_LAYOUT_CONTIGUOUS, 1, { 1ull << 32 }, 4 }, "above 2^32" },
+                { { CUBE_LAYOUT_CONTIGUOUS, 1, { 4 }, 1ull << 32 }, "above 2^32" },
+                { { CUBE_LAYOUT_CONTIGUOUS, 4, { UINT32_MAX, UINT32_MAX, UINT32_MAX, 4 }, 4 },
+                  "overflows 64 bits" },
+        };
+        uint64_t nonce, session, in_use = status(c).memory_in_use, size;
+        cube_copy t[2];
+        int fd;
+
+        /* The library refuses each at the call, sending nothing. */
+        expect_validation(cube_empty_tensors(c, &bad[0].d, 0, t),
+                          "at least one descriptor");
+        for (size_t i = 0; i < LEN(bad); i++) {
+                cube_layout_descriptor two[2] = {
+                        { CUBE_LAYOUT_OPTIMIZED, 1, { 4 }, 4 }, bad[i].d,
+                };
+                expect_validation(cube_empty_tensors(c, two, 2, t), bad[i].why);
+                expect_validation(cube_layout_apply(c, two, 2, t, &size), "tensor 1");
+        }
+        ck_assert_uint_eq(status(c).memory_in_use, in_use);
+
+        /* Sent by hand, each lands on its memory. */
+        fd = raw_connect(D.socket);
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        for (size_t i = 0; i <= LEN(bad); i++) {
+                uint64_t memory = session << 40 | (i + 1);
+                msgpack_sbuffer sb;
+                msgpack_packer pk;
+                cube_error *e;
+
+                msgpack_sbuffer_init(&sb);
+                msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+                cube__pack_notify(&pk, "create_tensors", 3);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_uint64(&pk, memory);
+                if (i == LEN(bad)) {
+                        msgpack_pack_array(&pk, 0);     /* no tensor at all */
+                } else {
+                        const cube_layout_descriptor *d = &bad[i].d;
+                        msgpack_pack_array(&pk, 1);
+                        msgpack_pack_array(&pk, 3);
+                        msgpack_pack_uint64(&pk, d->strategy);
+                        msgpack_pack_array(&pk, d->rank);
+                        for (uint32_t j = 0; j < d->rank; j++)
+                                msgpack_pack_uint64(&pk, j < CUBE_MAX_RANK ? d->shape[j] : 1);
+                        msgpack_pack_uint64(&pk, d->elem_size);
+                }
+                cube__pack_request(&pk, (uint32_t) (10 + i), "check", 2);
+                msgpack_pack_uint64(&pk, 1);
+                msgpack_pack_array(&pk, 1);
+                cube__pack_handle(&pk, &(cube_handle) { .service = nonce, .memory = memory });
+                ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+                msgpack_sbuffer_destroy(&sb);
+                e = raw_answer(fd, (uint32_t) (10 + i));
+                ck_assert_msg(e && cube_error_kind_of(e) == CUBE_SERVER_SEVERAL,
+                              "batch %zu was not refused", i);
+                const cube_error *root = cube_error_source(cube_error_at(e, 0));
+                ck_assert_int_eq(cube_error_kind_of(root), CUBE_SERVER_VALIDATION);
+                ck_assert_msg(strstr(cube_error_reason(root),
+                                     i == LEN(bad) ? "at least one descriptor" : bad[i].why),
+                              "batch %zu: %s", i, cube_error_reason(root));
+                cube_error_free(e);
+        }
+        ck_assert_uint_eq(status(c).memory_in_use, in_use);
+        close(fd);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A batch is one allocation: together its tensors may be too big for any
+ * page, and then every one of them reports it. */
+START_TEST(a_batch_above_the_largest_page_is_buffer_too_big)
+{
+        cube_client *c = test_connect(D.socket, "big-batch");
+        uint64_t max = cube_client_properties(c)->max_page_size;
+        cube_layout_descriptor descs[2] = {
+                { CUBE_LAYOUT_CONTIGUOUS, 2, { 4096, 4096 }, 2 },       /* 32 MiB */
+                { CUBE_LAYOUT_OPTIMIZED, 2, { 4096, 4096 }, 2 },
+        };
+        cube_copy t[2];
+        uint64_t size;
+
+        ck_assert_uint_eq(max, 64 * MiB);
+        descs[1].shape[0] = 4097;               /* the two cross 64 MiB */
+        ck_ok(cube_layout_apply(c, descs, 2, t, &size));
+        ck_assert_uint_gt(size, max);
+        ck_ok(cube_empty_tensors(c, descs, 2, t));
+        expect_io_failure(cube_check(c, &t[0].handle, 1), CUBE_IO_BUFFER_TOO_BIG, size, false);
+        expect_io_failure(cube_check(c, &t[1].handle, 1), CUBE_IO_BUFFER_TOO_BIG, size, false);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * Staging regions
  * ------------------------------------------------------------------------- */
 
@@ -1360,20 +1641,10 @@ END_TEST
 /* The request msgid's answer on a raw peer: whether its error is set. */
 static bool raw_answer_failed(int fd, uint32_t msgid)
 {
-        msgpack_unpacked up;
-        bool failed = false, found = false;
+        cube_error *e = raw_answer(fd, msgid);
+        bool failed = e != NULL;
 
-        msgpack_unpacked_init(&up);
-        while (!found && raw_recv(fd, &up, test_scaled_ms(10000)) == 1) {
-                const msgpack_object *o = &up.data;
-                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
-                    o->via.array.ptr[0].via.u64 == 1 && o->via.array.ptr[1].via.u64 == msgid) {
-                        found = true;
-                        failed = o->via.array.ptr[2].type != MSGPACK_OBJECT_NIL;
-                }
-        }
-        msgpack_unpacked_destroy(&up);
-        ck_assert_msg(found, "no answer to request %u", msgid);
+        cube_error_free(e);
         return failed;
 }
 
@@ -1444,23 +1715,13 @@ START_TEST(a_large_write_to_a_read_only_import_changes_nothing)
 }
 END_TEST
 
-/* A large inline write is read straight into its memory as it arrives; a
- * peer that hangs up halfway must leave no allocation held behind it. */
-START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
+/* Sends the header of an inline write of size bytes to memory, then the
+ * first sent bytes of payload. */
+static void send_write_head(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
+                            const void *payload, uint64_t sent)
 {
-        const uint64_t size = 4u << 20, sent = 1u << 20;
-        int fd = raw_connect(D.socket);
-        uint64_t nonce, session;
         msgpack_sbuffer sb;
         msgpack_packer pk;
-        char *payload = calloc(1, sent);
-
-        ck_assert_int_ge(fd, 0);
-        ck_assert_ptr_nonnull(payload);
-        raw_greet(fd, &nonce, &session);
-        uint64_t memory = session << 40 | 1;
-        raw_send_create(fd, memory, size);
-        ck_assert(wait_memory_in_use(D.socket, size, 5000));
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -1472,14 +1733,189 @@ START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
         raw_send_sbuffer(fd, &sb);
         msgpack_sbuffer_destroy(&sb);
         ck_assert_int_eq(raw_send(fd, payload, sent), 0);
+}
+
+/* The same, then hangs up. */
+static void hang_up_mid_write(int fd, uint64_t nonce, uint64_t memory, uint64_t size,
+                              uint64_t sent)
+{
+        char *payload = calloc(1, sent);
+
+        ck_assert_ptr_nonnull(payload);
+        send_write_head(fd, nonce, memory, size, payload, sent);
         free(payload);
         close(fd);
+}
+
+/* A raw peer that creates memory 1 of size bytes and exports it, and a
+ * client that imports it (writable) and writes pattern seed into it. */
+typedef struct shared_target {
+        int fd;
+        uint64_t nonce, session, memory;
+        cube_client *holder;
+        cube_handle imported;
+} shared_target;
+
+static shared_target share_raw_memory(uint64_t size, uint64_t seed)
+{
+        shared_target t = { .fd = raw_connect(D.socket) };
+        char token[33] = "";
+        msgpack_unpacked up;
+
+        ck_assert_int_ge(t.fd, 0);
+        raw_greet(t.fd, &t.nonce, &t.session);
+        t.memory = t.session << 40 | 1;
+        raw_send_create(t.fd, t.memory, size);
+        raw_send_request_u64(t.fd, 7, "export", &t.memory, 1);
+        msgpack_unpacked_init(&up);
+        while (!token[0] && raw_recv(t.fd, &up, test_scaled_ms(10000)) == 1) {
+                const msgpack_object *o = &up.data;
+                if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4 &&
+                    o->via.array.ptr[1].via.u64 == 7) {
+                        const msgpack_object *tok = &o->via.array.ptr[3];
+                        ck_assert_int_eq(tok->type, MSGPACK_OBJECT_STR);
+                        ck_assert_uint_lt(tok->via.str.size, sizeof(token));
+                        memcpy(token, tok->via.str.ptr, tok->via.str.size);
+                }
+        }
+        msgpack_unpacked_destroy(&up);
+        ck_assert_msg(token[0], "no export token");
+        t.holder = test_connect(D.socket, "holder");
+        ck_ok(cube_import(t.holder, token, false, &t.imported));
+        write_pattern(t.holder, &t.imported, seed);
+        ck_ok(cube_sync(t.holder, &t.imported, 1));
+        return t;
+}
+
+/* A large inline write is read straight into its memory as it arrives; a
+ * peer that hangs up halfway must leave no allocation held behind it. */
+START_TEST(a_peer_gone_halfway_through_a_large_write_leaves_nothing_held)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        int fd = raw_connect(D.socket);
+        uint64_t nonce, session;
+
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        uint64_t memory = session << 40 | 1;
+        raw_send_create(fd, memory, size);
+        ck_assert(wait_memory_in_use(D.socket, size, 5000));
+
+        hang_up_mid_write(fd, nonce, memory, size, sent);
 
         ck_assert_msg(wait_memory_in_use(D.socket, 0, 5000),
                       "the allocation outlived its session");
         cube_disconnect(test_connect(D.socket, "next"));   /* and a new peer is served */
 }
 END_TEST
+
+/* A large write to memory another session holds is received straight into
+ * it in its place in the allocation's order. A peer that hangs up halfway
+ * leaves that write scope unfinished: the other holder's read reports
+ * TornDown rather than handing back half-written bytes, and a later write
+ * repairs the range. */
+START_TEST(a_write_cut_short_leaves_torn_down_for_the_other_holders)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        shared_target t = share_raw_memory(size, 70);
+        cube_client *holder = t.holder;
+        cube_handle imported = t.imported;
+        const cube_error *u;
+        cube_error *e;
+        void *back = malloc(size);
+
+        ck_assert_ptr_nonnull(back);
+        /* The owner's write: its header and a quarter of its payload. */
+        hang_up_mid_write(t.fd, t.nonce, t.memory, size, sent);
+        for (long until = test_now_ms() + test_scaled_ms(10000);
+             status(holder).sessions > 1 && test_now_ms() < until;)
+                usleep(10000);
+        ck_assert_uint_eq(status(holder).sessions, 1);
+
+        e = cube_read(holder, &imported, back, size);
+        ck_assert_msg(e != NULL, "the half-written memory read as written");
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+        ck_assert_uint_eq(cube_error_count(e), 1);
+        u = cube_error_at(e, 0);
+        ck_assert_int_eq(cube_error_kind_of(u), CUBE_SERVER_UNWRITTEN);
+        ck_assert_str_eq(cube_error_variant(cube_error_source(u)), "TornDown");
+        ck_assert(!cube_error_is_refusal(e));
+        ck_assert(!cube_error_is_device_poisoned(e));
+        cube_error_free(e);
+
+        write_pattern(holder, &imported, 71);
+        expect_read_pattern(holder, &imported, 71);
+        free(back);
+        cube_disconnect(holder);
+}
+END_TEST
+
+typedef struct pending_read {
+        cube_client *c;
+        cube_handle h;
+        void *dst;
+        uint64_t size;
+        cube_error *e;
+        volatile int done;
+} pending_read;
+
+static void *read_in_thread(void *arg)
+{
+        pending_read *r = arg;
+
+        r->e = cube_read(r->c, &r->h, r->dst, r->size);
+        r->done = 1;
+        return NULL;
+}
+
+/* Whether session's stream has work queued in the daemon. */
+static bool stream_busy(cube_client *c, uint64_t session, uint64_t stream)
+{
+        cube_stream_info *v;
+        bool busy = false;
+        size_t n;
+
+        ck_ok(cube_daemon_streams(c, &v, &n));
+        for (size_t i = 0; i < n; i++)
+                busy |= v[i].session == session && v[i].stream == stream && v[i].pending > 0;
+        free(v);
+        return busy;
+}
+
+/* While a large write to memory another session holds arrives, that
+ * session's read of it waits for the payload and then sees all of it. */
+START_TEST(a_read_of_shared_memory_waits_for_a_large_write_arriving)
+{
+        const uint64_t size = 4u << 20, sent = 1u << 20;
+        shared_target t = share_raw_memory(size, 80);
+        char *payload = malloc(size);
+        pending_read r = { .c = t.holder, .h = t.imported, .dst = malloc(size), .size = size };
+        pthread_t th;
+
+        ck_assert_ptr_nonnull(payload);
+        ck_assert_ptr_nonnull(r.dst);
+        pattern(payload, size, 81);
+        send_write_head(t.fd, t.nonce, t.memory, size, payload, sent);
+        for (long until = test_now_ms() + test_scaled_ms(10000);
+             !stream_busy(t.holder, t.session, 1) && test_now_ms() < until;)
+                usleep(5000);
+        ck_assert_msg(stream_busy(t.holder, t.session, 1),
+                      "the write was not queued in its place as its payload arrived");
+
+        ck_assert_int_eq(pthread_create(&th, NULL, read_in_thread, &r), 0);
+        usleep(300 * 1000);
+        ck_assert_msg(!r.done, "the read returned before the write's payload was whole");
+        ck_assert_int_eq(raw_send(t.fd, payload + sent, size - sent), 0);
+        pthread_join(th, NULL);
+        ck_ok(r.e);
+        ck_assert_msg(memcmp(r.dst, payload, size) == 0, "the read did not see the whole write");
+        close(t.fd);
+        free(payload);
+        free(r.dst);
+        cube_disconnect(t.holder);
+}
+END_TEST
+
 
 START_TEST(copies_beyond_one_message_go_through_staging)
 {
@@ -1615,12 +2051,16 @@ static Suite *memory_suite(void)
         tcase_add_test(pools, reports_exist_only_for_created_streams_and_stream_ids_lists_them);
         tcase_add_test(pools, a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed);
         tcase_add_test(pools, above_the_largest_page_is_buffer_too_big);
+        tcase_add_test(pools, a_batch_above_the_largest_page_is_buffer_too_big);
 
         tcase_add_test(sizes, sixty_five_live_page_sizes_are_page_sizes_exhausted);
         tcase_add_test(sizes, strided_round_trips_land_rows_on_their_pitch);
         tcase_add_test(sizes, null_host_memory_is_validation_and_allocates_nothing);
         tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
         tcase_add_test(sizes, unsupported_strides_claim_only_the_handles_range);
+        tcase_add_test(sizes, a_batch_of_tensors_shares_one_allocation_laid_out_by_the_policy);
+        tcase_add_test(sizes, created_tensors_hold_their_data);
+        tcase_add_test(sizes, hostile_batches_are_refused_with_validation);
         tcase_add_test(sizes, freed_device_memory_goes_back_to_the_host);
 
         tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
@@ -1630,6 +2070,8 @@ static Suite *memory_suite(void)
         tcase_add_test(staging, a_large_write_behind_queued_work_keeps_its_place);
         tcase_add_test(staging, a_large_write_to_a_read_only_import_changes_nothing);
         tcase_add_test(staging, a_peer_gone_halfway_through_a_large_write_leaves_nothing_held);
+        tcase_add_test(staging, a_write_cut_short_leaves_torn_down_for_the_other_holders);
+        tcase_add_test(staging, a_read_of_shared_memory_waits_for_a_large_write_arriving);
 
         tcase_add_test(quota, regions_count_against_the_session_quota);
         tcase_add_test(quota, a_range_beyond_the_region_is_validation);

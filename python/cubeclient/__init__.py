@@ -13,6 +13,7 @@ from ._cube import ffi as _ffi, lib as _lib
 from .errors import *                  # noqa: F401,F403 (the taxonomy)
 from .errors import __all__ as _errors_all
 from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, LaunchMode,
+                     LayoutStrategy,
                      BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64,
                      count_is_empty, num_elems, can_contain)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
@@ -29,6 +30,7 @@ DEFAULT_SOCKET = _ffi.string(_lib.pycube_default_socket).decode()
 __version__ = "0.1.0"
 __all__ = list(_errors_all) + [
     "Client", "Stream", "Buffer", "Tensor", "Region", "Kernel", "Launch", "LaunchMode",
+    "LayoutStrategy",
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
     "count_is_empty", "num_elems", "can_contain", "CacheArtifact", "CountSelection",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",

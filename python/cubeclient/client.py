@@ -28,6 +28,12 @@ class LaunchMode(enum.IntEnum):
     UNCHECKED = lib.CUBE_LAUNCH_UNCHECKED
 
 
+class LayoutStrategy(enum.IntEnum):
+    """How a tensor of a batch lays out its rows (cube_layout_strategy)."""
+    CONTIGUOUS = lib.CUBE_LAYOUT_CONTIGUOUS
+    OPTIMIZED = lib.CUBE_LAYOUT_OPTIMIZED
+
+
 class BufferIO(enum.IntEnum):
     READ_ONLY = lib.CUBE_BUFFER_READ_ONLY
     WRITE_ONLY = lib.CUBE_BUFFER_WRITE_ONLY
@@ -447,6 +453,71 @@ class Client:
         check(lib.cube_empty_tensor(self._enter(stream), shape, len(shape), itemsize, t))
         return Tensor(self, t, dtype)
 
+    @staticmethod
+    def _layout_descriptors(descriptors):
+        """(shape, dtype[, strategy]) tuples as cube_layout_descriptor[]; the
+        strategy defaults to OPTIMIZED."""
+        descriptors = list(descriptors)
+        d = ffi.new("cube_layout_descriptor[]", max(len(descriptors), 1))
+        dtypes = []
+        for i, desc in enumerate(descriptors):
+            shape, dtype = tuple(int(x) for x in desc[0]), desc[1]
+            strategy = desc[2] if len(desc) > 2 else LayoutStrategy.OPTIMIZED
+            if len(shape) > lib.CUBE_MAX_RANK:
+                raise ValueError(f"tensor {i}: a rank of {len(shape)} is above "
+                                 f"{lib.CUBE_MAX_RANK}")
+            d[i].strategy = int(strategy)
+            d[i].rank = len(shape)
+            for j, n in enumerate(shape):
+                d[i].shape[j] = n
+            d[i].elem_size = np.dtype(dtype).itemsize if np is not None else int(dtype)
+            dtypes.append(dtype)
+        return d, len(descriptors), dtypes
+
+    def layout_apply(self, descriptors):
+        """The layout policy alone (cube_layout_apply): the size of the
+        allocation the tensors would share, and each one's
+        (offset_start, strides)."""
+        d, n, _ = self._layout_descriptors(descriptors)
+        t, size = ffi.new("cube_copy[]", max(n, 1)), ffi.new("uint64_t *")
+        check(lib.cube_layout_apply(self._cp(), d, n, t, size))
+        return size[0], [(t[i].handle.offset_start,
+                          tuple(t[i].strides[j] for j in range(t[i].rank))) for i in range(n)]
+
+    def empty_tensors(self, descriptors, *, stream=None):
+        """Tensors sharing one allocation, each contiguous or pitched as its
+        (shape, dtype[, LayoutStrategy]) asks (cube_empty_tensors)."""
+        d, n, dtypes = self._layout_descriptors(descriptors)
+        t = ffi.new("cube_copy[]", max(n, 1))
+        check(lib.cube_empty_tensors(self._enter(stream), d, n, t))
+        return self._batch(t, n, dtypes)
+
+    def create_tensors(self, arrays, strategies=None, *, stream=None):
+        """Tensors holding arrays, sharing one allocation (cube_create_tensors);
+        strategies, one per array, default to OPTIMIZED."""
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        strategies = strategies or [LayoutStrategy.OPTIMIZED] * len(arrays)
+        d, n, dtypes = self._layout_descriptors(
+            (a.shape, a.dtype, s) for a, s in zip(arrays, strategies))
+        data = ffi.new("void *[]", max(n, 1))
+        keep = []
+        for i, a in enumerate(arrays):
+            p, _, k = _readable(a)
+            data[i] = p
+            keep.append(k)
+        t = ffi.new("cube_copy[]", max(n, 1))
+        check(lib.cube_create_tensors(self._enter(stream), d, data, n, t))
+        return self._batch(t, n, dtypes)
+
+    def _batch(self, t, n, dtypes):
+        # One Buffer owns the allocation the batch shares; freeing it frees
+        # every tensor, so the others only view it.
+        tensors = []
+        for i in range(n):
+            one = ffi.new("cube_copy *", t[i])
+            tensors.append(Tensor(self, one, dtypes[i], owner=tensors[0].buffer if i else None))
+        return tensors
+
     # -- staging regions ------------------------------------------------------
     def region(self, nbytes):
         """A staging region of nbytes that this process and the daemon both
@@ -835,14 +906,14 @@ class Buffer:
 class Tensor:
     """A pitched row-major tensor (cube_empty_tensor) and its strided copies."""
 
-    def __init__(self, client, t, dtype):
+    def __init__(self, client, t, dtype, owner=None):
         self.client = client
         self._t = t
         self.dtype = np.dtype(dtype) if np is not None else dtype
         self.shape = tuple(t.shape[i] for i in range(t.rank))
         self.strides = tuple(t.strides[i] for i in range(t.rank))
         h = ffi.new("cube_handle *", t.handle)
-        self.buffer = Buffer(client, h)
+        self.buffer = Buffer(client, h, owner)
 
     def write(self, data, *, stream=None):
         p, n, keep = _readable(data)

@@ -122,6 +122,28 @@ def test_tensor_strided_copies(client):
     assert np.array_equal(t.read(), a)
 
 
+def test_tensors_share_one_allocation_by_the_layout_policy(client):
+    a = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+    b = np.arange(4 * 3, dtype=np.int16).reshape(4, 3)
+    ts = client.create_tensors([a, b], [cube.LayoutStrategy.OPTIMIZED,
+                                        cube.LayoutStrategy.CONTIGUOUS])
+    align = client.properties.alignment
+    assert ts[0].strides == (8, 1)              # 20-byte rows on a 32-byte pitch
+    assert ts[1].strides == (3, 1)              # packed
+    h0, h1 = ts[0].buffer.handle, ts[1].buffer.handle
+    assert h0["memory"] == h1["memory"]
+    assert h1["offset_start"] == -(-96 // align) * align
+    assert h0["size"] == h1["size"] == h1["offset_start"] + -(-24 // align) * align
+    size, layouts = client.layout_apply([(a.shape, a.dtype), (b.shape, b.dtype,
+                                                              cube.LayoutStrategy.CONTIGUOUS)])
+    assert size == h0["size"] and layouts[1] == (h1["offset_start"], (3, 1))
+    assert np.array_equal(ts[0].read(), a) and np.array_equal(ts[1].read(), b)
+    with pytest.raises(cube.ServerError.Validation):
+        client.empty_tensors([((1 << 32,), np.float32)])
+    with pytest.raises(cube.ServerError.Validation):
+        client.empty_tensors([])
+
+
 def test_region_zero_copy_visible_to_a_kernel(client):
     n = 1 << 16
     k = client.kernel("KERNEL void dbl(float *x, INFO) { uint64_t i = ABSOLUTE_POS;"
