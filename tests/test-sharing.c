@@ -1884,11 +1884,15 @@ START_TEST(the_shares_view_and_the_metrics_show_sessions_and_tenants)
                       strstr(out, "\"cap\":50") && strstr(out, "\"owed_percent\":") &&
                       strstr(out, "\"share_percent\":"), "cubectl shares said %s", out);
         ck_ok(cube_daemon_metrics(s.c, &text));
-        snprintf(want, sizeof(want), "cube_share_owed_ratio{instance=\"cpu0\",session=\"%" PRIu64
-                 "\",tenant=\"infer\"}", cube_client_session(s.c));
+        snprintf(want, sizeof(want), "cube_share_owed_ratio{instance=\"%s\",session=\"%" PRIu64
+                 "\",tenant=\"infer\"}", test_instance(), cube_client_session(s.c));
         ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
-        ck_assert(strstr(text, "cube_share_weight{instance=\"cpu0\",tenant=\"infer\"} 1\n"));
-        ck_assert(strstr(text, "cube_share_device_seconds{instance=\"cpu0\",tenant="));
+        snprintf(want, sizeof(want), "cube_share_weight{instance=\"%s\",tenant=\"infer\"} 1\n",
+                 test_instance());
+        ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
+        snprintf(want, sizeof(want), "cube_share_device_seconds{instance=\"%s\",tenant=",
+                 test_instance());
+        ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
         free(text);
         cube_disconnect(s.c);
         test_stop_clean();
