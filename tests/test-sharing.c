@@ -2163,14 +2163,20 @@ int main(void)
         tcase_add_test_needing(quotas, max_streams_refuses_a_fifth_stream, TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(quotas, max_requests_holds_back_a_flood_of_small_writes,
                                TEST_NEEDS_KERNEL_RUNS);
-        tcase_add_test(quotas, max_queued_bytes_holds_back_a_flood_of_large_writes);
+        tcase_add_test_needing(quotas, max_queued_bytes_holds_back_a_flood_of_large_writes,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(fairness, a_flooding_session_delays_another_by_a_bounded_amount,
                                TEST_NEEDS_KERNEL_RUNS);
-        tcase_add_test(shares, weights_share_device_time_not_launches);
-        tcase_add_test(shares, equal_weights_share_equally_whatever_the_kernels_length);
-        tcase_add_test(shares, a_latency_session_waits_for_a_bound_not_for_the_queue);
-        tcase_add_test(shares, a_batch_session_beside_a_saturating_latency_one_gets_its_floor);
-        tcase_add_test(shares, a_capped_tenant_alone_is_held_to_its_cap);
+        tcase_add_test_needing(shares, weights_share_device_time_not_launches,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, equal_weights_share_equally_whatever_the_kernels_length,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_latency_session_waits_for_a_bound_not_for_the_queue,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_batch_session_beside_a_saturating_latency_one_gets_its_floor,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_capped_tenant_alone_is_held_to_its_cap,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(shares, a_session_may_lower_its_share_never_raise_it);
         tcase_add_test(shares, a_reload_gives_every_session_its_new_terms);
         tcase_add_test(shares, the_shares_view_and_the_metrics_show_sessions_and_tenants);
