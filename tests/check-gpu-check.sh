@@ -28,8 +28,9 @@ chmod +x "$tmp/stand-in/nvidia-smi"
 start=$(date +%s)
 PATH="$tmp/stand-in:$PATH" LD_LIBRARY_PATH="$double" OUT="$tmp/out" \
         CUBE_TEST_DRIVER=double CUBE_CUDA_DOUBLE_MEMORY=4294967296 \
-        GPU_CHECK_SUITES="${GPU_CHECK_SUITES:-daemon memory failures sharing}" GPU_CHECK_BENCH="${GPU_CHECK_BENCH:-sync}" \
-        GPU_CHECK_BENCH_RUNS=1 timeout -k 5 420 "$tmp/pack/gpu-check" run 0 > "$tmp/run.log" 2>&1
+        GPU_CHECK_SUITES="${GPU_CHECK_SUITES:-daemon memory failures sharing graphs}" \
+        GPU_CHECK_BENCH="${GPU_CHECK_BENCH:-sync}" GPU_CHECK_BENCH_RUNS=1 \
+        timeout -k 5 420 "$tmp/pack/gpu-check" run 0 > "$tmp/run.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 cat "$tmp/run.log"
