@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # check-gpu-check.sh - a dry run of tools/gpu-check: packed from this build,
 # run with a stand-in nvidia-smi and the CUDA driver's test double, it must
-# finish inside its caps and leave exactly its two files.
+# finish inside its caps and leave exactly its two files. The integration
+# suites run with the harness skipping what the double cannot do (kernel
+# bodies never run there), and must pass.
 #
 #   check-gpu-check.sh SOURCE_ROOT BUILD_DIR DOUBLE_DIR
 set -uo pipefail
@@ -25,8 +27,10 @@ chmod +x "$tmp/stand-in/nvidia-smi"
 
 start=$(date +%s)
 PATH="$tmp/stand-in:$PATH" LD_LIBRARY_PATH="$double" OUT="$tmp/out" \
-        GPU_CHECK_SUITES="${GPU_CHECK_SUITES:-daemon}" GPU_CHECK_BENCH="${GPU_CHECK_BENCH:-sync}" \
-        GPU_CHECK_BENCH_RUNS=1 timeout -k 5 420 "$tmp/pack/gpu-check" run 0 > "$tmp/run.log" 2>&1
+        CUBE_TEST_DRIVER=double CUBE_CUDA_DOUBLE_MEMORY=4294967296 \
+        GPU_CHECK_SUITES="${GPU_CHECK_SUITES:-daemon memory failures sharing graphs}" \
+        GPU_CHECK_BENCH="${GPU_CHECK_BENCH:-sync}" GPU_CHECK_BENCH_RUNS=1 \
+        timeout -k 5 420 "$tmp/pack/gpu-check" run 0 > "$tmp/run.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 cat "$tmp/run.log"
@@ -41,6 +45,10 @@ tail -n 1 "$tmp/run.log" | grep -q '^total [0-9]* s$' || {
         echo "FAIL: the summary is not printed last"; fail=1; }
 grep -q '^backend: rc 0 ' "$tmp/out/gpu-check-summary.txt" || {
         echo "FAIL: the backend suite did not pass on the test double"; fail=1; }
+grep '^integration ' "$tmp/out/gpu-check-summary.txt" | grep -v ' rc 0 ' && {
+        echo "FAIL: an integration suite failed on the test double"; fail=1; }
+grep -Eq '^integration .*, [1-9][0-9]* skipped$' "$tmp/out/gpu-check-summary.txt" || {
+        echo "FAIL: the harness skipped no case on the test double"; fail=1; }
 tar -tzf "$tmp/out/gpu-check-logs.tar.gz" | grep -q 'backend.log' || {
         echo "FAIL: the logs hold no backend.log"; fail=1; }
 ((fail)) || echo "PASS: dry run in $took s"

@@ -681,6 +681,47 @@ const char *test_fault_word(void)
         return strcmp(test_backend(), "cpu") == 0 ? "SEGV" : "CUDA_ERROR";
 }
 
+bool test_device_has(const char *name, unsigned needs)
+{
+        static const struct {
+                test_need need;
+                const char *why;
+        } lacks[] = {
+                { TEST_NEEDS_KERNEL_RUNS, "needs kernel bodies to run; the CUDA driver's "
+                                          "test double runs none" },
+                { TEST_NEEDS_CPU_DEVICE, "needs the CPU device; cubed runs another backend" },
+                { TEST_NEEDS_VALGRIND, "needs valgrind; this build's daemon cannot run "
+                                       "under it" },
+        };
+        const char *driver = getenv("CUBE_TEST_DRIVER");
+        unsigned lacking = 0;
+
+        if (strcmp(test_backend(), "cpu") != 0)
+                lacking |= TEST_NEEDS_CPU_DEVICE;
+        if (driver && strcmp(driver, "double") == 0)
+                lacking |= TEST_NEEDS_KERNEL_RUNS;
+        if (getenv("CUBE_TEST_NO_VALGRIND"))
+                lacking |= TEST_NEEDS_VALGRIND;
+        for (size_t i = 0; i < sizeof(lacks) / sizeof(lacks[0]); i++)
+                if (needs & lacking & lacks[i].need) {
+                        /* Flushed now: Check forks each case, and a child
+                         * must not carry the line in its buffer. */
+                        printf("SKIP %s: %s\n", name, lacks[i].why);
+                        fflush(stdout);
+                        return false;
+                }
+        return true;
+}
+
+const char *test_instance(void)
+{
+        static char name[64];
+        const char *dev = getenv("CUBE_TEST_DEVICE");
+
+        snprintf(name, sizeof(name), "%s%s", test_backend(), dev && *dev ? dev : "0");
+        return name;
+}
+
 void nobody_start(nobody *n, const char *socket, nobody_fn fn)
 {
         int down[2], up[2];

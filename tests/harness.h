@@ -106,6 +106,36 @@ int test_scaled_ms(int ms);
  * the word its fault reports carry ("SEGV", "CUDA_ERROR"). */
 const char *test_backend(void);
 const char *test_fault_word(void);
+/* ---- what a case needs of the device under test ----------------------------
+ * Most cases hold on every backend. One that needs more says so where it is
+ * registered (tcase_add_test_needing), and where the daemon under test lacks
+ * it the case is not run: it is printed as "SKIP case: reason" on stdout,
+ * which tools/count-tests.py counts as skipped. */
+typedef enum test_need {
+        /* Kernel bodies that run: their results, how long they take, the
+         * faults they raise. The CUDA driver's test double runs none
+         * (CUBE_TEST_DRIVER=double). */
+        TEST_NEEDS_KERNEL_RUNS = 1 << 0,
+        /* The CPU device itself (CUBE_TEST_BACKEND unset or "cpu"): its
+         * fault reasons (SEGV), its 64-byte alignment, its compiler and
+         * PoCL, device memory that is the daemon's own. */
+        TEST_NEEDS_CPU_DEVICE = 1 << 1,
+        /* A daemon run under valgrind, which a sanitizer's build cannot be
+         * (CUBE_TEST_NO_VALGRIND). */
+        TEST_NEEDS_VALGRIND = 1 << 2,
+} test_need;
+/* Whether the device under test has every need (test_need bits) of the case
+ * named; prints the case's SKIP line when it has not. */
+bool test_device_has(const char *name, unsigned needs);
+/* Registers tf in tc unless the device under test lacks one of needs. */
+#define tcase_add_test_needing(tc, tf, needs) do { \
+        if (test_device_has(#tf, (needs))) \
+                tcase_add_test(tc, tf); \
+} while (0)
+/* The instance name cubed takes on a socket of its own: the backend and the
+ * device index ("cpu0", "cuda0"). */
+const char *test_instance(void);
+
 /* CUBE_TEST_TIMEOUT_MULT, at least 1: how many times slower this build may
  * be (a sanitizer's). */
 int test_timeout_multiplier(void);

@@ -2002,21 +2002,29 @@ static Suite *failures_suite(void)
         suite_add_tcase(s, claims);
 
         tcase_add_test(launches, an_uncompiled_launch_taints_its_declared_and_undeclared_outputs);
-        tcase_add_test(launches, after_compiling_the_compiled_answer_decides_what_is_tainted);
-        tcase_add_test(launches, relaunching_into_a_pure_output_repairs_it);
-        tcase_add_test(launches, an_abandoned_write_scope_reads_as_torn_down);
-        tcase_add_test(launches, a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch);
-        tcase_add_test(launches, a_zero_cube_count_changes_no_claim);
+        tcase_add_test_needing(launches, after_compiling_the_compiled_answer_decides_what_is_tainted,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(launches, relaunching_into_a_pure_output_repairs_it,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(launches, an_abandoned_write_scope_reads_as_torn_down,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(launches, a_dynamic_count_read_from_a_tainted_buffer_skips_the_launch,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(launches, a_zero_cube_count_changes_no_claim,
+                               TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, launches);
 
-        tcase_add_test(skips, a_launch_reading_a_failure_is_skipped_and_passes_it_on);
+        tcase_add_test_needing(skips, a_launch_reading_a_failure_is_skipped_and_passes_it_on,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(skips, the_skip_chain_walks_back_from_the_buffer_asked_about);
         tcase_add_test(skips, a_skip_chain_keeps_its_sixteen_newest_hops);
-        tcase_add_test(skips, interleaved_workflows_on_one_stream_stay_apart);
+        tcase_add_test_needing(skips, interleaved_workflows_on_one_stream_stay_apart,
+                               TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, skips);
 
         tcase_add_test(reports, read_sync_and_check_report_each_named_failure_once);
-        tcase_add_test(reports, check_answers_at_once_and_sync_drains_the_device_first);
+        tcase_add_test_needing(reports, check_answers_at_once_and_sync_drains_the_device_first,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(reports, refusal_and_poison_are_judged_over_the_whole_group);
         suite_add_tcase(s, reports);
 
@@ -2026,20 +2034,24 @@ static Suite *failures_suite(void)
         tcase_add_test(inject_tc, an_injected_poison_reaches_every_session_and_status_answers);
         suite_add_tcase(s, inject_tc);
 
-        tcase_add_test(plain, a_daemon_without_the_flag_refuses_injection_and_changes_nothing);
+        tcase_add_test_needing(plain, a_daemon_without_the_flag_refuses_injection_and_changes_nothing,
+                               TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, plain);
 
         tcase_add_test(tools, cubectl_failures_lists_every_live_failure);
         suite_add_tcase(s, tools);
 
         tcase_add_test(late, a_read_behind_a_write_that_fails_on_the_device_reports_it);
-        tcase_add_test(late, a_launch_queued_behind_a_failing_write_passes_the_failure_on);
+        tcase_add_test_needing(late, a_launch_queued_behind_a_failing_write_passes_the_failure_on,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(late, a_later_write_over_a_failing_one_keeps_its_bytes);
-        tcase_add_test(late, a_sync_waits_for_every_stream_of_its_session);
+        tcase_add_test_needing(late, a_sync_waits_for_every_stream_of_its_session,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(late, a_failed_reservation_keeps_its_failure_whatever_is_written);
-        tcase_add_test(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried);
+        tcase_add_test_needing(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(late, a_device_fault_injected_late_poisons_the_device);
-        tcase_add_test(plain, a_missing_compiler_is_no_refusal);
+        tcase_add_test_needing(plain, a_missing_compiler_is_no_refusal, TEST_NEEDS_CPU_DEVICE);
         suite_add_tcase(s, late);
         return s;
 }

@@ -2043,25 +2043,33 @@ static Suite *memory_suite(void)
                 suite_add_tcase(s, all[i]);
         }
 
-        tcase_add_test(pools, small_allocations_share_one_sliced_page);
-        tcase_add_test(pools, a_large_allocation_gets_an_exclusive_page_reused_by_size);
-        tcase_add_test(pools, persistent_pages_are_reused_only_by_exact_size);
-        tcase_add_test(pools, dedicated_pages_are_never_reused_and_go_back_at_cleanup);
-        tcase_add_test(pools, cleanup_returns_every_page_without_a_live_allocation);
-        tcase_add_test(pools, reports_exist_only_for_created_streams_and_stream_ids_lists_them);
+        tcase_add_test_needing(pools, small_allocations_share_one_sliced_page,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(pools, a_large_allocation_gets_an_exclusive_page_reused_by_size,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(pools, persistent_pages_are_reused_only_by_exact_size,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(pools, dedicated_pages_are_never_reused_and_go_back_at_cleanup,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(pools, cleanup_returns_every_page_without_a_live_allocation,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(pools, reports_exist_only_for_created_streams_and_stream_ids_lists_them,
+                               TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(pools, a_full_device_is_out_of_memory_until_empty_pages_are_reclaimed);
         tcase_add_test(pools, above_the_largest_page_is_buffer_too_big);
         tcase_add_test(pools, a_batch_above_the_largest_page_is_buffer_too_big);
 
         tcase_add_test(sizes, sixty_five_live_page_sizes_are_page_sizes_exhausted);
-        tcase_add_test(sizes, strided_round_trips_land_rows_on_their_pitch);
+        tcase_add_test_needing(sizes, strided_round_trips_land_rows_on_their_pitch,
+                               TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(sizes, null_host_memory_is_validation_and_allocates_nothing);
         tcase_add_test(sizes, other_layouts_are_unsupported_strides_and_overruns_are_validation);
         tcase_add_test(sizes, unsupported_strides_claim_only_the_handles_range);
         tcase_add_test(sizes, a_batch_of_tensors_shares_one_allocation_laid_out_by_the_policy);
         tcase_add_test(sizes, created_tensors_hold_their_data);
         tcase_add_test(sizes, hostile_batches_are_refused_with_validation);
-        tcase_add_test(sizes, freed_device_memory_goes_back_to_the_host);
+        tcase_add_test_needing(sizes, freed_device_memory_goes_back_to_the_host,
+                               TEST_NEEDS_CPU_DEVICE);
 
         tcase_add_test(staging, a_free_waits_for_the_work_queued_on_the_memory);
         tcase_add_test(staging, staged_round_trips_at_every_size);

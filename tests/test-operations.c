@@ -1906,8 +1906,10 @@ START_TEST(cubectl_list_finds_every_instance_and_marks_a_stale_socket)
                 char want[64];
                 ck_assert_out(o, line_with(o->out, g.d[i].socket, line, sizeof(line)),
                               "%s is not listed", g.d[i].socket);
+                char backend[32];
                 snprintf(want, sizeof(want), "cpu%d ", i);
-                ck_assert_out(o, strstr(line, want) && strstr(line, " cpu ") &&
+                snprintf(backend, sizeof(backend), " %s ", test_backend());
+                ck_assert_out(o, strstr(line, want) && strstr(line, backend) &&
                               strstr(line, "serving"), "the row is wrong: %s", line);
         }
         unsigned held = 0;

@@ -1884,11 +1884,15 @@ START_TEST(the_shares_view_and_the_metrics_show_sessions_and_tenants)
                       strstr(out, "\"cap\":50") && strstr(out, "\"owed_percent\":") &&
                       strstr(out, "\"share_percent\":"), "cubectl shares said %s", out);
         ck_ok(cube_daemon_metrics(s.c, &text));
-        snprintf(want, sizeof(want), "cube_share_owed_ratio{instance=\"cpu0\",session=\"%" PRIu64
-                 "\",tenant=\"infer\"}", cube_client_session(s.c));
+        snprintf(want, sizeof(want), "cube_share_owed_ratio{instance=\"%s\",session=\"%" PRIu64
+                 "\",tenant=\"infer\"}", test_instance(), cube_client_session(s.c));
         ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
-        ck_assert(strstr(text, "cube_share_weight{instance=\"cpu0\",tenant=\"infer\"} 1\n"));
-        ck_assert(strstr(text, "cube_share_device_seconds{instance=\"cpu0\",tenant="));
+        snprintf(want, sizeof(want), "cube_share_weight{instance=\"%s\",tenant=\"infer\"} 1\n",
+                 test_instance());
+        ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
+        snprintf(want, sizeof(want), "cube_share_device_seconds{instance=\"%s\",tenant=",
+                 test_instance());
+        ck_assert_msg(strstr(text, want), "no %s in the metrics", want);
         free(text);
         cube_disconnect(s.c);
         test_stop_clean();
@@ -2136,12 +2140,18 @@ int main(void)
                 tcase_set_timeout(all[i], 120);
                 suite_add_tcase(s, all[i]);
         }
-        tcase_add_test(stress, stress_with_a_quarter_of_the_clients_killed);
-        tcase_add_test(streams, work_on_another_stream_sees_what_came_before_it);
-        tcase_add_test(streams, a_long_kernel_does_not_hold_up_another_stream);
-        tcase_add_test(sharing, a_launch_naming_another_sessions_memory_touches_nothing);
-        tcase_add_test(sharing, an_import_shares_the_bytes_and_a_read_only_one_refuses_writes);
-        tcase_add_test(sharing, a_write_to_a_read_only_import_is_refused_at_once);
+        tcase_add_test_needing(stress, stress_with_a_quarter_of_the_clients_killed,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(streams, work_on_another_stream_sees_what_came_before_it,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(streams, a_long_kernel_does_not_hold_up_another_stream,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(sharing, a_launch_naming_another_sessions_memory_touches_nothing,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(sharing, an_import_shares_the_bytes_and_a_read_only_one_refuses_writes,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(sharing, a_write_to_a_read_only_import_is_refused_at_once,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(sharing, shared_memory_lives_until_its_last_holder_lets_go);
         tcase_add_test(sharing, shared_memory_outlives_a_killed_exporter);
         tcase_add_test(quotas, session_memory_caps_one_session);
@@ -2150,15 +2160,23 @@ int main(void)
         tcase_add_test(quotas, a_session_that_imports_its_own_export_keeps_the_charge);
         tcase_add_test(quotas, max_sessions_refuses_one_more);
         tcase_add_test(quotas, max_sessions_per_uid_refuses_a_second);
-        tcase_add_test(quotas, max_streams_refuses_a_fifth_stream);
-        tcase_add_test(quotas, max_requests_holds_back_a_flood_of_small_writes);
-        tcase_add_test(quotas, max_queued_bytes_holds_back_a_flood_of_large_writes);
-        tcase_add_test(fairness, a_flooding_session_delays_another_by_a_bounded_amount);
-        tcase_add_test(shares, weights_share_device_time_not_launches);
-        tcase_add_test(shares, equal_weights_share_equally_whatever_the_kernels_length);
-        tcase_add_test(shares, a_latency_session_waits_for_a_bound_not_for_the_queue);
-        tcase_add_test(shares, a_batch_session_beside_a_saturating_latency_one_gets_its_floor);
-        tcase_add_test(shares, a_capped_tenant_alone_is_held_to_its_cap);
+        tcase_add_test_needing(quotas, max_streams_refuses_a_fifth_stream, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(quotas, max_requests_holds_back_a_flood_of_small_writes,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(quotas, max_queued_bytes_holds_back_a_flood_of_large_writes,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(fairness, a_flooding_session_delays_another_by_a_bounded_amount,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, weights_share_device_time_not_launches,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, equal_weights_share_equally_whatever_the_kernels_length,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_latency_session_waits_for_a_bound_not_for_the_queue,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_batch_session_beside_a_saturating_latency_one_gets_its_floor,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(shares, a_capped_tenant_alone_is_held_to_its_cap,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(shares, a_session_may_lower_its_share_never_raise_it);
         tcase_add_test(shares, a_reload_gives_every_session_its_new_terms);
         tcase_add_test(shares, the_shares_view_and_the_metrics_show_sessions_and_tenants);

@@ -2,7 +2,9 @@
 """count-tests.py - sum the test cases of meson test logs into one line.
 
 A Check program reports "Checks: N, Failures: F, Errors: E"; its cases are
-counted one by one. Any other test counts as one case. A Check program that
+counted one by one, and each case the harness did not run because the device
+under test lacks what it needs ("SKIP case: reason", tests/harness.h) counts
+as skipped. Any other test counts as one case. A Check program that
 died before its summary counts as one failure, so a partial run can never
 look green. A JUnit XML file (pytest --junitxml, or tests/fuzz/run.sh's one
 case a fuzz target) adds its cases: failures and errors fail, skips skip; a
@@ -15,6 +17,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 SUMMARY = re.compile(r"Checks: (\d+), Failures: (\d+), Errors: (\d+)")
+SKIP = re.compile(r"^SKIP \S+: ", re.M)
 
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
@@ -53,7 +56,9 @@ for path in sys.argv[1:]:
         m = SUMMARY.search(t.get("stdout") or "")
         if result == "SKIP":
             skipped += 1
-        elif m:
+            continue
+        skipped += len(SKIP.findall(t.get("stdout") or ""))
+        if m:
             n, f, e = (int(x) for x in m.groups())
             passed += n - f - e
             failed += f + e

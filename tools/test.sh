@@ -3,8 +3,9 @@
 #
 # Sets up and builds (tools/setup.sh), runs every meson test in build/, then
 # builds build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them all again, then the CUDA backend's suite on the driver's test
-# double under ThreadSanitizer (build-tsan/, only what that suite needs),
+# runs them all again, then the CUDA backend's suite and the daemon suite
+# against cubed on the driver's test double under ThreadSanitizer
+# (build-tsan/, only what those need),
 # then runs every fuzz target under libFuzzer for a
 # bounded time (tests/fuzz/run.sh: all at once, $CUBE_FUZZ_SECONDS each,
 # default 60). Then installs the Python binding into build/python-venv
@@ -29,9 +30,11 @@ tsan_log=""
 if [ -f build/tests/test-cuda-driver ]; then
         [ -f build-tsan/build.ninja ] ||
                 meson setup build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false >/dev/null
-        if ninja -C build-tsan tests/test-cuda-driver tests/cuda-double/libcuda.so.1 >/dev/null; then
-                CUBE_TEST_TIMEOUT_MULT=10 meson test -C build-tsan --print-errorlogs --no-rebuild \
-                        --timeout-multiplier 3 cuda-driver || rc=1
+        if ninja -C build-tsan tests/test-cuda-driver tests/cuda-double/libcuda.so.1 \
+                daemon/cubed daemon/cube-device tools/cubectl tests/test-daemon >/dev/null; then
+                CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=10 meson test -C build-tsan \
+                        --print-errorlogs --no-rebuild --timeout-multiplier 3 \
+                        cuda-driver daemon-on-cuda-double || rc=1
                 tsan_log=build-tsan/meson-logs/testlog.json
         else
                 rc=1
