@@ -1013,16 +1013,11 @@ static Suite *graphs_suite(void)
         tcase_add_test(graphs, lifecycle_errors_say_what_was_wrong);
         tcase_add_test(graphs, destroy_during_a_replay_is_safe);
         tcase_add_test(graphs, a_session_dying_with_graphs_frees_their_pages);
-<<<<<<< HEAD
-        tcase_add_test(graphs, a_graph_larger_than_the_device_keeps_replays_through_its_launches);
-        tcase_add_test(own, the_kernel_timeout_watches_each_launch_of_a_replay);
-        tcase_add_test(own, graphs_off_answer_graph_capture_unsupported);
-=======
         tcase_add_test_needing(graphs, a_graph_larger_than_the_device_keeps_replays_through_its_launches,
                                TEST_NEEDS_CPU_DEVICE | TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(own, the_kernel_timeout_watches_each_launch_of_a_replay,
                                TEST_NEEDS_CPU_DEVICE | TEST_NEEDS_KERNEL_RUNS);
->>>>>>> i28
+        tcase_add_test(own, graphs_off_answer_graph_capture_unsupported);
         tcase_add_test(limits, doomed_and_abandoned_is_several);
         tcase_add_test(limits, windows_are_limited_per_session);
         tcase_add_test(limits, graphs_are_limited_per_session);
