@@ -1017,7 +1017,8 @@ static Suite *graphs_suite(void)
                                TEST_NEEDS_CPU_DEVICE | TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(own, the_kernel_timeout_watches_each_launch_of_a_replay,
                                TEST_NEEDS_CPU_DEVICE | TEST_NEEDS_KERNEL_RUNS);
-        tcase_add_test(own, graphs_off_answer_graph_capture_unsupported);
+        tcase_add_test_needing(own, graphs_off_answer_graph_capture_unsupported,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(limits, doomed_and_abandoned_is_several);
         tcase_add_test(limits, windows_are_limited_per_session);
         tcase_add_test(limits, graphs_are_limited_per_session);
