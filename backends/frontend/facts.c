@@ -3,7 +3,7 @@
  *
  * The front end runs in the build process and cubed reads what it learnt,
  * so the facts cross a process boundary as a few lines of text (one fact a
- * line: "buffer", "buffertype", "scalar", "sync", "site"), read here by a
+ * line: "buffer", "buffertype", "tensormap", "scalar", "sync", "site"), read by a
  * parser that trusts nothing in them: the build process ran a tenant's
  * source.
  */
@@ -71,6 +71,10 @@ cube__fe_facts *cube__fe_facts_parse(const char *text)
                         if (k >= f->n_buffers)
                                 goto bad;
                         snprintf(f->buffers[k].type, sizeof(f->buffers[k].type), "%s", buf + at);
+                } else if (sscanf(buf, "tensormap %u", &k) == 1) {
+                        if (k >= f->n_buffers)
+                                goto bad;
+                        f->buffers[k].tensor_map = true;
                 } else if (strncmp(buf, "scalar ", 7) == 0) {
                         char type[32];
                         if (sscanf(buf, "scalar %d %31s %63s", &g, type, name) != 3 || g < 0 ||

@@ -83,7 +83,9 @@ static const char parse_prelude[] =
 "#define SCALAR(type, word, i) ((type) cube__scalar((word), (i)))\n"
 "unsigned cube__meta(unsigned long); unsigned cube__dyn(unsigned long);\n"
 "#define META_U32(i) cube__meta(i)\n#define DYN_U32(i) cube__dyn(i)\n"
-"#define BUFFER_LEN(b) META_U32(b)\n";
+"#define BUFFER_LEN(b) META_U32(b)\n"
+"#define TENSOR_MAP(T) __attribute__((annotate(\"cube_tensor_map\"))) const T *\n"
+"void tensor_map_load(const void *map, void *dst, ...);\n";
 
 /* The guards every checked source starts with, after the backend's prelude
  * (which defines GLOBAL, CUBE__CAS32 and the fixed-width types). The daemon
@@ -100,6 +102,7 @@ static const char guards[] =
 "        GLOBAL char *sink;\n"
 "        GLOBAL const char *zero;\n"
 "        GLOBAL const uint64_t *info;\n"
+"        GLOBAL const uint64_t *tmap;\n"
 "        uint64_t meta, dyn, words;\n"
 "} cube__ctx_t;\n"
 "static inline void cube__oob(cube__ctx_t *c, uint32_t site, uint64_t i, uint64_t n, uint32_t w)\n"
@@ -180,8 +183,10 @@ static const char guards[] =
 "static inline void cube__ctx_init(cube__ctx_t *c, GLOBAL const uint64_t *info, uint64_t words,\n"
 "                                  uint64_t meta, uint64_t dyn, uint32_t nb)\n"
 "{\n"
-"        uint64_t own = words - nb - " "36" ";\n"
+"        uint64_t own = words - nb - " "36" " - CUBE__NTM * " "32" ";\n"
 "        c->info = info;\n"
+"        c->tmap = info + own;\n"
+"        info += CUBE__NTM * " "32" ";\n"
 
 "        c->words = own;\n"
 "        c->meta = meta < own ? meta : own;\n"
@@ -200,7 +205,66 @@ static const char guards[] =
 "        c->base[k] = base;\n"
 "        c->bytes[k] = w & ~(1ul << 63);\n"
 "        c->ro[k] = (uint32_t) (w >> 63);\n"
-"}\n";
+"}\n"
+"#ifndef CUBE__SHARED_PTR\n#define CUBE__SHARED_PTR\n#endif\n"
+"/* tensor_map_load: the cube's units copy the box together, element e by the\n"
+" * unit e % CUBE_DIM, each element outside the tensor the map's fill; a\n"
+" * swizzled map places 16-byte chunks as the hardware does. */\n"
+"static inline uint64_t cube__tm_nan(GLOBAL const uint64_t *d)\n"
+"{\n"
+"        return d[2] == 2 ? (d[31] == 0 ? 0x7e00u : 0x7fc0u) : d[2] == 4 ? 0x7fc00000u :\n"
+"               0x7ff8000000000000ul;\n"
+"}\n"
+"#define CUBE__TMAP_LOAD(T, S, NANV) \\\n"
+"static inline void cube__tml_##S(cube__ctx_t *c, uint32_t site, uint32_t k, uint32_t m, \\\n"
+"                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, int64_t c0, \\\n"
+"                                 int64_t c1, int64_t c2, int64_t c3, int64_t c4) \\\n"
+"{ \\\n"
+"        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "32" "; \\\n"
+"        int64_t at[5] = { c0, c1, c2, c3, c4 }; \\\n"
+"        uint64_t cnt[5], total = 1, ok = d[0] == n && d[1] == 0 && d[2] == sizeof(T); \\\n"
+"        for (uint32_t i = 0; i < 5; i++) { \\\n"
+"                cnt[i] = (d[15 + i] + d[20 + i] - 1) / d[20 + i]; \\\n"
+"                total *= cnt[i]; \\\n"
+"        } \\\n"
+"        if (!ok || total > len) { \\\n"
+"                if (UNIT_POS == 0) cube__oob(c, site, ok ? total : n, ok ? len : d[0], 1u); \\\n"
+"                total = 0; \\\n"
+"        } \\\n"
+"        T fill = d[3] ? (T) (NANV) : (T) 0; \\\n"
+"        uint64_t held = c->bytes[k] / sizeof(T); \\\n"
+"        GLOBAL const T *src = (GLOBAL const T *) c->base[k]; \\\n"
+"        uint64_t sw = d[4] ? (1u << d[4]) - 1u : 0u; \\\n"
+"        for (uint64_t e = UNIT_POS; e < total; e += CUBE_DIM) { \\\n"
+"                uint64_t r = e, off = 0; \\\n"
+"                int in = 1; \\\n"
+"                for (uint32_t i = 0; i < 5; i++) { \\\n"
+"                        int64_t x = at[i] + (int64_t) ((r % cnt[i]) * d[20 + i]); \\\n"
+"                        r /= cnt[i]; \\\n"
+"                        if (x < 0 || (uint64_t) x >= d[5 + i]) in = 0; \\\n"
+"                        else off += (uint64_t) x * d[10 + i]; \\\n"
+"                } \\\n"
+"                T v = fill; \\\n"
+"                if (in && off < held) v = src[off]; \\\n"
+"                else if (in) cube__oob(c, site, off, held, 0u); \\\n"
+"                uint64_t b = e * sizeof(T); \\\n"
+"                b ^= ((b >> 7) & sw) << 4; \\\n"
+"                if (b / sizeof(T) < len) dst[b / sizeof(T)] = v; \\\n"
+"                else cube__oob(c, site, b / sizeof(T), len, 1u); \\\n"
+"        } \\\n"
+"        sync_cube(); \\\n"
+"}\n"
+"CUBE__TMAP_LOAD(char, char, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(signed char, schar, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned char, uchar, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(short, short, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned short, ushort, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(int, int, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned int, uint, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(long, long, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned long, ulong, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(float, float, NAN)\n"
+"CUBE__TMAP_LOAD(double, double, NAN)\n";
 
 /* ---------------------------------------------------------------------------
  * The tree: libclang's cursors with parents, and offsets into the source.
@@ -932,6 +996,87 @@ static bool is_source_function(fe *f, CXCursor d)
         return false;
 }
 
+static enum CXChildVisitResult find_annotation(CXCursor c, CXCursor parent, CXClientData data)
+{
+        (void) parent;
+        if (clang_getCursorKind(c) == CXCursor_AnnotateAttr) {
+                CXString s = clang_getCursorSpelling(c);
+                if (strcmp(clang_getCString(s), "cube_shared") == 0)
+                        *(bool *) data = true;
+                clang_disposeString(s);
+        }
+        return CXChildVisit_Continue;
+}
+
+static bool annotated(node *n, const char *what);
+
+static bool is_tensor_map_param(fe *f, int k)
+{
+        return k >= 0 && annotated(f->params[k], "cube_tensor_map");
+}
+
+/* tensor_map_load(map, dst, c0, ...): the box of the entry point's TENSOR_MAP
+ * parameter map at coordinates c0 ... (innermost first) loaded into the
+ * SHARED array dst, every unit of the cube taking part. It becomes the
+ * guard's load, which knows the map's binding and the array's length. */
+static void on_tensor_load(fe *f, node *n)
+{
+        unsigned nc = n->n_kids >= 3 ? n->n_kids - 3 : 0;
+
+        if (!n->located || n->n_kids == 0 || !n->kids[0]->located || f->src[n->end - 1] != ')') {
+                refuse(f, n->start, "a tensor_map_load written inside a macro cannot be "
+                       "checked: write the call out");
+                return;
+        }
+        if (nc < 1 || nc > 5) {
+                refuse(f, n->start, "tensor_map_load takes a TENSOR_MAP parameter, a SHARED "
+                       "array and 1 to 5 coordinates");
+                return;
+        }
+        node *map = strip(n->kids[1]), *dst = strip(n->kids[2]);
+        int k = param_index(f, map);
+        if (!is_tensor_map_param(f, k) || !inside(n, f->entry_fn)) {
+                refuse(f, n->kids[1]->start, "the first argument of tensor_map_load is a "
+                       "TENSOR_MAP parameter of the entry point");
+                return;
+        }
+        CXType dt = clang_getCanonicalType(clang_getCursorType(dst->c));
+        bool shared = false;
+        if (dst->kind == CXCursor_DeclRefExpr && dt.kind == CXType_ConstantArray)
+                clang_visitChildren(clang_getCursorReferenced(dst->c), find_annotation, &shared);
+        if (!shared) {
+                refuse(f, n->kids[2]->start, "the second argument of tensor_map_load is a "
+                       "SHARED array");
+                return;
+        }
+        CXType et = clang_getArrayElementType(dt);
+        CXType mt = clang_getPointeeType(clang_getCanonicalType(clang_getCursorType(
+                f->params[k]->c)));
+        const char *sfx = elem_suffix(et);
+        CXString mn = clang_getCursorSpelling(f->params[k]->c);
+        CXString an = clang_getCursorSpelling(dst->c);
+        if (!sfx || clang_Type_getSizeOf(et) != clang_Type_getSizeOf(mt)) {
+                refuse(f, n->kids[2]->start, "array '%s' of tensor_map_load holds %lld-byte "
+                       "elements, and tensor map '%s' %lld-byte ones", clang_getCString(an),
+                       clang_Type_getSizeOf(et), clang_getCString(mn), clang_Type_getSizeOf(mt));
+        } else {
+                unsigned m = 0;
+                for (int i = 0; i < k; i++)
+                        m += is_tensor_map_param(f, i);
+                char what[160];
+                snprintf(what, sizeof(what), "tensor_map_load of '%s' into array '%s'",
+                         clang_getCString(mn), clang_getCString(an));
+                unsigned site = new_site(f, n->start, what);
+                add_edit(f, n->kids[0]->start, n->kids[3]->start - n->kids[0]->start, 0,
+                         "cube__tml_%s(cube__ctx, %uu, %du, %uu, %s, %lluu, %uu, ", sfx, site, k,
+                         m, clang_getCString(an), clang_getArraySize(dt), nc);
+                add_edit(f, n->end - 1, 0, 4000, "%s",
+                         &", 0, 0, 0, 0, 0"[3 * nc]);
+        }
+        clang_disposeString(mn);
+        clang_disposeString(an);
+}
+
 /* A call: of a function of the source, it passes the check context on; of
  * anything else, it may not hand over a pointer. */
 static void on_call(fe *f, node *n)
@@ -941,6 +1086,11 @@ static void on_call(fe *f, node *n)
         const char *s = clang_getCString(name);
         bool ours = is_source_function(f, d);
 
+        if (!ours && strcmp(s, "tensor_map_load") == 0) {
+                clang_disposeString(name);
+                on_tensor_load(f, n);
+                return;
+        }
         if (!ours) {
                 if (d.kind != CXCursor_FunctionDecl && !clang_Cursor_isNull(d) &&
                     d.kind != CXCursor_NoDeclFound) {
@@ -1120,6 +1270,10 @@ static void walk(fe *f, node *n)
                 check_decl_type(f, n);
                 if (n->kind == CXCursor_VarDecl || n->kind == CXCursor_ParmDecl)
                         add_global(f, n);
+                if (n->kind == CXCursor_ParmDecl && n->parent != f->entry_fn &&
+                    annotated(n, "cube_tensor_map"))
+                        refuse(f, n->start, "TENSOR_MAP is for the entry point's parameters "
+                               "only");
                 if (n->kind == CXCursor_ParmDecl && n->parent != f->entry_fn) {
                         CXString s = clang_getCursorSpelling(n->c);
                         if (strcmp(clang_getCString(s), "cube__info_param") == 0)
@@ -1176,6 +1330,13 @@ static void walk(fe *f, node *n)
                         bool ok = p && ((p->kind == CXCursor_ArraySubscriptExpr) ||
                                         p->kind == CXCursor_UnaryExpr ||
                                         p->kind == CXCursor_MemberRefExpr);
+                        /* tensor_map_load's destination: on_tensor_load checks it. */
+                        if (p && p->kind == CXCursor_CallExpr && p->n_kids > 2 &&
+                            strip(p->kids[2]) == n) {
+                                CXString cs = clang_getCursorSpelling(p->c);
+                                ok |= strcmp(clang_getCString(cs), "tensor_map_load") == 0;
+                                clang_disposeString(cs);
+                        }
                         if (!ok)
                                 refuse(f, n->start, "an array used as a pointer cannot be "
                                        "checked: index it where it is declared");
@@ -1320,7 +1481,7 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
 {
         node *fn = f->entry_fn, *body = NULL;
         uint32_t nb = 0, ns = 0, counts[CUBE__SCALAR_GROUPS] = { 0 };
-        bool seen_scalar = false, seen_info = false;
+        bool seen_scalar = false, seen_info = false, seen_map = false;
 
         for (unsigned i = 0; i < fn->n_kids; i++)
                 if (fn->kids[i]->kind == CXCursor_CompoundStmt)
@@ -1350,9 +1511,16 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                                 refuse(f, p->start, "INFO must be the last parameter");
                         seen_info = true;
                 } else if (is_pointer(t)) {
+                        bool map = is_tensor_map_param(f, (int) i);
                         if (seen_scalar)
                                 refuse(f, p->start, "buffer parameter '%s' comes after a scalar: "
-                                       "buffers come first, then scalars", name);
+                                       "buffers come first, then tensor maps, then scalars",
+                                       name);
+                        else if (seen_map && !map)
+                                refuse(f, p->start, "buffer parameter '%s' comes after a tensor "
+                                       "map: buffers come first, then tensor maps, then scalars",
+                                       name);
+                        seen_map |= map;
                         nb++;
                 } else {
                         const char *ty = scalar_group(t, &groups[i]);
@@ -1423,6 +1591,8 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                         put(facts, "buffer %u %d %s %lld %s\n", k, io, is_const ? "const" : "mut",
                             clang_Type_getSizeOf(pt), name);
                         put(facts, "buffertype %u %s\n", k, tn);
+                        if (is_tensor_map_param(f, (int) i))
+                                put(facts, "tensormap %u\n", k);
                         clang_disposeString(ts);
                         k++;
                 } else {
@@ -1666,15 +1836,18 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                 goto out;
         if (f.error)
                 goto refused;
-        uint32_t nb = 0;
+        uint32_t nb = 0, ntm = 0;
         put(&facts, "entry %s\n", entry);
         rewrite_entry(&f, &facts, &nb);
+        for (unsigned i = 0; i < f.n_params; i++)
+                ntm += is_tensor_map_param(&f, (int) i);
         unmark_helpers(&f);
         if (f.oom)
                 goto out;
         if (f.error)
                 goto refused;
-        put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL);
+        put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL ||
+            strstr(source, "tensor_map_load") != NULL);
         for (unsigned i = 0; i < f.n_sites; i++)
                 put(&facts, "site %s\n", f.sites[i]);
         edited = malloc(f.len + 1);
@@ -1692,8 +1865,8 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n%s#line 1 \"%s.c\"\n%s\n", nb ? nb : 1, guards,
-                    entry, applied);
+                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n%s#line 1 \"%s.c\"\n%s\n",
+                    nb ? nb : 1, ntm, guards, entry, applied);
                 free(applied);
         }
         if (out.oom || facts.oom)

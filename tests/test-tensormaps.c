@@ -1,0 +1,411 @@
+/*
+ * test-tensormaps.c - tensor maps end to end: a kernel's tiled loads of a
+ * box into shared memory, with the map's out-of-bounds fill where the box
+ * crosses the tensor's edge, element strides and swizzle; the refusal of
+ * every hostile field, naming it; the front end's rules for TENSOR_MAP and
+ * tensor_map_load; and the backing buffer's place in the failure store (an
+ * input, never an output).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+enum { W = 12, H = 5, BOX_X = 8, BOX_Y = 4, BOX = BOX_X * BOX_Y };
+
+/* One cube loads the box at (x, y) and writes it out as it landed. */
+static const char box_source[] =
+        "KERNEL void box(float *out, TENSOR_MAP(float) src, int32_t x, int32_t y)\n"
+        "{\n"
+        "        SHARED float tile[64];\n"
+        "        uint32_t t = UNIT_POS;\n"
+        "\n"
+        "        tensor_map_load(src, tile, x, y);\n"
+        "        out[t] = tile[t];\n"
+        "        out[t + 32] = tile[t + 32];\n"
+        "}\n";
+
+static float element(int x, int y)
+{
+        return (float) (y * 100 + x + 1);
+}
+
+static cube_handle tensor(cube_client *c)
+{
+        float t[W * H];
+        cube_handle h;
+
+        for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                        t[y * W + x] = element(x, y);
+        ck_ok(cube_create(c, t, sizeof(t), &h));
+        return h;
+}
+
+static cube_tensor_map map_of(const cube_handle *h)
+{
+        return (cube_tensor_map) {
+                .buffer = *h, .format = CUBE_TENSOR_MAP_TILED, .elem = CUBE_ELEM_F32,
+                .rank = 2, .shape = { W, H }, .strides = { 1, W },
+                .box = { BOX_X, BOX_Y }, .elem_strides = { 1, 1 },
+        };
+}
+
+/* Launches box over map at (x, y) into out (64 floats). */
+static void launch_box(cube_client *c, uint64_t k, const cube_handle *out,
+                       const cube_tensor_map *map, int32_t x, int32_t y)
+{
+        cube_info *info = cube_info_new();
+
+        ck_assert_int_eq(cube_info_i32(info, x), 0);
+        ck_assert_int_eq(cube_info_i32(info, y), 0);
+        cube_launch l = {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 32, 1, 1 },
+                .buffers = out, .n_buffers = 1, .info = info,
+                .tensor_maps = map, .n_tensor_maps = 1,
+        };
+        ck_ok(cube_launch_kernel(c, &l));
+        cube_info_free(info);
+}
+
+/* What the load must leave: the box at (x, y), traversed every es[d]-th
+ * element, filled where it leaves the tensor. */
+static void expected_box(float want[64], int32_t x, int32_t y, int bx, int by,
+                         const uint32_t es[2], float fill)
+{
+        int nx = (bx + (int) es[0] - 1) / (int) es[0];
+        int ny = (by + (int) es[1] - 1) / (int) es[1];
+
+        for (int i = 0; i < 64; i++)
+                want[i] = INFINITY;     /* past the box: shared memory's leftovers */
+        for (int j = 0; j < ny; j++)
+                for (int i = 0; i < nx; i++) {
+                        int gx = x + i * (int) es[0], gy = y + j * (int) es[1];
+                        bool in = gx >= 0 && gx < W && gy >= 0 && gy < H;
+                        want[j * nx + i] = in ? element(gx, gy) : fill;
+                }
+}
+
+static void expected(float want[64], int32_t x, int32_t y, const uint32_t es[2], float fill)
+{
+        expected_box(want, x, y, BOX_X, BOX_Y, es, fill);
+}
+
+static void check_box(cube_client *c, const cube_handle *out, const float want[64],
+                      const char *what)
+{
+        float got[64];
+
+        ck_ok(cube_read(c, out, got, sizeof(got)));
+        for (int i = 0; i < 64; i++) {
+                if (isinf(want[i]))
+                        continue;
+                bool same = isnan(want[i]) ? isnan(got[i]) : got[i] == want[i];
+                ck_assert_msg(same, "%s: element %d is %g, expected %g", what, i,
+                              (double) got[i], (double) want[i]);
+        }
+}
+
+static void reset(cube_client *c, const cube_handle *out)
+{
+        float minus[64];
+
+        for (int i = 0; i < 64; i++)
+                minus[i] = -1.0f;
+        ck_ok(cube_write(c, out, minus, sizeof(minus)));
+}
+
+START_TEST(a_tiled_load_crossing_the_edge_reads_the_fill)
+{
+        static const int32_t at[][2] = {
+                { 2, 1 },       /* inside */
+                { -3, -2 },     /* crosses the low edges */
+                { 8, 3 },       /* crosses the high edges */
+                { 40, 40 },     /* wholly outside */
+        };
+        static const uint32_t unit[2] = { 1, 1 };
+        cube_client *c = test_connect(D.socket, "tiled");
+        uint64_t k = test_kernel(c, box_source, "box");
+        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
+        cube_tensor_map map = map_of(&src);
+        float want[64];
+        char what[64];
+
+        for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+                reset(c, &out);
+                launch_box(c, k, &out, &map, at[i][0], at[i][1]);
+                expected(want, at[i][0], at[i][1], unit, 0.0f);
+                snprintf(what, sizeof(what), "zero fill at (%d, %d)", at[i][0], at[i][1]);
+                check_box(c, &out, want, what);
+        }
+        map.oob_fill = CUBE_TENSOR_MAP_OOB_NAN;
+        reset(c, &out);
+        launch_box(c, k, &out, &map, 9, -1);
+        expected(want, 9, -1, unit, NAN);
+        check_box(c, &out, want, "NaN fill at (9, -1)");
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(element_strides_take_every_nth_element_of_the_box)
+{
+        static const uint32_t es[2] = { 2, 3 };
+        cube_client *c = test_connect(D.socket, "strided");
+        uint64_t k = test_kernel(c, box_source, "box");
+        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
+        cube_tensor_map map = map_of(&src);
+        float want[64];
+
+        map.elem_strides[0] = es[0];
+        map.elem_strides[1] = es[1];
+        reset(c, &out);
+        launch_box(c, k, &out, &map, 5, 1);
+        expected(want, 5, 1, es, 0.0f);
+        check_box(c, &out, want, "element strides (2, 3) at (5, 1)");
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A 32-byte swizzle flips 16-byte chunk bit 4 with bit 7 of the byte offset:
+ * in the second 128 bytes of the box, its two 16-byte halves of each 32
+ * bytes trade places. */
+START_TEST(a_swizzled_map_places_chunks_as_the_hardware_does)
+{
+        static const uint32_t unit[2] = { 1, 1 };
+        cube_client *c = test_connect(D.socket, "swizzle");
+        uint64_t k = test_kernel(c, box_source, "box");
+        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
+        cube_tensor_map map = map_of(&src);
+        float plain[64], want[64];
+
+        map.swizzle = CUBE_TENSOR_MAP_SWIZZLE_32B;
+        map.box[1] = 8;
+        reset(c, &out);
+        launch_box(c, k, &out, &map, 1, 0);
+        expected_box(plain, 1, 0, BOX_X, 8, unit, 0.0f);
+        for (int e = 0; e < 64; e++) {
+                unsigned b = (unsigned) e * 4;
+                b ^= ((b >> 7) & 1u) << 4;
+                want[b / 4] = plain[e];
+        }
+        check_box(c, &out, want, "swizzle 32B");
+        ck_assert(want[4] == plain[4] && want[36] == plain[32]);      /* it did move some */
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A hostile map: refused before it runs, Validation naming the field; the
+ * output takes the failure and the backing buffer stays readable. */
+static void expect_refused(cube_client *c, uint64_t k, const cube_tensor_map *map,
+                           const cube_handle *src, const char *needle)
+{
+        cube_handle out = test_empty(c, 64 * sizeof(float));
+        float got[64], back[W * H];
+        cube_error *e;
+
+        launch_box(c, k, &out, map, 0, 0);
+        e = cube_read(c, &out, got, sizeof(got));
+        ck_assert_msg(e != NULL, "a map that should say '%s' ran", needle);
+        ck_assert_int_eq(cube_error_kind_of(e), CUBE_SERVER_SEVERAL);
+        const cube_error *root = cube_error_source(cube_error_at(e, 0));
+        ck_assert_msg(root && cube_error_kind_of(root) == CUBE_SERVER_VALIDATION, "%s",
+                      cube_error_message(e));
+        ck_assert_msg(strstr(cube_error_message(e), needle) != NULL, "'%s' not in: %s", needle,
+                      cube_error_message(e));
+        cube_error_free(e);
+        ck_ok(cube_read(c, src, back, sizeof(back)));
+        ck_assert(back[W + 1] == element(1, 1));
+        ck_ok(cube_free(c, &out));
+}
+
+START_TEST(every_hostile_field_is_refused_by_name)
+{
+        cube_client *c = test_connect(D.socket, "hostile");
+        uint64_t k = test_kernel(c, box_source, "box");
+        cube_handle src = tensor(c);
+        cube_handle small = cube_handle_slice(&src, 0, W * sizeof(float));
+        cube_tensor_map m;
+
+#define REFUSED(change, needle) do { m = map_of(&src); change; \
+                expect_refused(c, k, &m, &src, needle); } while (0)
+        REFUSED(m.format = 7, "format 7");
+        REFUSED(m.elem = 99, "elem 99");
+        REFUSED(m.strides[0] = 2, "strides[0] = 2");
+        REFUSED(m.strides[1] = 13, "strides[1] = 13");
+        REFUSED(m.strides[1] = 1ull << 45, "strides[1]");
+        REFUSED(m.shape[1] = 0, "shape[1] = 0");
+        REFUSED(m.shape[0] = (1ull << 32) + 1, "shape[0]");
+        REFUSED(m.shape[1] = 6, "reach 288 bytes; the buffer binds 240");
+        REFUSED(m.buffer = small, "the buffer binds 192");
+        REFUSED(m.box[1] = 257, "box[1] = 257");
+        REFUSED(m.box[0] = 6, "box[0] = 6 elements is 24 bytes");
+        REFUSED(m.elem_strides[0] = 9, "elem_strides[0] = 9");
+        REFUSED(m.interleave = 3, "interleave 3");
+        REFUSED(m.swizzle = 4, "swizzle 4");
+        REFUSED(m.prefetch = 4, "prefetch 4");
+        REFUSED(m.oob_fill = 2, "oob_fill 2");
+        REFUSED((m.elem = CUBE_ELEM_U32, m.oob_fill = CUBE_TENSOR_MAP_OOB_NAN),
+                "NaN needs a float element type");
+        REFUSED((m.elem = CUBE_ELEM_F16, m.strides[1] = 24), "elem is 2 bytes; parameter 'src'");
+        REFUSED((m.box[0] = 16, m.swizzle = CUBE_TENSOR_MAP_SWIZZLE_32B),
+                "more than swizzle's span of 32");
+        REFUSED(m.format = CUBE_TENSOR_MAP_IM2COL, "rank 2 (the length of shape) is not 3");
+#undef REFUSED
+        /* A rank the struct cannot hold never leaves the library. */
+        m = map_of(&src);
+        m.rank = CUBE_TENSOR_MAP_MAX_RANK + 1;
+        cube_launch l = { .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 32, 1, 1 },
+                          .buffers = &src, .n_buffers = 1, .tensor_maps = &m,
+                          .n_tensor_maps = 1 };
+        test_expect_kind(cube_launch_kernel(c, &l), CUBE_SERVER_VALIDATION, "rank 6");
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(a_launch_must_bind_the_kernels_tensor_maps)
+{
+        cube_client *c = test_connect(D.socket, "count");
+        uint64_t k = test_kernel(c, box_source, "box");
+        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
+        cube_handle both[2] = { out, src };
+        cube_info *info = cube_info_new();
+        float got[64];
+        cube_error *e;
+
+        /* The backing buffer bound as a plain buffer is not a map. */
+        cube_info_i32(info, 0);
+        cube_info_i32(info, 0);
+        cube_launch l = { .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 32, 1, 1 },
+                          .buffers = both, .n_buffers = 2, .info = info };
+        ck_ok(cube_launch_kernel(c, &l));
+        e = cube_read(c, &out, got, sizeof(got));
+        ck_assert_msg(e && strstr(cube_error_message(e), "takes 1 tensor map(s); the launch "
+                                  "gave 0"), "%s", e ? cube_error_message(e) : "ran");
+        cube_error_free(e);
+        cube_info_free(info);
+        cube_disconnect(c);
+}
+END_TEST
+
+/* The backing buffer is an input: a failure it carries skips the launch
+ * and reaches its output; a launch reading it never taints it. */
+START_TEST(the_backing_buffer_is_an_input_of_the_failure_store)
+{
+        cube_client *c = test_connect(D.socket, "store");
+        uint64_t k = test_kernel(c, box_source, "box");
+        uint64_t broken = test_kernel(c, "KERNEL void broken(float *x) { x[0] = nope; }\n",
+                                      "broken");
+        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
+        cube_tensor_map map = map_of(&src);
+        float got[64], back[W * H];
+        cube_error *e;
+
+        /* A launch that cannot compile fails on src, its undeclared output. */
+        cube_launch bad = { .kernel = broken, .cube_count = { 1, 1, 1 },
+                            .cube_dim = { 32, 1, 1 }, .buffers = &src, .n_buffers = 1 };
+        ck_ok(cube_launch_kernel(c, &bad));
+        e = cube_read(c, &src, back, sizeof(back));
+        ck_assert_msg(e != NULL, "the failed launch left its output clean");
+        cube_error_free(e);
+
+        /* The map reads src: the launch is skipped, its output takes the
+         * failure. */
+        reset(c, &out);
+        launch_box(c, k, &out, &map, 0, 0);
+        e = cube_read(c, &out, got, sizeof(got));
+        ck_assert_msg(e != NULL, "a launch whose tensor map carries a failure ran");
+        ck_assert_msg(strstr(cube_error_message(e), "nope") != NULL, "%s",
+                      cube_error_message(e));
+        cube_error_free(e);
+
+        /* A launch through the map that fails leaves the map's buffer as it
+         * was: a fresh tensor, a map refused, the tensor still readable. */
+        cube_handle fresh = tensor(c);
+        map = map_of(&fresh);
+        map.box[0] = 3;
+        reset(c, &out);
+        launch_box(c, k, &out, &map, 0, 0);
+        e = cube_read(c, &out, got, sizeof(got));
+        ck_assert_msg(e != NULL, "a refused map ran");
+        cube_error_free(e);
+        ck_ok(cube_read(c, &fresh, back, sizeof(back)));
+        ck_assert(back[2 * W + 3] == element(3, 2));
+        cube_disconnect(c);
+}
+END_TEST
+
+START_TEST(the_front_end_keeps_tensor_maps_to_their_rules)
+{
+        static const struct { const char *source, *needle; } cases[] = {
+                { "KERNEL void k(TENSOR_MAP(float) m, float *out)\n"
+                  "{ out[0] = 1.0f; }\n", "comes after a tensor map" },
+                { "KERNEL void k(float *out, TENSOR_MAP(float) m)\n"
+                  "{ float t[32]; tensor_map_load(m, t, 0, 0); out[0] = t[0]; }\n",
+                  "is a SHARED array" },
+                { "KERNEL void k(float *out, const float *m)\n"
+                  "{ SHARED float t[32]; tensor_map_load(m, t, 0); out[0] = t[0]; }\n",
+                  "is a TENSOR_MAP parameter" },
+                { "KERNEL void k(float *out, TENSOR_MAP(float) m)\n"
+                  "{ SHARED double t[32]; tensor_map_load(m, t, 0); out[0] = t[0]; }\n",
+                  "holds 8-byte elements" },
+                { "KERNEL void k(float *out, TENSOR_MAP(float) m)\n"
+                  "{ SHARED float t[32]; tensor_map_load(m, t, 0, 0, 0, 0, 0, 0); }\n",
+                  "1 to 5 coordinates" },
+                { "static float h(TENSOR_MAP(float) m) { return m[0]; }\n"
+                  "KERNEL void k(float *out, TENSOR_MAP(float) m) { out[0] = h(m); }\n",
+                  "entry point's parameters only" },
+        };
+        cube_client *c = test_connect(D.socket, "rules");
+        cube_handle out = test_empty(c, 64 * sizeof(float)), src = tensor(c);
+        cube_tensor_map map = map_of(&src);
+        float got[64];
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                uint64_t k = test_kernel(c, cases[i].source, "k");
+                cube_launch l = { .kernel = k, .cube_count = { 1, 1, 1 },
+                                  .cube_dim = { 32, 1, 1 }, .buffers = &out, .n_buffers = 1,
+                                  .tensor_maps = &map, .n_tensor_maps = 1 };
+                ck_ok(cube_launch_kernel(c, &l));
+                cube_error *e = cube_read(c, &out, got, sizeof(got));
+                ck_assert_msg(e != NULL, "case %zu compiled", i);
+                ck_assert_msg(strstr(cube_error_message(e), cases[i].needle) != NULL,
+                              "case %zu: '%s' not in: %s", i, cases[i].needle,
+                              cube_error_message(e));
+                cube_error_free(e);
+                ck_ok(cube_write(c, &out, got, sizeof(got)));
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
+static Suite *tensormaps_suite(void)
+{
+        Suite *s = suite_create("tensormaps");
+        TCase *tc = tcase_create("tensormaps");
+
+        tcase_add_checked_fixture(tc, test_start_default, test_stop_clean);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, a_tiled_load_crossing_the_edge_reads_the_fill);
+        tcase_add_test(tc, element_strides_take_every_nth_element_of_the_box);
+        tcase_add_test(tc, a_swizzled_map_places_chunks_as_the_hardware_does);
+        tcase_add_test(tc, every_hostile_field_is_refused_by_name);
+        tcase_add_test(tc, a_launch_must_bind_the_kernels_tensor_maps);
+        tcase_add_test(tc, the_backing_buffer_is_an_input_of_the_failure_store);
+        tcase_add_test(tc, the_front_end_keeps_tensor_maps_to_their_rules);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(tensormaps_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_ENV);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}
