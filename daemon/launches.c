@@ -599,6 +599,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
+        l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < r->n; i++) {
                 bool written = writes(r, kernel, i);
                 l->storages[i] = r->allocs[i]->storage;
@@ -658,6 +659,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
+        l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < n; i++) {
                 l->storages[i] = r->allocs[i]->storage;
                 l->offsets[i] = r->allocs[i]->base + r->start[i];

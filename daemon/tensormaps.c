@@ -217,6 +217,9 @@ void cube__tmap_words(const cube_tensor_map *m, uint64_t *ret)
         ret[CUBE__TMAP_ELEM_BYTES] = cube__elem_bytes(m->elem);
         ret[CUBE__TMAP_OOB] = (uint64_t) m->oob_fill;
         ret[CUBE__TMAP_SWIZZLE] = (uint64_t) m->swizzle;
+        ret[CUBE__TMAP_ELEM] = (uint64_t) m->elem;
+        ret[CUBE__TMAP_INTERLEAVE] = (uint64_t) m->interleave;
+        ret[CUBE__TMAP_PREFETCH] = (uint64_t) m->prefetch;
         for (uint32_t d = 0; d < CUBE_TENSOR_MAP_MAX_RANK; d++) {
                 bool in = d < m->rank;
                 ret[CUBE__TMAP_SHAPE + d] = in ? m->shape[d] : 1;

@@ -103,6 +103,7 @@ static const char guards[] =
 "        GLOBAL const char *zero;\n"
 "        GLOBAL const uint64_t *info;\n"
 "        GLOBAL const uint64_t *tmap;\n"
+"        const void *tmd[CUBE__NTM ? CUBE__NTM : 1];\n"
 "        uint64_t meta, dyn, words;\n"
 "} cube__ctx_t;\n"
 "static inline void cube__oob(cube__ctx_t *c, uint32_t site, uint64_t i, uint64_t n, uint32_t w)\n"
@@ -183,10 +184,10 @@ static const char guards[] =
 "static inline void cube__ctx_init(cube__ctx_t *c, GLOBAL const uint64_t *info, uint64_t words,\n"
 "                                  uint64_t meta, uint64_t dyn, uint32_t nb)\n"
 "{\n"
-"        uint64_t own = words - nb - " "36" " - CUBE__NTM * " "32" ";\n"
+"        uint64_t own = words - nb - " "36" " - CUBE__NTM * " "CUBE__TMAP_WORDS" ";\n"
 "        c->info = info;\n"
 "        c->tmap = info + own;\n"
-"        info += CUBE__NTM * " "32" ";\n"
+"        info += CUBE__NTM * " "CUBE__TMAP_WORDS" ";\n"
 
 "        c->words = own;\n"
 "        c->meta = meta < own ? meta : own;\n"
@@ -207,6 +208,8 @@ static const char guards[] =
 "        c->ro[k] = (uint32_t) (w >> 63);\n"
 "}\n"
 "#ifndef CUBE__SHARED_PTR\n#define CUBE__SHARED_PTR\n#endif\n"
+"#ifndef CUBE__TENSOR_MAP\n#define CUBE__TENSOR_MAP(m)\n#define CUBE__TENSOR_MAP_PTR(m) 0\n#endif\n"
+"#ifndef CUBE__TMA_LOAD\n#define CUBE__TMA_LOAD(c, d, m, dst, bytes, n, at) 0\n#endif\n"
 "/* tensor_map_load: the cube's units copy the box together, element e by the\n"
 " * unit e % CUBE_DIM, each element outside the tensor the map's fill; a\n"
 " * swizzled map places 16-byte chunks as the hardware does. */\n"
@@ -220,7 +223,7 @@ static const char guards[] =
 "                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, int64_t c0, \\\n"
 "                                 int64_t c1, int64_t c2, int64_t c3, int64_t c4) \\\n"
 "{ \\\n"
-"        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "32" "; \\\n"
+"        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "CUBE__TMAP_WORDS" "; \\\n"
 "        int64_t at[5] = { c0, c1, c2, c3, c4 }; \\\n"
 "        uint64_t cnt[5], total = 1, ok = d[0] == n && d[1] == 0 && d[2] == sizeof(T); \\\n"
 "        for (uint32_t i = 0; i < 5; i++) { \\\n"
@@ -231,6 +234,7 @@ static const char guards[] =
 "                if (UNIT_POS == 0) cube__oob(c, site, ok ? total : n, ok ? len : d[0], 1u); \\\n"
 "                total = 0; \\\n"
 "        } \\\n"
+"        if (total && CUBE__TMA_LOAD(c, d, m, dst, total * sizeof(T), n, at)) return; \\\n"
 "        T fill = d[3] ? (T) (NANV) : (T) 0; \\\n"
 "        uint64_t held = c->bytes[k] / sizeof(T); \\\n"
 "        GLOBAL const T *src = (GLOBAL const T *) c->base[k]; \\\n"
@@ -1550,8 +1554,12 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
 
         sbuf head = { 0 };
         put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", f->entry);
+        uint32_t ntm = 0;
         for (uint32_t k = 0; k < nb; k++)
                 put(&head, " CUBE__BUFFER(%u)", k);
+        for (unsigned i = 0; i < f->n_params; i++)
+                if (is_tensor_map_param(f, (int) i))
+                        put(&head, " CUBE__TENSOR_MAP(%u)", ntm++);
         put(&head, " CUBE__PARAMS_TAIL)");
         /* Keep the lines the old head spanned. */
         for (unsigned i = fn->start; i < body->start; i++)
@@ -1559,6 +1567,8 @@ static void rewrite_entry(fe *f, sbuf *facts, uint32_t *ret_nb)
                         put(&head, "\n");
         put(&head, "{ CUBE__ENTRY_BEGIN; cube__ctx_t cube__c0; cube__ctx_t *cube__ctx = &cube__c0; "
             "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu); ", nb);
+        for (uint32_t m = 0; m < ntm; m++)
+                put(&head, "cube__ctx->tmd[%u] = CUBE__TENSOR_MAP_PTR(%u); ", m, m);
         uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
         uint32_t k = 0;
         for (unsigned i = 0; i < f->n_params; i++) {
@@ -1865,8 +1875,9 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n%s#line 1 \"%s.c\"\n%s\n",
-                    nb ? nb : 1, ntm, guards, entry, applied);
+                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n#define CUBE__TMAP_WORDS %uu\n"
+                    "%s#line 1 \"%s.c\"\n%s\n", nb ? nb : 1, ntm, CUBE__TMAP_WORDS, guards,
+                    entry, applied);
                 free(applied);
         }
         if (out.oom || facts.oom)

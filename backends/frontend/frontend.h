@@ -118,7 +118,10 @@ void cube__fe_facts_free(cube__fe_facts *f);
 #define CUBE__TMAP_ELEM_STRIDES 20
 #define CUBE__TMAP_LOWER 25             /* im2col: 3 words each, signed */
 #define CUBE__TMAP_UPPER 28
-#define CUBE__TMAP_WORDS 32u
+#define CUBE__TMAP_ELEM 31              /* cube_elem_type */
+#define CUBE__TMAP_INTERLEAVE 32
+#define CUBE__TMAP_PREFETCH 33
+#define CUBE__TMAP_WORDS 40u
 
 /* The record: word 0 is the site + 1 of the first access out of bounds (0:
  * none), word 1 the index it asked for, word 2 the binding's or array's
