@@ -45,7 +45,7 @@ static bool obj_list(const msgpack_object *o, uint32_t *ret_n, uint64_t *u64, ui
                         return false;
                 if (u32 && !cube__obj_u32(v, &u32[d]))
                         return false;
-                if (i32 && (d >= CUBE_TENSOR_MAP_MAX_RANK - 2 || !obj_i32(v, &i32[d])))
+                if (i32 && (d >= CUBE_TENSOR_MAP_MAX_SPATIAL || !obj_i32(v, &i32[d])))
                         return false;
         }
         return true;
@@ -227,7 +227,7 @@ void cube__tmap_words(const cube_tensor_map *m, uint64_t *ret)
                 ret[CUBE__TMAP_BOX + d] = in ? m->box[d] : 1;
                 ret[CUBE__TMAP_ELEM_STRIDES + d] = in ? m->elem_strides[d] : 1;
         }
-        for (uint32_t d = 0; d + 2 < m->rank && d < CUBE_TENSOR_MAP_MAX_RANK - 2; d++) {
+        for (uint32_t d = 0; d + 2 < m->rank && d < CUBE_TENSOR_MAP_MAX_SPATIAL; d++) {
                 ret[CUBE__TMAP_LOWER + d] = (uint64_t) (int64_t) m->lower_corner[d];
                 ret[CUBE__TMAP_UPPER + d] = (uint64_t) (int64_t) m->upper_corner[d];
         }

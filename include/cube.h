@@ -470,6 +470,7 @@ typedef enum cube_elem_type {
 } cube_elem_type;
 
 #define CUBE_TENSOR_MAP_MAX_RANK 5
+#define CUBE_TENSOR_MAP_MAX_SPATIAL 3      /* im2col: rank - 2 */
 
 typedef enum cube_tensor_map_format {
         CUBE_TENSOR_MAP_TILED = 0,      /* boxes of box[] elements */
@@ -519,8 +520,8 @@ typedef struct cube_tensor_map {
         uint32_t elem_strides[CUBE_TENSOR_MAP_MAX_RANK];
         /* Im2col only: the bounding box's corners in the spatial dimensions
          * (1 .. rank - 2), relative to a pixel's coordinates. */
-        int32_t lower_corner[CUBE_TENSOR_MAP_MAX_RANK - 2];
-        int32_t upper_corner[CUBE_TENSOR_MAP_MAX_RANK - 2];
+        int32_t lower_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
+        int32_t upper_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
         cube_tensor_map_interleave interleave;
         cube_tensor_map_swizzle swizzle;
         cube_tensor_map_prefetch prefetch;

@@ -14,7 +14,8 @@ from .errors import *                  # noqa: F401,F403 (the taxonomy)
 from .errors import __all__ as _errors_all
 from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, LaunchMode,
                      BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64,
-                     count_is_empty, num_elems, can_contain)
+                     count_is_empty, num_elems, can_contain, TensorMap, TensorMapFormat,
+                     TensorMapInterleave, TensorMapSwizzle, TensorMapPrefetch, OobFill)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
                     StreamInfo, KernelInfo, KernelCache, EvictedArtifact, CacheArtifact,
                     CountSelection, ShareInfo, FailureInfo, Status, ProfileReport, CaptureInfo,
@@ -31,6 +32,8 @@ __all__ = list(_errors_all) + [
     "Client", "Stream", "Buffer", "Tensor", "Region", "Kernel", "Launch", "LaunchMode",
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
     "count_is_empty", "num_elems", "can_contain", "CacheArtifact", "CountSelection",
+    "TensorMap", "TensorMapFormat", "TensorMapInterleave", "TensorMapSwizzle",
+    "TensorMapPrefetch", "OobFill",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",
     "ShareInfo", "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
     "CommInfo", "Group", "Reduction", "ComputeWait", "ElemType", "comm_init_all",
