@@ -197,6 +197,53 @@ START_TEST(a_swizzled_map_places_chunks_as_the_hardware_does)
 }
 END_TEST
 
+/* Half-precision maps: NaN is the element type's own quiet NaN, f16's
+ * 0x7e00 and bf16's 0x7fc0, written through a 16-bit array. */
+static const char half_source[] =
+        "KERNEL void half_box(uint16_t *out, TENSOR_MAP(uint16_t) src)\n"
+        "{\n"
+        "        SHARED uint16_t tile[16];\n"
+        "\n"
+        "        tensor_map_load(src, tile, 12, 0);\n"
+        "        out[UNIT_POS] = tile[UNIT_POS];\n"
+        "}\n";
+
+START_TEST(a_half_map_fills_with_its_own_nan)
+{
+        static const struct { cube_elem_type elem; uint16_t nan; } kinds[] = {
+                { CUBE_ELEM_F16, 0x7e00 }, { CUBE_ELEM_BF16, 0x7fc0 },
+        };
+        cube_client *c = test_connect(D.socket, "half");
+        uint64_t k = test_kernel(c, half_source, "half_box");
+        uint16_t t[2 * 16], got[16];
+        cube_handle src, out = test_empty(c, sizeof(got));
+
+        for (int i = 0; i < 32; i++)
+                t[i] = (uint16_t) (0x1000 + i);
+        ck_ok(cube_create(c, t, sizeof(t), &src));
+        for (size_t i = 0; i < 2; i++) {
+                cube_tensor_map m = {
+                        .buffer = src, .elem = kinds[i].elem, .rank = 2, .shape = { 16, 2 },
+                        .strides = { 1, 16 }, .box = { 8, 2 }, .elem_strides = { 1, 1 },
+                        .oob_fill = CUBE_TENSOR_MAP_OOB_NAN,
+                };
+                cube_launch l = { .kernel = k, .cube_count = { 1, 1, 1 },
+                                  .cube_dim = { 16, 1, 1 }, .buffers = &out, .n_buffers = 1,
+                                  .tensor_maps = &m, .n_tensor_maps = 1 };
+                ck_ok(cube_launch_kernel(c, &l));
+                ck_ok(cube_read(c, &out, got, sizeof(got)));
+                for (int j = 0; j < 2; j++)
+                        for (int x = 0; x < 8; x++) {
+                                uint16_t want = 12 + x < 16 ? t[j * 16 + 12 + x] : kinds[i].nan;
+                                ck_assert_msg(got[j * 8 + x] == want, "elem %d: (%d, %d) is "
+                                              "%#x, expected %#x", (int) kinds[i].elem, x, j,
+                                              got[j * 8 + x], want);
+                        }
+        }
+        cube_disconnect(c);
+}
+END_TEST
+
 /* A hostile map: refused before it runs, Validation naming the field; the
  * output takes the failure and the backing buffer stays readable. */
 static void expect_refused(cube_client *c, uint64_t k, const cube_tensor_map *map,
@@ -391,6 +438,7 @@ static Suite *tensormaps_suite(void)
         tcase_add_test(tc, a_tiled_load_crossing_the_edge_reads_the_fill);
         tcase_add_test(tc, element_strides_take_every_nth_element_of_the_box);
         tcase_add_test(tc, a_swizzled_map_places_chunks_as_the_hardware_does);
+        tcase_add_test(tc, a_half_map_fills_with_its_own_nan);
         tcase_add_test(tc, every_hostile_field_is_refused_by_name);
         tcase_add_test(tc, a_launch_must_bind_the_kernels_tensor_maps);
         tcase_add_test(tc, the_backing_buffer_is_an_input_of_the_failure_store);
