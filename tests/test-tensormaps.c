@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "wire.h"
 
 enum { W = 12, H = 5, BOX_X = 8, BOX_Y = 4, BOX = BOX_X * BOX_Y };
 
@@ -428,6 +429,117 @@ START_TEST(the_front_end_keeps_tensor_maps_to_their_rules)
 }
 END_TEST
 
+/* A launch with one tensor map, sent by hand: map writes the map's fields
+ * (the 13 of PROTOCOL.md 5.11, or not). */
+static void raw_launch_with_map(int fd, uint64_t nonce, uint64_t memory,
+                                void (*map)(msgpack_packer *pk, uint64_t nonce, uint64_t memory))
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "launch", 11);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 2);
+        cube__pack_str(&pk, "static");
+        msgpack_pack_array(&pk, 3);
+        for (int i = 0; i < 3; i++)
+                msgpack_pack_uint32(&pk, 1);
+        msgpack_pack_array(&pk, 3);
+        for (int i = 0; i < 3; i++)
+                msgpack_pack_uint32(&pk, 1);
+        msgpack_pack_array(&pk, 0);
+        msgpack_pack_array(&pk, 0);
+        msgpack_pack_bin(&pk, 0);
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_array(&pk, 6);
+        for (int i = 0; i < 6; i++)
+                msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_array(&pk, 1);
+        map(&pk, nonce, memory);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+static void pack_u64s(msgpack_packer *pk, uint32_t n, uint64_t v)
+{
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++)
+                msgpack_pack_uint64(pk, v);
+}
+
+/* 13 fields, shape and the rest of rank 9 (no corners): more than a map
+ * holds. */
+static void map_rank_nine(msgpack_packer *pk, uint64_t nonce, uint64_t memory)
+{
+        msgpack_pack_array(pk, 13);
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint64(pk, nonce);
+        msgpack_pack_uint64(pk, memory);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint32(pk, 0);
+        msgpack_pack_uint32(pk, CUBE_ELEM_F32);
+        for (int i = 0; i < 4; i++)
+                pack_u64s(pk, 9, 1);
+        pack_u64s(pk, 0, 0);
+        pack_u64s(pk, 0, 0);
+        for (int i = 0; i < 4; i++)
+                msgpack_pack_uint32(pk, 0);
+}
+
+/* 12 fields: not a map. */
+static void map_short(msgpack_packer *pk, uint64_t nonce, uint64_t memory)
+{
+        (void) nonce;
+        (void) memory;
+        msgpack_pack_array(pk, 12);
+        for (int i = 0; i < 12; i++)
+                msgpack_pack_uint32(pk, 0);
+}
+
+/* From the wire, as no library sends it: a map of rank 9 is judged with the
+ * others (the daemon keeps reading the session), and a map that is not 13
+ * fields is a protocol error that closes the connection. */
+START_TEST(a_hostile_map_on_the_wire_is_judged_or_closes_the_connection)
+{
+        uint64_t nonce, session;
+        int fd = raw_connect(D.socket);
+
+        raw_greet(fd, &nonce, &session);
+        uint64_t memory = session << 40 | 1;
+        raw_send_create(fd, memory, 4096);
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "kernel", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_str(&pk, box_source);
+        cube__pack_str(&pk, "box");
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+        raw_launch_with_map(fd, nonce, memory, map_rank_nine);
+        raw_send_request_u64(fd, 7, "stream_ids", NULL, 0);
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        ck_assert_int_eq(raw_recv(fd, &up, test_scaled_ms(5000)), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_int_eq(env.type, CUBE__MSG_RESPONSE);
+        ck_assert_uint_eq(env.msgid, 7);
+        msgpack_unpacked_destroy(&up);
+
+        raw_launch_with_map(fd, nonce, memory, map_short);
+        ck_assert(raw_wait_closed(fd, test_scaled_ms(5000)));
+}
+END_TEST
+
 static Suite *tensormaps_suite(void)
 {
         Suite *s = suite_create("tensormaps");
@@ -443,6 +555,7 @@ static Suite *tensormaps_suite(void)
         tcase_add_test(tc, a_launch_must_bind_the_kernels_tensor_maps);
         tcase_add_test(tc, the_backing_buffer_is_an_input_of_the_failure_store);
         tcase_add_test(tc, the_front_end_keeps_tensor_maps_to_their_rules);
+        tcase_add_test(tc, a_hostile_map_on_the_wire_is_judged_or_closes_the_connection);
         suite_add_tcase(s, tc);
         return s;
 }
