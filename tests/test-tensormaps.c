@@ -119,6 +119,27 @@ static void reset(cube_client *c, const cube_handle *out)
         ck_ok(cube_write(c, out, minus, sizeof(minus)));
 }
 
+/* What most cases start from: a session, box registered, the tensor, an
+ * output and the plain map over the tensor. */
+typedef struct box_case {
+        cube_client *c;
+        uint64_t k;
+        cube_handle src, out;
+        cube_tensor_map map;
+} box_case;
+
+static box_case box_start(const char *name)
+{
+        box_case b;
+
+        b.c = test_connect(D.socket, name);
+        b.k = test_kernel(b.c, box_source, "box");
+        b.src = tensor(b.c);
+        b.out = test_empty(b.c, 64 * sizeof(float));
+        b.map = map_of(&b.src);
+        return b;
+}
+
 START_TEST(a_tiled_load_crossing_the_edge_reads_the_fill)
 {
         static const int32_t at[][2] = {
@@ -128,10 +149,11 @@ START_TEST(a_tiled_load_crossing_the_edge_reads_the_fill)
                 { 40, 40 },     /* wholly outside */
         };
         static const uint32_t unit[2] = { 1, 1 };
-        cube_client *c = test_connect(D.socket, "tiled");
-        uint64_t k = test_kernel(c, box_source, "box");
-        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
-        cube_tensor_map map = map_of(&src);
+        box_case b = box_start("tiled");
+        cube_client *c = b.c;
+        uint64_t k = b.k;
+        cube_handle out = b.out;
+        cube_tensor_map map = b.map;
         float want[64];
         char what[64];
 
@@ -154,10 +176,11 @@ END_TEST
 START_TEST(element_strides_take_every_nth_element_of_the_box)
 {
         static const uint32_t es[2] = { 2, 3 };
-        cube_client *c = test_connect(D.socket, "strided");
-        uint64_t k = test_kernel(c, box_source, "box");
-        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
-        cube_tensor_map map = map_of(&src);
+        box_case b = box_start("strided");
+        cube_client *c = b.c;
+        uint64_t k = b.k;
+        cube_handle out = b.out;
+        cube_tensor_map map = b.map;
         float want[64];
 
         map.elem_strides[0] = es[0];
@@ -176,10 +199,11 @@ END_TEST
 START_TEST(a_swizzled_map_places_chunks_as_the_hardware_does)
 {
         static const uint32_t unit[2] = { 1, 1 };
-        cube_client *c = test_connect(D.socket, "swizzle");
-        uint64_t k = test_kernel(c, box_source, "box");
-        cube_handle src = tensor(c), out = test_empty(c, 64 * sizeof(float));
-        cube_tensor_map map = map_of(&src);
+        box_case b = box_start("swizzle");
+        cube_client *c = b.c;
+        uint64_t k = b.k;
+        cube_handle out = b.out;
+        cube_tensor_map map = b.map;
         float plain[64], want[64];
 
         map.swizzle = CUBE_TENSOR_MAP_SWIZZLE_32B;
@@ -188,9 +212,9 @@ START_TEST(a_swizzled_map_places_chunks_as_the_hardware_does)
         launch_box(c, k, &out, &map, 1, 0);
         expected_box(plain, 1, 0, BOX_X, 8, unit, 0.0f);
         for (int e = 0; e < 64; e++) {
-                unsigned b = (unsigned) e * 4;
-                b ^= ((b >> 7) & 1u) << 4;
-                want[b / 4] = plain[e];
+                unsigned at = (unsigned) e * 4;
+                at ^= ((at >> 7) & 1u) << 4;
+                want[at / 4] = plain[e];
         }
         check_box(c, &out, want, "swizzle 32B");
         ck_assert(want[4] == plain[4] && want[36] == plain[32]);      /* it did move some */
