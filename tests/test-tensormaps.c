@@ -269,6 +269,35 @@ START_TEST(a_half_map_fills_with_its_own_nan)
 }
 END_TEST
 
+/* A captured launch keeps its map: each replay loads the box again, from
+ * the tensor as it is then. */
+START_TEST(a_replayed_graph_loads_through_its_map)
+{
+        static const uint32_t unit[2] = { 1, 1 };
+        box_case b = box_start("graph");
+        float want[64], t[W * H];
+        uint64_t graph;
+
+        launch_box(b.c, b.k, &b.out, &b.map, -4, 2);    /* the warm-up */
+        ck_ok(cube_graph_prepare(b.c));
+        launch_box(b.c, b.k, &b.out, &b.map, -4, 2);
+        ck_ok(cube_begin_capture(b.c));
+        launch_box(b.c, b.k, &b.out, &b.map, -4, 2);
+        ck_ok(cube_end_capture(b.c, &graph));
+        for (int i = 0; i < W * H; i++)
+                t[i] = -element(i % W, i / W);
+        ck_ok(cube_write(b.c, &b.src, t, sizeof(t)));
+        reset(b.c, &b.out);
+        ck_ok(cube_replay(b.c, graph));
+        expected(want, -4, 2, unit, 0.0f);
+        for (int i = 0; i < 64; i++)
+                want[i] = isinf(want[i]) || want[i] == 0.0f ? want[i] : -want[i];
+        check_box(b.c, &b.out, want, "a replay after the tensor changed");
+        ck_ok(cube_graph_destroy(b.c, graph));
+        cube_disconnect(b.c);
+}
+END_TEST
+
 /* A hostile map: refused before it runs, Validation naming the field; the
  * output takes the failure and the backing buffer stays readable. */
 static void expect_refused(cube_client *c, uint64_t k, const cube_tensor_map *map,
@@ -575,6 +604,7 @@ static Suite *tensormaps_suite(void)
         tcase_add_test(tc, element_strides_take_every_nth_element_of_the_box);
         tcase_add_test(tc, a_swizzled_map_places_chunks_as_the_hardware_does);
         tcase_add_test(tc, a_half_map_fills_with_its_own_nan);
+        tcase_add_test(tc, a_replayed_graph_loads_through_its_map);
         tcase_add_test(tc, every_hostile_field_is_refused_by_name);
         tcase_add_test(tc, a_launch_must_bind_the_kernels_tensor_maps);
         tcase_add_test(tc, the_backing_buffer_is_an_input_of_the_failure_store);
