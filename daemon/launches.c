@@ -164,7 +164,8 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         const msgpack_object_array *arr, *count, *offsets;
         uint64_t io;
 
-        if ((k->n < 9 || k->n > 11) || !cube__obj_u64(&p[0], &r->stream) || !cube__obj_u64(&p[1], &r->kernel_id) ||
+        if (k->n < 9 || k->n > 11 || !cube__obj_u64(&p[0], &r->stream) ||
+            !cube__obj_u64(&p[1], &r->kernel_id) ||
             !cube__obj_array(&p[2], &count) || count->size != 2 ||
             count->ptr[0].type != MSGPACK_OBJECT_STR || !obj_u32x3(&p[3], r->dim) ||
             !cube__obj_array(&p[4], &arr) || p[5].type != MSGPACK_OBJECT_ARRAY ||

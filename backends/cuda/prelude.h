@@ -219,5 +219,6 @@ static __device__ int cube__tma_load(const void *map, void *dst, uint32_t bytes,
         return 1;
 }
 #define CUBE__TMA_LOAD(c, d, m, dst, bytes, n, at) \
-        cube__tma_load((c)->tmd[m], (void *) (dst), (uint32_t) (bytes), (n), (at), (d)[4])
+        cube__tma_load((c)->tmd[m], (void *) (dst), (uint32_t) (bytes), (n), (at), \
+                       (d)[CUBE__TMAP_SWIZZLE])
 #endif

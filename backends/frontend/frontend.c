@@ -87,6 +87,18 @@ static const char parse_prelude[] =
 "#define TENSOR_MAP(T) __attribute__((annotate(\"cube_tensor_map\"))) const T *\n"
 "void tensor_map_load(const void *map, void *dst, ...);\n";
 
+/* Where the guards find a tensor map's fields among its words (frontend.h). */
+#define CUBE__STR_(x) #x
+#define CUBE__STR(x) CUBE__STR_(x)
+#define CUBE__TMAP_DEFINE(name) "#define " #name " " CUBE__STR(name) "\n"
+static const char tmap_layout[] =
+        CUBE__TMAP_DEFINE(CUBE__TMAP_RANK) CUBE__TMAP_DEFINE(CUBE__TMAP_FORMAT)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM_BYTES) CUBE__TMAP_DEFINE(CUBE__TMAP_OOB)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_SWIZZLE) CUBE__TMAP_DEFINE(CUBE__TMAP_SHAPE)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_BOX)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_WORDS);
+
 /* The guards every checked source starts with, after the backend's prelude
  * (which defines GLOBAL, CUBE__CAS32 and the fixed-width types). The daemon
  * sets CUBE__CHECKED (0 for an unchecked launch) and CUBE__CHECK_REPORT (0
@@ -215,38 +227,46 @@ static const char guards[] =
 " * swizzled map places 16-byte chunks as the hardware does. */\n"
 "static inline uint64_t cube__tm_nan(GLOBAL const uint64_t *d)\n"
 "{\n"
-"        return d[2] == 2 ? (d[31] == 0 ? 0x7e00u : 0x7fc0u) : d[2] == 4 ? 0x7fc00000u :\n"
+"        return d[CUBE__TMAP_ELEM_BYTES] == 2 ? (d[CUBE__TMAP_ELEM] == 0 ? 0x7e00u : 0x7fc0u) :\n"
+"               d[CUBE__TMAP_ELEM_BYTES] == 4 ? 0x7fc00000u :\n"
 "               0x7ff8000000000000ul;\n"
 "}\n"
 "#define CUBE__TMAP_LOAD(T, S, NANV) \\\n"
 "static inline void cube__tml_##S(cube__ctx_t *c, uint32_t site, uint32_t k, uint32_t m, \\\n"
-"                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, int64_t c0, \\\n"
-"                                 int64_t c1, int64_t c2, int64_t c3, int64_t c4) \\\n"
+"                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, \\\n"
+"                                 int64_t c0, int64_t c1, int64_t c2, int64_t c3, \\\n"
+"                                 int64_t c4) \\\n"
 "{ \\\n"
 "        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "CUBE__TMAP_WORDS" "; \\\n"
 "        int64_t at[5] = { c0, c1, c2, c3, c4 }; \\\n"
-"        uint64_t cnt[5], total = 1, ok = d[0] == n && d[1] == 0 && d[2] == sizeof(T); \\\n"
+"        uint64_t cnt[5], total = 1; \\\n"
+"        int ok = d[CUBE__TMAP_RANK] == n && d[CUBE__TMAP_FORMAT] == 0 && \\\n"
+"                 d[CUBE__TMAP_ELEM_BYTES] == sizeof(T); \\\n"
 "        for (uint32_t i = 0; i < 5; i++) { \\\n"
-"                cnt[i] = (d[15 + i] + d[20 + i] - 1) / d[20 + i]; \\\n"
+"                cnt[i] = (d[CUBE__TMAP_BOX + i] + d[CUBE__TMAP_ELEM_STRIDES + i] - 1) / \\\n"
+"                         d[CUBE__TMAP_ELEM_STRIDES + i]; \\\n"
 "                total *= cnt[i]; \\\n"
 "        } \\\n"
 "        if (!ok || total > len) { \\\n"
-"                if (UNIT_POS == 0) cube__oob(c, site, ok ? total : n, ok ? len : d[0], 1u); \\\n"
+"                if (UNIT_POS == 0) \\\n"
+"                        cube__oob(c, site, ok ? total : n, \\\n"
+"                                  ok ? len : d[CUBE__TMAP_RANK], 1u); \\\n"
 "                total = 0; \\\n"
 "        } \\\n"
 "        if (total && CUBE__TMA_LOAD(c, d, m, dst, total * sizeof(T), n, at)) return; \\\n"
-"        T fill = d[3] ? (T) (NANV) : (T) 0; \\\n"
+"        T fill = d[CUBE__TMAP_OOB] ? (T) (NANV) : (T) 0; \\\n"
 "        uint64_t held = c->bytes[k] / sizeof(T); \\\n"
 "        GLOBAL const T *src = (GLOBAL const T *) c->base[k]; \\\n"
-"        uint64_t sw = d[4] ? (1u << d[4]) - 1u : 0u; \\\n"
+"        uint64_t sw = d[CUBE__TMAP_SWIZZLE] ? (1u << d[CUBE__TMAP_SWIZZLE]) - 1u : 0u; \\\n"
 "        for (uint64_t e = UNIT_POS; e < total; e += CUBE_DIM) { \\\n"
 "                uint64_t r = e, off = 0; \\\n"
 "                int in = 1; \\\n"
 "                for (uint32_t i = 0; i < 5; i++) { \\\n"
-"                        int64_t x = at[i] + (int64_t) ((r % cnt[i]) * d[20 + i]); \\\n"
+"                        uint64_t step = (r % cnt[i]) * d[CUBE__TMAP_ELEM_STRIDES + i]; \\\n"
+"                        int64_t x = at[i] + (int64_t) step; \\\n"
 "                        r /= cnt[i]; \\\n"
-"                        if (x < 0 || (uint64_t) x >= d[5 + i]) in = 0; \\\n"
-"                        else off += (uint64_t) x * d[10 + i]; \\\n"
+"                        if (x < 0 || (uint64_t) x >= d[CUBE__TMAP_SHAPE + i]) in = 0; \\\n"
+"                        else off += (uint64_t) x * d[CUBE__TMAP_STRIDES + i]; \\\n"
 "                } \\\n"
 "                T v = fill; \\\n"
 "                if (in && off < held) v = src[off]; \\\n"
@@ -1875,9 +1895,8 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n#define CUBE__TMAP_WORDS %uu\n"
-                    "%s#line 1 \"%s.c\"\n%s\n", nb ? nb : 1, ntm, CUBE__TMAP_WORDS, guards,
-                    entry, applied);
+                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n%s%s#line 1 \"%s.c\"\n%s\n",
+                    nb ? nb : 1, ntm, tmap_layout, guards, entry, applied);
                 free(applied);
         }
         if (out.oom || facts.oom)
