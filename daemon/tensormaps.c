@@ -157,10 +157,11 @@ cube_error *cube__tmap_validate(const cube__tmap *t, size_t i, uint64_t binding_
                 if (d == 0 && m->strides[0] != 1)
                         BAD("tensor map %zu: strides[0] = %" PRIu64 "; the innermost dimension "
                             "is contiguous (1)", i, m->strides[0]);
+                uint32_t align = m->interleave == CUBE_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
                 if (d > 0 && (m->strides[d] == 0 || m->strides[d] >= (1ull << 40) / eb ||
-                              m->strides[d] * eb % 16 != 0))
+                              m->strides[d] * eb % align != 0))
                         BAD("tensor map %zu: strides[%u] = %" PRIu64 " elements is not a "
-                            "multiple of 16 bytes below 2^40", i, d, m->strides[d]);
+                            "multiple of %u bytes below 2^40", i, d, m->strides[d], align);
                 uint64_t reach;
                 if (__builtin_mul_overflow(m->shape[d] - 1, m->strides[d], &reach) ||
                     __builtin_add_overflow(last, reach, &last) || last >= UINT64_MAX / 16)
@@ -227,6 +228,10 @@ void cube__tmap_words(const cube_tensor_map *m, uint64_t *ret)
                 ret[CUBE__TMAP_BOX + d] = in ? m->box[d] : 1;
                 ret[CUBE__TMAP_ELEM_STRIDES + d] = in ? m->elem_strides[d] : 1;
         }
+        /* The innermost dimension has no element stride without interleave:
+         * the driver ignores it, and so does every device. */
+        if (m->interleave == CUBE_TENSOR_MAP_INTERLEAVE_NONE)
+                ret[CUBE__TMAP_ELEM_STRIDES] = 1;
         for (uint32_t d = 0; d + 2 < m->rank && d < CUBE_TENSOR_MAP_MAX_SPATIAL; d++) {
                 ret[CUBE__TMAP_LOWER + d] = (uint64_t) (int64_t) m->lower_corner[d];
                 ret[CUBE__TMAP_UPPER + d] = (uint64_t) (int64_t) m->upper_corner[d];

@@ -173,9 +173,12 @@ START_TEST(a_tiled_load_crossing_the_edge_reads_the_fill)
 }
 END_TEST
 
+/* Element strides traverse every nth element of the box, except in the
+ * innermost dimension, where (without interleave) the driver ignores them
+ * and so does every device. */
 START_TEST(element_strides_take_every_nth_element_of_the_box)
 {
-        static const uint32_t es[2] = { 2, 3 };
+        static const uint32_t es[2] = { 2, 3 }, taken[2] = { 1, 3 };
         box_case b = box_start("strided");
         cube_client *c = b.c;
         uint64_t k = b.k;
@@ -187,7 +190,7 @@ START_TEST(element_strides_take_every_nth_element_of_the_box)
         map.elem_strides[1] = es[1];
         reset(c, &out);
         launch_box(c, k, &out, &map, 5, 1);
-        expected(want, 5, 1, es, 0.0f);
+        expected(want, 5, 1, taken, 0.0f);
         check_box(c, &out, want, "element strides (2, 3) at (5, 1)");
         cube_disconnect(c);
 }
