@@ -65,6 +65,9 @@ typedef struct cube__launch_work {
         uint32_t n_info;
         uint32_t metadata_offset;       /* in words */
         uint32_t dynamic_offset;        /* in words */
+        /* The last n_tensor_maps buffers back tensor maps, whose words
+         * (frontend.h, CUBE__TMAP_*) precede the bindings' lengths. */
+        uint32_t n_tensor_maps;
 } cube__launch_work;
 /* n_info counts the words the core adds after the launch's own (frontend.h's
  * CUBE__CHECK_TAIL_WORDS and the bindings' lengths): a checked launch that

@@ -873,4 +873,19 @@ cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);
 cube__dispatched cube__do_compile_queued(cube__msg *k);
 
+/* ---- a launch's tensor maps (tensormaps.c) -------------------------- */
+typedef struct cube__tmap {
+        cube_tensor_map map;            /* rank: the length of shape as sent */
+        uint32_t n_strides, n_box, n_elem_strides, n_lower, n_upper;
+} cube__tmap;
+
+/* The map's wire form decoded; false when it is not one. */
+bool cube__tmap_decode(const msgpack_object *o, cube__tmap *ret);
+/* The map i judged against the bytes its buffer binds: Validation naming
+ * the field, or NULL. */
+cube_error *cube__tmap_validate(const cube__tmap *t, size_t i, uint64_t binding_bytes);
+/* The CUBE__TMAP_WORDS words a checked kernel reads the map from (frontend.h). */
+void cube__tmap_words(const cube_tensor_map *m, uint64_t *ret);
+uint32_t cube__elem_bytes(cube_elem_type t);
+
 #endif

@@ -136,11 +136,16 @@ typedef struct launch_req {
         uint64_t *start, *end;
         cube__alloc *count_alloc;
         uint64_t count_start;
+        /* The tensor maps, bound after the buffers: handles[n_plain + i] is
+         * map i's backing buffer, a read-only binding. */
+        size_t n_plain, n_maps;
+        cube__tmap *maps;
 } launch_req;
 
 static void req_free(launch_req *r)
 {
         free(r->handles);       /* the arrays share one block */
+        free(r->maps);
 }
 
 static bool obj_u32x3(const msgpack_object *o, uint32_t ret[3])
@@ -159,7 +164,8 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         const msgpack_object_array *arr, *count, *offsets;
         uint64_t io;
 
-        if ((k->n != 9 && k->n != 10) || !cube__obj_u64(&p[0], &r->stream) || !cube__obj_u64(&p[1], &r->kernel_id) ||
+        if (k->n < 9 || k->n > 11 || !cube__obj_u64(&p[0], &r->stream) ||
+            !cube__obj_u64(&p[1], &r->kernel_id) ||
             !cube__obj_array(&p[2], &count) || count->size != 2 ||
             count->ptr[0].type != MSGPACK_OBJECT_STR || !obj_u32x3(&p[3], r->dim) ||
             !cube__obj_array(&p[4], &arr) || p[5].type != MSGPACK_OBJECT_ARRAY ||
@@ -170,8 +176,9 @@ static bool parse_launch(cube__msg *k, launch_req *r)
             !cube__obj_u32(&p[8], &r->mode) || r->mode > CUBE_LAUNCH_UNCHECKED)
                 return cube__reply_malformed(k, "params must be [stream, kernel, count, dim, [handle, "
                                        "...], [io, ...], info, [metadata_offset, "
-                                       "dynamic_offset], mode, [f32, f64, i32, i64, u32, u64]?]");
-        if (k->n == 10) {
+                                       "dynamic_offset], mode, [f32, f64, i32, i64, u32, u64]?, "
+                                       "[tensor_map, ...]?]");
+        if (k->n >= 10) {
                 const msgpack_object_array *groups;
                 if (!cube__obj_array(&p[9], &groups) || groups->size != CUBE__SCALAR_GROUPS)
                         return cube__reply_malformed(k, "the scalar counts must be [f32, f64, i32, "
@@ -195,10 +202,25 @@ static bool parse_launch(cube__msg *k, launch_req *r)
                                        "[\"dynamic\", handle]");
         }
 
-        r->n = arr->size;
+        r->n = r->n_plain = arr->size;
         r->n_io = p[5].via.array.size;
         if (r->n_io > r->n)
                 return cube__reply_malformed(k, "more io declarations than buffers");
+        if (k->n == 11) {
+                const msgpack_object_array *maps;
+                if (!cube__obj_array(&p[10], &maps))
+                        return cube__reply_malformed(k, "the tensor maps must be an array");
+                r->n_maps = maps->size;
+                if (r->n_maps && !(r->maps = calloc(r->n_maps, sizeof(*r->maps))))
+                        return cube__reply_malformed(k, "out of host memory");
+                for (size_t i = 0; i < r->n_maps; i++)
+                        if (!cube__tmap_decode(&maps->ptr[i], &r->maps[i]))
+                                return cube__reply_malformed(k, "a tensor map must be [handle, "
+                                        "format, elem, [shape], [strides], [box], "
+                                        "[elem_strides], [lower_corner], [upper_corner], "
+                                        "interleave, swizzle, prefetch, oob_fill]");
+                r->n += r->n_maps;
+        }
         size_t slots = r->n + 1;
         r->handles = calloc(slots, sizeof(*r->handles) + sizeof(*r->allocs) + sizeof(*r->names) +
                                    sizeof(*r->start) + sizeof(*r->end) + sizeof(*r->io));
@@ -209,7 +231,7 @@ static bool parse_launch(cube__msg *k, launch_req *r)
         r->start = (uint64_t *) (r->names + slots);
         r->end = r->start + slots;
         r->io = (cube_buffer_io *) (r->end + slots);
-        for (size_t i = 0; i < r->n; i++)
+        for (size_t i = 0; i < r->n_plain; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
                         return cube__reply_malformed(k, "a handle must be [service, memory, "
                                                "offset_start, offset_end]");
@@ -221,6 +243,16 @@ static bool parse_launch(cube__msg *k, launch_req *r)
                         r->io[i] = (cube_buffer_io) io;
                 else
                         return cube__reply_malformed(k, "an io declaration must be nil or 0..3");
+        }
+        /* A tensor map's buffer is only read. */
+        if (r->n_maps) {
+                for (size_t i = r->n_io; i < r->n_plain; i++)
+                        r->io[i] = CUBE_BUFFER_UNDECLARED;
+                for (size_t i = 0; i < r->n_maps; i++) {
+                        r->handles[r->n_plain + i] = r->maps[i].map.buffer;
+                        r->io[r->n_plain + i] = CUBE_BUFFER_READ_ONLY;
+                }
+                r->n_io = r->n;
         }
         return true;
 }
@@ -402,23 +434,32 @@ static cube_error *validate(const cube__server *srv, const launch_req *r)
                 return cube__err_validation("the metadata offsets (%u, %u) lie beyond the %zu "
                                             "info words", r->metadata_offset, r->dynamic_offset,
                                             r->info_len / 8);
+        for (size_t i = 0; i < r->n_maps; i++) {
+                size_t b = r->n_plain + i;
+                cube_error *e = cube__tmap_validate(&r->maps[i], i, r->end[b] - r->start[b]);
+                if (e)
+                        return e;
+        }
         return NULL;
 }
 
 /* The info words the device gets: the launch's own, then what a checked
- * kernel needs to keep in bounds (frontend.h): each binding's length in
+ * kernel needs (frontend.h): its tensor maps, each binding's length in
  * bytes, read-only imports marked, then the out-of-bounds record, the sink
  * and the zeros, all cleared. */
 static size_t info_words(const launch_req *r)
 {
-        return r->info_len / 8 + r->n + CUBE__CHECK_TAIL_WORDS;
+        return r->info_len / 8 + r->n_maps * CUBE__TMAP_WORDS + r->n + CUBE__CHECK_TAIL_WORDS;
 }
 
 static void fill_info(const launch_req *r, cube__launch_work *l)
 {
-        uint64_t *tail = l->info + r->info_len / 8;
+        uint64_t *tail = l->info + r->info_len / 8 + r->n_maps * CUBE__TMAP_WORDS;
 
         memcpy(l->info, r->info, r->info_len);
+        for (size_t i = 0; i < r->n_maps; i++)
+                cube__tmap_words(&r->maps[i].map, l->info + r->info_len / 8 +
+                                                  i * CUBE__TMAP_WORDS);
         for (size_t i = 0; i < r->n; i++)
                 tail[i] = (r->end[i] - r->start[i]) |
                           (r->names[i]->read_only ? CUBE__CHECK_READ_ONLY : 0);
@@ -466,6 +507,35 @@ static cube_error *check_scalars(const launch_req *r, const cube__kernel *kernel
                         return cube__err_validation("kernel '%s' takes %u %s scalar parameter(s), "
                                                     "and the launch gives %u", kernel->entry,
                                                     f->group_counts[g], names[g], r->groups[g]);
+        return NULL;
+}
+
+/* The launch's tensor maps against the kernel's TENSOR_MAP parameters: the
+ * same number, in the same places (after the buffers), and a map whose
+ * element is the size of the parameter's. */
+static cube_error *check_tensor_maps(const launch_req *r, const cube__kernel *kernel)
+{
+        const cube__fe_facts *f = kernel->facts;
+        uint32_t n_params = 0;
+
+        for (uint32_t i = 0; f && i < f->n_buffers; i++)
+                n_params += f->buffers[i].tensor_map;
+        if (n_params != r->n_maps)
+                return cube__err_validation("kernel '%s' takes %u tensor map(s); the launch gave "
+                                            "%zu", kernel->entry, n_params, r->n_maps);
+        for (size_t i = 0; i < r->n_maps; i++) {
+                const cube__fe_buffer *b = &f->buffers[r->n_plain + i];
+                if (!b->tensor_map)
+                        return cube__err_validation("kernel '%s' takes buffer '%s' where the "
+                                                    "launch binds tensor map %zu",
+                                                    kernel->entry, b->name, i);
+                uint32_t eb = cube__elem_bytes(r->maps[i].map.elem);
+                if (eb != b->elem_bytes)
+                        return cube__err_validation("tensor map %zu: elem is %u bytes; "
+                                                    "parameter '%s' of '%s' is TENSOR_MAP(%s), "
+                                                    "%u bytes", i, eb, b->name, kernel->entry,
+                                                    b->type, b->elem_bytes);
+        }
         return NULL;
 }
 
@@ -542,6 +612,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
+        l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < r->n; i++) {
                 bool written = writes(r, kernel, i);
                 l->storages[i] = r->allocs[i]->storage;
@@ -602,6 +673,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         fill_info(r, l);
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
+        l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < n; i++) {
                 l->storages[i] = r->allocs[i]->storage;
                 l->offsets[i] = r->allocs[i]->base + r->start[i];
@@ -721,6 +793,10 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 refuse(k, &r, NULL, cube__err_validation("kernel '%s' binds %u buffers; the launch "
                                                          "gave %zu", kernel->entry,
                                                          kernel->desc.n_buffers, r.n));
+                goto out;
+        }
+        if ((e = check_tensor_maps(&r, kernel))) {
+                refuse(k, &r, kernel, e);
                 goto out;
         }
         if ((e = check_scalars(&r, kernel))) {

@@ -496,6 +496,82 @@ int cube_info_buffer_len(cube_info *info, uint32_t len);
 /* A tensor's shape and strides, in elements. */
 int cube_info_tensor(cube_info *info, size_t rank, const uint32_t *shape, const uint32_t *strides);
 
+/* ---------------------------------------------------------------------------
+ * Tensor maps (the reference's TensorMapBinding and TensorMapMeta)
+ *
+ * A tensor map is a buffer binding plus a description of the tensor it
+ * holds, from which a kernel loads whole boxes at once (tensor_map_load in
+ * docs/KERNELS.md): the bounds-safe tiled load of Hopper kernels. Elements
+ * of a box that fall outside the tensor read as the map's oob_fill, never as
+ * memory. A launch binds its tensor maps after its buffers; the backing
+ * buffer is read, never written, and joins the launch's inputs as a buffer
+ * does: a failure it carries skips the launch.
+ * ------------------------------------------------------------------------- */
+/* The element types of tensor maps and collectives. */
+typedef enum cube_elem_type {
+        CUBE_ELEM_F16, CUBE_ELEM_BF16, CUBE_ELEM_F32, CUBE_ELEM_F64, CUBE_ELEM_I32,
+        CUBE_ELEM_I64, CUBE_ELEM_U32, CUBE_ELEM_U64,
+} cube_elem_type;
+
+#define CUBE_TENSOR_MAP_MAX_RANK 5
+#define CUBE_TENSOR_MAP_MAX_SPATIAL 3      /* im2col: rank - 2 */
+
+typedef enum cube_tensor_map_format {
+        CUBE_TENSOR_MAP_TILED = 0,      /* boxes of box[] elements */
+        CUBE_TENSOR_MAP_IM2COL,         /* im2col patches of a NC...HW tensor */
+} cube_tensor_map_format;
+
+typedef enum cube_tensor_map_interleave {
+        CUBE_TENSOR_MAP_INTERLEAVE_NONE = 0,
+        CUBE_TENSOR_MAP_INTERLEAVE_16B,
+        CUBE_TENSOR_MAP_INTERLEAVE_32B,
+} cube_tensor_map_interleave;
+
+typedef enum cube_tensor_map_swizzle {
+        CUBE_TENSOR_MAP_SWIZZLE_NONE = 0,
+        CUBE_TENSOR_MAP_SWIZZLE_32B,
+        CUBE_TENSOR_MAP_SWIZZLE_64B,
+        CUBE_TENSOR_MAP_SWIZZLE_128B,
+} cube_tensor_map_swizzle;
+
+typedef enum cube_tensor_map_prefetch {
+        CUBE_TENSOR_MAP_PREFETCH_NONE = 0,
+        CUBE_TENSOR_MAP_PREFETCH_64B,
+        CUBE_TENSOR_MAP_PREFETCH_128B,
+        CUBE_TENSOR_MAP_PREFETCH_256B,
+} cube_tensor_map_prefetch;
+
+typedef enum cube_tensor_map_oob_fill {
+        CUBE_TENSOR_MAP_OOB_ZERO = 0,   /* elements outside the tensor read as 0 */
+        CUBE_TENSOR_MAP_OOB_NAN,        /* as NaN (a float element type only) */
+} cube_tensor_map_oob_fill;
+
+/* Dimension 0 is the innermost (contiguous) one, as cuTensorMapEncode*
+ * counts them; shape and strides are in elements, strides[0] is 1. */
+typedef struct cube_tensor_map {
+        cube_handle buffer;             /* the backing tensor: read only */
+        cube_tensor_map_format format;
+        cube_elem_type elem;            /* the element type (its size is what a load copies) */
+        uint32_t rank;                  /* 1 .. CUBE_TENSOR_MAP_MAX_RANK (3 .. 5 for im2col) */
+        uint64_t shape[CUBE_TENSOR_MAP_MAX_RANK];
+        uint64_t strides[CUBE_TENSOR_MAP_MAX_RANK];
+        /* Tiled: the box a load copies, per dimension (1 .. 256). Im2col:
+         * box[0] is the channels per pixel and box[1] the pixels per column. */
+        uint32_t box[CUBE_TENSOR_MAP_MAX_RANK];
+        /* Traversal stride per dimension (1 .. 8), 0 read as 1: a load takes
+         * every elem_strides[d]-th element of the box (for im2col, the
+         * convolution's stride). */
+        uint32_t elem_strides[CUBE_TENSOR_MAP_MAX_RANK];
+        /* Im2col only: the bounding box's corners in the spatial dimensions
+         * (1 .. rank - 2), relative to a pixel's coordinates. */
+        int32_t lower_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
+        int32_t upper_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
+        cube_tensor_map_interleave interleave;
+        cube_tensor_map_swizzle swizzle;
+        cube_tensor_map_prefetch prefetch;
+        cube_tensor_map_oob_fill oob_fill;
+} cube_tensor_map;
+
 typedef struct cube_launch {
         uint64_t kernel;                /* from cube_kernel_register */
         uint32_t cube_count[3];         /* cubes in x, y, z */
@@ -506,6 +582,9 @@ typedef struct cube_launch {
         size_t n_buffers;
         const cube_info *info;          /* or NULL */
         cube_launch_mode mode;
+        /* bound after the buffers, to the kernel's TENSOR_MAP parameters */
+        const cube_tensor_map *tensor_maps;
+        size_t n_tensor_maps;
 } cube_launch;
 
 /* ---------------------------------------------------------------------------
@@ -828,11 +907,6 @@ cube_error *cube_daemon_status(cube_client *c, cube_status *ret_status);
  * a read of it names the cause (a member whose source carried a failure, or
  * a member lost). Members must queue a group's operations in one order.
  * ------------------------------------------------------------------------- */
-typedef enum cube_elem_type {
-        CUBE_ELEM_F16, CUBE_ELEM_BF16, CUBE_ELEM_F32, CUBE_ELEM_F64, CUBE_ELEM_I32,
-        CUBE_ELEM_I64, CUBE_ELEM_U32, CUBE_ELEM_U64,
-} cube_elem_type;
-
 typedef enum cube_reduce_op { CUBE_REDUCE_SUM, CUBE_REDUCE_MEAN } cube_reduce_op;
 
 /* How a collective reduces its members' elements (Reduction). */

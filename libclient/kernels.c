@@ -42,6 +42,46 @@ oom:
         return cube__err_generic("out of memory in libcubeclient");
 }
 
+/* A tensor map on the wire (PROTOCOL.md 5.11): [handle, format, elem, shape,
+ * strides, box, elem_strides, lower_corner, upper_corner, interleave,
+ * swizzle, prefetch, oob_fill]. The daemon judges every value; only a rank
+ * the struct cannot hold is refused here, before it is read. */
+static int pack_tensor_map(msgpack_packer *pk, const cube_tensor_map *m)
+{
+        uint32_t rank = m->rank, spatial = rank > 2 ? rank - 2 : 0;
+        int r = 0;
+
+        r |= msgpack_pack_array(pk, 13);
+        r |= cube__pack_handle(pk, &m->buffer);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->format);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->elem);
+        r |= msgpack_pack_array(pk, rank);
+        for (uint32_t d = 0; d < rank; d++)
+                r |= msgpack_pack_uint64(pk, m->shape[d]);
+        r |= msgpack_pack_array(pk, rank);
+        for (uint32_t d = 0; d < rank; d++)
+                r |= msgpack_pack_uint64(pk, m->strides[d]);
+        r |= msgpack_pack_array(pk, rank);
+        for (uint32_t d = 0; d < rank; d++)
+                r |= msgpack_pack_uint32(pk, m->box[d]);
+        r |= msgpack_pack_array(pk, rank);
+        for (uint32_t d = 0; d < rank; d++)
+                r |= msgpack_pack_uint32(pk, m->elem_strides[d] ? m->elem_strides[d] : 1);
+        if (m->format != CUBE_TENSOR_MAP_IM2COL)
+                spatial = 0;
+        r |= msgpack_pack_array(pk, spatial);
+        for (uint32_t d = 0; d < spatial; d++)
+                r |= msgpack_pack_int32(pk, m->lower_corner[d]);
+        r |= msgpack_pack_array(pk, spatial);
+        for (uint32_t d = 0; d < spatial; d++)
+                r |= msgpack_pack_int32(pk, m->upper_corner[d]);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->interleave);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->swizzle);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->prefetch);
+        r |= msgpack_pack_uint32(pk, (uint32_t) m->oob_fill);
+        return r;
+}
+
 cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
 {
         uint8_t *words = NULL;
@@ -65,13 +105,22 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
                                                     l->buffers[i].memory);
         if (l->dynamic_count && (e = cube__check_handle(c, l->dynamic_count)))
                 return e;
+        for (size_t i = 0; i < l->n_tensor_maps; i++) {
+                if (l->tensor_maps[i].rank < 1 ||
+                    l->tensor_maps[i].rank > CUBE_TENSOR_MAP_MAX_RANK)
+                        return cube__err_validation("tensor map %zu: rank %u is not 1 to %d", i,
+                                                    l->tensor_maps[i].rank,
+                                                    CUBE_TENSOR_MAP_MAX_RANK);
+                if ((e = cube__check_handle(c, &l->tensor_maps[i].buffer)))
+                        return e;
+        }
         if (l->mode > CUBE_LAUNCH_UNCHECKED)
                 return cube__err_validation("unknown launch mode %d", (int) l->mode);
         if (cube__info_words(l->info, &words, &words_len, &meta, &dyn) < 0)
                 return cube__err_generic("out of memory in libcubeclient");
 
         cube__frame_init(&f);
-        PACK(cube__pack_notify(&f.pk, "launch", 10));
+        PACK(cube__pack_notify(&f.pk, "launch", l->n_tensor_maps ? 11 : 10));
         PACK(msgpack_pack_uint64(&f.pk, cube_stream_current()));
         PACK(msgpack_pack_uint64(&f.pk, l->kernel));
         PACK(msgpack_pack_array(&f.pk, 2));
@@ -108,6 +157,11 @@ cube_error *cube_launch_kernel(cube_client *c, const cube_launch *l)
         PACK(msgpack_pack_array(&f.pk, 6));
         for (int g = 0; g < 6; g++)
                 PACK(msgpack_pack_uint32(&f.pk, counts[g]));
+        if (l->n_tensor_maps) {
+                PACK(msgpack_pack_array(&f.pk, (uint32_t) l->n_tensor_maps));
+                for (size_t i = 0; i < l->n_tensor_maps; i++)
+                        PACK(pack_tensor_map(&f.pk, &l->tensor_maps[i]));
+        }
         free(words);
         e = cube__send_batched(c, f.data, f.len);
         cube__frame_destroy(&f);

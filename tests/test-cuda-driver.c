@@ -23,6 +23,7 @@
 
 #include "driver.h"
 #include "errors.h"
+#include "frontend.h"
 #include "internal.h"
 
 static const cube__driver *drv = &cube__driver_cuda;
@@ -549,6 +550,135 @@ START_TEST(t_misaligned_binding_refused)
 }
 END_TEST
 
+/* A tensor map: the front end's checked form of a kernel with a TENSOR_MAP
+ * parameter, launched with the map's words as the core lays them out. The
+ * backend encodes the map through the driver (the test double checks the
+ * arguments as the driver documents them, and the launch's parameters
+ * against the CUBIN's), refuses a buffer the map cannot start at, and
+ * reports what the driver refuses as the launch's Validation. On a GPU the
+ * box is the Tensor Memory Accelerator's, and its contents are checked. */
+static const char tmap_src[] =
+        "KERNEL void tbox(float *out, TENSOR_MAP(float) src, int32_t x, int32_t y)\n"
+        "{\n"
+        "        SHARED float tile[32];\n"
+        "\n"
+        "        tensor_map_load(src, tile, x, y);\n"
+        "        out[UNIT_POS] = tile[UNIT_POS];\n"
+        "}\n";
+
+enum { TM_W = 12, TM_H = 5, TM_WORDS = 1 + CUBE__TMAP_WORDS + 2 + CUBE__CHECK_TAIL_WORDS };
+
+typedef struct tmap_launch {
+        cube__launch_work l;
+        cube__storage *sts[2];
+        uint64_t offsets[2];
+        uint64_t info[TM_WORDS];
+        cube__work w;
+} tmap_launch;
+
+/* box { 8, 4 } of a TM_W x TM_H float tensor at (x, y) = (-2, 3), written to
+ * out[0..31]. */
+static void tmap_init(tmap_launch *x, cube__module *m, cube__storage *out, cube__storage *src,
+                      uint64_t src_at, uint32_t box0)
+{
+        uint64_t *w = x->info + 1;
+
+        memset(x, 0, sizeof(*x));
+        x->sts[0] = out;
+        x->sts[1] = src;
+        x->offsets[1] = src_at;
+        /* the scalars: x, y as i32 in word 0 */
+        x->info[0] = (uint32_t) -2 | (uint64_t) 3 << 32;
+        w[CUBE__TMAP_RANK] = 2;
+        w[CUBE__TMAP_ELEM_BYTES] = 4;
+        w[CUBE__TMAP_ELEM] = CUBE_ELEM_F32;
+        for (int i = 0; i < 5; i++) {
+                w[CUBE__TMAP_SHAPE + i] = 1;
+                w[CUBE__TMAP_BOX + i] = 1;
+                w[CUBE__TMAP_ELEM_STRIDES + i] = 1;
+        }
+        w[CUBE__TMAP_SHAPE] = TM_W;
+        w[CUBE__TMAP_SHAPE + 1] = TM_H;
+        w[CUBE__TMAP_STRIDES] = 1;
+        w[CUBE__TMAP_STRIDES + 1] = TM_W;
+        w[CUBE__TMAP_BOX] = box0;
+        w[CUBE__TMAP_BOX + 1] = 4;
+        x->info[1 + CUBE__TMAP_WORDS] = 32 * sizeof(float);
+        x->info[2 + CUBE__TMAP_WORDS] = TM_W * TM_H * sizeof(float) | CUBE__CHECK_READ_ONLY;
+        x->l = (cube__launch_work) {
+                .module = m, .kernel = "tbox", .count = { 1, 1, 1 }, .dim = { 32, 1, 1 },
+                .n_buffers = 2, .storages = x->sts, .offsets = x->offsets, .info = x->info,
+                .n_info = TM_WORDS, .metadata_offset = 1, .dynamic_offset = 1,
+                .n_tensor_maps = 1,
+        };
+        x->w.op = CUBE__WORK_LAUNCH;
+        x->w.launch = &x->l;
+}
+
+START_TEST(t_tensor_map_encoded_and_bound)
+{
+        cube__device *d = open_device(0);
+        char *checked = NULL, *facts = NULL, *why = NULL;
+        cube__dstream *s;
+        tmap_launch x;
+        loaded k;
+
+        ck_assert_int_eq(cube__frontend_run(tmap_src, "tbox", &checked, &facts, &why),
+                         CUBE__FE_OK);
+        cube__fe_facts *f = cube__fe_facts_parse(facts, "tbox");
+        ck_assert_ptr_nonnull(f);
+        ck_assert(f->n_buffers == 2 && f->buffers[1].tensor_map);
+        if (!load_named(d, &k, checked, "tbox")) {
+                cube__fe_facts_free(f);
+                free(checked);
+                free(facts);
+                drv->close(d);
+                return;
+        }
+        cube__storage *out = alloc_ok(d, 4096), *src = alloc_ok(d, 4096);
+        float t[TM_W * TM_H + 4], got[32];
+        for (int i = 0; i < TM_W * TM_H + 4; i++)
+                t[i] = (float) (i + 1);
+        ck_assert_ptr_null(drv->stream_open(d, &s));
+        ck_assert_ptr_null(copy(d, s, true, src, 0, t, sizeof(t)));
+
+        tmap_init(&x, k.module, out, src, 0, 8);
+        drv->submit(d, s, &x.w);
+        ck_assert(wait_for(&x.w, 10000));
+        ck_assert_msg(!x.w.error, "launch: %s", cube_error_message(x.w.error));
+        ck_assert_ptr_null(copy(d, s, false, out, 0, got, sizeof(got)));
+        for (int j = 0; real_gpu() && j < 4; j++)
+                for (int i = 0; i < 8; i++) {
+                        int gx = i - 2, gy = j + 3;
+                        float want = gx >= 0 && gy < TM_H ? t[gy * TM_W + gx] : 0.0f;
+                        ck_assert_float_eq(got[j * 8 + i], want);
+                }
+
+        /* A buffer bound 8 bytes in: no tensor map starts there. */
+        tmap_init(&x, k.module, out, src, 8, 8);
+        drv->submit(d, s, &x.w);
+        ck_assert(wait_for(&x.w, 10000));
+        ck_assert_msg(x.w.error && cube_error_kind_of(x.w.error) == CUBE_SERVER_VALIDATION &&
+                      strstr(cube_error_message(x.w.error), "multiple of 16 bytes"), "%s",
+                      x.w.error ? cube_error_message(x.w.error) : "launched");
+        cube_error_free(x.w.error);
+
+        /* A box of 12 bytes per row: the driver refuses the map. */
+        tmap_init(&x, k.module, out, src, 0, 3);
+        drv->submit(d, s, &x.w);
+        ck_assert(wait_for(&x.w, 10000));
+        ck_assert_msg(x.w.error && cube_error_kind_of(x.w.error) == CUBE_SERVER_VALIDATION &&
+                      strstr(cube_error_message(x.w.error), "the driver refused tensor map 0"),
+                      "%s", x.w.error ? cube_error_message(x.w.error) : "launched");
+        ck_assert(!cube_error_is_device_poisoned(x.w.error));
+        cube_error_free(x.w.error);
+        cube__fe_facts_free(f);
+        free(checked);
+        free(facts);
+        finish(d, s, src, out, &k);
+}
+END_TEST
+
 /* Work handed back may be freed at once: the backend reads nothing of a
  * launch or a copy once it could have been handed back (the storages it
  * orders, a copy's length). Each piece here is freed, poisoned, on
@@ -850,6 +980,7 @@ static Suite *suite(void)
         tcase_add_test(tc, t_alloc_out_of_memory);
         tcase_add_test(tc, t_launch_timed);
         tcase_add_test(tc, t_misaligned_binding_refused);
+        tcase_add_test(tc, t_tensor_map_encoded_and_bound);
         tcase_add_test(tc, t_sticky_fault_poison_reopen);
         tcase_add_test(tc, t_never_ending_kernel);
         tcase_add_test(tc, t_work_freed_on_completion);

@@ -34,6 +34,7 @@ const char cube__cpu_prelude[] =
 "#define UINT64_MAX 0xffffffffffffffffull\n"
 "#define KERNEL\n"
 "#define SHARED __local\n"
+"#define CUBE__SHARED_PTR __local\n"
 "#define GLOBAL __global\n"
 "#define CONSTANT __constant\n"
 "#define DEVICE_FN\n"

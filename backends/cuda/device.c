@@ -459,12 +459,72 @@ static void issue_copy(cube__device *d, cube__dstream *s, cube__work *w)
         }
 }
 
+/* The CUtensorMap of the launch's tensor map m, from the words the core
+ * judged (frontend.h) and the address of its buffer; NULL, or the
+ * launch's Validation naming what the driver refused. */
+static cube_error *encode_tensor_map(cube__device *d, const cube__launch_work *l, uint32_t m,
+                                     CUdeviceptr at, CUtensorMap *ret)
+{
+        static const CUtensorMapDataType types[] = {
+                CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+                CU_TENSOR_MAP_DATA_TYPE_INT32, CU_TENSOR_MAP_DATA_TYPE_INT64,
+                CU_TENSOR_MAP_DATA_TYPE_UINT32, CU_TENSOR_MAP_DATA_TYPE_UINT64,
+        };
+        uint32_t ntm = l->n_tensor_maps, n = l->n_buffers;
+        const uint64_t *w = l->info + l->n_info - CUBE__CHECK_TAIL_WORDS - n -
+                            (uint64_t) (ntm - m) * CUBE__TMAP_WORDS;
+        uint32_t rank = (uint32_t) w[CUBE__TMAP_RANK], eb = (uint32_t) w[CUBE__TMAP_ELEM_BYTES];
+        cuuint64_t dim[5], strides[4];
+        cuuint32_t box[5], es[5];
+        int lower[3], upper[3];
+        CUresult r;
+
+        if (rank < 1 || rank > 5 || w[CUBE__TMAP_ELEM] >= sizeof(types) / sizeof(types[0]))
+                return cube__err_validation("launch of '%s': tensor map %u is not one", l->kernel,
+                                            m);
+        uint32_t align = w[CUBE__TMAP_INTERLEAVE] == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
+        if (at % align)
+                return cube__err_validation("launch of '%s': tensor map %u's buffer is bound at "
+                                            "device address %#llx; a tensor map's starts at a "
+                                            "multiple of %u bytes", l->kernel, m,
+                                            (unsigned long long) at, align);
+        for (uint32_t i = 0; i < rank; i++) {
+                dim[i] = w[CUBE__TMAP_SHAPE + i];
+                if (i > 0)
+                        strides[i - 1] = w[CUBE__TMAP_STRIDES + i] * eb;
+                box[i] = (cuuint32_t) w[CUBE__TMAP_BOX + i];
+                es[i] = (cuuint32_t) w[CUBE__TMAP_ELEM_STRIDES + i];
+        }
+        for (uint32_t i = 0; i < 3; i++) {
+                lower[i] = (int) (int64_t) w[CUBE__TMAP_LOWER + i];
+                upper[i] = (int) (int64_t) w[CUBE__TMAP_UPPER + i];
+        }
+        CUtensorMapDataType type = types[w[CUBE__TMAP_ELEM]];
+        CUtensorMapInterleave il = (CUtensorMapInterleave) w[CUBE__TMAP_INTERLEAVE];
+        CUtensorMapSwizzle sw = (CUtensorMapSwizzle) w[CUBE__TMAP_SWIZZLE];
+        CUtensorMapL2promotion l2 = (CUtensorMapL2promotion) w[CUBE__TMAP_PREFETCH];
+        CUtensorMapFloatOOBfill fill = (CUtensorMapFloatOOBfill) w[CUBE__TMAP_OOB];
+        if (w[CUBE__TMAP_FORMAT] == 1)
+                r = d->cu->cuTensorMapEncodeIm2col(ret, type, rank, (void *) at, dim, strides,
+                                                   lower, upper, box[0], box[1], es, il, sw, l2,
+                                                   fill);
+        else
+                r = d->cu->cuTensorMapEncodeTiled(ret, type, rank, (void *) at, dim, strides, box,
+                                                  es, il, sw, l2, fill);
+        if (r != CUDA_SUCCESS)
+                return cube__err_validation("launch of '%s': the driver refused tensor map %u: "
+                                            "%s (%d)", l->kernel, m, cube__cuda_name(r), (int) r);
+        return NULL;
+}
+
 static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
 {
         const cube__launch_work *l = w->launch;
-        uint32_t n = l->n_buffers;
+        uint32_t n = l->n_buffers, ntm = l->n_tensor_maps;
         CUdeviceptr *ptrs = calloc(n + 1, sizeof(*ptrs));
-        void **params = calloc(n + 4, sizeof(*params));
+        void **params = calloc(n + ntm + 4, sizeof(*params));
+        CUtensorMap *maps = ntm ? aligned_alloc(64, ntm * sizeof(*maps)) : NULL;
         CUdeviceptr info = 0;
         uint64_t info_bytes = (uint64_t) l->n_info * 8;
         uint32_t meta = l->metadata_offset, dyn = l->dynamic_offset, words = l->n_info;
@@ -474,7 +534,7 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         CUresult r = CUDA_SUCCESS;
         rec *x = new_rec();
 
-        if (!ptrs || !params) {
+        if (!ptrs || !params || (ntm && !maps) || ntm > n) {
                 w->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory launching '%s'", l->kernel));
                 goto done;
@@ -493,6 +553,9 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
                 }
         for (uint32_t i = 0; i < n; i++)
                 ptrs[i] = l->storages[i]->ptr + l->offsets[i];
+        for (uint32_t m = 0; m < ntm; m++)
+                if ((w->error = encode_tensor_map(d, l, m, ptrs[n - ntm + m], &maps[m])))
+                        goto done;
         /* The info words go to device memory first, in stream order. */
         if (info_bytes > 0 && info_bytes <= INFO_SLOT) {
                 slot = slot_take(d);
@@ -518,10 +581,12 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         }
         for (uint32_t i = 0; i < n; i++)
                 params[i] = &ptrs[i];
-        params[n] = &info;
-        params[n + 1] = &meta;
-        params[n + 2] = &dyn;
-        params[n + 3] = &words;
+        for (uint32_t m = 0; m < ntm; m++)
+                params[n + m] = &maps[m];
+        params[n + ntm] = &info;
+        params[n + ntm + 1] = &meta;
+        params[n + ntm + 2] = &dyn;
+        params[n + ntm + 3] = &words;
         if (check(d, d->cu->cuEventCreate(&x->start, CU_EVENT_DEFAULT), "cuEventCreate") &&
             !check(d, d->cu->cuEventRecord(x->start, s->stream), "cuEventRecord")) {
                 d->cu->cuEventDestroy(x->start);
@@ -549,6 +614,7 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
 done:
         free(ptrs);
         free(params);
+        free(maps);
         x->work = w;
         x->kernel = l->kernel;
         x->info_slot = slot;

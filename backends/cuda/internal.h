@@ -33,7 +33,8 @@
         X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpy2DAsync) \
         X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) \
         X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute) \
-        X(cuLaunchKernel) X(cuLaunchHostFunc)
+        X(cuLaunchKernel) X(cuLaunchHostFunc) X(cuTensorMapEncodeTiled) \
+        X(cuTensorMapEncodeIm2col)
 
 #define CUBE__CUDA_FIELD(name) __typeof__(name) *name;
 typedef struct cube__cuda_api {

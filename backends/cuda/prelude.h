@@ -141,3 +141,84 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
         uint32_t cube__nw
 #define CUBE__ENTRY_BEGIN
 #define CUBE__CAS32(p, o, n) atomicCAS((unsigned *) (p), (o), (n))
+
+/* Tensor maps: each TENSOR_MAP parameter arrives as the CUtensorMap the
+ * backend encoded with cuTensorMapEncodeTiled (device.c), a 128-byte
+ * __grid_constant__ parameter after the buffers. On sm_90 and later a
+ * tensor_map_load is the Tensor Memory Accelerator's bulk copy into shared
+ * memory, completed through an mbarrier; elsewhere, or into an array not
+ * aligned as the copy needs, the checked guards copy the box themselves,
+ * with the same result. */
+typedef struct __align__(64) cube__tensor_map_t {
+        unsigned long long opaque[16];
+} cube__tensor_map_t;
+#define CUBE__TENSOR_MAP(m) const __grid_constant__ cube__tensor_map_t cube__tm##m,
+#define CUBE__TENSOR_MAP_PTR(m) ((const void *) &cube__tm##m)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* Every unit calls it with the same arguments; returns 1 once the box is in
+ * dst for all of them, 0 (having done nothing) where the copy cannot go. */
+static __device__ int cube__tma_load(const void *map, void *dst, uint32_t bytes, uint32_t n,
+                                     const int64_t *at, uint64_t swizzle)
+{
+        __shared__ __align__(8) uint64_t bar;
+        uint32_t align = swizzle ? 256u << (swizzle - 1) : 128u;
+        uint32_t s = (uint32_t) __cvta_generic_to_shared(dst);
+        uint32_t b = (uint32_t) __cvta_generic_to_shared(&bar);
+        uint32_t unit = threadIdx.x + threadIdx.y * blockDim.x +
+                        threadIdx.z * blockDim.x * blockDim.y;
+        int32_t c0 = (int32_t) at[0], c1 = (int32_t) at[1], c2 = (int32_t) at[2];
+        int32_t c3 = (int32_t) at[3], c4 = (int32_t) at[4];
+        uint32_t done = 0;
+
+        if (!map || s % align != 0)
+                return 0;
+        __syncthreads();        /* every unit is past its reads of dst */
+        if (unit == 0) {
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                             :: "r"(b), "r"(bytes) : "memory");
+                switch (n) {
+                case 1:
+                        asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile"
+                                     ".mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];"
+                                     :: "r"(s), "l"(map), "r"(c0), "r"(b) : "memory");
+                        break;
+                case 2:
+                        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                                     ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                                     :: "r"(s), "l"(map), "r"(c0), "r"(c1), "r"(b) : "memory");
+                        break;
+                case 3:
+                        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile"
+                                     ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+                                     "[%5];" :: "r"(s), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+                                     "r"(b) : "memory");
+                        break;
+                case 4:
+                        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile"
+                                     ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+                                     "[%6];" :: "r"(s), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+                                     "r"(c3), "r"(b) : "memory");
+                        break;
+                default:
+                        asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile"
+                                     ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+                                     "%6}], [%7];" :: "r"(s), "l"(map), "r"(c0), "r"(c1),
+                                     "r"(c2), "r"(c3), "r"(c4), "r"(b) : "memory");
+                        break;
+                }
+        }
+        __syncthreads();        /* the barrier is initialised before anyone waits on it */
+        while (!done)
+                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
+                             "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(b) : "memory");
+        __syncthreads();        /* every unit saw the phase complete */
+        if (unit == 0)
+                asm volatile("mbarrier.inval.shared::cta.b64 [%0];" :: "r"(b) : "memory");
+        return 1;
+}
+#define CUBE__TMA_LOAD(c, d, m, dst, bytes, n, at) \
+        cube__tma_load((c)->tmd[m], (void *) (dst), (uint32_t) (bytes), (n), (at), \
+                       (d)[CUBE__TMAP_SWIZZLE])
+#endif

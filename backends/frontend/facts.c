@@ -3,10 +3,10 @@
  *
  * The front end runs in the build process and cubed reads what it learnt,
  * so the facts cross a process boundary as a few lines of text (one fact a
- * line: "entry", then its "buffer", "buffertype" and "scalar" lines, for
- * each entry point; then "sync" and "site" for the whole source), read here
- * by a parser that trusts nothing in them: the build process ran a
- * tenant's source.
+ * line: "entry", then its "buffer", "buffertype", "tensormap" and "scalar"
+ * lines, for each entry point; then "sync" and "site" for the whole source),
+ * read here by a parser that trusts nothing in them: the build process ran
+ * a tenant's source.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -65,7 +65,8 @@ cube__fe_facts *cube__fe_facts_parse(const char *text, const char *entry)
                         found |= ours;
                         continue;
                 }
-                if (!ours && (strncmp(buf, "buffer", 6) == 0 || strncmp(buf, "scalar ", 7) == 0))
+                if (!ours && (strncmp(buf, "buffer", 6) == 0 || strncmp(buf, "scalar ", 7) == 0 ||
+                              strncmp(buf, "tensormap ", 10) == 0))
                         continue;
                 if (sscanf(buf, "buffer %u %u %7s %lld %63s", &k, &io, cst, &size, name) == 5) {
                         if (k != f->n_buffers || k >= CUBE__FE_MAX_PARAMS || io < 1 || io > 3 ||
@@ -82,6 +83,10 @@ cube__fe_facts *cube__fe_facts_parse(const char *text, const char *entry)
                         if (k >= f->n_buffers)
                                 goto bad;
                         snprintf(f->buffers[k].type, sizeof(f->buffers[k].type), "%s", buf + at);
+                } else if (sscanf(buf, "tensormap %u", &k) == 1) {
+                        if (k >= f->n_buffers)
+                                goto bad;
+                        f->buffers[k].tensor_map = true;
                 } else if (strncmp(buf, "scalar ", 7) == 0) {
                         char type[32];
                         if (sscanf(buf, "scalar %d %31s %63s", &g, type, name) != 3 || g < 0 ||

@@ -83,7 +83,21 @@ static const char parse_prelude[] =
 "#define SCALAR(type, word, i) ((type) cube__scalar((word), (i)))\n"
 "unsigned cube__meta(unsigned long); unsigned cube__dyn(unsigned long);\n"
 "#define META_U32(i) cube__meta(i)\n#define DYN_U32(i) cube__dyn(i)\n"
-"#define BUFFER_LEN(b) META_U32(b)\n";
+"#define BUFFER_LEN(b) META_U32(b)\n"
+"#define TENSOR_MAP(T) __attribute__((annotate(\"cube_tensor_map\"))) const T *\n"
+"void tensor_map_load(const void *map, void *dst, ...);\n";
+
+/* Where the guards find a tensor map's fields among its words (frontend.h). */
+#define CUBE__STR_(x) #x
+#define CUBE__STR(x) CUBE__STR_(x)
+#define CUBE__TMAP_DEFINE(name) "#define " #name " " CUBE__STR(name) "\n"
+static const char tmap_layout[] =
+        CUBE__TMAP_DEFINE(CUBE__TMAP_RANK) CUBE__TMAP_DEFINE(CUBE__TMAP_FORMAT)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM_BYTES) CUBE__TMAP_DEFINE(CUBE__TMAP_OOB)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_SWIZZLE) CUBE__TMAP_DEFINE(CUBE__TMAP_SHAPE)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_BOX)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_WORDS);
 
 /* The guards every checked source starts with, after the backend's prelude
  * (which defines GLOBAL, CUBE__CAS32 and the fixed-width types). The daemon
@@ -100,6 +114,8 @@ static const char guards[] =
 "        GLOBAL char *sink;\n"
 "        GLOBAL const char *zero;\n"
 "        GLOBAL const uint64_t *info;\n"
+"        GLOBAL const uint64_t *tmap;\n"
+"        const void *tmd[CUBE__NTM ? CUBE__NTM : 1];\n"
 "        uint64_t meta, dyn, words;\n"
 "} cube__ctx_t;\n"
 "static inline void cube__oob(cube__ctx_t *c, uint32_t site, uint64_t i, uint64_t n, uint32_t w)\n"
@@ -178,10 +194,12 @@ static const char guards[] =
 "CUBE__GUARDS(unsigned int, uint)\nCUBE__GUARDS(long, long)\nCUBE__GUARDS(unsigned long, ulong)\n"
 "CUBE__GUARDS(float, float)\nCUBE__GUARDS(double, double)\n"
 "static inline void cube__ctx_init(cube__ctx_t *c, GLOBAL const uint64_t *info, uint64_t words,\n"
-"                                  uint64_t meta, uint64_t dyn, uint32_t nb)\n"
+"                                  uint64_t meta, uint64_t dyn, uint32_t nb, uint32_t ntm)\n"
 "{\n"
-"        uint64_t own = words - nb - " "36" ";\n"
+"        uint64_t own = words - nb - " "36" " - ntm * " "CUBE__TMAP_WORDS" ";\n"
 "        c->info = info;\n"
+"        c->tmap = info + own;\n"
+"        info += ntm * " "CUBE__TMAP_WORDS" ";\n"
 
 "        c->words = own;\n"
 "        c->meta = meta < own ? meta : own;\n"
@@ -202,7 +220,77 @@ static const char guards[] =
 "        c->base[k] = base;\n"
 "        c->bytes[k] = w & ~(1ul << 63);\n"
 "        c->ro[k] = (uint32_t) (w >> 63);\n"
-"}\n";
+"}\n"
+"#ifndef CUBE__SHARED_PTR\n#define CUBE__SHARED_PTR\n#endif\n"
+"#ifndef CUBE__TENSOR_MAP\n#define CUBE__TENSOR_MAP(m)\n#define CUBE__TENSOR_MAP_PTR(m) 0\n#endif\n"
+"#ifndef CUBE__TMA_LOAD\n#define CUBE__TMA_LOAD(c, d, m, dst, bytes, n, at) 0\n#endif\n"
+"/* tensor_map_load: the cube's units copy the box together, element e by the\n"
+" * unit e % CUBE_DIM, each element outside the tensor the map's fill; a\n"
+" * swizzled map places 16-byte chunks as the hardware does. */\n"
+"static inline uint64_t cube__tm_nan(GLOBAL const uint64_t *d)\n"
+"{\n"
+"        return d[CUBE__TMAP_ELEM_BYTES] == 2 ? (d[CUBE__TMAP_ELEM] == 0 ? 0x7e00u : 0x7fc0u) :\n"
+"               d[CUBE__TMAP_ELEM_BYTES] == 4 ? 0x7fc00000u :\n"
+"               0x7ff8000000000000ul;\n"
+"}\n"
+"#define CUBE__TMAP_LOAD(T, S, NANV) \\\n"
+"static inline void cube__tml_##S(cube__ctx_t *c, uint32_t site, uint32_t k, uint32_t m, \\\n"
+"                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, \\\n"
+"                                 int64_t c0, int64_t c1, int64_t c2, int64_t c3, \\\n"
+"                                 int64_t c4) \\\n"
+"{ \\\n"
+"        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "CUBE__TMAP_WORDS" "; \\\n"
+"        int64_t at[5] = { c0, c1, c2, c3, c4 }; \\\n"
+"        uint64_t cnt[5], total = 1; \\\n"
+"        int ok = d[CUBE__TMAP_RANK] == n && d[CUBE__TMAP_FORMAT] == 0 && \\\n"
+"                 d[CUBE__TMAP_ELEM_BYTES] == sizeof(T); \\\n"
+"        for (uint32_t i = 0; i < 5; i++) { \\\n"
+"                cnt[i] = (d[CUBE__TMAP_BOX + i] + d[CUBE__TMAP_ELEM_STRIDES + i] - 1) / \\\n"
+"                         d[CUBE__TMAP_ELEM_STRIDES + i]; \\\n"
+"                total *= cnt[i]; \\\n"
+"        } \\\n"
+"        if (!ok || total > len) { \\\n"
+"                if (UNIT_POS == 0) \\\n"
+"                        cube__oob(c, site, ok ? total : n, \\\n"
+"                                  ok ? len : d[CUBE__TMAP_RANK], 1u); \\\n"
+"                total = 0; \\\n"
+"        } \\\n"
+"        if (total && CUBE__TMA_LOAD(c, d, m, dst, total * sizeof(T), n, at)) return; \\\n"
+"        T fill = d[CUBE__TMAP_OOB] ? (T) (NANV) : (T) 0; \\\n"
+"        uint64_t held = c->bytes[k] / sizeof(T); \\\n"
+"        GLOBAL const T *src = (GLOBAL const T *) c->base[k]; \\\n"
+"        uint64_t sw = d[CUBE__TMAP_SWIZZLE] ? (1u << d[CUBE__TMAP_SWIZZLE]) - 1u : 0u; \\\n"
+"        for (uint64_t e = UNIT_POS; e < total; e += CUBE_DIM) { \\\n"
+"                uint64_t r = e, off = 0; \\\n"
+"                int in = 1; \\\n"
+"                for (uint32_t i = 0; i < 5; i++) { \\\n"
+"                        uint64_t step = (r % cnt[i]) * d[CUBE__TMAP_ELEM_STRIDES + i]; \\\n"
+"                        int64_t x = at[i] + (int64_t) step; \\\n"
+"                        r /= cnt[i]; \\\n"
+"                        if (x < 0 || (uint64_t) x >= d[CUBE__TMAP_SHAPE + i]) in = 0; \\\n"
+"                        else off += (uint64_t) x * d[CUBE__TMAP_STRIDES + i]; \\\n"
+"                } \\\n"
+"                T v = fill; \\\n"
+"                if (in && off < held) v = src[off]; \\\n"
+"                else if (in) cube__oob(c, site, off, held, 0u); \\\n"
+"                uint64_t b = e * sizeof(T); \\\n"
+"                b ^= ((b >> 7) & sw) << 4; \\\n"
+"                if (b / sizeof(T) < len) dst[b / sizeof(T)] = v; \\\n"
+"                else cube__oob(c, site, b / sizeof(T), len, 1u); \\\n"
+"        } \\\n"
+"        sync_cube(); \\\n"
+"}\n"
+"CUBE__TMAP_LOAD(char, char, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(signed char, schar, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned char, uchar, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(short, short, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned short, ushort, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(int, int, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned int, uint, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(long, long, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(unsigned long, ulong, cube__tm_nan(d))\n"
+"CUBE__TMAP_LOAD(float, float, NAN)\n"
+"CUBE__TMAP_LOAD(double, double, NAN)\n";
 
 /* ---------------------------------------------------------------------------
  * The tree: libclang's cursors with parents, and offsets into the source.
@@ -969,6 +1057,88 @@ static bool is_source_function(fe *f, CXCursor d)
         return false;
 }
 
+static enum CXChildVisitResult find_annotation(CXCursor c, CXCursor parent, CXClientData data)
+{
+        (void) parent;
+        if (clang_getCursorKind(c) == CXCursor_AnnotateAttr) {
+                CXString s = clang_getCursorSpelling(c);
+                if (strcmp(clang_getCString(s), "cube_shared") == 0)
+                        *(bool *) data = true;
+                clang_disposeString(s);
+        }
+        return CXChildVisit_Continue;
+}
+
+static bool annotated(node *n, const char *what);
+
+static bool is_tensor_map_param(const fe_entry *e, int k)
+{
+        return e && k >= 0 && annotated(e->params[k], "cube_tensor_map");
+}
+
+/* tensor_map_load(map, dst, c0, ...): the box of the entry point's TENSOR_MAP
+ * parameter map at coordinates c0 ... (innermost first) loaded into the
+ * SHARED array dst, every unit of the cube taking part. It becomes the
+ * guard's load, which knows the map's binding and the array's length. */
+static void on_tensor_load(fe *f, node *n)
+{
+        unsigned nc = n->n_kids >= 3 ? n->n_kids - 3 : 0;
+
+        if (!n->located || n->n_kids == 0 || !n->kids[0]->located || f->src[n->end - 1] != ')') {
+                refuse(f, n->start, "a tensor_map_load written inside a macro cannot be "
+                       "checked: write the call out");
+                return;
+        }
+        if (nc < 1 || nc > 5) {
+                refuse(f, n->start, "tensor_map_load takes a TENSOR_MAP parameter, a SHARED "
+                       "array and 1 to 5 coordinates");
+                return;
+        }
+        node *map = strip(n->kids[1]), *dst = strip(n->kids[2]);
+        fe_entry *e = NULL;
+        int k = param_index(f, map, &e);
+        if (!is_tensor_map_param(e, k) || entry_of(f, n) != e) {
+                refuse(f, n->kids[1]->start, "the first argument of tensor_map_load is a "
+                       "TENSOR_MAP parameter of the entry point");
+                return;
+        }
+        CXType dt = clang_getCanonicalType(clang_getCursorType(dst->c));
+        bool shared = false;
+        if (dst->kind == CXCursor_DeclRefExpr && dt.kind == CXType_ConstantArray)
+                clang_visitChildren(clang_getCursorReferenced(dst->c), find_annotation, &shared);
+        if (!shared) {
+                refuse(f, n->kids[2]->start, "the second argument of tensor_map_load is a "
+                       "SHARED array");
+                return;
+        }
+        CXType et = clang_getArrayElementType(dt);
+        CXType mt = clang_getPointeeType(clang_getCanonicalType(clang_getCursorType(
+                e->params[k]->c)));
+        const char *sfx = elem_suffix(et);
+        CXString mn = clang_getCursorSpelling(e->params[k]->c);
+        CXString an = clang_getCursorSpelling(dst->c);
+        if (!sfx || clang_Type_getSizeOf(et) != clang_Type_getSizeOf(mt)) {
+                refuse(f, n->kids[2]->start, "array '%s' of tensor_map_load holds %lld-byte "
+                       "elements, and tensor map '%s' %lld-byte ones", clang_getCString(an),
+                       clang_Type_getSizeOf(et), clang_getCString(mn), clang_Type_getSizeOf(mt));
+        } else {
+                unsigned m = 0;
+                for (int i = 0; i < k; i++)
+                        m += is_tensor_map_param(e, i);
+                char what[160];
+                snprintf(what, sizeof(what), "tensor_map_load of '%s' into array '%s'",
+                         clang_getCString(mn), clang_getCString(an));
+                unsigned site = new_site(f, n->start, what);
+                add_edit(f, n->kids[0]->start, n->kids[3]->start - n->kids[0]->start, 0,
+                         "cube__tml_%s(cube__ctx, %uu, %du, %uu, %s, %lluu, %uu, ", sfx, site, k,
+                         m, clang_getCString(an), clang_getArraySize(dt), nc);
+                add_edit(f, n->end - 1, 0, 4000, "%s",
+                         &", 0, 0, 0, 0, 0"[3 * nc]);
+        }
+        clang_disposeString(mn);
+        clang_disposeString(an);
+}
+
 /* A call: of a function of the source, it passes the check context on; of
  * anything else, it may not hand over a pointer. */
 static void on_call(fe *f, node *n)
@@ -978,6 +1148,11 @@ static void on_call(fe *f, node *n)
         const char *s = clang_getCString(name);
         bool ours = is_source_function(f, d);
 
+        if (!ours && strcmp(s, "tensor_map_load") == 0) {
+                clang_disposeString(name);
+                on_tensor_load(f, n);
+                return;
+        }
         if (!ours) {
                 if (d.kind != CXCursor_FunctionDecl && !clang_Cursor_isNull(d) &&
                     d.kind != CXCursor_NoDeclFound) {
@@ -1160,6 +1335,10 @@ static void walk(fe *f, node *n)
                 check_decl_type(f, n);
                 if (n->kind == CXCursor_VarDecl || n->kind == CXCursor_ParmDecl)
                         add_global(f, n);
+                if (n->kind == CXCursor_ParmDecl && !entry_by_fn(f, n->parent) &&
+                    annotated(n, "cube_tensor_map"))
+                        refuse(f, n->start, "TENSOR_MAP is for the entry point's parameters "
+                               "only");
                 if (n->kind == CXCursor_ParmDecl && !entry_by_fn(f, n->parent)) {
                         CXString s = clang_getCursorSpelling(n->c);
                         if (strcmp(clang_getCString(s), "cube__info_param") == 0)
@@ -1216,6 +1395,13 @@ static void walk(fe *f, node *n)
                         bool ok = p && ((p->kind == CXCursor_ArraySubscriptExpr) ||
                                         p->kind == CXCursor_UnaryExpr ||
                                         p->kind == CXCursor_MemberRefExpr);
+                        /* tensor_map_load's destination: on_tensor_load checks it. */
+                        if (p && p->kind == CXCursor_CallExpr && p->n_kids > 2 &&
+                            strip(p->kids[2]) == n) {
+                                CXString cs = clang_getCursorSpelling(p->c);
+                                ok |= strcmp(clang_getCString(cs), "tensor_map_load") == 0;
+                                clang_disposeString(cs);
+                        }
                         if (!ok)
                                 refuse(f, n->start, "an array used as a pointer cannot be "
                                        "checked: index it where it is declared");
@@ -1417,7 +1603,7 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
 {
         node *fn = e->fn, *body = NULL;
         uint32_t nb = 0, ns = 0, counts[CUBE__SCALAR_GROUPS] = { 0 };
-        bool seen_scalar = false, seen_info = false;
+        bool seen_scalar = false, seen_info = false, seen_map = false;
 
         for (unsigned i = 0; i < fn->n_kids; i++)
                 if (fn->kids[i]->kind == CXCursor_CompoundStmt)
@@ -1447,9 +1633,16 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                                 refuse(f, p->start, "INFO must be the last parameter");
                         seen_info = true;
                 } else if (is_pointer(t)) {
+                        bool map = is_tensor_map_param(e, (int) i);
                         if (seen_scalar)
                                 refuse(f, p->start, "buffer parameter '%s' comes after a scalar: "
-                                       "buffers come first, then scalars", name);
+                                       "buffers come first, then tensor maps, then scalars",
+                                       name);
+                        else if (seen_map && !map)
+                                refuse(f, p->start, "buffer parameter '%s' comes after a tensor "
+                                       "map: buffers come first, then tensor maps, then scalars",
+                                       name);
+                        seen_map |= map;
                         nb++;
                 } else {
                         const char *ty = scalar_group(t, &groups[i]);
@@ -1479,15 +1672,22 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
 
         sbuf head = { 0 };
         put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", e->name);
+        uint32_t ntm = 0;
         for (uint32_t k = 0; k < nb; k++)
                 put(&head, " CUBE__BUFFER(%u)", k);
+        for (unsigned i = 0; i < e->n_params; i++)
+                if (is_tensor_map_param(e, (int) i))
+                        put(&head, " CUBE__TENSOR_MAP(%u)", ntm++);
         put(&head, " CUBE__PARAMS_TAIL)");
         /* Keep the lines the old head spanned. */
         for (unsigned i = fn->start; i < body->start; i++)
                 if (f->src[i] == '\n')
                         put(&head, "\n");
         put(&head, "{ CUBE__ENTRY_BEGIN; cube__ctx_t cube__c0; cube__ctx_t *cube__ctx = &cube__c0; "
-            "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu); ", nb);
+            "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu, %uu); ",
+            nb, ntm);
+        for (uint32_t m = 0; m < ntm; m++)
+                put(&head, "cube__ctx->tmd[%u] = CUBE__TENSOR_MAP_PTR(%u); ", m, m);
         uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
         uint32_t k = 0;
         for (unsigned i = 0; i < e->n_params; i++) {
@@ -1520,6 +1720,8 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                         put(facts, "buffer %u %d %s %lld %s\n", k, io, is_const ? "const" : "mut",
                             clang_Type_getSizeOf(pt), name);
                         put(facts, "buffertype %u %s\n", k, tn);
+                        if (is_tensor_map_param(e, (int) i))
+                                put(facts, "tensormap %u\n", k);
                         clang_disposeString(ts);
                         k++;
                 } else {
@@ -1754,21 +1956,27 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                 goto out;
         if (f.error)
                 goto refused;
-        /* The context's arrays hold the most bindings any entry point takes. */
-        uint32_t max_nb = 1;
+        /* The context's arrays hold the most bindings and tensor maps any
+         * entry point takes. */
+        uint32_t max_nb = 1, max_ntm = 0;
         for (unsigned i = 0; i < f.n_entries; i++) {
-                uint32_t nb = 0;
+                uint32_t nb = 0, ntm = 0;
                 put(&facts, "entry %s\n", f.entries[i].name);
                 rewrite_entry(&f, &f.entries[i], &facts, &nb);
+                for (unsigned j = 0; j < f.entries[i].n_params; j++)
+                        ntm += is_tensor_map_param(&f.entries[i], (int) j);
                 if (nb > max_nb)
                         max_nb = nb;
+                if (ntm > max_ntm)
+                        max_ntm = ntm;
         }
         unmark_helpers(&f);
         if (f.oom)
                 goto out;
         if (f.error)
                 goto refused;
-        put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL);
+        put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL ||
+            strstr(source, "tensor_map_load") != NULL);
         for (unsigned i = 0; i < f.n_sites; i++)
                 put(&facts, "site %s\n", f.sites[i]);
         edited = malloc(f.len + 1);
@@ -1786,8 +1994,8 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n%s#line 1 \"%s.c\"\n%s\n", max_nb, guards,
-                    entry, applied);
+                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n%s%s#line 1 \"%s.c\"\n%s\n",
+                    max_nb, max_ntm, tmap_layout, guards, entry, applied);
                 free(applied);
         }
         if (out.oom || facts.oom)

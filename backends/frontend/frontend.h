@@ -18,7 +18,7 @@
 
 /* Bump when the rewrite changes: it is part of every kernel's cache key, so
  * an artifact built from an older rewrite is never loaded. */
-#define CUBE__FRONTEND_VERSION "cube-frontend 2"
+#define CUBE__FRONTEND_VERSION "cube-frontend 3"
 
 /* The most parameters, sites and scalars one entry point may have: limits on
  * what a source controls. */
@@ -67,6 +67,7 @@ typedef struct cube__fe_buffer {
         char type[32];                  /* the element type, as C spells it */
         uint32_t elem_bytes;
         bool is_const;
+        bool tensor_map;                /* a TENSOR_MAP parameter: bound to a tensor map */
         cube__param_io io;              /* what the body may do with it */
 } cube__fe_buffer;
 
@@ -104,6 +105,25 @@ void cube__fe_facts_free(cube__fe_facts *f);
 #define CUBE__CHECK_TAIL_WORDS (CUBE__CHECK_RECORD_WORDS + CUBE__CHECK_SINK_WORDS + \
                                 CUBE__CHECK_ZERO_WORDS)
 #define CUBE__CHECK_READ_ONLY (1ull << 63)
+
+/* A tensor map as a checked kernel reads it: CUBE__TMAP_WORDS words per map
+ * of the launch, in binding order, before the bindings' lengths. Dimensions
+ * past the rank read as shape 1, box 1, element stride 1. */
+#define CUBE__TMAP_RANK 0
+#define CUBE__TMAP_FORMAT 1             /* 0 tiled, 1 im2col */
+#define CUBE__TMAP_ELEM_BYTES 2
+#define CUBE__TMAP_OOB 3                /* 0 zero, 1 NaN */
+#define CUBE__TMAP_SWIZZLE 4            /* 0 none, 1 32B, 2 64B, 3 128B */
+#define CUBE__TMAP_SHAPE 5              /* 5 words each from here */
+#define CUBE__TMAP_STRIDES 10
+#define CUBE__TMAP_BOX 15
+#define CUBE__TMAP_ELEM_STRIDES 20
+#define CUBE__TMAP_LOWER 25             /* im2col: 3 words each, signed */
+#define CUBE__TMAP_UPPER 28
+#define CUBE__TMAP_ELEM 31              /* cube_elem_type */
+#define CUBE__TMAP_INTERLEAVE 32
+#define CUBE__TMAP_PREFETCH 33
+#define CUBE__TMAP_WORDS 40u
 
 /* The record: word 0 is the site + 1 of the first access out of bounds (0:
  * none), word 1 the index it asked for, word 2 the binding's or array's

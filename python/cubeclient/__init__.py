@@ -15,7 +15,8 @@ from .errors import __all__ as _errors_all
 from .client import (Client, Stream, Buffer, Tensor, Region, Kernel, Launch, LaunchMode,
                      LayoutStrategy,
                      BufferIO, AllocationMode, FaultSite, f32, f64, i32, i64, u32, u64,
-                     count_is_empty, num_elems, can_contain)
+                     count_is_empty, num_elems, can_contain, TensorMap, TensorMapFormat,
+                     TensorMapInterleave, TensorMapSwizzle, TensorMapPrefetch, OobFill)
 from .views import (DeviceProperties, ProtocolLimits, PoolReport, MemoryReport, SessionInfo,
                     StreamInfo, KernelInfo, KernelCache, EvictedArtifact, CacheArtifact,
                     CountSelection, ShareInfo, FailureInfo, Status, ProfileReport, CaptureInfo,
@@ -33,6 +34,8 @@ __all__ = list(_errors_all) + [
     "LayoutStrategy",
     "BufferIO", "AllocationMode", "FaultSite", "f32", "f64", "i32", "i64", "u32", "u64",
     "count_is_empty", "num_elems", "can_contain", "CacheArtifact", "CountSelection",
+    "TensorMap", "TensorMapFormat", "TensorMapInterleave", "TensorMapSwizzle",
+    "TensorMapPrefetch", "OobFill",
     "DeviceProperties", "ProtocolLimits", "PoolReport", "MemoryReport", "SessionInfo",
     "ShareInfo", "StreamInfo", "KernelInfo", "KernelCache", "EvictedArtifact", "FailureInfo", "Status", "ProfileReport", "CaptureInfo",
     "CommInfo", "Group", "Reduction", "ComputeWait", "ElemType", "comm_init_all",

@@ -42,6 +42,99 @@ class BufferIO(enum.IntEnum):
     UNDECLARED = lib.CUBE_BUFFER_UNDECLARED
 
 
+class TensorMapFormat(enum.IntEnum):
+    TILED = lib.CUBE_TENSOR_MAP_TILED
+    IM2COL = lib.CUBE_TENSOR_MAP_IM2COL
+
+
+class TensorMapInterleave(enum.IntEnum):
+    NONE = lib.CUBE_TENSOR_MAP_INTERLEAVE_NONE
+    B16 = lib.CUBE_TENSOR_MAP_INTERLEAVE_16B
+    B32 = lib.CUBE_TENSOR_MAP_INTERLEAVE_32B
+
+
+class TensorMapSwizzle(enum.IntEnum):
+    NONE = lib.CUBE_TENSOR_MAP_SWIZZLE_NONE
+    B32 = lib.CUBE_TENSOR_MAP_SWIZZLE_32B
+    B64 = lib.CUBE_TENSOR_MAP_SWIZZLE_64B
+    B128 = lib.CUBE_TENSOR_MAP_SWIZZLE_128B
+
+
+class TensorMapPrefetch(enum.IntEnum):
+    NONE = lib.CUBE_TENSOR_MAP_PREFETCH_NONE
+    B64 = lib.CUBE_TENSOR_MAP_PREFETCH_64B
+    B128 = lib.CUBE_TENSOR_MAP_PREFETCH_128B
+    B256 = lib.CUBE_TENSOR_MAP_PREFETCH_256B
+
+
+class OobFill(enum.IntEnum):
+    ZERO = lib.CUBE_TENSOR_MAP_OOB_ZERO
+    NAN = lib.CUBE_TENSOR_MAP_OOB_NAN
+
+
+class TensorMap:
+    """A tensor map (the reference's TensorMapBinding): a buffer, and how a
+    kernel's tensor_map_load reads boxes of it (docs/KERNELS.md, "Tensor
+    maps"). Dimensions are innermost first, as cuTensorMapEncodeTiled counts
+    them; shape and strides are in elements (strides default to the
+    contiguous ones). elem is an ElemType, by default the buffer's numpy
+    dtype's. For im2col, box is (channels per pixel, pixels per column) and
+    lower_corner / upper_corner bound the spatial dimensions."""
+
+    __slots__ = ("buffer", "shape", "strides", "box", "elem_strides", "elem", "format",
+                 "lower_corner", "upper_corner", "interleave", "swizzle", "prefetch", "oob_fill")
+
+    def __init__(self, buffer, shape, box, *, strides=None, elem=None, elem_strides=None,
+                 format=TensorMapFormat.TILED, lower_corner=(), upper_corner=(),
+                 interleave=TensorMapInterleave.NONE, swizzle=TensorMapSwizzle.NONE,
+                 prefetch=TensorMapPrefetch.NONE, oob_fill=OobFill.ZERO):
+        rank = len(shape)
+        if not 1 <= rank <= lib.CUBE_TENSOR_MAP_MAX_RANK:
+            raise ValueError(f"a tensor map's rank is 1 to {lib.CUBE_TENSOR_MAP_MAX_RANK}")
+        if strides is None:
+            strides, step = [], 1
+            for n in shape:
+                strides.append(step)
+                step *= int(n)
+        if elem is None:
+            if buffer.dtype is None or buffer.dtype.name not in comms._NUMPY_ELEM:
+                raise ValueError("a tensor map needs elem= for a buffer without a numpy dtype")
+            elem = comms._NUMPY_ELEM[buffer.dtype.name]
+        self.buffer = buffer
+        self.shape = tuple(int(x) for x in shape)
+        self.strides = tuple(int(x) for x in strides)
+        self.box = tuple(int(x) for x in box)
+        self.elem_strides = tuple(int(x) for x in (elem_strides or (1,) * rank))
+        if not (len(self.strides) == len(self.box) == len(self.elem_strides) == rank):
+            raise ValueError("shape, strides, box and elem_strides have one entry per dimension")
+        self.elem = comms.ElemType(elem)
+        self.format = TensorMapFormat(format)
+        self.lower_corner = tuple(int(x) for x in lower_corner)
+        self.upper_corner = tuple(int(x) for x in upper_corner)
+        self.interleave = TensorMapInterleave(interleave)
+        self.swizzle = TensorMapSwizzle(swizzle)
+        self.prefetch = TensorMapPrefetch(prefetch)
+        self.oob_fill = OobFill(oob_fill)
+
+    def _fill(self, m):
+        m.buffer = self.buffer._h[0]
+        m.format = int(self.format)
+        m.elem = int(self.elem)
+        m.rank = len(self.shape)
+        for d in range(len(self.shape)):
+            m.shape[d] = self.shape[d]
+            m.strides[d] = self.strides[d]
+            m.box[d] = self.box[d]
+            m.elem_strides[d] = self.elem_strides[d]
+        for d, (lo, hi) in enumerate(zip(self.lower_corner, self.upper_corner)):
+            m.lower_corner[d] = lo
+            m.upper_corner[d] = hi
+        m.interleave = int(self.interleave)
+        m.swizzle = int(self.swizzle)
+        m.prefetch = int(self.prefetch)
+        m.oob_fill = int(self.oob_fill)
+
+
 class AllocationMode(enum.IntEnum):
     AUTO = lib.CUBE_ALLOCATION_AUTO
     PERSISTENT = lib.CUBE_ALLOCATION_PERSISTENT
@@ -990,7 +1083,7 @@ class Kernel:
         return f"<cubeclient.Kernel {self.entry} {self.id}>"
 
     def prepare(self, count, dim=(1, 1, 1), buffers=(), *, scalars=(), lengths=None,
-                tensors=(), io=None, mode=LaunchMode.EXECUTE):
+                tensors=(), io=None, mode=LaunchMode.EXECUTE, tensor_maps=()):
         """A Launch built once and launched any number of times by calling it.
 
         count: cubes (int or up to three ints), or a Buffer whose first 12
@@ -1000,16 +1093,20 @@ class Kernel:
         lengths: each buffer's length in elements, BUFFER_LEN(b); by default
         the buffers' element counts when every buffer knows its dtype (it was
         created from a numpy array), else none; [] for none. tensors: (shape,
-        strides) pairs. io: a BufferIO per buffer, or None.
+        strides) pairs. io: a BufferIO per buffer, or None. tensor_maps:
+        TensorMaps, bound after the buffers to the kernel's TENSOR_MAP
+        parameters.
         """
-        return Launch(self, count, dim, buffers, scalars, lengths, tensors, io, mode)
+        return Launch(self, count, dim, buffers, scalars, lengths, tensors, io, mode,
+                      tensor_maps)
 
     def launch(self, count, dim=(1, 1, 1), buffers=(), *, scalars=(), lengths=None,
-               tensors=(), io=None, mode=LaunchMode.EXECUTE, stream=None):
+               tensors=(), io=None, mode=LaunchMode.EXECUTE, stream=None, tensor_maps=()):
         """Launches on the stream (see prepare() for the arguments). A launch
         has no answer: what stops it lands on the buffers it was to write, and
         the next read, sync or check of them raises it."""
-        Launch(self, count, dim, buffers, scalars, lengths, tensors, io, mode)(stream=stream)
+        Launch(self, count, dim, buffers, scalars, lengths, tensors, io, mode,
+               tensor_maps)(stream=stream)
 
 
 class Launch:
@@ -1017,7 +1114,8 @@ class Launch:
 
     __slots__ = ("client", "kernel", "buffers", "_l", "_keep", "_info")
 
-    def __init__(self, kernel, count, dim, buffers, scalars, lengths, tensors, io, mode):
+    def __init__(self, kernel, count, dim, buffers, scalars, lengths, tensors, io, mode,
+                 tensor_maps=()):
         client = kernel.client
         self.client = client
         self.kernel = kernel
@@ -1046,6 +1144,14 @@ class Launch:
             a = ffi.new("cube_buffer_io[]", [int(x) for x in io])
             l.io = a
             keep.append(a)
+        if tensor_maps:
+            maps = ffi.new("cube_tensor_map[]", len(tensor_maps))
+            for i, t in enumerate(tensor_maps):
+                t._fill(maps[i])
+                keep.append(t.buffer)
+            l.tensor_maps = maps
+            l.n_tensor_maps = len(tensor_maps)
+            keep.append(maps)
         lengths = self._lengths(lengths)
         l.mode = int(mode)
         self._l = l

@@ -226,3 +226,34 @@ def test_kernel_cache_reports_size_and_evictions(fresh_daemon):
         assert kc.max_bytes == one + 16 and kc.bytes <= kc.max_bytes
         assert kc.evictions == 1 and len(kc.evicted) == 1
         assert kc.evicted[0].artifact and kc.evicted[0].bytes > 0
+
+
+BOX = """
+KERNEL void box(float *out, TENSOR_MAP(float) src, int32_t x, int32_t y)
+{
+        SHARED float tile[32];
+
+        tensor_map_load(src, tile, x, y);
+        out[UNIT_POS] = tile[UNIT_POS];
+}
+"""
+
+
+def test_tensor_map_box_crossing_the_edge_reads_the_fill(client):
+    t = (np.arange(5 * 12, dtype=np.float32) + 1).reshape(5, 12)
+    src = client.create(t)
+    out = client.create(np.full(32, -1, np.float32))
+    k = client.kernel(BOX, "box")
+    for fill, pad in ((cube.OobFill.ZERO, 0.0), (cube.OobFill.NAN, np.nan)):
+        m = cube.TensorMap(src, shape=(12, 5), box=(8, 4), oob_fill=fill)
+        k.launch(1, 32, [out], scalars=[cube.i32(9), cube.i32(-2)], lengths=[],
+                 tensor_maps=[m])
+        want = np.full((4 + 2, 12 + 8), pad, np.float32)
+        want[2:2 + 5, 0:12] = t[:4, :]
+        np.testing.assert_array_equal(out.to_numpy().reshape(4, 8), want[0:4, 9:17])
+    # A field out of its limits fails the launch, naming it.
+    bad = cube.TensorMap(src, shape=(12, 5), box=(3, 4))
+    k.launch(1, 32, [out], scalars=[cube.i32(0), cube.i32(0)], lengths=[], tensor_maps=[bad])
+    with pytest.raises(cube.CubeError) as info:
+        out.to_numpy()
+    assert "box[0] = 3" in str(info.value)

@@ -19,7 +19,11 @@
  *   there to read. Kernel bodies never run: a launch takes
  *   CUBE_CUDA_DOUBLE_LAUNCH_US microseconds (default 20) and does nothing;
  * - a sticky fault leaves every later call failing with it until the
- *   primary context is reset, which ends whatever still runs.
+ *   primary context is reset, which ends whatever still runs;
+ * - cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col refuse what the
+ *   driver documents as invalid (rank, alignment, dimensions, strides,
+ *   boxes, element strides, swizzle, fill) and write the address into the
+ *   map.
  *
  * Faults are injected from the environment, read at cuInit:
  *   CUBE_CUDA_DOUBLE_FAULT_LAUNCH=N  the Nth launch of the process faults
@@ -1044,6 +1048,88 @@ static CUresult d_cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg)
         LEAVE(push(s, o));
 }
 
+/* ---- tensor maps ------------------------------------------------------ */
+
+/* Bytes per element of each CUtensorMapDataType. */
+static const unsigned tm_bytes[] = { 1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4 };
+
+/* The rules cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col document,
+ * shared by both: a map the real driver refuses is refused here. */
+static CUresult check_tensor_map(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                 void *address, const cuuint64_t *dim,
+                                 const cuuint64_t *strides, const cuuint32_t *es,
+                                 CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                 CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill)
+{
+        unsigned align = il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
+
+        if (!initialised)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        if (!map || (uintptr_t) map % 64 || !address || !dim || !es ||
+            (unsigned) type >= sizeof(tm_bytes) / sizeof(tm_bytes[0]) || rank < 1 || rank > 5 ||
+            (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3) || (uintptr_t) address % align ||
+            (unsigned) il > CU_TENSOR_MAP_INTERLEAVE_32B ||
+            (unsigned) sw > CU_TENSOR_MAP_SWIZZLE_128B ||
+            (unsigned) l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
+            (unsigned) fill > CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA ||
+            (il == CU_TENSOR_MAP_INTERLEAVE_32B && sw != CU_TENSOR_MAP_SWIZZLE_32B))
+                return CUDA_ERROR_INVALID_VALUE;
+        if (fill != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE &&
+            (type < CU_TENSOR_MAP_DATA_TYPE_FLOAT16 || type == CU_TENSOR_MAP_DATA_TYPE_INT32 ||
+             type == CU_TENSOR_MAP_DATA_TYPE_UINT32))
+                return CUDA_ERROR_INVALID_VALUE;
+        for (cuuint32_t i = 0; i < rank; i++) {
+                if (dim[i] == 0 || dim[i] > (1ull << 32) || es[i] == 0 || es[i] > 8)
+                        return CUDA_ERROR_INVALID_VALUE;
+                if (i > 0 && (!strides || strides[i - 1] % align ||
+                              strides[i - 1] >= (1ull << 40)))
+                        return CUDA_ERROR_INVALID_VALUE;
+        }
+        memset(map, 0, sizeof(*map));
+        memcpy(map, &address, sizeof(address));
+        return CUDA_SUCCESS;
+}
+
+static CUresult d_cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type,
+                                         cuuint32_t rank, void *address, const cuuint64_t *dim,
+                                         const cuuint64_t *strides, const cuuint32_t *box,
+                                         const cuuint32_t *es, CUtensorMapInterleave il,
+                                         CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                                         CUtensorMapFloatOOBfill fill)
+{
+        if (!box || (unsigned) type >= sizeof(tm_bytes) / sizeof(tm_bytes[0]) || rank > 5)
+                return CUDA_ERROR_INVALID_VALUE;
+        for (cuuint32_t i = 0; i < rank; i++)
+                if (box[i] == 0 || box[i] > 256)
+                        return CUDA_ERROR_INVALID_VALUE;
+        if (rank && il == CU_TENSOR_MAP_INTERLEAVE_NONE && box[0] * tm_bytes[type] % 16)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (rank && il == CU_TENSOR_MAP_INTERLEAVE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_NONE &&
+            box[0] * tm_bytes[type] > 16u << sw)
+                return CUDA_ERROR_INVALID_VALUE;
+        return check_tensor_map(map, type, rank, address, dim, strides, es, il, sw, l2, fill);
+}
+
+static CUresult d_cuTensorMapEncodeIm2col(CUtensorMap *map, CUtensorMapDataType type,
+                                          cuuint32_t rank, void *address, const cuuint64_t *dim,
+                                          const cuuint64_t *strides, const int *lower,
+                                          const int *upper, cuuint32_t channels,
+                                          cuuint32_t pixels, const cuuint32_t *es,
+                                          CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                          CUtensorMapL2promotion l2,
+                                          CUtensorMapFloatOOBfill fill)
+{
+        if (rank < 3 || rank > 5 || !lower || !upper || channels == 0 || channels > 256 ||
+            pixels == 0 || pixels > 1024)
+                return CUDA_ERROR_INVALID_VALUE;
+        int range = rank == 3 ? 1 << 15 : rank == 4 ? 1 << 7 : 1 << 4;
+        for (cuuint32_t i = 0; i + 2 < rank; i++)
+                if (lower[i] < -range || lower[i] >= range || upper[i] < -range ||
+                    upper[i] >= range)
+                        return CUDA_ERROR_INVALID_VALUE;
+        return check_tensor_map(map, type, rank, address, dim, strides, es, il, sw, l2, fill);
+}
+
 /* ---- cuGetProcAddress ------------------------------------------------- */
 
 #define ENTRY(name) { #name, (void *) d_##name }
@@ -1062,7 +1148,7 @@ static const struct { const char *name; void *fn; } entries[] = {
         ENTRY(cuMemHostRegister), ENTRY(cuMemHostUnregister), ENTRY(cuMemAllocHost),
         ENTRY(cuMemFreeHost), ENTRY(cuModuleLoadData), ENTRY(cuModuleUnload),
         ENTRY(cuModuleGetFunction), ENTRY(cuFuncGetAttribute), ENTRY(cuLaunchKernel),
-        ENTRY(cuLaunchHostFunc),
+        ENTRY(cuLaunchHostFunc), ENTRY(cuTensorMapEncodeTiled), ENTRY(cuTensorMapEncodeIm2col),
 };
 
 /* The type checks: each entry has the type cuda.h gives its name. */
@@ -1070,6 +1156,7 @@ static const struct { const char *name; void *fn; } entries[] = {
                                                                __typeof__(&name)), #name);
 SAME(cuInit) SAME(cuMemcpyHtoDAsync) SAME(cuMemcpy2DAsync) SAME(cuLaunchKernel)
 SAME(cuEventElapsedTime) SAME(cuMemGetInfo) SAME(cuDeviceTotalMem)
+SAME(cuTensorMapEncodeTiled) SAME(cuTensorMapEncodeIm2col)
 
 /* Says to a test that this libcuda.so.1 is the test double. */
 EXPORT const char cube_cuda_test_double[] = "cube CUDA driver test double";
