@@ -252,11 +252,17 @@ void cube__kernel_unref(cube__kernel *k)
         kernel_free(k);
 }
 
-/* Whether a build failure is the source's fault (a CompilationError, which
- * refuses the kernel for good), as opposed to a defect of the machine. */
+/* Whether a build failure is the source's fault, which refuses the kernel
+ * for good, as opposed to a defect of the machine: a CompilationError, or
+ * a compiler that found the kernel asks more of the device than it has
+ * (Launch(TooManyResources), as a launch of it would be answered). */
 static bool source_fault(const cube_error *e)
 {
-        return cube__err_family_of(cube_error_kind_of(e)) == CUBE__FAMILY_COMPILATION;
+        if (cube__err_family_of(cube_error_kind_of(e)) == CUBE__FAMILY_COMPILATION)
+                return true;
+        const cube_error *inner = cube_error_kind_of(e) == CUBE_SERVER_LAUNCH ?
+                                  cube_error_source(e) : NULL;
+        return inner && cube_error_kind_of(inner) == CUBE_LAUNCH_TOO_MANY_RESOURCES;
 }
 
 static char *artifact_path(const cube__kernel *k)
@@ -652,7 +658,7 @@ void cube__kernel_forget(cube__kernel *k, void *ctx)
 
 cube_error *cube__kernel_launch_error(const cube__kernel *k)
 {
-        if (!source_fault(k->error))
+        if (cube__err_family_of(cube_error_kind_of(k->error)) != CUBE__FAMILY_COMPILATION)
                 return cube_error_clone(k->error);
         return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(CUBE_LAUNCH_COMPILATION_ERROR,
                                                                  cube_error_clone(k->error)));

@@ -288,9 +288,20 @@ static cube_error *resolve(cube__session *s, launch_req *r)
 }
 
 /* The buffers the launch writes, by the reference's fallback chain. */
+/* What the parse said of each buffer, once the loop owns it again: a kernel
+ * built, or one whose build was refused after the front end read it (a
+ * refused launch of it then marks only what it would have written). */
+static const cube_buffer_io *parsed_io(const cube__kernel *kernel)
+{
+        if (!kernel || (kernel->state != CUBE__KERNEL_READY &&
+                        kernel->state != CUBE__KERNEL_FAILED) || !kernel->facts)
+                return NULL;
+        return kernel->io;
+}
+
 static bool writes(const launch_req *r, const cube__kernel *kernel, size_t i)
 {
-        const cube_buffer_io *compiled = kernel && kernel->state == CUBE__KERNEL_READY ? kernel->io : NULL;
+        const cube_buffer_io *compiled = parsed_io(kernel);
         size_t n_compiled = compiled ? kernel->desc.n_buffers : 0;
 
         return cube__io_written(compiled, n_compiled, r->io, r->n_io, i);
@@ -298,7 +309,7 @@ static bool writes(const launch_req *r, const cube__kernel *kernel, size_t i)
 
 static bool reads(const launch_req *r, const cube__kernel *kernel, size_t i)
 {
-        const cube_buffer_io *compiled = kernel && kernel->state == CUBE__KERNEL_READY ? kernel->io : NULL;
+        const cube_buffer_io *compiled = parsed_io(kernel);
         size_t n_compiled = compiled ? kernel->desc.n_buffers : 0;
 
         return cube__io_read(compiled, n_compiled, r->io, r->n_io, i);

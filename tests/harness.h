@@ -118,7 +118,9 @@ typedef enum test_need {
         TEST_NEEDS_KERNEL_RUNS = 1 << 0,
         /* The CPU device itself (CUBE_TEST_BACKEND unset or "cpu"): its
          * fault reasons (SEGV), its 64-byte alignment, its compiler and
-         * PoCL, device memory that is the daemon's own. */
+         * PoCL, device memory that is the daemon's own, and an address
+         * space of cubed's that holds no driver (the CUDA test double's
+         * threads and mappings live inside cubed). */
         TEST_NEEDS_CPU_DEVICE = 1 << 1,
         /* A daemon run under valgrind, which a sanitizer's build cannot be
          * (CUBE_TEST_NO_VALGRIND). */

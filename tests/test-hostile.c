@@ -1641,21 +1641,24 @@ int main(void)
         tc = tcase_create("one-client");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
-        tcase_add_test(tc, regions_are_counted_and_charged_in_pages);
+        tcase_add_test_needing(tc, regions_are_counted_and_charged_in_pages, TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);
         tcase_add_test(tc, the_descriptor_limit_is_raised_and_checked);
         tcase_add_test(tc, root_is_answered_when_one_user_fills_the_descriptors);
         tcase_add_test(tc, answers_nobody_reads_are_counted);
-        tcase_add_test(tc, partial_messages_are_counted);
+        tcase_add_test_needing(tc, partial_messages_are_counted, TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(tc, partial_messages_are_given_back_when_their_senders_leave);
         tcase_add_test(tc, idle_connections_time_out);
         tcase_add_test(tc, listings_show_only_the_callers_own);
-        tcase_add_test(tc, one_hostile_client);
-        tcase_add_test(tc, kernel_registrations_are_bounded_per_session);
+        tcase_add_test_needing(tc, one_hostile_client, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, kernel_registrations_are_bounded_per_session,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, regions_are_bounded_per_user_and_below_the_mapping_limit);
-        tcase_add_test(tc, kernel_sources_are_bounded_per_user_and_released_when_sessions_leave);
+        tcase_add_test_needing(tc, kernel_sources_are_bounded_per_user_and_released_when_sessions_leave,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, abandoned_kernel_sources_are_freed);
-        tcase_add_test(tc, the_disk_cache_evicts_the_least_recently_used);
+        tcase_add_test_needing(tc, the_disk_cache_evicts_the_least_recently_used,
+                               TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_ENV);

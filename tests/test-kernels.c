@@ -1585,38 +1585,58 @@ static Suite *kernels_suite(void)
 
         tcase_add_checked_fixture(tc, test_start_default, stop_clean_and_remove_cache);
         tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, the_vector_add_example_matches_its_reference);
-        tcase_add_test(tc, the_reduce_example_matches_its_reference);
-        tcase_add_test(tc, the_matmul_example_matches_its_reference);
-        tcase_add_test(tc, sync_cube_holds_every_unit_until_the_whole_cube_arrives);
-        tcase_add_test(tc, shared_memory_belongs_to_one_cube);
-        tcase_add_test(tc, a_cube_dim_beyond_the_device_is_refused);
+        tcase_add_test_needing(tc, the_vector_add_example_matches_its_reference,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, the_reduce_example_matches_its_reference,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, the_matmul_example_matches_its_reference,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, sync_cube_holds_every_unit_until_the_whole_cube_arrives,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, shared_memory_belongs_to_one_cube, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_cube_dim_beyond_the_device_is_refused, TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, too_many_units_per_cube_are_refused);
         tcase_add_test(tc, shared_memory_beyond_the_device_is_refused);
-        tcase_add_test(tc, the_shared_memory_limit_is_exact);
-        tcase_add_test(tc, a_kernel_that_does_not_compile_is_refused_with_the_compilers_words);
+        tcase_add_test_needing(tc, the_shared_memory_limit_is_exact, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_kernel_that_does_not_compile_is_refused_with_the_compilers_words,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, a_kernel_with_a_bad_signature_fails_validation);
-        tcase_add_test(tc, compile_mode_fills_the_cache_and_runs_nothing);
-        tcase_add_test(tc, a_source_with_several_entry_points_is_built_once);
-        tcase_add_test(tc, queue_mode_compiles_only_when_asked);
-        tcase_add_test(tc, a_second_session_hits_the_first_sessions_compile);
-        tcase_add_test(tc, a_restarted_daemon_loads_the_kernel_from_its_cache_dir);
-        tcase_add_test(tc, a_lone_launch_reaches_the_daemon_without_another_call);
-        tcase_add_test(tc, launches_queued_just_before_a_disconnect_still_run);
-        tcase_add_test(tc, a_burst_of_launches_runs_in_order_with_the_copies_between);
-        tcase_add_test(tc, a_process_that_exits_without_disconnecting_still_sends_its_launches);
-        tcase_add_test(tc, a_launch_on_a_lost_connection_says_so);
-        tcase_add_test(tc, a_null_write_poisons_the_device_and_the_daemon_keeps_answering);
-        tcase_add_test(tc, a_wild_write_between_barriers_poisons_the_device_too);
-        tcase_add_test(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes);
+        tcase_add_test_needing(tc, compile_mode_fills_the_cache_and_runs_nothing,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_source_with_several_entry_points_is_built_once,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, queue_mode_compiles_only_when_asked, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_second_session_hits_the_first_sessions_compile,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_restarted_daemon_loads_the_kernel_from_its_cache_dir,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_lone_launch_reaches_the_daemon_without_another_call,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, launches_queued_just_before_a_disconnect_still_run,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_burst_of_launches_runs_in_order_with_the_copies_between,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_process_that_exits_without_disconnecting_still_sends_its_launches,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_launch_on_a_lost_connection_says_so, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_null_write_poisons_the_device_and_the_daemon_keeps_answering,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_wild_write_between_barriers_poisons_the_device_too,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, a_dynamic_count_read_from_a_buffer_runs_that_many_cubes,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, a_launch_binding_the_wrong_number_of_buffers_fails_validation);
-        tcase_add_test(tc, f32_and_u32_scalars_arrive_where_the_layout_puts_them);
-        tcase_add_test(tc, one_cube_info_reset_between_launches_serves_them_all);
+        tcase_add_test_needing(tc, f32_and_u32_scalars_arrive_where_the_layout_puts_them,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, one_cube_info_reset_between_launches_serves_them_all,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, the_grid_constructors_and_predicates_follow_the_reference);
         tcase_add_test(tc, cube_dim_new_sizes_a_cube_as_the_reference_does);
         tcase_add_test(tc, cube_count_select_spreads_an_oversized_count);
-        tcase_add_test(tc, an_oversized_count_selected_by_the_helpers_runs);
-        tcase_add_test(tc, buffer_lengths_shapes_and_strides_follow_the_scalars);
+        tcase_add_test_needing(tc, an_oversized_count_selected_by_the_helpers_runs,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, buffer_lengths_shapes_and_strides_follow_the_scalars,
+                               TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, tc);
         return s;
 }

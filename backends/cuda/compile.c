@@ -397,6 +397,24 @@ static void __attribute__((noreturn)) compile_child(const cube__kernel_desc *des
 }
 
 /* Reads a whole file (the kernel's source, handed to the child). */
+/* ptxas refuses a kernel whose static shared memory passes what a block may
+ * declare ("uses too much shared data (0xf000 bytes, 0xc000 max)"): the
+ * answer a launch of it gets on any device, TooManyResources(SharedMemory),
+ * and the source's doing, so it is not compiled again. NULL when the
+ * compiler said something else. */
+static cube_error *too_much_shared(const char *log)
+{
+        const char *p = strstr(log, "uses too much shared data (");
+        unsigned long long requested, max;
+
+        if (!p || sscanf(p, "uses too much shared data (%llx bytes, %llx max)", &requested,
+                         &max) != 2)
+                return NULL;
+        return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                CUBE_LAUNCH_TOO_MANY_RESOURCES,
+                cube__err_resource(CUBE_RESOURCE_SHARED_MEMORY, requested, max)));
+}
+
 static char *read_all(const char *path)
 {
         FILE *f = fopen(path, "rbe");
@@ -551,7 +569,9 @@ cube_error *cube__cuda_compile_confined(const cube__kernel_desc *desc, int arch,
                                 "cannot store the compiled kernel at %s: %s; check the cache "
                                 "directory", path, strerror(errno)));
         } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_SOURCE) {
-                e = cube__err_text(CUBE_COMPILATION_GENERIC, "%s", reason);
+                e = too_much_shared(reason);
+                if (!e)
+                        e = cube__err_text(CUBE_COMPILATION_GENERIC, "%s", reason);
         } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && tag == TAG_OOM) {
                 e = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_OUT_OF_MEMORY,
                                    "%s", reason));
