@@ -3,9 +3,9 @@
 #
 # Sets up and builds (tools/setup.sh), runs every meson test in build/, then
 # builds build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them all again, then the CUDA backend's suite and the daemon,
-# memory, failures and operations suites against cubed on the driver's test
-# double under ThreadSanitizer (build-tsan/, only what those need),
+# runs them all again, then the CUDA backend's suite and the integration
+# suites against cubed on the driver's test double (hostile's address-space
+# counts aside) under ThreadSanitizer (build-tsan/, only what those need),
 # then runs every fuzz target under libFuzzer for a
 # bounded time (tests/fuzz/run.sh: all at once, $CUBE_FUZZ_SECONDS each,
 # default 60). Then installs the Python binding into build/python-venv
@@ -32,11 +32,15 @@ if [ -f build/tests/test-cuda-driver ]; then
                 meson setup build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false >/dev/null
         if ninja -C build-tsan tests/test-cuda-driver tests/cuda-double/libcuda.so.1 \
                 daemon/cubed daemon/cube-device tools/cubectl tests/test-daemon tests/test-memory \
-                tests/test-failures tests/test-operations >/dev/null; then
-                CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=10 meson test -C build-tsan \
+                tests/test-failures tests/test-operations tests/test-sharing tests/test-graphs \
+                tests/test-protocol-doc tests/test-kernels >/dev/null; then
+                CUBE_TEST_NO_VALGRIND=1 CUBE_TEST_TIMEOUT_MULT=10 \
+                TSAN_OPTIONS=suppressions=$PWD/tests/tsan.supp meson test -C build-tsan \
                         --print-errorlogs --no-rebuild --timeout-multiplier 3 \
                         cuda-driver daemon-on-cuda-double memory-on-cuda-double \
-                        failures-on-cuda-double operations-on-cuda-double || rc=1
+                        failures-on-cuda-double operations-on-cuda-double \
+                        sharing-on-cuda-double graphs-on-cuda-double \
+                        protocol-doc-on-cuda-double kernels-on-cuda-double || rc=1
                 tsan_log=build-tsan/meson-logs/testlog.json
         else
                 rc=1
