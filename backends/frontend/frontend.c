@@ -1910,6 +1910,15 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                 index, file_name, args, (int) (sizeof(args) / sizeof(args[0])), files, 2,
                 CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_KeepGoing |
                 CXTranslationUnit_RetainExcludedConditionalBlocks * 0, &f.tu);
+        if (ec == CXError_Crashed) {
+                /* libclang recovered from a crash of its own on this text: the
+                 * same text crashes it again, so it is the source's answer. */
+                *ret_error = strdup("libclang crashed reading the source (a fault of the "
+                                    "parser's, on text it should refuse): change the source "
+                                    "near what was last edited");
+                clang_disposeIndex(index);
+                return *ret_error ? CUBE__FE_DOES_NOT_PARSE : CUBE__FE_DEFECT;
+        }
         if (ec != CXError_Success || !f.tu) {
                 *ret_error = strdup("libclang could not parse the source");
                 clang_disposeIndex(index);

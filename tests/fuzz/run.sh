@@ -76,9 +76,17 @@ for t in "${targets[@]}"; do
         rm -rf "$dir"
         mkdir -p "$dir/corpus"
         cp tests/fuzz/corpus/"$t"/* "$dir/corpus/"
+        # A target's own LSan suppressions (tests/fuzz/NAME.lsan.supp) need
+        # whole stacks to match, which fast unwinding does not give.
+        lsan=""
+        asan=detect_leaks=1
+        if [ -f "tests/fuzz/$t.lsan.supp" ]; then
+                lsan=suppressions=$PWD/tests/fuzz/$t.lsan.supp
+                asan=$asan:fast_unwind_on_malloc=0
+        fi
         # libFuzzer stops itself after max_total_time; timeout is the guard
         # for a target that does not.
-        ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ASAN_OPTIONS=$asan LSAN_OPTIONS=$lsan UBSAN_OPTIONS=print_stacktrace=1 \
                 timeout -k 10 $((seconds + 120)) "$build/tests/fuzz-$t" \
                 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
                 -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" >"$dir/log" 2>&1 &
