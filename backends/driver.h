@@ -61,6 +61,11 @@ typedef struct cube__launch_work {
         uint32_t n_buffers;
         cube__storage **storages;       /* per buffer */
         uint64_t *offsets;              /* per buffer: where its range starts */
+        /* Per buffer two words: the allocation it lies in, [begin, end) in
+         * its storage (NULL: the whole storage). A backend that orders
+         * streams itself (orders_streams) orders by these, so that work on
+         * two allocations sharing a page does not wait for each other. */
+        uint64_t *extents;
         uint64_t *info;
         uint32_t n_info;
         uint32_t metadata_offset;       /* in words */

@@ -155,7 +155,7 @@ void cube__options_default(cube__options *o)
                 .log_level = CUBE__LOG_NOTICE,
                 .poison_policy = under_service_manager() ? CUBE__POISON_EXIT : CUBE__POISON_REINIT,
                 .drain_timeout_s = 10,
-                .max_sessions = 4096,
+                .max_sessions = CUBE__DEFAULT_MAX_SESSIONS,
                 .max_sessions_per_uid = 1024,
                 .max_streams = 1024,
                 .max_requests = 4096,

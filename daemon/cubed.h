@@ -745,6 +745,7 @@ struct cube__server {
         bool draining;
         bool poison_grace_over;
         int exit_code;                  /* 3: poisoned; CUBE__EXIT_NO_DEVICE */
+        char *const *argv;              /* how cubed was started, to start it afresh */
         uv_poll_t completions_poll;     /* an eventfd the device's threads signal */
         uv_idle_t local_completions;    /* drains what the loop thread itself completed */
         uv_thread_t loop_thread;

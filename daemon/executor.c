@@ -62,18 +62,30 @@ void cube__op_use(cube__op *o, cube__alloc *a, bool writes)
 }
 
 /* Whether o may be submitted: no earlier work of another stream on the
- * allocations it touches conflicts with it. */
-static bool ready(const cube__op *o)
+ * allocations it touches conflicts with it. Where the device orders streams,
+ * a conflicting predecessor need only have been submitted; if it still sits
+ * in this pass's batch for its stream, *ret_flush asks for the batches to go
+ * to the device first. Otherwise o's chain could reach the backend before
+ * the predecessor's, which would then order o after older work and let it
+ * overtake (a kernel on stream B reading what stream A's kernel had not yet
+ * written). */
+static bool ready(const cube__op *o, bool *ret_flush)
 {
         bool device_orders = o->session->server->driver->orders_streams;
+        bool flush = false;
 
         for (size_t i = 0; i < o->n_uses; i++) {
                 const cube__use *u = &o->uses[i];
-                for (const cube__use *x = u->alloc->uses_head; x && x != u; x = x->next)
-                        if (x->op->stream != o->stream && (u->writes || x->writes) &&
-                            !(device_orders && x->op->submitted))
+                for (const cube__use *x = u->alloc->uses_head; x && x != u; x = x->next) {
+                        if (x->op->stream == o->stream || !(u->writes || x->writes))
+                                continue;
+                        if (!device_orders || !x->op->submitted)
                                 return false;
+                        if (x->op->stream->batch_head)
+                                flush = true;
+                }
         }
+        *ret_flush = flush;
         return true;
 }
 
@@ -174,11 +186,14 @@ static bool submit_one(cube__session *s, bool *ret_windowed)
 
                 if (o && st->submitted >= window && st->submitted < DEVICE_WINDOW)
                         *ret_windowed = true;
-                if (!o || st->host_busy || st->submitted >= window || !ready(o) ||
+                bool flush = false;
+                if (!o || st->host_busy || st->submitted >= window || !ready(o, &flush) ||
                     (o->host_run && st->submitted) ||
                     ((o->work.op == CUBE__WORK_LAUNCH || o->work.op == CUBE__WORK_GRAPH) &&
                      !cube__shares_room(srv)))
                         continue;
+                if (flush || (o->host_run && srv->batched))
+                        submit_batches(srv);
                 st->head = o->next;
                 if (!st->head)
                         st->tail = NULL;

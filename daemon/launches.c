@@ -581,6 +581,15 @@ static cube_error *unchecked_kernel(cube__session *s, cube__kernel *kernel,
         return NULL;
 }
 
+/* Binding i of the device's record: a's storage, from start into a. */
+static void set_binding(cube__launch_work *l, size_t i, const cube__alloc *a, uint64_t start)
+{
+        l->storages[i] = a->storage;
+        l->offsets[i] = a->base + start;
+        l->extents[2 * i] = a->base;
+        l->extents[2 * i + 1] = a->base + a->size;
+}
+
 /* Builds the device's record of the launch and queues it. */
 static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st,
                    cube__awaits *awaits, bool deferred_skip)
@@ -589,7 +598,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         size_t n = r->n, w = 0;
         /* The launch's record and its arrays ride in the op's own block. */
         size_t extra = sizeof(cube__launch_work) + n * sizeof(cube__storage *) +
-                       n * sizeof(uint64_t) + n * sizeof(cube__alloc *) + info_words(r) * 8 + 8;
+                       3 * n * sizeof(uint64_t) + n * sizeof(cube__alloc *) + info_words(r) * 8 + 8;
         void *block;
         cube__op *o = cube__op_new(s, st, CUBE__WORK_LAUNCH, n + (r->count_alloc ? 1 : 0), extra,
                                    &block);
@@ -613,7 +622,8 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         *awaits = (cube__awaits) {0};
         l->info = (uint64_t *) (l + 1);
         l->offsets = l->info + info_words(r) + 1;
-        l->storages = (cube__storage **) (l->offsets + n);
+        l->extents = l->offsets + n;
+        l->storages = (cube__storage **) (l->extents + 2 * n);
         o->written = (cube__alloc **) (l->storages + n);
         l->module = kernel->module;
         l->kernel = kernel->entry;
@@ -626,8 +636,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < r->n; i++) {
                 bool written = writes(r, kernel, i);
-                l->storages[i] = r->allocs[i]->storage;
-                l->offsets[i] = r->allocs[i]->base + r->start[i];
+                set_binding(l, i, r->allocs[i], r->start[i]);
                 cube__op_use(o, r->allocs[i], written);
                 if (written) {
                         /* Enqueued: the bytes are the launch's now (a failed
@@ -660,7 +669,8 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
 static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stream *st)
 {
         size_t n = r->n;
-        cube__launch_work *l = calloc(1, sizeof(*l) + info_words(r) * 8 + 8 + n * sizeof(uint64_t) +
+        cube__launch_work *l = calloc(1, sizeof(*l) + info_words(r) * 8 + 8 +
+                                         3 * n * sizeof(uint64_t) +
                                          n * sizeof(cube__storage *) + 2 * n + 2);
         bool *rd, *wr;
 
@@ -673,7 +683,8 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         }
         l->info = (uint64_t *) (l + 1);
         l->offsets = l->info + info_words(r) + 1;
-        l->storages = (cube__storage **) (l->offsets + n);
+        l->extents = l->offsets + n;
+        l->storages = (cube__storage **) (l->extents + 2 * n);
         rd = (bool *) (l->storages + n);
         wr = rd + n + 1;
         l->module = kernel->module;
@@ -686,8 +697,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->dynamic_offset = r->dynamic_offset;
         l->n_tensor_maps = (uint32_t) r->n_maps;
         for (size_t i = 0; i < n; i++) {
-                l->storages[i] = r->allocs[i]->storage;
-                l->offsets[i] = r->allocs[i]->base + r->start[i];
+                set_binding(l, i, r->allocs[i], r->start[i]);
                 rd[i] = reads(r, kernel, i);
                 wr[i] = writes(r, kernel, i);
         }

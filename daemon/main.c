@@ -271,6 +271,7 @@ int main(int argc, char **argv)
                 fflush(stderr);
                 _exit(srv.exit_code ? srv.exit_code : 1);
         }
+        srv.argv = argv;
         r = cube__server_run(&srv);
         bool orphans = srv.orphan_threads > 0;
         cube__server_done(&srv);

@@ -105,8 +105,9 @@ cube__dispatched cube__do_kill_session(cube__msg *k);
 /* Descriptors beyond one a session kept for the rest: regions being sent,
  * compiles, the cache, the device. */
 #define CUBE__SPARE_FDS 64
-/* Whether max-sessions fits the descriptor limit; why says what to change. */
-bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len);
+/* Whether max-sessions fits the descriptor limit, lowering the default to
+ * fit; why says what to change. */
+bool cube__fds_fit(const cube__server *srv, cube__options *o, char *why, size_t len);
 
 /* ---- the server's life (server.c) --------------------------------------- */
 /* Takes opts; keeps overrides (the command line's options) for reloads. */

@@ -246,18 +246,30 @@ static uint32_t fds_open(void)
         return n > 0 ? n - 1 : 0;
 }
 
-bool cube__fds_fit(const cube__server *srv, const cube__options *o, char *why, size_t len)
+bool cube__fds_fit(const cube__server *srv, cube__options *o, char *why, size_t len)
 {
         uint64_t need = (uint64_t) o->max_sessions + CUBE__ADMIN_FDS + CUBE__SPARE_FDS + srv->fd_base;
+        uint64_t room = srv->fd_limit > need - o->max_sessions ?
+                        srv->fd_limit - (need - o->max_sessions) : 0;
 
         if (!o->max_sessions || need <= srv->fd_limit)
                 return true;
+        /* The default is a ceiling, not a promise: where the descriptors
+         * hold fewer (a container's hard limit of 4096), a daemon started
+         * without a word about max-sessions takes what fits rather than
+         * refusing to start. A value the operator chose is kept or refused. */
+        if (o->max_sessions == CUBE__DEFAULT_MAX_SESSIONS && room >= CUBE__MIN_FITTED_SESSIONS) {
+                cube__log(CUBE__LOG_NOTICE, "max-sessions is %" PRIu64 ", not the default %u: "
+                          "RLIMIT_NOFILE allows %" PRIu64 " descriptors (raise LimitNOFILE= or "
+                          "ulimit -Hn for more)", room, CUBE__DEFAULT_MAX_SESSIONS, srv->fd_limit);
+                o->max_sessions = (uint32_t) room;
+                return true;
+        }
         snprintf(why, len, "max-sessions %u needs about %" PRIu64 " descriptors (%u open at start, "
                  "%u kept for root and the daemon's user, %u spare), but RLIMIT_NOFILE allows %"
                  PRIu64 "; raise the limit (LimitNOFILE= in the unit, ulimit -Hn) or lower "
                  "max-sessions to %" PRIu64 " or fewer", o->max_sessions, need, srv->fd_base,
-                 CUBE__ADMIN_FDS, CUBE__SPARE_FDS, srv->fd_limit,
-                 srv->fd_limit > need - o->max_sessions ? srv->fd_limit - (need - o->max_sessions) : 0);
+                 CUBE__ADMIN_FDS, CUBE__SPARE_FDS, srv->fd_limit, room);
         return false;
 }
 
@@ -597,6 +609,31 @@ static bool idle(const cube__server *srv)
                srv->compiling == 0;
 }
 
+/* The device did not come up again in this process. A GPU keeps a sticky
+ * fault until the process that met it ends (CUDA answers the reopen with
+ * the fault again), so the reinit a person running cubed by hand counts on
+ * is a fresh cubed: the same program and arguments, every session already
+ * closed, the device's descriptors closed so that its driver lets go of the
+ * dead context. A socket systemd passed is not ours to drop: then cubed
+ * exits, and systemd starts it again. */
+static void restart_process(cube__server *srv)
+{
+        if (srv->socket_inherited || !srv->argv) {
+                srv->exit_code = 3;
+                cube__server_stop(srv);
+                return;
+        }
+        cube__log(CUBE__LOG_WARNING, "the device cannot be brought up again in this process "
+                  "(its fault outlives a reset): starting cubed afresh");
+        fflush(NULL);
+        close_range(3, ~0u, 0);
+        execv("/proc/self/exe", srv->argv);
+        cube__log(CUBE__LOG_ERR, "cannot start cubed afresh (%s): stopping with status 3",
+                  strerror(errno));
+        fflush(NULL);
+        _exit(3);
+}
+
 /* reinit, once every session is gone: the device comes up again, clean. */
 static void reinit_device(cube__server *srv)
 {
@@ -610,8 +647,7 @@ static void reinit_device(cube__server *srv)
         cube_error_free(srv->poison);
         srv->poison = NULL;
         if (open_device(srv) < 0) {
-                srv->exit_code = 3;
-                cube__server_stop(srv);
+                restart_process(srv);
                 return;
         }
         cube__log(CUBE__LOG_NOTICE, "the device was re-initialised after a fault; serving %s",

@@ -444,6 +444,11 @@ int cube__share_rules_parse(const char *text, cube__share_rule **ret, size_t *re
 
 /* Every option, from defaults, the configuration file and the command line
  * (config.c). Strings are owned. */
+/* max-sessions unless the operator sets it, and the fewest sessions the
+ * default is lowered to where the descriptor limit holds fewer. */
+#define CUBE__DEFAULT_MAX_SESSIONS 4096u
+#define CUBE__MIN_FITTED_SESSIONS 64u
+
 typedef struct cube__options {
         char *socket_path;
         char *backend;

@@ -692,6 +692,8 @@ bool test_device_has(const char *name, unsigned needs)
                 { TEST_NEEDS_CPU_DEVICE, "needs the CPU device; cubed runs another backend" },
                 { TEST_NEEDS_VALGRIND, "needs valgrind; this build's daemon cannot run "
                                        "under it" },
+                { TEST_NEEDS_CUDA_DOUBLE, "needs the CUDA driver's test double, whose launches "
+                                          "take the time a test sets" },
         };
         const char *driver = getenv("CUBE_TEST_DRIVER");
         unsigned lacking = 0;
@@ -700,6 +702,8 @@ bool test_device_has(const char *name, unsigned needs)
                 lacking |= TEST_NEEDS_CPU_DEVICE;
         if (driver && strcmp(driver, "double") == 0)
                 lacking |= TEST_NEEDS_KERNEL_RUNS;
+        else
+                lacking |= TEST_NEEDS_CUDA_DOUBLE;
         if (getenv("CUBE_TEST_NO_VALGRIND"))
                 lacking |= TEST_NEEDS_VALGRIND;
         for (size_t i = 0; i < sizeof(lacks) / sizeof(lacks[0]); i++)
@@ -1308,4 +1312,17 @@ cube_error *test_affine_try(cube_client *c, uint64_t kernel, uint32_t n)
         free(in);
         free(out);
         return e;
+}
+
+bool test_file_holds(const char *path, const char *needle)
+{
+        char line[4096];
+        bool found = false;
+        FILE *f = fopen(path, "re");
+
+        while (f && !found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+        if (f)
+                fclose(f);
+        return found;
 }

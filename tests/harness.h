@@ -118,13 +118,18 @@ typedef enum test_need {
         TEST_NEEDS_KERNEL_RUNS = 1 << 0,
         /* The CPU device itself (CUBE_TEST_BACKEND unset or "cpu"): its
          * fault reasons (SEGV), its 64-byte alignment, its compiler and
-         * PoCL, device memory that is the daemon's own, and an address
+         * PoCL, its first dimension of cubes (a GPU's holds 2^31 - 1),
+         * device memory that is the daemon's own, and an address
          * space of cubed's that holds no driver (the CUDA test double's
          * threads and mappings live inside cubed). */
         TEST_NEEDS_CPU_DEVICE = 1 << 1,
         /* A daemon run under valgrind, which a sanitizer's build cannot be
          * (CUBE_TEST_NO_VALGRIND). */
         TEST_NEEDS_VALGRIND = 1 << 2,
+        /* The CUDA driver's test double (CUBE_TEST_DRIVER=double), whose
+         * launches take as long as the test says (CUBE_CUDA_DOUBLE_LAUNCH_US
+         * in cubed's environment). */
+        TEST_NEEDS_CUDA_DOUBLE = 1 << 3,
 } test_need;
 /* Whether the device under test has every need (test_need bits) of the case
  * named; prints the case's SKIP line when it has not. */
@@ -221,6 +226,8 @@ void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
 void test_expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n);
 /* How many failures the daemon's store still holds. */
 size_t test_live_failures(cube_client *c);
+/* Whether a line of the file at path (a daemon's log) holds needle. */
+bool test_file_holds(const char *path, const char *needle);
 
 /* affine(in -> out): out[i] = in[i] * 5 + 7, one const input and one
  * declared output; the kernel the failure-store suites pass failures along. */

@@ -466,6 +466,17 @@ START_TEST(threads_share_one_client_each_on_its_own_stream)
 }
 END_TEST
 
+/* In a child: cubed on socket, on the backend under test, and nothing else. */
+static void exec_cubed_on(const char *socket)
+{
+        const char *backend = test_backend();
+        const char *device = getenv("CUBE_TEST_DEVICE") ? getenv("CUBE_TEST_DEVICE") : "0";
+
+        execl(getenv("CUBED_BIN"), "cubed", "--socket", socket, "--backend", backend,
+              "--device", device, (char *) NULL);
+        _exit(127);
+}
+
 START_TEST(a_stale_socket_is_replaced_and_a_live_one_refused)
 {
         test_daemon second;
@@ -478,8 +489,7 @@ START_TEST(a_stale_socket_is_replaced_and_a_live_one_refused)
         if (pid == 0) {
                 int devnull = open("/dev/null", 1);
                 dup2(devnull, 2);
-                execl(getenv("CUBED_BIN"), "cubed", "--socket", D.socket, (char *) NULL);
-                _exit(127);
+                exec_cubed_on(D.socket);
         }
         waitpid(pid, &status, 0);
         ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1);
@@ -498,8 +508,7 @@ START_TEST(a_stale_socket_is_replaced_and_a_live_one_refused)
         if (pid == 0) {
                 int devnull = open("/dev/null", 1);
                 dup2(devnull, 2);
-                execl(getenv("CUBED_BIN"), "cubed", "--socket", stale, (char *) NULL);
-                _exit(127);
+                exec_cubed_on(stale);
         }
         for (int i = 0; i < 500; i++) {
                 cube_client *c;

@@ -1944,6 +1944,71 @@ START_TEST(a_device_fault_injected_late_poisons_the_device)
 }
 END_TEST
 
+/* A unit that writes far outside every binding (unchecked). */
+static const char wild_source[] =
+        "KERNEL void wild(uint32_t *out, INFO)\n"
+        "{\n"
+        "        out[ABSOLUTE_POS] = 1;\n"
+        "        if (ABSOLUTE_POS == 7)\n"
+        "                out[(uint64_t) 1 << 44] = 1;\n"
+        "}\n";
+
+/* A real device fault under reinit: the next sessions meet a fresh device.
+ * The CPU device comes up again in place; a GPU keeps a sticky fault until
+ * the process ends, so there cubed starts afresh as the same process
+ * (before: it exited 3 with no one to start it again). */
+START_TEST(a_device_fault_under_reinit_serves_a_fresh_device)
+{
+        static const char *const args[] = { "--poison-policy", "reinit", "--poison-grace", "1",
+                                            NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_handle out;
+        cube_status st;
+        char before[64];
+        long deadline;
+        cube_error *e;
+
+        /* The driver's test double faults the process's first launch. */
+        setenv("CUBE_CUDA_DOUBLE_FAULT_LAUNCH", "1", 1);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        c = test_connect(d.socket, "wild");
+        snprintf(before, sizeof(before), "%s", cube_client_service(c));
+        out = test_empty(c, 4096);
+        test_launch_u32(c, (cube_launch) {
+                .kernel = test_kernel(c, wild_source, "wild"), .cube_count = { 1, 1, 1 },
+                .cube_dim = { 32, 1, 1 }, .buffers = &out, .n_buffers = 1,
+                .mode = CUBE_LAUNCH_UNCHECKED,
+        }, NULL, 0);
+        e = cube_sync(c, NULL, 0);
+        ck_assert_msg(e && cube_error_is_device_poisoned(e), "sync: %s",
+                      e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_disconnect(c);
+
+        deadline = test_now_ms() + test_scaled_ms(15000);
+        for (;;) {
+                e = cube_connect(d.socket, "after", &c);
+                if (!e && strcmp(cube_client_service(c), before) != 0)
+                        break;
+                if (!e)
+                        cube_disconnect(c);
+                cube_error_free(e);
+                ck_assert_msg(kill(d.pid, 0) == 0, "cubed ended instead of serving a fresh device");
+                ck_assert_msg(test_now_ms() < deadline, "no fresh device was served");
+                usleep(50000);
+        }
+        ck_ok(cube_daemon_status(c, &st));
+        ck_assert_msg(!st.poisoned, "still poisoned: %s", st.poison);
+        ck_assert_msg(kill(d.pid, 0) == 0, "cubed's process is gone");
+        if (strcmp(test_backend(), "cuda") == 0)
+                ck_assert_msg(test_file_holds(d.log, "starting cubed afresh"),
+                              "no word in the log of starting afresh");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 START_TEST(a_missing_compiler_is_no_refusal)
 {
         static const cube_error_kind defect[] = { CUBE_SERVER_LAUNCH, CUBE_LAUNCH_UNKNOWN };
@@ -2051,6 +2116,7 @@ static Suite *failures_suite(void)
         tcase_add_test_needing(late, a_build_that_fails_outside_the_kernel_is_no_refusal_and_is_retried,
                                TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(late, a_device_fault_injected_late_poisons_the_device);
+        tcase_add_test(late, a_device_fault_under_reinit_serves_a_fresh_device);
         tcase_add_test_needing(plain, a_missing_compiler_is_no_refusal, TEST_NEEDS_CPU_DEVICE);
         suite_add_tcase(s, late);
         return s;

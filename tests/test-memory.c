@@ -282,6 +282,8 @@ static int daemon_regions(void)
         return n;
 }
 
+/* Waits for the daemon to map want regions: a backend that pins regions
+ * (CUDA) unmaps a freed one on its own thread, a moment after the answer. */
 static bool wait_daemon_regions(int want, int timeout_ms)
 {
         for (int waited = 0;; waited += 10) {
@@ -1449,14 +1451,14 @@ START_TEST(regions_count_against_the_session_quota)
         expect_io_error(cube_region_create(c, 5 * MiB, &dummy), CUBE_IO_OUT_OF_MEMORY, 5 * MiB);
         ck_ok(cube_region_create(c, 1 * MiB, &b));      /* exactly the quota */
         expect_io_error(cube_region_create(c, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
-        ck_assert_int_eq(daemon_regions(), 2);
+        ck_assert_msg(wait_daemon_regions(2, 5000), "the daemon maps %d region(s), not 2", daemon_regions());
 
         /* Freeing gives the quota back. */
         cube_region_free(c, a);
         ck_ok(cube_region_create(c, 2 * MiB, &d));
         ck_ok(cube_region_create(c, 1 * MiB, &e));
         expect_io_error(cube_region_create(c, 1, &dummy), CUBE_IO_OUT_OF_MEMORY, 1);
-        ck_assert_int_eq(daemon_regions(), 3);
+        ck_assert_msg(wait_daemon_regions(3, 5000), "the daemon maps %d region(s), not 3", daemon_regions());
 
         /* The quota is the session's: another has all of its own. */
         {
@@ -1542,7 +1544,7 @@ START_TEST(regions_are_reclaimed_when_the_session_ends)
         pid_t pid;
         size_t n;
 
-        ck_assert_int_eq(daemon_regions(), 0);
+        ck_assert_msg(wait_daemon_regions(0, 5000), "the daemon maps %d region(s), not 0", daemon_regions());
         ck_assert_int_eq(pipe(ready), 0);
         ck_assert_int_eq(pipe(go), 0);
         pid = fork();
@@ -1550,7 +1552,7 @@ START_TEST(regions_are_reclaimed_when_the_session_ends)
         if (pid == 0)
                 _exit(leave_regions(ready[1], go[0]));
         ck_assert_int_eq(read(ready[0], &x, 1), 1);
-        ck_assert_int_eq(daemon_regions(), 2);
+        ck_assert_msg(wait_daemon_regions(2, 5000), "the daemon maps %d region(s), not 2", daemon_regions());
 
         /* Its session is one of the daemon's. */
         c2 = test_connect(D.socket, "after");
@@ -1580,7 +1582,7 @@ START_TEST(regions_are_reclaimed_when_the_session_ends)
 
         /* And the new session has its whole quota. */
         ck_ok(cube_region_create(c2, 4 * MiB, &a));
-        ck_assert_int_eq(daemon_regions(), 1);
+        ck_assert_msg(wait_daemon_regions(1, 5000), "the daemon maps %d region(s), not 1", daemon_regions());
         cube_region_free(c2, a);
         cube_disconnect(c2);
         close(ready[0]);

@@ -56,11 +56,30 @@
 
 typedef struct rec rec;
 
+/* An event recorded after one piece of work, shared by the marks it left
+ * on the storages the work touched. */
+typedef struct order_event {
+        CUevent event;
+        unsigned refs;
+} order_event;
+
+/* What work on one stream left on a storage: the bytes it may have touched,
+ * and an event behind it. Work of another stream on bytes that overlap
+ * waits for the event; work on other bytes of the storage (another
+ * allocation of a shared page) does not. */
+typedef struct mark mark;
+struct mark {
+        mark *next;
+        uint64_t lo, hi;
+        cube__dstream *stream;          /* NULL: the alloc stream */
+        order_event *after;
+};
+
 struct cube__storage {
         CUdeviceptr ptr;
         uint64_t size, rounded;
-        CUevent order;                  /* recorded after the last work on it */
-        cube__dstream *last;            /* the stream that recorded it; NULL: the alloc stream */
+        mark *marks;                    /* the submitter's alone */
+        unsigned n_marks;
         bool failed;                    /* the stream-ordered allocation failed */
 };
 
@@ -336,18 +355,92 @@ static rec *new_rec(void)
         return x;
 }
 
-/* Orders work on s after everything issued on other streams that touched
- * st, and makes st's event follow this work (record_after). */
-static void order_before(cube__device *d, cube__dstream *s, cube__storage *st)
+/* ---- order between streams, by byte range ----------------------------- */
+
+/* Marks a storage keeps before those whose work has finished are dropped. */
+#define MARKS_KEPT 16
+
+static order_event *order_event_new(cube__device *d, CUstream stream)
 {
-        if (st->last != s)
-                check(d, d->cu->cuStreamWaitEvent(s->stream, st->order, 0), "cuStreamWaitEvent");
+        order_event *e = calloc(1, sizeof(*e));
+
+        if (!e)
+                return NULL;
+        if (!check(d, d->cu->cuEventCreate(&e->event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")) {
+                free(e);
+                return NULL;
+        }
+        if (!check(d, d->cu->cuEventRecord(e->event, stream), "cuEventRecord")) {
+                d->cu->cuEventDestroy(e->event);
+                free(e);
+                return NULL;
+        }
+        e->refs = 1;
+        return e;
 }
 
-static void order_after(cube__device *d, cube__dstream *s, cube__storage *st)
+static void order_event_put(cube__device *d, order_event *e)
 {
-        if (check(d, d->cu->cuEventRecord(st->order, s->stream), "cuEventRecord"))
-                st->last = s;
+        if (e && --e->refs == 0) {
+                d->cu->cuEventDestroy(e->event);
+                free(e);
+        }
+}
+
+static void mark_drop(cube__device *d, cube__storage *st, mark **pp)
+{
+        mark *m = *pp;
+
+        *pp = m->next;
+        st->n_marks--;
+        order_event_put(d, m->after);
+        free(m);
+}
+
+/* Orders work on s touching [lo, hi) of st after the work of other streams
+ * that touched those bytes. */
+static void order_before(cube__device *d, cube__dstream *s, cube__storage *st, uint64_t lo,
+                         uint64_t hi)
+{
+        for (mark *m = st->marks; m; m = m->next)
+                if (m->stream != s && lo < m->hi && m->lo < hi)
+                        check(d, d->cu->cuStreamWaitEvent(s->stream, m->after->event, 0),
+                              "cuStreamWaitEvent");
+}
+
+/* Leaves the mark of work just issued on s (after: its event). Earlier
+ * marks of s on overlapping bytes are folded into it: s runs in order, so
+ * waiting for the new event waits for them too. Once a storage holds many,
+ * those whose work has finished go. */
+static void order_after(cube__device *d, cube__dstream *s, cube__storage *st, uint64_t lo,
+                        uint64_t hi, order_event *after)
+{
+        mark *m;
+
+        if (!after)
+                return;
+        for (mark **pp = &st->marks; *pp;) {
+                m = *pp;
+                if (m->stream == s && lo < m->hi && m->lo < hi) {
+                        lo = m->lo < lo ? m->lo : lo;
+                        hi = m->hi > hi ? m->hi : hi;
+                        mark_drop(d, st, pp);
+                } else if (st->n_marks >= MARKS_KEPT &&
+                           d->cu->cuEventQuery(m->after->event) == CUDA_SUCCESS) {
+                        mark_drop(d, st, pp);
+                } else {
+                        pp = &m->next;
+                }
+        }
+        if (!(m = malloc(sizeof(*m)))) {
+                /* Without it, later work of another stream could overtake. */
+                fprintf(stderr, "cubed: out of host memory ordering CUDA work\n");
+                abort();
+        }
+        *m = (mark) { .next = st->marks, .lo = lo, .hi = hi, .stream = s, .after = after };
+        after->refs++;
+        st->marks = m;
+        st->n_marks++;
 }
 
 static cube_error *storage_error(const cube__storage *st)
@@ -629,20 +722,36 @@ done:
  * been handed back and freed (they stay: their release is queued behind). */
 static void issue(cube__device *d, cube__dstream *s, cube__work *w)
 {
-        cube__storage *touched[8], **sts = touched;
+        enum { TOUCHED = 8 };
+        cube__storage *touched[TOUCHED], **sts = touched;
+        uint64_t span[2 * TOUCHED], *range = span;
         uint32_t n = w->op == CUBE__WORK_FENCE ? 0 : 1;
 
         touched[0] = w->storage;
+        if (n && w->op != CUBE__WORK_LAUNCH) {
+                span[0] = w->offset;
+                span[1] = w->offset + (w->rows > 1 ? w->pitch * (w->rows - 1) + w->len : w->len);
+        }
         if (w->op == CUBE__WORK_LAUNCH) {
-                n = w->launch->n_buffers;
-                if (n > sizeof(touched) / sizeof(touched[0]) && !(sts = malloc(n * sizeof(*sts)))) {
+                const cube__launch_work *l = w->launch;
+                n = l->n_buffers;
+                if (n > TOUCHED && (!(sts = malloc(n * sizeof(*sts))) ||
+                                    !(range = malloc(2 * n * sizeof(*range))))) {
+                        if (sts != touched)
+                                free(sts);
                         w->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                                 CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory launching '%s'",
-                                w->launch->kernel));
+                                l->kernel));
                         sts = touched;
+                        range = span;
                         n = 0;
                 } else {
-                        memcpy(sts, w->launch->storages, n * sizeof(*sts));
+                        memcpy(sts, l->storages, n * sizeof(*sts));
+                        for (uint32_t i = 0; i < n; i++) {
+                                range[2 * i] = l->extents ? l->extents[2 * i] : 0;
+                                range[2 * i + 1] = l->extents ? l->extents[2 * i + 1] :
+                                                   UINT64_MAX;
+                        }
                 }
         }
         pthread_mutex_lock(&d->lock);
@@ -659,16 +768,20 @@ static void issue(cube__device *d, cube__dstream *s, cube__work *w)
                 push_rec(d, s, x);
         } else {
                 for (uint32_t i = 0; i < n; i++)
-                        order_before(d, s, sts[i]);
+                        order_before(d, s, sts[i], range[2 * i], range[2 * i + 1]);
                 if (w->op == CUBE__WORK_LAUNCH)
                         issue_launch(d, s, w);
                 else
                         issue_copy(d, s, w);
+                order_event *after = order_event_new(d, s->stream);
                 for (uint32_t i = 0; i < n; i++)
-                        order_after(d, s, sts[i]);
+                        order_after(d, s, sts[i], range[2 * i], range[2 * i + 1], after);
+                order_event_put(d, after);
         }
         if (sts != touched)
                 free(sts);
+        if (range != span)
+                free(range);
 }
 
 static void run_cmd(cube__device *d, cmd *c)
@@ -688,27 +801,32 @@ static void run_cmd(cube__device *d, cmd *c)
                               "cuLaunchHostFunc");
                 ring(d);
                 break;
-        case CMD_ALLOC:
-                r = d->cu->cuEventCreate(&st->order, CU_EVENT_DISABLE_TIMING);
-                if (r == CUDA_SUCCESS && st->rounded)
+        case CMD_ALLOC: {
+                order_event *after = NULL;
+                r = CUDA_SUCCESS;
+                if (st->rounded)
                         r = d->cu->cuMemAllocFromPoolAsync(&st->ptr, st->rounded, d->pool,
                                                            d->alloc_stream);
                 /* Fresh memory reads as zeros: no session sees another's bytes. */
                 if (r == CUDA_SUCCESS && st->rounded)
                         r = d->cu->cuMemsetD8Async(st->ptr, 0, st->rounded, d->alloc_stream);
-                if (r == CUDA_SUCCESS)
-                        r = d->cu->cuEventRecord(st->order, d->alloc_stream);
-                st->last = NULL;
-                if (!check(d, r, "allocating device memory"))
+                if (!check(d, r, "allocating device memory") ||
+                    !(after = order_event_new(d, d->alloc_stream)))
                         st->failed = true;
+                /* Every stream's first work on it waits for the zeros. */
+                order_after(d, NULL, st, 0, UINT64_MAX, after);
+                order_event_put(d, after);
                 break;
+        }
         case CMD_FREE:
-                if (st->order)
-                        d->cu->cuStreamWaitEvent(d->alloc_stream, st->order, 0);
+                while (st->marks) {
+                        if (st->marks->stream)
+                                d->cu->cuStreamWaitEvent(d->alloc_stream,
+                                                         st->marks->after->event, 0);
+                        mark_drop(d, st, &st->marks);
+                }
                 if (st->ptr)
                         check(d, d->cu->cuMemFreeAsync(st->ptr, d->alloc_stream), "cuMemFreeAsync");
-                if (st->order)
-                        d->cu->cuEventDestroy(st->order);
                 free(st);
                 break;
         case CMD_REGISTER: {
@@ -995,33 +1113,38 @@ static int attr(cube__device *d, CUdevice_attribute a)
         return v;
 }
 
+/* Set once a device of this process was closed poisoned. A GPU keeps a
+ * sticky fault in the primary context until the process ends (an H200 with
+ * driver 580 answers cuDevicePrimaryCtxRetain with it after a reset), and a
+ * reset or release waits for a kernel that never ends. So a poisoned
+ * device's context is left alone, and no device opens again in this
+ * process: the core then starts cubed afresh, and the driver lets go of the
+ * context as the old process's descriptors close. */
+static bool context_abandoned;
+
 static void free_device(cube__device *d)
 {
-        if (d->cu && d->ctx) {
+        if (d->cu && d->ctx && d->poison) {
+                context_abandoned = true;
+        } else if (d->cu && d->ctx) {
                 d->cu->cuCtxSetCurrent(d->ctx);
-                if (d->poison) {
-                        /* The context is dead: a reset destroys everything of
-                         * it, and the next open retains a fresh one. */
-                        d->cu->cuDevicePrimaryCtxReset(d->dev);
-                } else {
-                        for (int i = 0; i < BOUNCE_COUNT; i++)
-                                if (d->bounce[i])
-                                        d->cu->cuMemFreeHost(d->bounce[i]);
-                        if (d->info_host)
-                                d->cu->cuMemFreeHost(d->info_host);
-                        if (d->info_dev)
-                                d->cu->cuMemFreeAsync(d->info_dev, d->alloc_stream);
-                        if (d->alloc_stream) {
-                                d->cu->cuStreamSynchronize(d->alloc_stream);
-                                d->cu->cuStreamDestroy(d->alloc_stream);
-                        }
-                        if (d->anchor)
-                                d->cu->cuEventDestroy(d->anchor);
-                        if (d->anchor_stream)
-                                d->cu->cuStreamDestroy(d->anchor_stream);
-                        if (d->pool)
-                                d->cu->cuMemPoolDestroy(d->pool);
+                for (int i = 0; i < BOUNCE_COUNT; i++)
+                        if (d->bounce[i])
+                                d->cu->cuMemFreeHost(d->bounce[i]);
+                if (d->info_host)
+                        d->cu->cuMemFreeHost(d->info_host);
+                if (d->info_dev)
+                        d->cu->cuMemFreeAsync(d->info_dev, d->alloc_stream);
+                if (d->alloc_stream) {
+                        d->cu->cuStreamSynchronize(d->alloc_stream);
+                        d->cu->cuStreamDestroy(d->alloc_stream);
                 }
+                if (d->anchor)
+                        d->cu->cuEventDestroy(d->anchor);
+                if (d->anchor_stream)
+                        d->cu->cuStreamDestroy(d->anchor_stream);
+                if (d->pool)
+                        d->cu->cuMemPoolDestroy(d->pool);
                 d->cu->cuDevicePrimaryCtxRelease(d->dev);
         }
         if (d->doorbell >= 0)
@@ -1054,6 +1177,11 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
         int count = 0, r;
         CUresult cr;
 
+        if (context_abandoned) {
+                *ret_why = "this process closed a poisoned CUDA device, whose context the driver "
+                           "keeps until the process ends; start the process again";
+                return -EAGAIN;
+        }
         if ((r = cube__cuda_load_driver(&cu, ret_why)) < 0)
                 return r;
         if (!(d = calloc(1, sizeof(*d))))
@@ -1184,14 +1312,18 @@ static void cuda_close(cube__device *d)
         pthread_join(d->submitter, NULL);
         ring(d);
         pthread_join(d->completer, NULL);
+        /* A poisoned context is left as it is (free_device). */
+        bool dead = poisoned(d);
         for (cube__dstream *s = d->streams, *next; s; s = next) {
                 next = s->next;
-                d->cu->cuStreamDestroy(s->stream);
+                if (!dead)
+                        d->cu->cuStreamDestroy(s->stream);
                 free(s);
         }
         for (pinned_range *p = d->pinned, *next; p; p = next) {
                 next = p->next;
-                d->cu->cuMemHostUnregister(p->addr);
+                if (!dead)
+                        d->cu->cuMemHostUnregister(p->addr);
                 free(p);
         }
         free_device(d);
@@ -1412,8 +1544,10 @@ static void cuda_unload(cube__device *d, cube__module *m)
 {
         if (!m)
                 return;
-        d->cu->cuCtxSetCurrent(d->ctx);
-        d->cu->cuModuleUnload(m->module);
+        if (!poisoned(d)) {     /* a module a kernel still runs in holds the unload */
+                d->cu->cuCtxSetCurrent(d->ctx);
+                d->cu->cuModuleUnload(m->module);
+        }
         free(m->align);
         free(m);
 }

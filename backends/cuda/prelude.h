@@ -144,17 +144,19 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 
 /* Tensor maps: each TENSOR_MAP parameter arrives as the CUtensorMap the
  * backend encoded with cuTensorMapEncodeTiled (device.c), a 128-byte
- * __grid_constant__ parameter after the buffers. On sm_90 and later a
- * tensor_map_load is the Tensor Memory Accelerator's bulk copy into shared
- * memory, completed through an mbarrier; elsewhere, or into an array not
- * aligned as the copy needs, the checked guards copy the box themselves,
- * with the same result. */
+ * __grid_constant__ parameter after the buffers. The checked guards copy
+ * a tensor_map_load's box themselves, the map's words telling them how. */
 typedef struct __align__(64) cube__tensor_map_t {
         unsigned long long opaque[16];
 } cube__tensor_map_t;
 #define CUBE__TENSOR_MAP(m) const __grid_constant__ cube__tensor_map_t cube__tm##m,
 #define CUBE__TENSOR_MAP_PTR(m) ((const void *) &cube__tm##m)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The Tensor Memory Accelerator's path below is off: on an H200 (driver
+ * 580) its first launch failed with CUDA_ERROR_ILLEGAL_INSTRUCTION, which
+ * kills the context, and the cause is not known yet. The checked guards
+ * copy the box instead, with the same result. CUBE__TMA_HARDWARE turns it
+ * back on for the one who finds the cause. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(CUBE__TMA_HARDWARE)
 /* Every unit calls it with the same arguments; returns 1 once the box is in
  * dst for all of them, 0 (having done nothing) where the copy cannot go. */
 static __device__ int cube__tma_load(const void *map, void *dst, uint32_t bytes, uint32_t n,

@@ -19,7 +19,10 @@
  *   there to read. Kernel bodies never run: a launch takes
  *   CUBE_CUDA_DOUBLE_LAUNCH_US microseconds (default 20) and does nothing;
  * - a sticky fault leaves every later call failing with it until the
- *   primary context is reset, which ends whatever still runs;
+ *   primary context is reset, which ends whatever still runs; as on an
+ *   H200 with driver 580, a process that met one cannot retain the primary
+ *   context again (cuDevicePrimaryCtxRetain answers the fault) until it
+ *   ends;
  * - cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col refuse what the
  *   driver documents as invalid (rank, alignment, dimensions, strides,
  *   boxes, element strides, swizzle, fill) and write the address into the
@@ -138,6 +141,8 @@ static pthread_mutex_t big = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static bool initialised;
 static struct CUctx_st primary;
+/* The first sticky fault of the process: it outlives every reset. */
+static CUresult process_fault;
 static __thread CUcontext current;
 static alloc *allocs;
 static region *regions;
@@ -259,7 +264,7 @@ static void run_launch(CUstream s, op *o)
         if (o->fault) {
                 pthread_mutex_lock(&big);
                 if (s->generation == primary.generation && !primary.sticky)
-                        primary.sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+                        primary.sticky = process_fault = CUDA_ERROR_ILLEGAL_ADDRESS;
                 pthread_cond_broadcast(&changed);
                 pthread_mutex_unlock(&big);
                 return;
@@ -495,6 +500,8 @@ static CUresult d_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
         if (dev != 0)
                 return CUDA_ERROR_INVALID_DEVICE;
         pthread_mutex_lock(&big);
+        if (process_fault)
+                LEAVE(process_fault);
         primary.retained++;
         *ctx = &primary;
         pthread_mutex_unlock(&big);
