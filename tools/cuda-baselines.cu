@@ -8,6 +8,11 @@
  *   d2h_pinned_gbs      cuMemcpyDtoHAsync of 256 MiB to pinned memory
  *   sync_rtt_us         cuStreamSynchronize on an idle stream
  *   vadd16_gelems       16 processes, each vector_add of 2^24 floats x 20
+ *   tma_load_2d         whether the Tensor Memory Accelerator's tiled load
+ *                       (cp.async.bulk.tensor through an mbarrier, the map a
+ *                       __grid_constant__ parameter) runs and places its box:
+ *                       1 it does, 0 it does not (the reason follows); taken
+ *                       last, as a fault here ends the context
  *
  * The 16 processes are forked before this one touches CUDA (a child of a
  * process that initialised CUDA cannot use it) and wait on a pipe until
@@ -19,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +37,78 @@ extern "C" __global__ void vadd(const float *a, const float *b, float *o, unsign
 {
         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
         if (i < n) o[i] = a[i] + b[i];
+}
+
+/* The tiled load cube's prelude would make (backends/cuda/prelude.h), in
+ * its plainest form: one unit loads an 8 x 4 float box at (x, y). */
+struct __align__(64) tmap { unsigned long long opaque[16]; };
+extern "C" __global__ void tma_box(float *out, const __grid_constant__ tmap map, int x, int y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        __shared__ __align__(128) float tile[32];
+        __shared__ __align__(8) unsigned long long bar;
+        unsigned s = (unsigned) __cvta_generic_to_shared(tile);
+        unsigned b = (unsigned) __cvta_generic_to_shared(&bar);
+        unsigned done = 0;
+
+        if (threadIdx.x == 0) {
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                             :: "r"(b), "r"(128) : "memory");
+                asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                             ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                             :: "r"(s), "l"(&map), "r"(x), "r"(y), "r"(b) : "memory");
+        }
+        __syncthreads();
+        while (!done)
+                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
+                             "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(b) : "memory");
+        out[threadIdx.x] = tile[threadIdx.x];
+#endif
+}
+
+/* tma_load_2d: 1 where the load ran and placed the box, else 0 and why. */
+static void probe_tma(void)
+{
+        float host[60], got[32];
+        CUdeviceptr t, out;
+        CUtensorMap map;
+        cuuint64_t dims[2] = { 12, 5 }, strides[1] = { 48 };
+        cuuint32_t box[2] = { 8, 4 }, es[2] = { 1, 1 };
+        int major = 0, right = 1;
+        const char *why = "";
+        CUresult r;
+
+        cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0);
+        if (major < 9) {
+                printf("tma_load_2d 0 (compute capability %d: no Tensor Memory Accelerator)\n",
+                       major);
+                return;
+        }
+        for (int i = 0; i < 60; i++)
+                host[i] = (float) i;
+        CK(cuMemAlloc(&t, sizeof(host)));
+        CK(cuMemAlloc(&out, sizeof(got)));
+        CK(cuMemcpyHtoD(t, host, sizeof(host)));
+        r = cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *) t, dims,
+                                   strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                   CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r == CUDA_SUCCESS) {
+                tmap m;
+                memcpy(&m, &map, sizeof(m));
+                tma_box<<<1, 32>>>((float *) out, m, 2, 1);
+                r = cuCtxSynchronize();
+        }
+        if (r == CUDA_SUCCESS && cuMemcpyDtoH(got, out, sizeof(got)) == CUDA_SUCCESS) {
+                for (int i = 0; i < 32; i++)
+                        right &= got[i] == (float) ((1 + i / 8) * 12 + 2 + i % 8);
+                printf("tma_load_2d %d%s\n", right, right ? "" : " (the box holds other bytes)");
+                return;
+        }
+        cuGetErrorName(r, &why);
+        printf("tma_load_2d 0 (%s)\n", why ? why : "an unknown error");
 }
 
 static double now(void)
@@ -129,5 +207,7 @@ int main(void)
                 return 1;
         }
         printf("vadd16_gelems %.2f Gelem/s\n", 16.0 * 20 * (1u << 24) / (now() - t) / 1e9);
+        fflush(stdout);
+        probe_tma();
         return 0;
 }
