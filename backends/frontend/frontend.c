@@ -1488,15 +1488,33 @@ static const char *scalar_group(CXType t, cube__scalar_group *ret)
 }
 
 /* Collects into called the functions a call of the source names. */
-static void find_called(fe *f, node *n, CXCursor *called, unsigned *n_called, unsigned cap)
+/* The functions called anywhere in the source (their canonical cursors),
+ * in a growing array: a call missed would make its KERNEL callee an entry. */
+typedef struct called_set {
+        CXCursor *v;
+        size_t n, cap;
+} called_set;
+
+static void find_called(fe *f, node *n, called_set *set)
 {
-        for (unsigned i = 0; i < n->n_kids; i++)
-                find_called(f, n->kids[i], called, n_called, cap);
-        if (n->kind != CXCursor_CallExpr || *n_called >= cap)
+        for (unsigned i = 0; i < n->n_kids && !f->oom; i++)
+                find_called(f, n->kids[i], set);
+        if (n->kind != CXCursor_CallExpr || f->oom)
                 return;
         CXCursor d = clang_getCursorReferenced(n->c);
-        if (!clang_Cursor_isNull(d))
-                called[(*n_called)++] = clang_getCanonicalCursor(d);
+        if (clang_Cursor_isNull(d))
+                return;
+        if (set->n == set->cap) {
+                size_t cap = set->cap ? set->cap * 2 : 256;
+                CXCursor *v = realloc(set->v, cap * sizeof(*v));
+                if (!v) {
+                        f->oom = true;
+                        return;
+                }
+                set->v = v;
+                set->cap = cap;
+        }
+        set->v[set->n++] = clang_getCanonicalCursor(d);
 }
 
 /* The entry points: every KERNEL function the source defines and does not
@@ -1504,16 +1522,16 @@ static void find_called(fe *f, node *n, CXCursor *called, unsigned *n_called, un
  * whatever it is. One build serves them all, each by its own name. */
 static bool find_entries(fe *f)
 {
-        unsigned cap = 4096, n_called = 0;
-        CXCursor *called = calloc(cap, sizeof(*called));
+        called_set called = { 0 };
 
         f->entries = calloc(f->root->n_kids + 1, sizeof(*f->entries));
-        if (!called || !f->entries) {
-                free(called);
+        if (f->entries)
+                find_called(f, f->root, &called);
+        if (!f->entries || f->oom) {
+                free(called.v);
                 f->oom = true;
                 return false;
         }
-        find_called(f, f->root, called, &n_called, cap);
         for (unsigned i = 0; i < f->root->n_kids; i++) {
                 node *n = f->root->kids[i];
                 if (n->kind != CXCursor_FunctionDecl || !clang_isCursorDefinition(n->c))
@@ -1521,8 +1539,8 @@ static bool find_entries(fe *f)
                 CXString s = clang_getCursorSpelling(n->c);
                 const char *name = clang_getCString(s);
                 bool asked = strcmp(name, f->entry) == 0, is_called = false;
-                for (unsigned j = 0; j < n_called && !is_called; j++)
-                        is_called = clang_equalCursors(called[j], clang_getCanonicalCursor(n->c));
+                for (size_t j = 0; j < called.n && !is_called; j++)
+                        is_called = clang_equalCursors(called.v[j], clang_getCanonicalCursor(n->c));
                 if (asked || (annotated(n, "cube_kernel") && !is_called && strlen(name) < 64)) {
                         fe_entry *e = &f->entries[f->n_entries++];
                         e->fn = n;
@@ -1530,7 +1548,7 @@ static bool find_entries(fe *f)
                 }
                 clang_disposeString(s);
         }
-        free(called);
+        free(called.v);
         return true;
 }
 
