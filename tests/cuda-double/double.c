@@ -129,7 +129,12 @@ struct CUmod_st {
         unsigned generation;
         struct CUfunc_st *funcs;
         unsigned n_funcs;
+        struct CUmod_st *next, *prev;   /* the process's modules, as the driver holds them */
 };
+
+/* Every module loaded and not unloaded: one a poisoned context keeps stays
+ * the process's until it ends, as on a GPU. */
+static struct CUmod_st *modules;
 
 struct CUmemPoolHandle_st {
         int unused;
@@ -969,6 +974,10 @@ static CUresult d_cuModuleLoadData(CUmodule *ret, const void *image)
                 LEAVE(r);
         }
         m->generation = primary.generation;
+        m->next = modules;
+        if (modules)
+                modules->prev = m;
+        modules = m;
         *ret = m;
         LEAVE(CUDA_SUCCESS);
 }
@@ -978,6 +987,12 @@ static CUresult d_cuModuleUnload(CUmodule m)
         ENTER_DESTROY();
         if (!m)
                 LEAVE(CUDA_ERROR_INVALID_HANDLE);
+        if (m->prev)
+                m->prev->next = m->next;
+        else
+                modules = m->next;
+        if (m->next)
+                m->next->prev = m->prev;
         free(m->funcs);
         free(m);
         LEAVE(r_);
