@@ -51,6 +51,7 @@
 #define BOUNCE_COUNT 8
 #define INFO_SLOT 4096
 #define INFO_SLOTS 1024
+#define EVENT_POOL 1024
 /* Device memory left to the context, stacks and the driver. */
 #define CUDA_RESERVE (512ull << 20)
 
@@ -103,6 +104,7 @@ struct rec {
         rec *next;
         CUevent event;                  /* NULL: complete as soon as it is seen */
         CUevent start;                  /* a launch: recorded before it, for its timing */
+        bool event_timed;               /* event came from the timed pool */
         uint64_t running_since;         /* a launch: when start was first seen complete */
         cube__work *work;               /* handed back when this rec completes; NULL for a chunk */
         void *bounce;                   /* a bounce chunk to give back */
@@ -170,7 +172,45 @@ struct cube__device {
         uint8_t *info_host;             /* pinned, INFO_SLOTS x INFO_SLOT */
         CUdeviceptr info_dev;
         pinned_range *pinned;           /* submitter thread only */
+
+        /* Events kept for reuse, [0] without timing, [1] timed (event_take). */
+        pthread_mutex_t events_lock;
+        CUevent events[2][EVENT_POOL];
+        unsigned n_events[2];
 };
+
+/* A launch records up to three events (its start, its end, its order
+ * mark) and a copy two; made once and kept, they cost a record each, not a
+ * create and a destroy as well. An event may be recorded again once
+ * nothing queries it: cuStreamWaitEvent has taken the record it waits for
+ * when it returns. */
+static CUevent event_take(cube__device *d, bool timed)
+{
+        CUevent ev = NULL;
+
+        pthread_mutex_lock(&d->events_lock);
+        if (d->n_events[timed])
+                ev = d->events[timed][--d->n_events[timed]];
+        pthread_mutex_unlock(&d->events_lock);
+        if (!ev && d->cu->cuEventCreate(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) !=
+                   CUDA_SUCCESS)
+                ev = NULL;
+        return ev;
+}
+
+static void event_give(cube__device *d, CUevent ev, bool timed)
+{
+        if (!ev)
+                return;
+        pthread_mutex_lock(&d->events_lock);
+        if (d->n_events[timed] < EVENT_POOL) {
+                d->events[timed][d->n_events[timed]++] = ev;
+                ev = NULL;
+        }
+        pthread_mutex_unlock(&d->events_lock);
+        if (ev)
+                d->cu->cuEventDestroy(ev);
+}
 
 static void ring(cube__device *d)
 {
@@ -206,10 +246,8 @@ static void poison_why_locked(cube__device *d, const char *why)
         /* Complete now, with the poison. */
         for (cube__dstream *s = d->streams; s; s = s->next)
                 for (rec *x = s->head; x; x = x->next) {
-                        if (x->event)
-                                d->cu->cuEventDestroy(x->event);
-                        if (x->start)
-                                d->cu->cuEventDestroy(x->start);
+                        event_give(d, x->event, x->event_timed);
+                        event_give(d, x->start, true);
                         x->event = x->start = NULL;
                 }
 }
@@ -312,22 +350,23 @@ static bool is_pinned(cube__device *d, const void *p, uint64_t len)
  * poison). Once pushed, x and its work belong to the completion thread. */
 static void push_rec(cube__device *d, cube__dstream *s, rec *x)
 {
-        unsigned flags = x->start ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+        bool timed = x->start != NULL;
         CUevent ev = NULL;
 
-        if (!poisoned(d) && check(d, d->cu->cuEventCreate(&ev, flags), "cuEventCreate") &&
+        if (!poisoned(d) && (ev = event_take(d, timed)) &&
             !check(d, d->cu->cuEventRecord(ev, s->stream), "cuEventRecord")) {
-                d->cu->cuEventDestroy(ev);
+                event_give(d, ev, timed);
                 ev = NULL;
         }
         x->event = ev;
+        x->event_timed = timed;
         pthread_mutex_lock(&d->lock);
         if (d->poison && x->event) {
-                d->cu->cuEventDestroy(x->event);
+                event_give(d, x->event, timed);
                 x->event = NULL;
         }
         if (!x->event && x->start) {
-                d->cu->cuEventDestroy(x->start);
+                event_give(d, x->start, true);
                 x->start = NULL;
         }
         x->next = NULL;
@@ -366,12 +405,12 @@ static order_event *order_event_new(cube__device *d, CUstream stream)
 
         if (!e)
                 return NULL;
-        if (!check(d, d->cu->cuEventCreate(&e->event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")) {
+        if (!(e->event = event_take(d, false))) {
                 free(e);
                 return NULL;
         }
         if (!check(d, d->cu->cuEventRecord(e->event, stream), "cuEventRecord")) {
-                d->cu->cuEventDestroy(e->event);
+                event_give(d, e->event, false);
                 free(e);
                 return NULL;
         }
@@ -382,7 +421,7 @@ static order_event *order_event_new(cube__device *d, CUstream stream)
 static void order_event_put(cube__device *d, order_event *e)
 {
         if (e && --e->refs == 0) {
-                d->cu->cuEventDestroy(e->event);
+                event_give(d, e->event, false);
                 free(e);
         }
 }
@@ -680,9 +719,9 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
         params[n + ntm + 1] = &meta;
         params[n + ntm + 2] = &dyn;
         params[n + ntm + 3] = &words;
-        if (check(d, d->cu->cuEventCreate(&x->start, CU_EVENT_DEFAULT), "cuEventCreate") &&
+        if ((x->start = event_take(d, true)) &&
             !check(d, d->cu->cuEventRecord(x->start, s->stream), "cuEventRecord")) {
-                d->cu->cuEventDestroy(x->start);
+                event_give(d, x->start, true);
                 x->start = NULL;
         }
         r = d->cu->cuLaunchKernel(l->module->fn, l->count[0], l->count[1], l->count[2],
@@ -1021,10 +1060,8 @@ static bool reap(cube__device *d)
                         memcpy(x->copy_to, x->bounce, x->copy_len);
                 if (x->work && x->event && !dead && x->work->op == CUBE__WORK_LAUNCH)
                         time_launch(d, x, x->work);
-                if (x->event)
-                        d->cu->cuEventDestroy(x->event);
-                if (x->start)
-                        d->cu->cuEventDestroy(x->start);
+                event_give(d, x->event, x->event_timed);
+                event_give(d, x->start, true);
         }
 
         pthread_mutex_lock(&d->lock);
@@ -1124,6 +1161,12 @@ static bool context_abandoned;
 
 static void free_device(cube__device *d)
 {
+        /* Destroying an event never waits, even in a dead context. */
+        if (d->cu && d->ctx)
+                d->cu->cuCtxSetCurrent(d->ctx);
+        for (int timed = 0; timed < 2 && d->cu && d->ctx; timed++)
+                while (d->n_events[timed])
+                        d->cu->cuEventDestroy(d->events[timed][--d->n_events[timed]]);
         if (d->cu && d->ctx && d->poison) {
                 context_abandoned = true;
         } else if (d->cu && d->ctx) {
@@ -1151,6 +1194,7 @@ static void free_device(cube__device *d)
                 close(d->doorbell);
         cube_error_free(d->poison);
         pthread_mutex_destroy(&d->lock);
+        pthread_mutex_destroy(&d->events_lock);
         pthread_cond_destroy(&d->cmd_wake);
         pthread_cond_destroy(&d->bounce_free);
         pthread_cond_destroy(&d->slot_free);
@@ -1190,6 +1234,7 @@ static int cuda_open(const cube__device_config *config, cube__device **ret_devic
         d->cu = cu;
         d->doorbell = -1;
         pthread_mutex_init(&d->lock, NULL);
+        pthread_mutex_init(&d->events_lock, NULL);
         pthread_cond_init(&d->cmd_wake, NULL);
         pthread_cond_init(&d->bounce_free, NULL);
         pthread_cond_init(&d->slot_free, NULL);
