@@ -735,6 +735,22 @@ static void *side_thread(void *arg)
         return NULL;
 }
 
+static pthread_t side_start(side_work *w)
+{
+        pthread_t t;
+
+        ck_assert_int_eq(pthread_create(&t, NULL, side_thread, w), 0);
+        return t;
+}
+
+/* Joins the side work, which must have read back what it wrote. */
+static void side_done(side_work *w, pthread_t t)
+{
+        pthread_join(t, NULL);
+        ck_assert_msg(!w->e, "the side work failed: %s", w->e ? cube_error_message(w->e) : "");
+        ck_assert_msg(w->right, "the side work read back other bytes");
+}
+
 START_TEST(a_long_kernel_does_not_hold_up_another_stream)
 {
         side_work w = {0};
@@ -755,12 +771,10 @@ START_TEST(a_long_kernel_does_not_hold_up_another_stream)
         w.c = c;
         long t0 = test_now_ms();
         launch_spin(c, kernel, &spin_out, rounds);
-        ck_assert_int_eq(pthread_create(&t, NULL, side_thread, &w), 0);
+        t = side_start(&w);
         ck_ok(cube_sync(c, &spin_out, 1));
         long kernel_ms = test_now_ms() - t0;
-        pthread_join(t, NULL);
-        ck_assert_msg(!w.e, "the side work failed: %s", w.e ? cube_error_message(w.e) : "");
-        ck_assert_msg(w.right, "the side work read back other bytes");
+        side_done(&w, t);
 
         fprintf(stderr, "concurrency: a write and read took %ld ms beside a %ld ms kernel\n",
                 w.ended - w.began, kernel_ms);
@@ -841,12 +855,10 @@ START_TEST(a_launch_holds_up_no_neighbour_in_its_page_on_another_stream)
         w.c = c;
         long t0 = test_now_ms();
         ck_ok(launch_scale2(c, kernel, &a, &b, 1024, 1));
-        ck_assert_int_eq(pthread_create(&t, NULL, side_thread, &w), 0);
+        t = side_start(&w);
         ck_ok(cube_sync(c, &b, 1));
         long kernel_ms = test_now_ms() - t0;
-        pthread_join(t, NULL);
-        ck_assert_msg(!w.e, "the side work failed: %s", w.e ? cube_error_message(w.e) : "");
-        ck_assert_msg(w.right, "the side work read back other bytes");
+        side_done(&w, t);
         ck_assert_msg(kernel_ms >= 300, "the launch took only %ld ms", kernel_ms);
         ck_assert_msg(w.ended - w.began < kernel_ms / 4,
                       "a write and read of a neighbour took %ld ms beside a %ld ms launch",
