@@ -562,8 +562,9 @@ typedef struct cube_tensor_map {
          * every elem_strides[d]-th element of the box (for im2col, the
          * convolution's stride). */
         uint32_t elem_strides[CUBE_TENSOR_MAP_MAX_RANK];
-        /* Im2col only: the bounding box's corners in the spatial dimensions
-         * (1 .. rank - 2), relative to a pixel's coordinates. */
+        /* Im2col only, per spatial dimension (1 .. rank - 2, W first): the
+         * bounding box pixels are taken from, [lower_corner, size +
+         * upper_corner) moved by a load's offsets (docs/KERNELS.md). */
         int32_t lower_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
         int32_t upper_corner[CUBE_TENSOR_MAP_MAX_SPATIAL];
         cube_tensor_map_interleave interleave;

@@ -456,7 +456,7 @@ START_TEST(the_front_end_keeps_tensor_maps_to_their_rules)
                   "{ SHARED double t[32]; tensor_map_load(m, t, 0); out[0] = t[0]; }\n",
                   "holds 8-byte elements" },
                 { "KERNEL void k(float *out, TENSOR_MAP(float) m)\n"
-                  "{ SHARED float t[32]; tensor_map_load(m, t, 0, 0, 0, 0, 0, 0); }\n",
+                  "{ SHARED float t[32]; tensor_map_load(m, t, 0, 0, 0, 0, 0, 0, 0, 0, 0); }\n",
                   "1 to 5 coordinates" },
                 { "static float h(TENSOR_MAP(float) m) { return m[0]; }\n"
                   "KERNEL void k(float *out, TENSOR_MAP(float) m) { out[0] = h(m); }\n",
@@ -596,6 +596,161 @@ START_TEST(a_hostile_map_on_the_wire_is_judged_or_closes_the_connection)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Im2col loads: a column of pixels, channels innermost. The cases are the
+ * TMA's im2col mode as documented by its users (an NHWC tensor, a bounding
+ * box per spatial dimension of [lower + offset, size + upper + offset),
+ * pixels taken along W, then H, then on into the next image).
+ * ------------------------------------------------------------------------- */
+
+enum { IC = 4, IW = 4, IH = 4, PIXELS = 16 };
+
+/* One cube loads 16 pixels of 4 channels from (c, w, h, n), offsets
+ * (ow, oh), and writes them out as they landed. */
+static const char column_source[] =
+        "KERNEL void column(float *out, TENSOR_MAP(float) src, int32_t c, int32_t w, int32_t h,\n"
+        "                   int32_t n, int32_t ow, int32_t oh)\n"
+        "{\n"
+        "        SHARED float tile[64];\n"
+        "\n"
+        "        tensor_map_load(src, tile, c, w, h, n, ow, oh);\n"
+        "        for (uint32_t i = UNIT_POS; i < 64; i += CUBE_DIM)\n"
+        "                out[i] = tile[i];\n"
+        "}\n";
+
+/* Pixel (w, h) of image n holds n * 16 + h * 4 + w + 1 in channel 0, and
+ * 1000 times that plus the channel in the others. */
+static float pixel_value(int n, int h, int w, int ch)
+{
+        float v = (float) (n * IH * IW + h * IW + w + 1);
+
+        return ch ? v * 1000 + (float) ch : v;
+}
+
+static cube_handle images(cube_client *c, int n_images)
+{
+        float t[2 * IH * IW * IC];
+        cube_handle h;
+
+        for (int n = 0; n < n_images; n++)
+                for (int y = 0; y < IH; y++)
+                        for (int x = 0; x < IW; x++)
+                                for (int ch = 0; ch < IC; ch++)
+                                        t[((n * IH + y) * IW + x) * IC + ch] =
+                                                pixel_value(n, y, x, ch);
+        ck_ok(cube_create(c, t, (uint64_t) n_images * IH * IW * IC * sizeof(float), &h));
+        return h;
+}
+
+static cube_tensor_map column_map(const cube_handle *h, int n_images, int lower, int upper)
+{
+        return (cube_tensor_map) {
+                .buffer = *h, .format = CUBE_TENSOR_MAP_IM2COL, .elem = CUBE_ELEM_F32,
+                .rank = 4, .shape = { IC, IW, IH, (uint64_t) n_images },
+                .strides = { 1, IC, IC * IW, IC * IW * IH },
+                .box = { IC, PIXELS }, .elem_strides = { 1, 1, 1, 1 },
+                .lower_corner = { lower, lower }, .upper_corner = { upper, upper },
+        };
+}
+
+/* Loads the column at at = (c, w, h, n, ow, oh) and checks channel 0
+ * of each pixel against want (0: the fill), and every channel of the first
+ * pixel that is not the fill. */
+static void expect_column(cube_client *c, uint64_t k, const cube_tensor_map *map,
+                          const int32_t at[6], const float want[PIXELS], const char *what)
+{
+        cube_handle out = test_empty(c, 64 * sizeof(float));
+        cube_info *info = cube_info_new();
+        float got[64];
+
+        for (int i = 0; i < 6; i++)
+                ck_assert_int_eq(cube_info_i32(info, at[i]), 0);
+        cube_launch l = {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 32, 1, 1 },
+                .buffers = &out, .n_buffers = 1, .info = info,
+                .tensor_maps = map, .n_tensor_maps = 1,
+        };
+        ck_ok(cube_launch_kernel(c, &l));
+        cube_info_free(info);
+        ck_ok(cube_read(c, &out, got, sizeof(got)));
+        for (int p = 0; p < PIXELS; p++) {
+                ck_assert_msg(got[p * IC] == want[p], "%s: pixel %d holds %g, expected %g", what,
+                              p, (double) got[p * IC], (double) want[p]);
+                for (int ch = 1; ch < IC; ch++)
+                        ck_assert_msg(got[p * IC + ch] == (want[p] ? want[p] * 1000 + (float) ch :
+                                                           0.0f),
+                                      "%s: pixel %d channel %d holds %g", what, p, ch,
+                                      (double) got[p * IC + ch]);
+        }
+        ck_ok(cube_free(c, &out));
+}
+
+START_TEST(an_im2col_load_takes_a_column_of_pixels_in_its_bounding_box)
+{
+        cube_client *c = test_connect(D.socket, "im2col");
+        uint64_t k = test_kernel(c, column_source, "column");
+        cube_handle one = images(c, 1), two = images(c, 2);
+        cube_tensor_map plain = column_map(&one, 1, 0, 0), padded = column_map(&one, 1, -1, -1);
+        cube_tensor_map batch = column_map(&two, 2, 0, 0);
+        float want[PIXELS];
+
+        /* The whole image, pixel by pixel along W, then H. */
+        for (int p = 0; p < PIXELS; p++)
+                want[p] = (float) (p + 1);
+        expect_column(c, k, &plain, (const int32_t[6]) { 0, 0, 0, 0, 0, 0 }, want, "basic");
+
+        /* A box one pixel up and left of the image: its first row and
+         * column are the fill. */
+        for (int p = 0; p < PIXELS; p++) {
+                int w = p % 4 - 1, h = p / 4 - 1;
+                want[p] = w < 0 || h < 0 ? 0.0f : pixel_value(0, h, w, 0);
+        }
+        expect_column(c, k, &padded, (const int32_t[6]) { 0, -1, -1, 0, 0, 0 }, want, "padded");
+
+        /* The same box moved by offsets (1, 1): the image again. */
+        for (int p = 0; p < PIXELS; p++)
+                want[p] = (float) (p + 1);
+        expect_column(c, k, &padded, (const int32_t[6]) { 0, -1, -1, 0, 1, 1 }, want, "offset");
+
+        /* From (w 3, h 1) of image 0 on into image 1. */
+        for (int p = 0; p < PIXELS; p++)
+                want[p] = (float) (8 + p);
+        expect_column(c, k, &batch, (const int32_t[6]) { 0, 3, 1, 0, 0, 0 }, want, "batches");
+        cube_disconnect(c);
+}
+END_TEST
+
+/* A start outside the bounding box, or coordinates that are not the map's
+ * rank and then one offset per spatial dimension, fail the launch as an
+ * access out of bounds naming the load. */
+START_TEST(an_im2col_load_outside_its_rules_fails_the_launch)
+{
+        cube_client *c = test_connect(D.socket, "im2col-bad");
+        uint64_t k = test_kernel(c, column_source, "column");
+        cube_handle one = images(c, 1), out = test_empty(c, 64 * sizeof(float));
+        cube_tensor_map plain = column_map(&one, 1, 0, 0);
+        cube_info *info = cube_info_new();
+        cube_error *e;
+
+        ck_assert_int_eq(cube_info_i32(info, 0), 0);
+        ck_assert_int_eq(cube_info_i32(info, -2), 0);   /* w: left of the box [0, 4) */
+        for (int i = 0; i < 4; i++)
+                ck_assert_int_eq(cube_info_i32(info, 0), 0);
+        cube_launch l = {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 32, 1, 1 },
+                .buffers = &out, .n_buffers = 1, .info = info,
+                .tensor_maps = &plain, .n_tensor_maps = 1,
+        };
+        ck_ok(cube_launch_kernel(c, &l));
+        cube_info_free(info);
+        e = cube_sync(c, &out, 1);
+        ck_assert_msg(e && strstr(cube_error_message(e), "tensor_map_load"),
+                      "a start outside the box: %s", e ? cube_error_message(e) : "ok");
+        cube_error_free(e);
+        cube_disconnect(c);
+}
+END_TEST
+
 static Suite *tensormaps_suite(void)
 {
         Suite *s = suite_create("tensormaps");
@@ -607,6 +762,10 @@ static Suite *tensormaps_suite(void)
         tcase_add_test(tc, element_strides_take_every_nth_element_of_the_box);
         tcase_add_test(tc, a_swizzled_map_places_chunks_as_the_hardware_does);
         tcase_add_test(tc, a_half_map_fills_with_its_own_nan);
+        tcase_add_test_needing(tc, an_im2col_load_takes_a_column_of_pixels_in_its_bounding_box,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, an_im2col_load_outside_its_rules_fails_the_launch,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, a_replayed_graph_loads_through_its_map);
         tcase_add_test(tc, every_hostile_field_is_refused_by_name);
         tcase_add_test(tc, a_launch_must_bind_the_kernels_tensor_maps);

@@ -97,6 +97,7 @@ static const char tmap_layout[] =
         CUBE__TMAP_DEFINE(CUBE__TMAP_SWIZZLE) CUBE__TMAP_DEFINE(CUBE__TMAP_SHAPE)
         CUBE__TMAP_DEFINE(CUBE__TMAP_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_BOX)
         CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM_STRIDES) CUBE__TMAP_DEFINE(CUBE__TMAP_ELEM)
+        CUBE__TMAP_DEFINE(CUBE__TMAP_LOWER) CUBE__TMAP_DEFINE(CUBE__TMAP_UPPER)
         CUBE__TMAP_DEFINE(CUBE__TMAP_WORDS);
 
 /* The guards every checked source starts with, after the backend's prelude
@@ -233,15 +234,82 @@ static const char guards[] =
 "               d[CUBE__TMAP_ELEM_BYTES] == 4 ? 0x7fc00000u :\n"
 "               0x7ff8000000000000ul;\n"
 "}\n"
+"/* An im2col map's load: pixels_per_column pixels of channels_per_pixel\n"
+" * elements each, from the pixel at c, w[, h[, d]], n (the coordinates, then\n"
+" * the offsets w, h, d). Pixels are taken along W, then H, then D inside the\n"
+" * bounding box [lower + offset, size + upper + offset) of each, by the\n"
+" * element strides, and on into the next image (N); one outside the tensor\n"
+" * reads as the fill. A start outside the box fails the launch. */\n"
+"#define CUBE__TMAP_IM2COL(T, S, NANV) \\\n"
+"static inline void cube__tmi_##S(cube__ctx_t *c, uint32_t site, uint32_t k, \\\n"
+"                                 GLOBAL const uint64_t *d, CUBE__SHARED_PTR T *dst, \\\n"
+"                                 uint64_t len, uint32_t n, const int64_t *at) \\\n"
+"{ \\\n"
+"        uint64_t r = d[CUBE__TMAP_RANK], ns = r - 2; \\\n"
+"        uint64_t chans = d[CUBE__TMAP_BOX], total = chans * d[CUBE__TMAP_BOX + 1]; \\\n"
+"        int64_t lo[3], cnt[3], step[3], first = 0, span = 1; \\\n"
+"        int ok = r >= 3 && r <= 5 && n == 2 * r - 2 && \\\n"
+"                 d[CUBE__TMAP_ELEM_BYTES] == sizeof(T); \\\n"
+"        for (uint64_t s = ns; ok && s-- > 0;) { \\\n"
+"                int64_t off = at[r + s], hi; \\\n"
+"                step[s] = d[CUBE__TMAP_ELEM_STRIDES + 1 + s] ? \\\n"
+"                          (int64_t) d[CUBE__TMAP_ELEM_STRIDES + 1 + s] : 1; \\\n"
+"                lo[s] = (int64_t) d[CUBE__TMAP_LOWER + s] + off; \\\n"
+"                hi = (int64_t) d[CUBE__TMAP_SHAPE + 1 + s] + \\\n"
+"                     (int64_t) d[CUBE__TMAP_UPPER + s] + off; \\\n"
+"                cnt[s] = hi > lo[s] ? (hi - lo[s] + step[s] - 1) / step[s] : 0; \\\n"
+"                int64_t i = at[1 + s] + off - lo[s]; \\\n"
+"                ok = cnt[s] > 0 && i >= 0 && i % step[s] == 0 && i / step[s] < cnt[s]; \\\n"
+"                first = first * (ok ? cnt[s] : 1) + (ok ? i / step[s] : 0); \\\n"
+"                span *= ok ? cnt[s] : 1; \\\n"
+"        } \\\n"
+"        if (!ok || total > len) { \\\n"
+"                if (UNIT_POS == 0) \\\n"
+"                        cube__oob(c, site, ok ? total : n, ok ? len : 2 * r - 2, 1u); \\\n"
+"                total = 0; \\\n"
+"        } \\\n"
+"        T fill = d[CUBE__TMAP_OOB] ? (T) (NANV) : (T) 0; \\\n"
+"        uint64_t held = c->bytes[k] / sizeof(T); \\\n"
+"        GLOBAL const T *src = (GLOBAL const T *) c->base[k]; \\\n"
+"        uint64_t sw = d[CUBE__TMAP_SWIZZLE] ? (1u << d[CUBE__TMAP_SWIZZLE]) - 1u : 0u; \\\n"
+"        for (uint64_t e = UNIT_POS; e < total; e += CUBE_DIM) { \\\n"
+"                int64_t q = first + (int64_t) (e / chans), ch = at[0] + (int64_t) (e % chans); \\\n"
+"                int64_t img = at[r - 1] + q / span; \\\n"
+"                int in = ch >= 0 && (uint64_t) ch < d[CUBE__TMAP_SHAPE] && img >= 0 && \\\n"
+"                         (uint64_t) img < d[CUBE__TMAP_SHAPE + r - 1]; \\\n"
+"                uint64_t off = (uint64_t) ch * d[CUBE__TMAP_STRIDES] + \\\n"
+"                               (uint64_t) img * d[CUBE__TMAP_STRIDES + r - 1]; \\\n"
+"                q %= span; \\\n"
+"                for (uint64_t s = 0; s < ns; s++) { \\\n"
+"                        int64_t x = lo[s] + (q % cnt[s]) * step[s]; \\\n"
+"                        q /= cnt[s]; \\\n"
+"                        if (x < 0 || (uint64_t) x >= d[CUBE__TMAP_SHAPE + 1 + s]) in = 0; \\\n"
+"                        else off += (uint64_t) x * d[CUBE__TMAP_STRIDES + 1 + s]; \\\n"
+"                } \\\n"
+"                T v = fill; \\\n"
+"                if (in && off < held) v = src[off]; \\\n"
+"                else if (in) cube__oob(c, site, off, held, 0u); \\\n"
+"                uint64_t b = e * sizeof(T); \\\n"
+"                b ^= ((b >> 7) & sw) << 4; \\\n"
+"                if (b / sizeof(T) < len) dst[b / sizeof(T)] = v; \\\n"
+"                else cube__oob(c, site, b / sizeof(T), len, 1u); \\\n"
+"        } \\\n"
+"        sync_cube(); \\\n"
+"}\n"
 "#define CUBE__TMAP_LOAD(T, S, NANV) \\\n"
+"CUBE__TMAP_IM2COL(T, S, NANV) \\\n"
 "static inline void cube__tml_##S(cube__ctx_t *c, uint32_t site, uint32_t k, uint32_t m, \\\n"
 "                                 CUBE__SHARED_PTR T *dst, uint64_t len, uint32_t n, \\\n"
 "                                 int64_t c0, int64_t c1, int64_t c2, int64_t c3, \\\n"
-"                                 int64_t c4) \\\n"
+"                                 int64_t c4, int64_t c5, int64_t c6, int64_t c7) \\\n"
 "{ \\\n"
 "        GLOBAL const uint64_t *d = c->tmap + (uint64_t) m * " "CUBE__TMAP_WORDS" "; \\\n"
-"        int64_t at[5] = { c0, c1, c2, c3, c4 }; \\\n"
+"        int64_t at[8] = { c0, c1, c2, c3, c4, c5, c6, c7 }; \\\n"
 "        uint64_t cnt[5], total = 1; \\\n"
+"        if (d[CUBE__TMAP_FORMAT] == 1) { \\\n"
+"                cube__tmi_##S(c, site, k, d, dst, len, n, at); \\\n"
+"                return; \\\n"
+"        } \\\n"
 "        int ok = d[CUBE__TMAP_RANK] == n && d[CUBE__TMAP_FORMAT] == 0 && \\\n"
 "                 d[CUBE__TMAP_ELEM_BYTES] == sizeof(T); \\\n"
 "        for (uint32_t i = 0; i < 5; i++) { \\\n"
@@ -1077,9 +1145,10 @@ static bool is_tensor_map_param(const fe_entry *e, int k)
 }
 
 /* tensor_map_load(map, dst, c0, ...): the box of the entry point's TENSOR_MAP
- * parameter map at coordinates c0 ... (innermost first) loaded into the
- * SHARED array dst, every unit of the cube taking part. It becomes the
- * guard's load, which knows the map's binding and the array's length. */
+ * parameter map at coordinates c0 ... (innermost first; an im2col map's
+ * offsets after them) loaded into the SHARED array dst, every unit of the
+ * cube taking part. It becomes the guard's load, which knows the map's
+ * binding and the array's length. */
 static void on_tensor_load(fe *f, node *n)
 {
         unsigned nc = n->n_kids >= 3 ? n->n_kids - 3 : 0;
@@ -1089,9 +1158,10 @@ static void on_tensor_load(fe *f, node *n)
                        "checked: write the call out");
                 return;
         }
-        if (nc < 1 || nc > 5) {
+        if (nc < 1 || nc > 8) {
                 refuse(f, n->start, "tensor_map_load takes a TENSOR_MAP parameter, a SHARED "
-                       "array and 1 to 5 coordinates");
+                       "array and 1 to 5 coordinates (an im2col map's 3 to 5, then its 1 to 3 "
+                       "offsets)");
                 return;
         }
         node *map = strip(n->kids[1]), *dst = strip(n->kids[2]);
@@ -1133,7 +1203,7 @@ static void on_tensor_load(fe *f, node *n)
                          "cube__tml_%s(cube__ctx, %uu, %du, %uu, %s, %lluu, %uu, ", sfx, site, k,
                          m, clang_getCString(an), clang_getArraySize(dt), nc);
                 add_edit(f, n->end - 1, 0, 4000, "%s",
-                         &", 0, 0, 0, 0, 0"[3 * nc]);
+                         &", 0, 0, 0, 0, 0, 0, 0, 0"[3 * nc]);
         }
         clang_disposeString(mn);
         clang_disposeString(an);
