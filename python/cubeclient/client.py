@@ -105,8 +105,11 @@ class TensorMap:
         self.strides = tuple(int(x) for x in strides)
         self.box = tuple(int(x) for x in box)
         self.elem_strides = tuple(int(x) for x in (elem_strides or (1,) * rank))
-        if not (len(self.strides) == len(self.box) == len(self.elem_strides) == rank):
-            raise ValueError("shape, strides, box and elem_strides have one entry per dimension")
+        if not (len(self.strides) == len(self.elem_strides) == rank):
+            raise ValueError("shape, strides and elem_strides have one entry per dimension")
+        if len(self.box) != (2 if format == TensorMapFormat.IM2COL else rank):
+            raise ValueError("box has one entry per dimension (im2col: channels per pixel and "
+                             "pixels per column)")
         self.elem = comms.ElemType(elem)
         self.format = TensorMapFormat(format)
         self.lower_corner = tuple(int(x) for x in lower_corner)
@@ -124,8 +127,9 @@ class TensorMap:
         for d in range(len(self.shape)):
             m.shape[d] = self.shape[d]
             m.strides[d] = self.strides[d]
-            m.box[d] = self.box[d]
             m.elem_strides[d] = self.elem_strides[d]
+        for d, n in enumerate(self.box):
+            m.box[d] = n
         for d, (lo, hi) in enumerate(zip(self.lower_corner, self.upper_corner)):
             m.lower_corner[d] = lo
             m.upper_corner[d] = hi

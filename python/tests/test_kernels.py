@@ -257,3 +257,30 @@ def test_tensor_map_box_crossing_the_edge_reads_the_fill(client):
     with pytest.raises(cube.CubeError) as info:
         out.to_numpy()
     assert "box[0] = 3" in str(info.value)
+
+
+COLUMN = """
+KERNEL void column(float *out, TENSOR_MAP(float) src, int32_t c, int32_t w, int32_t h,
+                   int32_t n, int32_t ow, int32_t oh)
+{
+        SHARED float tile[64];
+
+        tensor_map_load(src, tile, c, w, h, n, ow, oh);
+        for (uint32_t i = UNIT_POS; i < 64; i += CUBE_DIM)
+                out[i] = tile[i];
+}
+"""
+
+
+def test_tensor_map_im2col_loads_pixels_of_its_bounding_box(client):
+    img = (np.arange(16, dtype=np.float32) + 1).repeat(4).reshape(1, 4, 4, 4)    # NHWC
+    src = client.create(img)
+    out = client.create(np.full(64, -1, np.float32))
+    k = client.kernel(COLUMN, "column")
+    m = cube.TensorMap(src, shape=(4, 4, 4, 1), box=(4, 16), format=cube.TensorMapFormat.IM2COL,
+                       lower_corner=(-1, -1), upper_corner=(-1, -1))
+    for offsets, want in (((0, 0), [0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11]),
+                          ((1, 1), list(range(1, 17)))):
+        k.launch(1, 32, [out], scalars=[cube.i32(v) for v in (0, -1, -1, 0) + offsets],
+                 lengths=[], tensor_maps=[m])
+        np.testing.assert_array_equal(out.to_numpy().reshape(16, 4)[:, 0], want)
