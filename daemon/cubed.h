@@ -368,6 +368,7 @@ typedef struct cube__kernel {
         uid_t build_uid;                /* whose request started its build (kernels.c) */
         bool build_running;             /* holds a build slot */
         struct cube__kernel *build_next; /* the build queue */
+        struct cube__kernel **running_prev, *running_next; /* the running builds */
         struct cube__kernel *next;      /* the next entry whose hash has the same prefix */
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;
@@ -790,6 +791,7 @@ struct cube__server {
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight, queued ones included */
         unsigned builds_running;        /* of those, holding a build slot */
+        struct cube__kernel *running_builds; /* those, linked (kernels.c) */
         cube__kernel *build_queue;      /* waiting for a slot, oldest first */
         struct cube__refusal {          /* sources refused for good, kept after their
                                          * entries go (kernels.c); the oldest goes first */

@@ -445,6 +445,40 @@ static void prepare_work(uv_work_t *w)
 
 static void build_schedule(cube__server *srv, cube__kernel *asking);
 
+/* A build takes its slot, or gives it back: the running builds are few
+ * (build-slots), and a list of them is what sibling_building walks. */
+static void build_slot_take(cube__server *srv, cube__kernel *k)
+{
+        cube__uid *u = cube__uid_get(&srv->users, k->build_uid);
+
+        k->build_running = true;
+        srv->builds_running++;
+        if (u)
+                u->builds++;
+        k->running_next = srv->running_builds;
+        if (k->running_next)
+                k->running_next->running_prev = &k->running_next;
+        k->running_prev = &srv->running_builds;
+        srv->running_builds = k;
+}
+
+static void build_slot_give(cube__server *srv, cube__kernel *k)
+{
+        cube__uid *u = cube__idmap_get(&srv->users.uids, k->build_uid);
+
+        if (!k->build_running)
+                return;
+        k->build_running = false;
+        srv->builds_running--;
+        if (u)
+                u->builds--;
+        *k->running_prev = k->running_next;
+        if (k->running_next)
+                k->running_next->running_prev = k->running_prev;
+        k->running_prev = NULL;
+        k->running_next = NULL;
+}
+
 /* status is 0 once the work ran, UV_ECANCELED for a build never started. */
 static void prepare_done(uv_work_t *w, int status)
 {
@@ -453,13 +487,7 @@ static void prepare_done(uv_work_t *w, int status)
         cube__kernel_waiter *waiters = k->waiters;
         size_t n = k->n_waiters;
 
-        if (k->build_running) {
-                cube__uid *u = cube__idmap_get(&srv->users.uids, k->build_uid);
-                k->build_running = false;
-                srv->builds_running--;
-                if (u)
-                        u->builds--;
-        }
+        build_slot_give(srv, k);
         srv->compiling--;
         if (k->pinned)
                 cube__disk_cache_unpin(&srv->disk_cache, k->program, k->from_disk);
@@ -513,12 +541,8 @@ static unsigned uid_build_slots(const cube__server *srv)
 static bool build_start(cube__kernel *k, bool notify)
 {
         cube__server *srv = k->server;
-        cube__uid *u = cube__uid_get(&srv->users, k->build_uid);
 
-        k->build_running = true;
-        srv->builds_running++;
-        if (u)
-                u->builds++;
+        build_slot_take(srv, k);
         if (uv_queue_work(srv->loop, &k->work, prepare_work, prepare_done) == 0)
                 return true;
         k->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(CUBE_LAUNCH_UNKNOWN,
@@ -527,10 +551,7 @@ static bool build_start(cube__kernel *k, bool notify)
                 prepare_done(&k->work, UV_ECANCELED);
                 return false;
         }
-        k->build_running = false;
-        srv->builds_running--;
-        if (u)
-                u->builds--;
+        build_slot_give(srv, k);
         srv->compiling--;
         k->refs--;
         if (k->pinned)
@@ -548,8 +569,8 @@ static bool build_start(cube__kernel *k, bool notify)
  * that build, whose artifact it then loads, so a source is built once. */
 static bool sibling_building(const cube__server *srv, const cube__kernel *k)
 {
-        for (const cube__kernel *o = srv->kernels; o; o = o->all_next)
-                if (o != k && o->build_running && strcmp(o->program, k->program) == 0)
+        for (const cube__kernel *o = srv->running_builds; o; o = o->running_next)
+                if (o != k && strcmp(o->program, k->program) == 0)
                         return true;
         return false;
 }
