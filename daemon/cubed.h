@@ -366,9 +366,9 @@ typedef struct cube__kernel {
         cube__server *server;
         uv_work_t work;
         uid_t build_uid;                /* whose request started its build (kernels.c) */
-        bool build_running;             /* holds a build slot */
         struct cube__kernel *build_next; /* the build queue */
-        struct cube__kernel **running_prev, *running_next; /* the running builds */
+        /* The running builds, holding a slot each; running_prev NULL: none. */
+        struct cube__kernel **running_prev, *running_next;
         struct cube__kernel *next;      /* the next entry whose hash has the same prefix */
         struct cube__kernel *all_next;  /* the server's list of every entry */
 } cube__kernel;

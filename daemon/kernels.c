@@ -451,7 +451,6 @@ static void build_slot_take(cube__server *srv, cube__kernel *k)
 {
         cube__uid *u = cube__uid_get(&srv->users, k->build_uid);
 
-        k->build_running = true;
         srv->builds_running++;
         if (u)
                 u->builds++;
@@ -466,9 +465,8 @@ static void build_slot_give(cube__server *srv, cube__kernel *k)
 {
         cube__uid *u = cube__idmap_get(&srv->users.uids, k->build_uid);
 
-        if (!k->build_running)
+        if (!k->running_prev)
                 return;
-        k->build_running = false;
         srv->builds_running--;
         if (u)
                 u->builds--;

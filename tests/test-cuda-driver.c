@@ -766,8 +766,8 @@ START_TEST(t_work_freed_on_completion)
 END_TEST
 
 /* A sticky fault poisons the device naming the kernel; close returns at
- * once, and the process cannot open the device again (cubed starts afresh,
- * test-operations). */
+ * once, and the process cannot open the device again (cubed starts afresh:
+ * test-failures, a_device_fault_under_reinit_serves_a_fresh_device). */
 START_TEST(t_sticky_fault_poisons_for_the_process)
 {
         setenv("CUBE_CUDA_DOUBLE_FAULT_LAUNCH", "1", 1);

@@ -74,20 +74,6 @@ static void dump_file(const char *what, const char *path)
         fclose(f);
 }
 
-static bool file_contains(const char *path, const char *needle)
-{
-        char buf[65536];
-        FILE *f = fopen(path, "r");
-        size_t n;
-
-        if (!f)
-                return false;
-        n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        return strstr(buf, needle) != NULL;
-}
-
 static bool path_exists(const char *path)
 {
         struct stat st;
@@ -677,7 +663,7 @@ START_TEST(socket_activation)
         ready = note_text(&p, r);
         ck_assert_msg(has_line(ready, mainpid), "READY=1 without %s: %s", mainpid, ready);
         free(ready);
-        ck_assert(file_contains(p.log, "passed by systemd"));
+        ck_assert(test_file_holds(p.log, "passed by systemd"));
 
         cube_disconnect(c);
         ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
@@ -828,13 +814,13 @@ START_TEST(reload_takes_a_good_file_and_keeps_the_running_one_on_a_bad)
         wait_ready(&p, 0);
         /* The level came from the file: info shows sessions opening. */
         expect_max_container(p.socket, 100);
-        ck_assert(file_contains(p.log, "session 1 opened"));
+        ck_assert(test_file_holds(p.log, "session 1 opened"));
 
         write_file(conf, "log-level = info\nmax-container = lots\n");
         reload(&p);
         snprintf(where, sizeof(where), "%s:2", conf);
-        ck_assert_msg(file_contains(p.log, "reload failed"), "no 'reload failed' in the log");
-        ck_assert_msg(file_contains(p.log, where), "the log does not name %s", where);
+        ck_assert_msg(test_file_holds(p.log, "reload failed"), "no 'reload failed' in the log");
+        ck_assert_msg(test_file_holds(p.log, where), "the log does not name %s", where);
         expect_max_container(p.socket, 100);
 
         write_file(conf, "max-container = 50\nlog-level = info\n");
@@ -900,7 +886,7 @@ START_TEST(a_refused_reload_is_reported)
         ck_assert_msg(strstr(text, "STATUS=") && strstr(text, "reload refused") &&
                       strstr(text, "max-depth"), "the READY=1 after a refused reload: %s", text);
         free(text);
-        ck_assert(file_contains(p.log, "max-depth: must be"));
+        ck_assert(test_file_holds(p.log, "max-depth: must be"));
         cubectl(o, p.socket, status);
         ck_assert_out(o, o->status == 0 && strstr(o->out, "REFUSED") &&
                       strstr(o->out, "max-depth"), "cubectl status does not say so");
@@ -943,7 +929,7 @@ START_TEST(the_command_line_wins_over_the_file_across_reloads)
 
         write_file(conf, "max-container = 50\n");
         reload(&p);
-        ck_assert(file_contains(p.log, "configuration reloaded"));
+        ck_assert(test_file_holds(p.log, "configuration reloaded"));
         expect_max_container(p.socket, 30);
 
         ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
@@ -1240,7 +1226,7 @@ START_TEST(a_tenant_that_poisons_again_and_again_is_refused)
         ck_assert_msg(strstr(cube_error_message(e), "poisoned the device 2 time(s)"), "%s",
                       cube_error_message(e));
         cube_error_free(e);
-        ck_assert(file_contains(p.log, "the name is refused for 60 s"));
+        ck_assert(test_file_holds(p.log, "the name is refused for 60 s"));
         cubectl(o, p.socket, bans);
         ck_assert_out(o, o->status == 0 && strstr(o->out, "bully"), "cubectl bans does not show it");
         round_trip(other, 1000, 9);
@@ -1627,7 +1613,7 @@ START_TEST(post_mortem_of_an_ended_session)
         }
         snprintf(want, sizeof(want), "cubed: notice: session %" PRIu64 " (pid %d, uid %u, "
                  "'postmortem') closed after", sid, (int) getpid(), (unsigned) getuid());
-        ck_assert_msg(file_contains(p.log, want), "no '%s' in the log", want);
+        ck_assert_msg(test_file_holds(p.log, want), "no '%s' in the log", want);
         {
                 char text[65536];
                 FILE *lf = fopen(p.log, "r");
@@ -1652,7 +1638,7 @@ START_TEST(post_mortem_of_an_ended_session)
         /* Every line of a multi-line message carries the prefix. */
         ck_ok(cube_debug_inject(w, CUBE_FAULT_POISON, 0, "first line\nforged: line", 0));
         ck_assert(wait_note(&p, 0, "STATUS=the device is poisoned", test_scaled_ms(2000)) >= 0);
-        ck_assert_msg(file_contains(p.log, "cubed: error: forged: line"),
+        ck_assert_msg(test_file_holds(p.log, "cubed: error: forged: line"),
                       "the continuation line lost its prefix");
         FILE *f = fopen(p.log, "r");
         while (f && fgets(line, sizeof(line), f))
@@ -1662,7 +1648,7 @@ START_TEST(post_mortem_of_an_ended_session)
                 fclose(f);
         cube_disconnect(w);
         ck_assert_int_eq(proc_stop(&p, test_scaled_ms(10000)), 0);
-        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        ck_assert_msg(test_file_holds(p.log, "exit status 0"), "the final exit is not logged");
         proc_done(&p);
         free(o);
 }
@@ -1818,9 +1804,9 @@ START_TEST(cubectl_drain)
         ck_assert_int_eq(proc_wait_exit(&p, test_scaled_ms(5000)), 0);
         ck_assert(wait_note(&p, 0, "STOPPING=1", test_scaled_ms(2000)) >= 0);
         ck_assert(!path_exists(p.socket));
-        ck_assert_msg(file_contains(p.log, "asked for a drain"), "the log does not say who asked");
-        ck_assert_msg(file_contains(p.log, "ended the drain"), "the undrain is not logged");
-        ck_assert_msg(file_contains(p.log, "exit status 0"), "the final exit is not logged");
+        ck_assert_msg(test_file_holds(p.log, "asked for a drain"), "the log does not say who asked");
+        ck_assert_msg(test_file_holds(p.log, "ended the drain"), "the undrain is not logged");
+        ck_assert_msg(test_file_holds(p.log, "exit status 0"), "the final exit is not logged");
         proc_done(&p);
         free(o);
 }
@@ -1843,7 +1829,7 @@ START_TEST(cubectl_drain_with_a_deadline)
         ck_assert_out(o, o->status == 0, "drain --timeout 1 exited %d", o->status);
         ck_assert_int_eq(proc_wait_exit(&p, test_scaled_ms(5000)), 0);
         ck_assert_msg(test_now_ms() - start >= 900, "the drain did not wait for its deadline");
-        ck_assert(file_contains(p.log, "deadline has passed with 1 working session(s) left"));
+        ck_assert(test_file_holds(p.log, "deadline has passed with 1 working session(s) left"));
         cube_disconnect(stuck);
         proc_done(&p);
         free(o);
@@ -2181,7 +2167,7 @@ START_TEST(only_the_owner_and_root_may_act)
                       "as nobody, %s failed (status %d)",
                       WIFEXITED(status) && WEXITSTATUS(status) < 6 ?
                       what[WEXITSTATUS(status)] : "the child", status);
-        ck_assert(file_contains(p.log, "uid 65534"));
+        ck_assert(test_file_holds(p.log, "uid 65534"));
 
         /* Neither took effect. */
         round_trip(c, 1000, 7);
@@ -2412,7 +2398,7 @@ START_TEST(identity_and_access_under_the_units_namespaces)
         ck_assert_out(o, strstr(o->out, "\"uid\":4242,\"name\":\"cubectl\""),
                       "the daemon does not see uid 4242");
         ck_assert_out(o, !strstr(o->out, "65534"), "a peer reads as the overflow uid");
-        ck_assert_msg(file_contains(p.log, "uid 4242"), "the log does not name uid 4242");
+        ck_assert_msg(test_file_holds(p.log, "uid 4242"), "the log does not name uid 4242");
 
         /* Not listed, and in no listed group: refused. */
         cubectl_as(o, p.socket, 4343, NULL, status);

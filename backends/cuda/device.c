@@ -1170,7 +1170,6 @@ static void free_device(cube__device *d)
         if (d->cu && d->ctx && d->poison) {
                 context_abandoned = true;
         } else if (d->cu && d->ctx) {
-                d->cu->cuCtxSetCurrent(d->ctx);
                 for (int i = 0; i < BOUNCE_COUNT; i++)
                         if (d->bounce[i])
                                 d->cu->cuMemFreeHost(d->bounce[i]);

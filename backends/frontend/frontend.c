@@ -1559,7 +1559,6 @@ static const char *scalar_group(CXType t, cube__scalar_group *ret)
         }
 }
 
-/* Collects into called the functions a call of the source names. */
 /* The functions called anywhere in the source (their canonical cursors),
  * in a growing array: a call missed would make its KERNEL callee an entry. */
 typedef struct called_set {
