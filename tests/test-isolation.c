@@ -145,6 +145,78 @@ START_TEST(writes_below_a_binding_land_nowhere)
 }
 END_TEST
 
+/* The attacker launches source's entry over 16 cubes of 256 units, its
+ * two buffers of MINE words and the scalar k; returns the root's reason
+ * (static). */
+static const char *attack_wide(const char *source, const char *entry, uint32_t k)
+{
+        static char reason[1024];
+        cube_client *c = test_connect(D.socket, "attacker");
+        uint32_t in[MINE];
+        cube_handle bufs[2];
+        cube_error *e;
+
+        for (uint32_t i = 0; i < MINE; i++)
+                in[i] = i;
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        test_launch_u32(c, (cube_launch) {
+                .kernel = test_kernel(c, source, entry), .cube_count = { 16, 1, 1 },
+                .cube_dim = { 256, 1, 1 }, .buffers = bufs, .n_buffers = 2,
+        }, &k, 1);
+        const cube_error *root = failure_root(c, &bufs[1], &e);
+        ck_assert_msg(cube_error_kind_of(root) == CUBE_SERVER_VALIDATION &&
+                      strstr(cube_error_reason(root), "out of bounds"),
+                      "not an out-of-bounds failure: %s", cube_error_message(e));
+        snprintf(reason, sizeof(reason), "%s", cube_error_reason(root));
+        cube_error_free(e);
+        cube_disconnect(c);
+        return reason;
+}
+
+/* Where units run one after another in a loop over their cube (the CPU
+ * device, for a kernel without barriers or shared memory), each access
+ * keeps the furthest index it saw out of bounds and the cube reports once
+ * after its units: the report names the furthest, whichever unit ran first. */
+START_TEST(a_cube_reports_the_furthest_index_its_access_went_out_of_bounds)
+{
+        static const char source[] =
+                "KERNEL void spill(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                "{\n"
+                "        uint64_t i = ABSOLUTE_POS;\n"
+                "        out[i + k] = in[i];\n"
+                "}\n";
+        victim v;
+
+        victim_start(&v, D.socket);
+        const char *why = attack_wide(source, "spill", 100);
+        ck_assert_msg(strstr(why, "wrote") && strstr(why, "parameter 'out'") &&
+                      strstr(why, "index 4195 of 4096 elements") && strstr(why, "spill.c:4:"),
+                      "%s", why);
+        victim_intact(&v, D.socket);
+}
+END_TEST
+
+/* Such a cube keeps 32 bits of an index: one further out is reported as
+ * the furthest it keeps, and says so. */
+START_TEST(an_index_beyond_what_a_cube_keeps_is_reported_as_further_out)
+{
+        static const char source[] =
+                "KERNEL void far(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                "{\n"
+                "        if (ABSOLUTE_POS == 0)\n"
+                "                out[(uint64_t) k << 32] = in[0];\n"
+                "}\n";
+        victim v;
+
+        victim_start(&v, D.socket);
+        const char *why = attack_wide(source, "far", 1);
+        ck_assert_msg(strstr(why, "index 2147483647 or further out of 4096 elements"), "%s",
+                      why);
+        victim_intact(&v, D.socket);
+}
+END_TEST
+
 START_TEST(reads_past_a_binding_yield_zero_and_fail_the_launch)
 {
         static const char source[] =
@@ -701,6 +773,10 @@ static Suite *isolation_suite(void)
         tcase_set_timeout(hostile, 120);
         tcase_add_test(hostile, writes_below_a_binding_land_nowhere);
         tcase_add_test(hostile, reads_past_a_binding_yield_zero_and_fail_the_launch);
+        tcase_add_test_needing(hostile, a_cube_reports_the_furthest_index_its_access_went_out_of_bounds,
+                               TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test_needing(hostile, an_index_beyond_what_a_cube_keeps_is_reported_as_further_out,
+                               TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(hostile, pointer_arithmetic_cannot_leave_the_bindings);
         tcase_add_test(hostile, integer_pointer_casts_are_refused);
         tcase_add_test(hostile, punning_and_unions_are_refused);

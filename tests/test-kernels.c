@@ -304,6 +304,83 @@ START_TEST(sync_cube_holds_every_unit_until_the_whole_cube_arrives)
 }
 END_TEST
 
+/* A kernel that needs no other unit of its cube (no barrier, no shared
+ * memory) may run its cube's units one after another in a loop (the CPU
+ * device does): each unit still sees its own position and its cube's
+ * shape, and a unit that returns early leaves the rest of its cube running. */
+static const char where_source[] =
+        "KERNEL void where(uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t g = ABSOLUTE_POS;\n"
+        "        if (UNIT_POS % 3 == 1)\n"
+        "                return;\n"
+        "        out[4 * g] = UNIT_POS_X | UNIT_POS_Y << 10 | UNIT_POS_Z << 20;\n"
+        "        out[4 * g + 1] = CUBE_DIM_X | CUBE_DIM_Y << 10 | CUBE_DIM_Z << 20;\n"
+        "        out[4 * g + 2] = UNIT_POS;\n"
+        "        out[4 * g + 3] = ABSOLUTE_POS_X | ABSOLUTE_POS_Y << 10 | ABSOLUTE_POS_Z << 20;\n"
+        "}\n";
+
+static void check_where(cube_client *c, uint64_t kernel, const uint32_t count[3],
+                        const uint32_t dim[3])
+{
+        uint32_t units = dim[0] * dim[1] * dim[2], cubes = count[0] * count[1] * count[2];
+        size_t n = (size_t) 4 * units * cubes;
+        uint32_t *got = malloc(n * sizeof(uint32_t));
+        cube_handle out;
+
+        memset(got, 0xa5, n * sizeof(uint32_t));
+        ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
+        launch(c, (cube_launch) {
+                .kernel = kernel, .cube_count = { count[0], count[1], count[2] },
+                .cube_dim = { dim[0], dim[1], dim[2] }, .buffers = &out, .n_buffers = 1,
+        });
+        ck_ok(cube_read(c, &out, got, n * sizeof(uint32_t)));
+        for (uint32_t cz = 0; cz < count[2]; cz++)
+        for (uint32_t cy = 0; cy < count[1]; cy++)
+        for (uint32_t cx = 0; cx < count[0]; cx++)
+        for (uint32_t uz = 0; uz < dim[2]; uz++)
+        for (uint32_t uy = 0; uy < dim[1]; uy++)
+        for (uint32_t ux = 0; ux < dim[0]; ux++) {
+                uint32_t cube = cx + cy * count[0] + cz * count[0] * count[1];
+                uint32_t t = ux + uy * dim[0] + uz * dim[0] * dim[1];
+                size_t g = (size_t) cube * units + t;
+                uint32_t want[4] = {
+                        ux | uy << 10 | uz << 20,
+                        dim[0] | dim[1] << 10 | dim[2] << 20,
+                        t,
+                        (cx * dim[0] + ux) | (cy * dim[1] + uy) << 10 | (cz * dim[2] + uz) << 20,
+                };
+                for (int w = 0; w < 4; w++) {
+                        uint32_t expect = t % 3 == 1 ? 0xa5a5a5a5u : want[w];
+                        ck_assert_msg(got[4 * g + w] == expect, "count (%u, %u, %u) dim (%u, %u, "
+                                      "%u): cube %u unit %u word %d is %#x, expected %#x",
+                                      count[0], count[1], count[2], dim[0], dim[1], dim[2], cube,
+                                      t, w, got[4 * g + w], expect);
+                }
+        }
+        ck_ok(cube_free(c, &out));
+        free(got);
+}
+
+START_TEST(units_that_need_no_other_see_their_own_place_and_may_return_early)
+{
+        static const uint32_t shapes[][2][3] = {
+                { { 3, 2, 1 }, { 16, 8, 4 } },
+                { { 5, 1, 2 }, { 7, 5, 3 } },
+                { { 4, 1, 1 }, { 256, 1, 1 } },
+                { { 1, 1, 1 }, { 9, 4, 2 } },           /* one cube: the inline device */
+        };
+        cube_client *c;
+        uint64_t k;
+
+        ck_ok(cube_connect(D.socket, "looped", &c));
+        k = test_kernel(c, where_source, "where");
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+                check_where(c, k, shapes[i][0], shapes[i][1]);
+        cube_disconnect(c);
+}
+END_TEST
+
 /* Every unit writes its cube's position into its slot, and after a barrier
  * counts the slots of its cube that hold anything else. */
 static const char owner_source[] =
@@ -1599,6 +1676,8 @@ static Suite *kernels_suite(void)
         tcase_add_test_needing(tc, sync_cube_holds_every_unit_until_the_whole_cube_arrives,
                                TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(tc, shared_memory_belongs_to_one_cube, TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, units_that_need_no_other_see_their_own_place_and_may_return_early,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(tc, a_cube_dim_beyond_the_device_is_refused, TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, too_many_units_per_cube_are_refused);
         tcase_add_test(tc, shared_memory_beyond_the_device_is_refused);

@@ -99,11 +99,14 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                         break;
                 }
                 const uint64_t *data = (const uint64_t *) (const void *) (p + sizeof(r));
+                bool looped = false;
                 pthread_mutex_lock(&cube__dev.lock);
                 if (r.module < cube__dev.n_modules && cube__dev.modules[r.module].program &&
-                    cube__dev.modules[r.module].n_buffers == r.n_buffers)
+                    cube__dev.modules[r.module].n_buffers == r.n_buffers) {
                         k = clCreateKernel(cube__dev.modules[r.module].program,
                                            cube__dev.modules[r.module].name, &err);
+                        looped = cube__dev.modules[r.module].looped;
+                }
                 pthread_mutex_unlock(&cube__dev.lock);
                 if (!k) {
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph names no loaded "
@@ -113,10 +116,6 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 glaunch *l = &g->launches[i];
                 l->kernel = k;
                 l->in_line = cube__dev_runs_inline(&r);
-                for (int d = 0; d < 3; d++) {
-                        l->local[d] = r.dim[d];
-                        l->global[d] = (size_t) r.count[d] * r.dim[d];
-                }
                 memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
                 l->info_at = at_word;
                 l->n_info = r.n_info;
@@ -126,6 +125,7 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
                 err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
                 err |= clSetKernelArg(k, 4, sizeof(nw), &nw);
+                err |= cube__dev_grid(k, looped, &r, l->global, l->local);
                 for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
                         cl_ulong off;
                         cl_mem win = cube__dev_window_of(data[b], &off);
@@ -136,9 +136,10 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                         }
                         cl_ulong bytes = r.n_info >= CUBE__CHECK_TAIL_WORDS + r.n_buffers ?
                                        data[r.n_info - CUBE__CHECK_TAIL_WORDS + b] : 0;
-                        err |= clSetKernelArg(k, 5 + 3 * b, sizeof(cl_mem), &win);
-                        err |= clSetKernelArg(k, 6 + 3 * b, sizeof(off), &off);
-                        err |= clSetKernelArg(k, 7 + 3 * b, sizeof(bytes), &bytes);
+                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 3 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 3 * b, sizeof(off), &off);
+                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 + 3 * b, sizeof(bytes),
+                                              &bytes);
                 }
                 if (*g->why)
                         break;

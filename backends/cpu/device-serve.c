@@ -131,8 +131,13 @@ static void load(const cube__msg *m, char *payload)
                 return;
         }
         cl_ulong shared = 0;
+        size_t fixed[3] = { 0, 0, 0 };
         clGetKernelWorkGroupInfo(mod.kernel, cube__dev.devs.ids[0], CL_KERNEL_LOCAL_MEM_SIZE,
                                  sizeof(shared), &shared, NULL);
+        /* The front end fixes a looped entry's work-group at one item. */
+        clGetKernelWorkGroupInfo(mod.kernel, cube__dev.devs.ids[0],
+                                 CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof(fixed), fixed, NULL);
+        mod.looped = fixed[0] == 1 && fixed[1] == 1 && fixed[2] == 1;
         clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &cube__dev.arena);
         pthread_mutex_lock(&cube__dev.lock);
         if (m->id >= cube__dev.n_modules) {
@@ -300,6 +305,24 @@ cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
         return win;
 }
 
+/* A looped kernel (the front end's CUBE__LOOPED_KERNEL) runs one work-item
+ * per cube, which walks the cube's units itself: PoCL's work-group is one
+ * item, and the cube's shape is an argument. Any other runs a work-group
+ * per cube. */
+cl_int cube__dev_grid(cl_kernel k, bool looped, const cube__qlaunch *l, size_t ret_global[3],
+                      size_t ret_local[3])
+{
+        cl_int err = CL_SUCCESS;
+
+        for (int i = 0; i < 3; i++) {
+                cl_uint d = l->dim[i];
+                err |= clSetKernelArg(k, CUBE__ARG_DIMS + (cl_uint) i, sizeof(d), &d);
+                ret_local[i] = looped ? 1 : l->dim[i];
+                ret_global[i] = (size_t) l->count[i] * ret_local[i];
+        }
+        return err;
+}
+
 /* Sets a launch's arguments and queues it on queue, with an event for its
  * end. Returns false, with the slot's status and reason set, when it cannot
  * run. */
@@ -309,12 +332,14 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         size_t global[3], local[3];
         cl_kernel k = NULL;
         uint32_t n_buffers = 0;
+        bool looped = false;
         cl_int err;
 
         pthread_mutex_lock(&cube__dev.lock);
         if (s->launch.module < cube__dev.n_modules) {
                 k = cube__dev.modules[s->launch.module].kernel;
                 n_buffers = cube__dev.modules[s->launch.module].n_buffers;
+                looped = cube__dev.modules[s->launch.module].looped;
         }
         pthread_mutex_unlock(&cube__dev.lock);
         s->status = 0;
@@ -345,14 +370,11 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                  * the compiler knows it cannot change under the kernel. */
                 cl_ulong len = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
                                s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
-                err |= clSetKernelArg(k, 5 + 3 * i, sizeof(cl_mem), &win);
-                err |= clSetKernelArg(k, 6 + 3 * i, sizeof(off), &off);
-                err |= clSetKernelArg(k, 7 + 3 * i, sizeof(len), &len);
+                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 3 * i, sizeof(cl_mem), &win);
+                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 3 * i, sizeof(off), &off);
+                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 + 3 * i, sizeof(len), &len);
         }
-        for (int i = 0; i < 3; i++) {
-                local[i] = s->launch.dim[i];
-                global[i] = (size_t) s->launch.count[i] * s->launch.dim[i];
-        }
+        err |= cube__dev_grid(k, looped, &s->launch, global, local);
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */
         if (err == CL_SUCCESS)

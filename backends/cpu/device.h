@@ -35,7 +35,14 @@ typedef struct module {
         cl_kernel kernel;
         char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
+        bool looped;                    /* one work-item per cube (cube__dev_grid) */
 } module;
+
+/* A kernel's arguments (opencl.c's CUBE__PARAMS_HEAD): the launch ring, the
+ * launch's info offset, metadata and dynamic offsets and info word count,
+ * the cube's shape; then a window, an offset and a length per buffer. */
+#define CUBE__ARG_DIMS 5
+#define CUBE__ARG_BUFFERS 8
 
 /* The serving device. */
 typedef struct cube__dev_state {
@@ -92,6 +99,11 @@ bool cube__dev_runs_inline(const cube__qlaunch *l);
 /* The PoCL buffer a launch's address lies in, and the offset there; NULL
  * when it lies in none. */
 cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
+
+/* Sets a launch's cube shape among kernel k's arguments, and gives the
+ * sizes PoCL runs it with. */
+cl_int cube__dev_grid(cl_kernel k, bool looped, const cube__qlaunch *l, size_t ret_global[3],
+                      size_t ret_local[3]);
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
 void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info);

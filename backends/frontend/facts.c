@@ -132,15 +132,17 @@ void cube__fe_describe_oob(const cube__fe_facts *f, const char *kernel,
                 snprintf(where, sizeof(where), "%s at %s.c:%u:%u", f->sites[site] + at, kernel,
                          line, col);
 
+        /* A looped cube keeps 32 bits of an index (frontend.c's CUBE__IDX_MAX). */
+        const char *further = r->flags & 2 ? " or further out" : "";
         if (r->length)
                 snprintf(buf, cap, "kernel '%s' %s out of bounds through %s: index %" PRIu64
-                         " of %" PRIu64 " elements; the %s, and the launch failed", kernel,
-                         write ? "wrote" : "read", where, r->index, r->length,
+                         "%s of %" PRIu64 " elements; the %s, and the launch failed", kernel,
+                         write ? "wrote" : "read", where, r->index, further, r->length,
                          write ? "write was dropped" : "read yielded zero");
         else
                 snprintf(buf, cap, "kernel '%s' %s out of bounds through %s: element %" PRId64
-                         " from the pointer lies in none of the launch's %sbindings; the %s, "
+                         "%s from the pointer lies in none of the launch's %sbindings; the %s, "
                          "and the launch failed", kernel, write ? "wrote" : "read", where,
-                         (int64_t) r->index, write ? "writable " : "",
+                         (int64_t) r->index, further, write ? "writable " : "",
                          write ? "write was dropped" : "read yielded zero");
 }

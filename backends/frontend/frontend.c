@@ -107,6 +107,21 @@ static const char tmap_layout[] =
 static const char guards[] =
 "#ifndef CUBE__CHECKED\n#define CUBE__CHECKED 1\n#endif\n"
 "#ifndef CUBE__CHECK_REPORT\n#define CUBE__CHECK_REPORT 1\n#endif\n"
+"/* A backend that defines CUBE__CAN_LOOP runs an entry point that needs no\n"
+" * other unit of its cube (no sync_cube, no SHARED, no tensor map: the front\n"
+" * end's CUBE__LOOPED_KERNEL) as one work-item per cube, which walks the\n"
+" * cube's units itself between CUBE__UNITS_BEGIN and CUBE__UNITS_END. Its\n"
+" * guards then keep each site's worst index out of bounds in a cube__acc_t\n"
+" * and the cube reports once, after its units: a store on the guards' cold\n"
+" * path inside the loop over units would keep that loop from vectorizing. */\n"
+"#ifndef CUBE__CAN_LOOP\n#define CUBE__CAN_LOOP 0\n#define CUBE__LOOPED_KERNEL CUBE__KERNEL\n"
+"#define CUBE__UNITS_BEGIN {\n#define CUBE__UNITS_END }\n#define CUBE__UNIT_RETURN return\n#endif\n"
+"/* The index a report keeps: 32 bits, an index further out is clamped and\n"
+" * flagged (bit 1 of the record's flags). */\n"
+"#define CUBE__IDX_MAX 2147483647l\n"
+"typedef struct cube__acc_t {\n"
+"        uint32_t bad[CUBE__SITES];      /* worst index out of bounds + CUBE__IDX_MAX + 1, or 0 */\n"
+"} cube__acc_t;\n"
 "typedef struct cube__ctx_t {\n"
 "        GLOBAL const char *base[CUBE__NB];\n"
 "        uint64_t bytes[CUBE__NB];\n"
@@ -118,13 +133,30 @@ static const char guards[] =
 "        GLOBAL const uint64_t *tmap;\n"
 "        const void *tmd[CUBE__NTM ? CUBE__NTM : 1];\n"
 "        uint64_t meta, dyn, words;\n"
+"        cube__acc_t *acc;               /* set in a looped entry only */\n"
 "} cube__ctx_t;\n"
 "static inline void cube__oob(cube__ctx_t *c, uint32_t site, uint64_t i, uint64_t n, uint32_t w)\n"
 "{\n#if CUBE__CHECK_REPORT\n"
 "        if (CUBE__CAS32((GLOBAL uint32_t *) c->rec, 0u, site + 1u) == 0u) {\n"
 "                c->rec[1] = i; c->rec[2] = n; c->rec[3] = w;\n"
-"        }\n#endif\n}\n""static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
+"        }\n#endif\n}\n"
+"/* A looped entry's guard: no branch, no store outside the unit's registers. */\n"
+"static inline void cube__note(cube__ctx_t *c, uint32_t site, int ok, int64_t i)\n"
+"{\n#if CUBE__CHECK_REPORT\n"
+"        int64_t s = i < -CUBE__IDX_MAX ? -CUBE__IDX_MAX : (i > CUBE__IDX_MAX ? CUBE__IDX_MAX : i);\n"
+"        uint32_t key = ok ? 0u : (uint32_t) (s + CUBE__IDX_MAX + 1);\n"
+"        c->acc->bad[site] = c->acc->bad[site] > key ? c->acc->bad[site] : key;\n"
+"#endif\n}\n"
+"/* The cube's report of site, whose accesses are checked against n elements\n"
+" * (0: against every binding) and write when w is set. */\n"
+"static inline void cube__report(cube__ctx_t *c, uint32_t site, uint64_t n, uint32_t w)\n"
+"{\n"
+"        int64_t s = (int64_t) c->acc->bad[site] - CUBE__IDX_MAX - 1;\n"
+"        cube__oob(c, site, (uint64_t) s, n, w | (s == CUBE__IDX_MAX || s == -CUBE__IDX_MAX ? 2u : 0u));\n"
+"}\n"
+"static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
 "{\n#if CUBE__CHECKED\n"
+"        if (c->acc) { cube__note(c, site, (uint64_t) i < n, i); return (uint64_t) i < n ? (uint64_t) i : 0; }\n"
 "        if ((uint64_t) i >= n) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
 "#endif\n        return (uint64_t) i;\n}\n"
 "static inline int cube__in(cube__ctx_t *c, GLOBAL const char *q, uint64_t size, int w)\n"
@@ -156,23 +188,35 @@ static const char guards[] =
 "#if CUBE__CHECKED\n"
 "#define CUBE__GUARDS(T, S) \\\n"
 "static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n) return p[i]; \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n; \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); return ok ? p[i] : (T) 0; } \\\n"
+"  if (ok) return p[i]; \\\n"
 "  cube__oob(c, site, (uint64_t) i, n, 0u); return (T) 0; } \\\n"
 "static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n && !c->ro[k]) return p + i; \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); return ok ? p + i : (GLOBAL T *) c->sink; } \\\n"
+"  if (ok) return p + i; \\\n"
 "  cube__oob(c, site, (uint64_t) i, n, 1u); return (GLOBAL T *) c->sink; } \\\n"
 "static inline T cube__ld_##S(cube__ctx_t *c, uint32_t site, GLOBAL const T *p, int64_t i) \\\n"
-"{ GLOBAL const T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 0)) return *q; \\\n"
+"{ GLOBAL const T *q = p + i; int ok = cube__in(c, (GLOBAL const char *) q, sizeof(T), 0); \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); return ok ? *q : (T) 0; } \\\n"
+"  if (ok) return *q; \\\n"
 "  cube__oob(c, site, (uint64_t) i, 0, 0u); return (T) 0; } \\\n"
 "static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
-"{ GLOBAL T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 1)) return q; \\\n"
+"{ GLOBAL T *q = p + i; int ok = cube__in(c, (GLOBAL const char *) q, sizeof(T), 1); \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); return ok ? q : (GLOBAL T *) c->sink; } \\\n"
+"  if (ok) return q; \\\n"
 "  cube__oob(c, site, (uint64_t) i, 0, 1u); return (GLOBAL T *) c->sink; } \\\n"
 "static inline T cube__pput_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
 "                               T v) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); if ((uint64_t) i < n && !c->ro[k]) p[i] = v; \\\n"
+"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); if (ok) p[i] = v; return v; } \\\n"
+"  if (ok) p[i] = v; \\\n"
 "  else cube__oob(c, site, (uint64_t) i, n, 1u); return v; } \\\n"
 "static inline T cube__put_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i, T v) \\\n"
-"{ GLOBAL T *q = p + i; if (cube__in(c, (GLOBAL const char *) q, sizeof(T), 1)) *q = v; \\\n"
+"{ GLOBAL T *q = p + i; int ok = cube__in(c, (GLOBAL const char *) q, sizeof(T), 1); \\\n"
+"  if (c->acc) { cube__note(c, site, ok, i); if (ok) *q = v; return v; } \\\n"
+"  if (ok) *q = v; \\\n"
 "  else cube__oob(c, site, (uint64_t) i, 0, 1u); return v; }\n"
 "#else\n"
 "#define CUBE__GUARDS(T, S) \\\n"
@@ -208,7 +252,11 @@ static const char guards[] =
 "        c->rec = (GLOBAL uint64_t *) (info + own + nb);\n"
 "        c->sink = (GLOBAL char *) (info + own + nb + 4);\n"
 "        c->zero = (GLOBAL const char *) (info + own + nb + 20);\n"
-"        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
+"        c->acc = 0;\n"
+"        /* Only the slots a sibling entry binds and this one does not: a\n"
+"         * loop over every slot made a checked vector add 4x slower on\n"
+"         * PoCL, where one from nb folds away. */\n"
+"        for (uint32_t b = nb; b < CUBE__NB; b++) {\n"
 "                c->bytes[b] = 0;\n"
 "                c->ro[b] = 0;\n"
 "                c->base[b] = (GLOBAL const char *) 0;\n"
@@ -391,6 +439,7 @@ typedef struct fe_entry {
         unsigned n_params;
         bool *moved;                    /* assigned, incremented or its address taken */
         bool *read, *written;
+        bool looped;                    /* may run as one work-item per cube (CUBE__CAN_LOOP) */
 } fe_entry;
 
 typedef struct fe {
@@ -408,6 +457,8 @@ typedef struct fe {
         struct fe_entry *entries;
         unsigned n_entries;
         char **sites;
+        char **site_len;                /* a looped entry's report: the length checked */
+        bool *site_write;               /* and whether the site writes */
         unsigned n_sites, cap_sites;
         unsigned depth;
 } fe;
@@ -845,13 +896,21 @@ static unsigned new_site(fe *f, unsigned offset, const char *what)
         if (f->n_sites == f->cap_sites) {
                 unsigned cap = f->cap_sites ? f->cap_sites * 2 : 64;
                 char **g = realloc(f->sites, cap * sizeof(*g));
-                if (!g) {
+                if (g)
+                        f->sites = g;
+                char **gl = g ? realloc(f->site_len, cap * sizeof(*gl)) : NULL;
+                if (gl)
+                        f->site_len = gl;
+                bool *gw = gl ? realloc(f->site_write, cap * sizeof(*gw)) : NULL;
+                if (!gw) {
                         f->oom = true;
                         return 0;
                 }
-                f->sites = g;
+                f->site_write = gw;
                 f->cap_sites = cap;
         }
+        f->site_len[f->n_sites] = NULL;
+        f->site_write[f->n_sites] = false;
         line_col(f, offset, &line, &col);
         char *s = NULL;
         /* Line and column first, and no file: the facts serve every entry
@@ -862,6 +921,29 @@ static unsigned new_site(fe *f, unsigned offset, const char *what)
         }
         f->sites[f->n_sites] = s;
         return f->n_sites++;
+}
+
+/* What a looped entry's report of site says (put_loop_report): the length
+ * its index is checked against, an expression of the context c, and
+ * whether it writes. A site without one reports against every binding. */
+static void site_report(fe *f, unsigned site, bool write, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void site_report(fe *f, unsigned site, bool write, const char *fmt, ...)
+{
+        va_list ap;
+        char *len = NULL;
+
+        if (site >= f->n_sites)
+                return;
+        va_start(ap, fmt);
+        if (vasprintf(&len, fmt, ap) < 0) {
+                f->oom = true;
+                len = NULL;
+        }
+        va_end(ap);
+        free(f->site_len[site]);
+        f->site_len[site] = len;
+        f->site_write[site] = write;
 }
 
 /* Finds c after offset a, skipping spaces; returns its offset or -1. */
@@ -939,10 +1021,12 @@ static void on_subscript(fe *f, node *n)
                         snprintf(buf, sizeof(buf), "array '%s'", clang_getCString(s));
                         clang_disposeString(s);
                         unsigned site = new_site(f, index->start, buf);
+                        site_report(f, site, false, "%lluu", len);
                         add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
                                  len);
                 } else {
                         unsigned site = new_site(f, index->start, what);
+                        site_report(f, site, false, "%lluu", len);
                         add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
                                  len);
                 }
@@ -975,6 +1059,10 @@ static void on_subscript(fe *f, node *n)
          * guard, and const is kept by the compiler's own check of the store. */
         const char *tn = elem_type_name(sfx);
         int ord = -1000 + (int) f->depth;
+        if (direct)
+                site_report(f, site, write, "c->bytes[%d] / sizeof(%s)", k, tn);
+        else
+                site_report(f, site, write, "0");
         /* A plain store `B[I] = E` becomes a call that stores or drops:
          * a conditional store the compiler can vectorize, where a store
          * through a chosen pointer cannot be. */
@@ -1055,6 +1143,10 @@ static void on_deref(fe *f, node *n)
                         e->written[k] = true;
         }
         const char *tn = elem_type_name(sfx);
+        if (direct)
+                site_report(f, site, write, "c->bytes[%d] / sizeof(%s)", k, tn);
+        else
+                site_report(f, site, write, "0");
         if (direct)
                 add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) (" :
                          "cube__pld_%s(cube__ctx, %uu, %du, (GLOBAL const %s *) (", sfx, site, k, tn);
@@ -1490,6 +1582,13 @@ static void walk(fe *f, node *n)
         case CXCursor_CallExpr:
                 on_call(f, n);
                 break;
+        case CXCursor_ReturnStmt: {
+                /* A unit of a looped entry that returns goes on to the next. */
+                fe_entry *e = entry_of(f, n);
+                if (e && e->looped)
+                        add_edit(f, n->start, 6, 0, "CUBE__UNIT_RETURN");
+                break;
+        }
         default:
                 break;
         }
@@ -1586,6 +1685,80 @@ static void find_called(fe *f, node *n, called_set *set)
                 set->cap = cap;
         }
         set->v[set->n++] = clang_getCanonicalCursor(d);
+}
+
+/* Whether function n (a helper when helper is set) keeps its cube's units
+ * from running one after another in a loop: a barrier, a tensor map's load
+ * (the units copy together), SHARED memory; a helper that reads the unit's
+ * position or the cube's shape (only the entry's own body has the loop's);
+ * a return the rewrite cannot place. */
+static bool blocks_loop(fe *f, node *n, bool helper)
+{
+        if (n->kind == CXCursor_CallExpr) {
+                CXString s = clang_getCursorSpelling(n->c);
+                const char *name = clang_getCString(s);
+                bool blocks = strcmp(name, "cube__sync") == 0 ||
+                              strcmp(name, "tensor_map_load") == 0 ||
+                              (helper && (strcmp(name, "cube__unit") == 0 ||
+                                          strcmp(name, "cube__dim") == 0));
+                clang_disposeString(s);
+                if (blocks)
+                        return true;
+        }
+        if (n->kind == CXCursor_VarDecl && annotated(n, "cube_shared"))
+                return true;
+        if (n->kind == CXCursor_ReturnStmt && !helper &&
+            (!n->located || n->end - n->start < 6 || strncmp(f->src + n->start, "return", 6) != 0))
+                return true;
+        for (unsigned i = 0; i < n->n_kids; i++)
+                if (blocks_loop(f, n->kids[i], helper))
+                        return true;
+        return false;
+}
+
+/* Marks the entry points whose cubes may run as one work-item each, looping
+ * over their units (CUBE__CAN_LOOP): neither they nor any function of the
+ * source they reach needs another unit of the cube. */
+static void find_looped(fe *f)
+{
+        for (unsigned i = 0; i < f->n_entries && !f->oom; i++) {
+                fe_entry *e = &f->entries[i];
+                node **todo = calloc(f->root->n_kids + 1, sizeof(*todo));
+                bool *seen = calloc(f->root->n_kids + 1, sizeof(*seen));
+                unsigned n_todo = 0;
+                bool blocked = false;
+
+                if (!todo || !seen) {
+                        f->oom = true;
+                        free(todo);
+                        free(seen);
+                        return;
+                }
+                todo[n_todo++] = e->fn;
+                while (n_todo > 0 && !blocked && !f->oom) {
+                        node *fn = todo[--n_todo];
+                        called_set called = { 0 };
+                        blocked = blocks_loop(f, fn, fn != e->fn);
+                        find_called(f, fn, &called);
+                        for (unsigned j = 0; j < f->root->n_kids && !blocked; j++) {
+                                node *g = f->root->kids[j];
+                                if (seen[j] || g->kind != CXCursor_FunctionDecl ||
+                                    !clang_isCursorDefinition(g->c))
+                                        continue;
+                                for (size_t c = 0; c < called.n; c++)
+                                        if (clang_equalCursors(called.v[c],
+                                                               clang_getCanonicalCursor(g->c))) {
+                                                seen[j] = true;
+                                                todo[n_todo++] = g;
+                                                break;
+                                        }
+                        }
+                        free(called.v);
+                }
+                e->looped = !blocked && !f->oom;
+                free(todo);
+                free(seen);
+        }
 }
 
 /* The entry points: every KERNEL function the source defines and does not
@@ -1760,7 +1933,8 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
         }
 
         sbuf head = { 0 };
-        put(&head, "CUBE__KERNEL void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD", e->name);
+        put(&head, "%s void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD",
+            e->looped ? "CUBE__LOOPED_KERNEL" : "CUBE__KERNEL", e->name);
         uint32_t ntm = 0;
         for (uint32_t k = 0; k < nb; k++)
                 put(&head, " CUBE__BUFFER(%u)", k);
@@ -1822,6 +1996,15 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                         put(facts, "scalar %d %s %s\n", (int) g, ty, name);
                 }
                 clang_disposeString(s);
+        }
+        if (e->looped) {
+                if (f->src[body->end - 1] != '}') {
+                        free(head.p);
+                        refuse(f, fn->start, "the entry point '%s' cannot be placed", e->name);
+                        return;
+                }
+                put(&head, "CUBE__UNITS_BEGIN ");
+                add_edit(f, body->end - 1, 0, 0, " CUBE__UNITS_END ");
         }
         if (head.oom) {
                 free(head.p);
@@ -1939,10 +2122,31 @@ static void fe_free(fe *f)
                 free(f->entries[i].written);
         }
         free(f->entries);
-        for (unsigned i = 0; i < f->n_sites; i++)
+        for (unsigned i = 0; i < f->n_sites; i++) {
                 free(f->sites[i]);
+                free(f->site_len[i]);
+        }
         free(f->sites);
+        free(f->site_len);
+        free(f->site_write);
         free(f->error);
+}
+
+/* A looped entry's bookkeeping, one line per site, no loop: a loop over the
+ * accumulators would index them by a variable, and they would leave the
+ * unit's registers. cube__acc_init clears them before the units run;
+ * cube__publish reports the first site that saw an index out of bounds. */
+static void put_loop_report(fe *f, sbuf *out)
+{
+        put(out, "static inline void cube__acc_init(cube__acc_t *a)\n{\n");
+        for (unsigned i = 0; i < f->n_sites; i++)
+                put(out, "        a->bad[%u] = 0;\n", i);
+        put(out, "}\nstatic inline void cube__publish(cube__ctx_t *c)\n{\n"
+            "#if CUBE__CHECKED && CUBE__CHECK_REPORT\n");
+        for (unsigned i = 0; i < f->n_sites; i++)
+                put(out, "        if (c->acc->bad[%u]) { cube__report(c, %uu, %s, %uu); return; }\n",
+                    i, i, f->site_len[i] ? f->site_len[i] : "0", f->site_write[i] ? 1u : 0u);
+        put(out, "#endif\n        (void) c;\n}\n");
 }
 
 static bool is_identifier(const char *s)
@@ -2049,6 +2253,7 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
         /* The info words' own site comes first (the guards' site 0). */
         new_site(&f, 0, "the launch's info words (SCALAR, META_U32, DYN_U32, BUFFER_LEN)");
         find_moves(&f, f.root);
+        find_looped(&f);
         walk(&f, f.root);
         if (f.oom)
                 goto out;
@@ -2092,8 +2297,10 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                                 goto refused;
                         goto out;
                 }
-                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n%s%s#line 1 \"%s.c\"\n%s\n",
-                    max_nb, max_ntm, tmap_layout, guards, entry, applied);
+                put(&out, "#define CUBE__NB %u\n#define CUBE__NTM %u\n#define CUBE__SITES %u\n%s%s",
+                    max_nb, max_ntm, f.n_sites, tmap_layout, guards);
+                put_loop_report(&f, &out);
+                put(&out, "#line 1 \"%s.c\"\n%s\n", entry, applied);
                 free(applied);
         }
         if (out.oom || facts.oom)
