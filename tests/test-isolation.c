@@ -72,10 +72,11 @@ static const cube_error *failure_root(cube_client *c, const cube_handle *h, cube
 }
 
 /* The attacker registers source and launches it over its own two buffers
- * (in: read, out: written) with one u32 scalar k, on one unit; the result is
- * what its read of out says. Returns the root's reason (static). */
-static const char *attack(const char *socket, const char *source, const char *entry, uint32_t k,
-                          outcome want)
+ * (in: read, out: written) with one u32 scalar k, on cubes cubes of units
+ * units each; the result is what its read of out says. Returns the root's
+ * reason (static). */
+static const char *attack_on(const char *socket, const char *source, const char *entry,
+                             uint32_t k, uint32_t cubes, uint32_t units, outcome want)
 {
         static char reason[1024];
         cube_client *c = test_connect(socket, "attacker");
@@ -89,7 +90,7 @@ static const char *attack(const char *socket, const char *source, const char *en
         ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
         uint64_t kernel = test_kernel(c, source, entry);
         test_launch_u32(c, (cube_launch) {
-                .kernel = kernel, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                .kernel = kernel, .cube_count = { cubes, 1, 1 }, .cube_dim = { units, 1, 1 },
                 .buffers = bufs, .n_buffers = 2,
         }, &k, 1);
         const cube_error *root = failure_root(c, &bufs[1], &e);
@@ -110,6 +111,13 @@ static const char *attack(const char *socket, const char *source, const char *en
         cube_error_free(e);
         cube_disconnect(c);
         return reason;
+}
+
+/* The attack on one unit. */
+static const char *attack(const char *socket, const char *source, const char *entry, uint32_t k,
+                          outcome want)
+{
+        return attack_on(socket, source, entry, k, 1, 1, want);
 }
 
 static void expect(const char *source, const char *entry, uint32_t k, outcome want)
@@ -145,35 +153,6 @@ START_TEST(writes_below_a_binding_land_nowhere)
 }
 END_TEST
 
-/* The attacker launches source's entry over 16 cubes of 256 units, its
- * two buffers of MINE words and the scalar k; returns the root's reason
- * (static). */
-static const char *attack_wide(const char *source, const char *entry, uint32_t k)
-{
-        static char reason[1024];
-        cube_client *c = test_connect(D.socket, "attacker");
-        uint32_t in[MINE];
-        cube_handle bufs[2];
-        cube_error *e;
-
-        for (uint32_t i = 0; i < MINE; i++)
-                in[i] = i;
-        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
-        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        test_launch_u32(c, (cube_launch) {
-                .kernel = test_kernel(c, source, entry), .cube_count = { 16, 1, 1 },
-                .cube_dim = { 256, 1, 1 }, .buffers = bufs, .n_buffers = 2,
-        }, &k, 1);
-        const cube_error *root = failure_root(c, &bufs[1], &e);
-        ck_assert_msg(cube_error_kind_of(root) == CUBE_SERVER_VALIDATION &&
-                      strstr(cube_error_reason(root), "out of bounds"),
-                      "not an out-of-bounds failure: %s", cube_error_message(e));
-        snprintf(reason, sizeof(reason), "%s", cube_error_reason(root));
-        cube_error_free(e);
-        cube_disconnect(c);
-        return reason;
-}
-
 /* Where units run one after another in a loop over their cube (the CPU
  * device, for a kernel without barriers or shared memory), each access
  * keeps the furthest index it saw out of bounds and the cube reports once
@@ -189,7 +168,7 @@ START_TEST(a_cube_reports_the_furthest_index_its_access_went_out_of_bounds)
         victim v;
 
         victim_start(&v, D.socket);
-        const char *why = attack_wide(source, "spill", 100);
+        const char *why = attack_on(D.socket, source, "spill", 100, 16, 256, OUT_OF_BOUNDS);
         ck_assert_msg(strstr(why, "wrote") && strstr(why, "parameter 'out'") &&
                       strstr(why, "index 4195 of 4096 elements") && strstr(why, "spill.c:4:"),
                       "%s", why);
@@ -210,7 +189,7 @@ START_TEST(an_index_beyond_what_a_cube_keeps_is_reported_as_further_out)
         victim v;
 
         victim_start(&v, D.socket);
-        const char *why = attack_wide(source, "far", 1);
+        const char *why = attack_on(D.socket, source, "far", 1, 16, 256, OUT_OF_BOUNDS);
         ck_assert_msg(strstr(why, "index 2147483647 or further out of 4096 elements"), "%s",
                       why);
         victim_intact(&v, D.socket);

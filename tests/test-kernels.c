@@ -253,14 +253,17 @@ static const char rotate_source[] =
         "        out[2 * (base + t) + 1] = slot[(t + dim - 1) % dim];\n"
         "}\n";
 
-static void check_rotate(cube_client *c, uint64_t kernel, const uint32_t count[3],
-                         const uint32_t dim[3])
+/* Launches kernel over count cubes of dim units on one buffer of words
+ * 32-bit words per unit, each 0xa5a5a5a5 before; returns what the launch
+ * left there (the caller frees it). */
+static uint32_t *run_on_fresh_words(cube_client *c, uint64_t kernel, const uint32_t count[3],
+                                    const uint32_t dim[3], uint32_t words)
 {
-        uint32_t units = dim[0] * dim[1] * dim[2], cubes = count[0] * count[1] * count[2];
-        size_t n = (size_t) 2 * units * cubes;
+        size_t n = (size_t) words * dim[0] * dim[1] * dim[2] * count[0] * count[1] * count[2];
         uint32_t *got = malloc(n * sizeof(uint32_t));
         cube_handle out;
 
+        ck_assert_ptr_nonnull(got);
         memset(got, 0xa5, n * sizeof(uint32_t));
         ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
         launch(c, (cube_launch) {
@@ -268,6 +271,16 @@ static void check_rotate(cube_client *c, uint64_t kernel, const uint32_t count[3
                 .cube_dim = { dim[0], dim[1], dim[2] }, .buffers = &out, .n_buffers = 1,
         });
         ck_ok(cube_read(c, &out, got, n * sizeof(uint32_t)));
+        ck_ok(cube_free(c, &out));
+        return got;
+}
+
+static void check_rotate(cube_client *c, uint64_t kernel, const uint32_t count[3],
+                         const uint32_t dim[3])
+{
+        uint32_t units = dim[0] * dim[1] * dim[2], cubes = count[0] * count[1] * count[2];
+        uint32_t *got = run_on_fresh_words(c, kernel, count, dim, 2);
+
         for (uint32_t cube = 0; cube < cubes; cube++)
                 for (uint32_t t = 0; t < units; t++) {
                         uint32_t g = cube * units + t;
@@ -281,8 +294,22 @@ static void check_rotate(cube_client *c, uint64_t kernel, const uint32_t count[3
                                       "third barrier, expected %#x", dim[0], dim[1], dim[2], cube,
                                       t, got[2 * g + 1], (cube * units + t) ^ 0x80000000u);
                 }
-        ck_ok(cube_free(c, &out));
         free(got);
+}
+
+/* Registers source's entry and checks it with check under each shape
+ * (cube count, cube dim). */
+static void on_each_shape(const char *source, const char *entry, const uint32_t shapes[][2][3],
+                          size_t n, void (*check)(cube_client *, uint64_t, const uint32_t *,
+                                                  const uint32_t *))
+{
+        cube_client *c;
+
+        ck_ok(cube_connect(D.socket, entry, &c));
+        uint64_t k = test_kernel(c, source, entry);
+        for (size_t i = 0; i < n; i++)
+                check(c, k, shapes[i][0], shapes[i][1]);
+        cube_disconnect(c);
 }
 
 START_TEST(sync_cube_holds_every_unit_until_the_whole_cube_arrives)
@@ -293,14 +320,9 @@ START_TEST(sync_cube_holds_every_unit_until_the_whole_cube_arrives)
                 { { 5, 1, 2 }, { 7, 5, 3 } },           /* nothing a power of two */
                 { { 4, 1, 1 }, { 2, 1, 1 } },
         };
-        cube_client *c;
-        uint64_t k;
 
-        ck_ok(cube_connect(D.socket, "barriers", &c));
-        k = test_kernel(c, rotate_source, "rotate");
-        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-                check_rotate(c, k, shapes[i][0], shapes[i][1]);
-        cube_disconnect(c);
+        on_each_shape(rotate_source, "rotate", shapes, sizeof(shapes) / sizeof(shapes[0]),
+                      check_rotate);
 }
 END_TEST
 
@@ -323,18 +345,9 @@ static const char where_source[] =
 static void check_where(cube_client *c, uint64_t kernel, const uint32_t count[3],
                         const uint32_t dim[3])
 {
-        uint32_t units = dim[0] * dim[1] * dim[2], cubes = count[0] * count[1] * count[2];
-        size_t n = (size_t) 4 * units * cubes;
-        uint32_t *got = malloc(n * sizeof(uint32_t));
-        cube_handle out;
+        uint32_t units = dim[0] * dim[1] * dim[2];
+        uint32_t *got = run_on_fresh_words(c, kernel, count, dim, 4);
 
-        memset(got, 0xa5, n * sizeof(uint32_t));
-        ck_ok(cube_create(c, got, n * sizeof(uint32_t), &out));
-        launch(c, (cube_launch) {
-                .kernel = kernel, .cube_count = { count[0], count[1], count[2] },
-                .cube_dim = { dim[0], dim[1], dim[2] }, .buffers = &out, .n_buffers = 1,
-        });
-        ck_ok(cube_read(c, &out, got, n * sizeof(uint32_t)));
         for (uint32_t cz = 0; cz < count[2]; cz++)
         for (uint32_t cy = 0; cy < count[1]; cy++)
         for (uint32_t cx = 0; cx < count[0]; cx++)
@@ -358,7 +371,6 @@ static void check_where(cube_client *c, uint64_t kernel, const uint32_t count[3]
                                       t, w, got[4 * g + w], expect);
                 }
         }
-        ck_ok(cube_free(c, &out));
         free(got);
 }
 
@@ -370,14 +382,9 @@ START_TEST(units_that_need_no_other_see_their_own_place_and_may_return_early)
                 { { 4, 1, 1 }, { 256, 1, 1 } },
                 { { 1, 1, 1 }, { 9, 4, 2 } },           /* one cube: the inline device */
         };
-        cube_client *c;
-        uint64_t k;
 
-        ck_ok(cube_connect(D.socket, "looped", &c));
-        k = test_kernel(c, where_source, "where");
-        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-                check_where(c, k, shapes[i][0], shapes[i][1]);
-        cube_disconnect(c);
+        on_each_shape(where_source, "where", shapes, sizeof(shapes) / sizeof(shapes[0]),
+                      check_where);
 }
 END_TEST
 
