@@ -156,8 +156,9 @@ static const char guards[] =
 "}\n"
 "static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
 "{\n#if CUBE__CHECKED\n"
-"        if (c->acc) { cube__note(c, site, (uint64_t) i < n, i); return (uint64_t) i < n ? (uint64_t) i : 0; }\n"
-"        if ((uint64_t) i >= n) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
+"        int ok = (uint64_t) i < n;\n"
+"        if (c->acc) { cube__note(c, site, ok, i); return ok ? (uint64_t) i : 0; }\n"
+"        if (!ok) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
 "#endif\n        return (uint64_t) i;\n}\n"
 "static inline int cube__in(cube__ctx_t *c, GLOBAL const char *q, uint64_t size, int w)\n"
 "{\n"
@@ -442,6 +443,16 @@ typedef struct fe_entry {
         bool looped;                    /* may run as one work-item per cube (CUBE__CAN_LOOP) */
 } fe_entry;
 
+/* A guarded access: "line:col what" for the facts, and what a looped
+ * entry's report of it says (put_loop_report): the length its index is
+ * checked against, an expression of the context c (NULL: against every
+ * binding), and whether it writes. */
+typedef struct fe_site {
+        char *what;
+        char *len;
+        bool write;
+} fe_site;
+
 typedef struct fe {
         CXTranslationUnit tu;
         CXFile file;
@@ -456,9 +467,7 @@ typedef struct fe {
         /* the entry points: every KERNEL function the source does not call */
         struct fe_entry *entries;
         unsigned n_entries;
-        char **sites;
-        char **site_len;                /* a looped entry's report: the length checked */
-        bool *site_write;               /* and whether the site writes */
+        fe_site *sites;
         unsigned n_sites, cap_sites;
         unsigned depth;
 } fe;
@@ -884,7 +893,7 @@ static int param_index(fe *f, node *ref, fe_entry **ret_entry)
         return -1;
 }
 
-static unsigned new_site(fe *f, unsigned offset, const char *what)
+static unsigned new_site(fe *f, unsigned offset, bool write, const char *len, const char *what)
 {
         unsigned line, col;
 
@@ -895,55 +904,25 @@ static unsigned new_site(fe *f, unsigned offset, const char *what)
         }
         if (f->n_sites == f->cap_sites) {
                 unsigned cap = f->cap_sites ? f->cap_sites * 2 : 64;
-                char **g = realloc(f->sites, cap * sizeof(*g));
-                if (g)
-                        f->sites = g;
-                char **gl = g ? realloc(f->site_len, cap * sizeof(*gl)) : NULL;
-                if (gl)
-                        f->site_len = gl;
-                bool *gw = gl ? realloc(f->site_write, cap * sizeof(*gw)) : NULL;
-                if (!gw) {
+                fe_site *g = realloc(f->sites, cap * sizeof(*g));
+                if (!g) {
                         f->oom = true;
                         return 0;
                 }
-                f->site_write = gw;
+                f->sites = g;
                 f->cap_sites = cap;
         }
-        f->site_len[f->n_sites] = NULL;
-        f->site_write[f->n_sites] = false;
         line_col(f, offset, &line, &col);
-        char *s = NULL;
+        char *s = NULL, *l = NULL;
         /* Line and column first, and no file: the facts serve every entry
          * point of the source, and a report names the kernel's own. */
-        if (asprintf(&s, "%u:%u %s", line, col, what) < 0) {
+        if (asprintf(&s, "%u:%u %s", line, col, what) < 0 || (len && !(l = strdup(len)))) {
+                free(s);
                 f->oom = true;
                 return 0;
         }
-        f->sites[f->n_sites] = s;
+        f->sites[f->n_sites] = (fe_site) { .what = s, .len = l, .write = write };
         return f->n_sites++;
-}
-
-/* What a looped entry's report of site says (put_loop_report): the length
- * its index is checked against, an expression of the context c, and
- * whether it writes. A site without one reports against every binding. */
-static void site_report(fe *f, unsigned site, bool write, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static void site_report(fe *f, unsigned site, bool write, const char *fmt, ...)
-{
-        va_list ap;
-        char *len = NULL;
-
-        if (site >= f->n_sites)
-                return;
-        va_start(ap, fmt);
-        if (vasprintf(&len, fmt, ap) < 0) {
-                f->oom = true;
-                len = NULL;
-        }
-        va_end(ap);
-        free(f->site_len[site]);
-        f->site_len[site] = len;
-        f->site_write[site] = write;
 }
 
 /* Finds c after offset a, skipping spaces; returns its offset or -1. */
@@ -959,10 +938,13 @@ static long next_char(fe *f, unsigned a, unsigned b, char c)
 }
 
 /* A guarded access's site: through buffer parameter k of entry e, or
- * (k < 0) through a pointer the kernel computed. */
-static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k)
+ * (k < 0) through a pointer the kernel computed; of elements of type tn.
+ * Through a parameter the body never moves, the index is checked against
+ * the binding's length; otherwise the address against every binding. */
+static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k, bool write,
+                             const char *tn)
 {
-        char what[128];
+        char what[128], len[160];
 
         if (k >= 0) {
                 CXString s = clang_getCursorSpelling(e->params[k]->c);
@@ -971,7 +953,8 @@ static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k)
         } else {
                 snprintf(what, sizeof(what), "a pointer");
         }
-        return new_site(f, n->start, what);
+        snprintf(len, sizeof(len), "c->bytes[%d] / sizeof(%s)", k, tn);
+        return new_site(f, n->start, write, k >= 0 && !e->moved[k] ? len : NULL, what);
 }
 
 /* base[index]: a guarded load or store through a pointer, or a checked
@@ -1013,23 +996,15 @@ static void on_subscript(fe *f, node *n)
                                "checked");
                         return;
                 }
-                const char *what = "an array";
-                node *d = sb;
-                if (d->kind == CXCursor_DeclRefExpr || d->kind == CXCursor_MemberRefExpr) {
-                        CXString s = clang_getCursorSpelling(d->c);
-                        char buf[128];
-                        snprintf(buf, sizeof(buf), "array '%s'", clang_getCString(s));
+                char what[128] = "an array", n_text[32];
+                if (sb->kind == CXCursor_DeclRefExpr || sb->kind == CXCursor_MemberRefExpr) {
+                        CXString s = clang_getCursorSpelling(sb->c);
+                        snprintf(what, sizeof(what), "array '%s'", clang_getCString(s));
                         clang_disposeString(s);
-                        unsigned site = new_site(f, index->start, buf);
-                        site_report(f, site, false, "%lluu", len);
-                        add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
-                                 len);
-                } else {
-                        unsigned site = new_site(f, index->start, what);
-                        site_report(f, site, false, "%lluu", len);
-                        add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site,
-                                 len);
                 }
+                snprintf(n_text, sizeof(n_text), "%lluu", len);
+                unsigned site = new_site(f, index->start, false, n_text, what);
+                add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site, len);
                 add_edit(f, rb, 1, 0, "))]");
                 return;
         }
@@ -1047,22 +1022,18 @@ static void on_subscript(fe *f, node *n)
         fe_entry *e = NULL;
         int k = param_index(f, sb, &e);
         bool direct = k >= 0 && !e->moved[k];
-        unsigned site = pointer_site(f, n, e, k);
         bool write = u != USE_READ;
+        /* The element type's own pointer: volatile has no meaning through a
+         * guard, and const is kept by the compiler's own check of the store. */
+        const char *tn = elem_type_name(sfx);
+        unsigned site = pointer_site(f, n, e, k, write, tn);
         if (direct) {
                 if (u == USE_READ || u == USE_READ_WRITE)
                         e->read[k] = true;
                 if (write)
                         e->written[k] = true;
         }
-        /* The element type's own pointer: volatile has no meaning through a
-         * guard, and const is kept by the compiler's own check of the store. */
-        const char *tn = elem_type_name(sfx);
         int ord = -1000 + (int) f->depth;
-        if (direct)
-                site_report(f, site, write, "c->bytes[%d] / sizeof(%s)", k, tn);
-        else
-                site_report(f, site, write, "0");
         /* A plain store `B[I] = E` becomes a call that stores or drops:
          * a conditional store the compiler can vectorize, where a store
          * through a chosen pointer cannot be. */
@@ -1133,20 +1104,16 @@ static void on_deref(fe *f, node *n)
         }
         fe_entry *e = NULL;
         int k = param_index(f, so, &e);
-        unsigned site = pointer_site(f, n, e, k);
         bool write = u != USE_READ;
         bool direct = k >= 0 && !e->moved[k];
+        const char *tn = elem_type_name(sfx);
+        unsigned site = pointer_site(f, n, e, k, write, tn);
         if (direct) {
                 if (u != USE_WRITE)
                         e->read[k] = true;
                 if (write)
                         e->written[k] = true;
         }
-        const char *tn = elem_type_name(sfx);
-        if (direct)
-                site_report(f, site, write, "c->bytes[%d] / sizeof(%s)", k, tn);
-        else
-                site_report(f, site, write, "0");
         if (direct)
                 add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) (" :
                          "cube__pld_%s(cube__ctx, %uu, %du, (GLOBAL const %s *) (", sfx, site, k, tn);
@@ -1292,7 +1259,7 @@ static void on_tensor_load(fe *f, node *n)
                 char what[160];
                 snprintf(what, sizeof(what), "tensor_map_load of '%s' into array '%s'",
                          clang_getCString(mn), clang_getCString(an));
-                unsigned site = new_site(f, n->start, what);
+                unsigned site = new_site(f, n->start, true, NULL, what);
                 add_edit(f, n->kids[0]->start, n->kids[3]->start - n->kids[0]->start, 0,
                          "cube__tml_%s(cube__ctx, %uu, %du, %uu, %s, %lluu, %uu, ", sfx, site, k,
                          m, clang_getCString(an), clang_getArraySize(dt), nc);
@@ -2123,29 +2090,33 @@ static void fe_free(fe *f)
         }
         free(f->entries);
         for (unsigned i = 0; i < f->n_sites; i++) {
-                free(f->sites[i]);
-                free(f->site_len[i]);
+                free(f->sites[i].what);
+                free(f->sites[i].len);
         }
         free(f->sites);
-        free(f->site_len);
-        free(f->site_write);
         free(f->error);
 }
 
 /* A looped entry's bookkeeping, one line per site, no loop: a loop over the
  * accumulators would index them by a variable, and they would leave the
  * unit's registers. cube__acc_init clears them before the units run;
- * cube__publish reports the first site that saw an index out of bounds. */
+ * cube__publish reports the first site that saw an index out of bounds.
+ * Without a looped entry both stay empty. */
 static void put_loop_report(fe *f, sbuf *out)
 {
+        unsigned n = 0;
+
+        for (unsigned i = 0; i < f->n_entries; i++)
+                if (f->entries[i].looped)
+                        n = f->n_sites;
         put(out, "static inline void cube__acc_init(cube__acc_t *a)\n{\n");
-        for (unsigned i = 0; i < f->n_sites; i++)
+        for (unsigned i = 0; i < n; i++)
                 put(out, "        a->bad[%u] = 0;\n", i);
-        put(out, "}\nstatic inline void cube__publish(cube__ctx_t *c)\n{\n"
+        put(out, "        (void) a;\n}\nstatic inline void cube__publish(cube__ctx_t *c)\n{\n"
             "#if CUBE__CHECKED && CUBE__CHECK_REPORT\n");
-        for (unsigned i = 0; i < f->n_sites; i++)
+        for (unsigned i = 0; i < n; i++)
                 put(out, "        if (c->acc->bad[%u]) { cube__report(c, %uu, %s, %uu); return; }\n",
-                    i, i, f->site_len[i] ? f->site_len[i] : "0", f->site_write[i] ? 1u : 0u);
+                    i, i, f->sites[i].len ? f->sites[i].len : "0", f->sites[i].write ? 1u : 0u);
         put(out, "#endif\n        (void) c;\n}\n");
 }
 
@@ -2251,7 +2222,8 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
                 if (!entry_params(&f, &f.entries[i]))
                         goto stopped;
         /* The info words' own site comes first (the guards' site 0). */
-        new_site(&f, 0, "the launch's info words (SCALAR, META_U32, DYN_U32, BUFFER_LEN)");
+        new_site(&f, 0, false, NULL, "the launch's info words (SCALAR, META_U32, DYN_U32, "
+                 "BUFFER_LEN)");
         find_moves(&f, f.root);
         find_looped(&f);
         walk(&f, f.root);
@@ -2281,7 +2253,7 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
         put(&facts, "sync %d\n", strstr(source, "sync_cube") != NULL ||
             strstr(source, "tensor_map_load") != NULL);
         for (unsigned i = 0; i < f.n_sites; i++)
-                put(&facts, "site %s\n", f.sites[i]);
+                put(&facts, "site %s\n", f.sites[i].what);
         edited = malloc(f.len + 1);
         if (!edited)
                 goto out;
