@@ -119,14 +119,16 @@ static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
         return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* The builds that run at once: one per core, four at most, and two at
- * least, so that one user's build never leaves another's waiting for a
- * slot (uid-build-slots). */
+/* The builds that run at once: one per core, up to four, and one more.
+ * A user holds all but one (uid-build-slots), so one user's builds of
+ * several sources run side by side on every core, and another user's build
+ * still finds a slot at once; one slot per core without the extra one left
+ * a single user's builds one after another on two cores. */
 static uint64_t build_slots(void)
 {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
-        return cores < 2 ? 2 : cores > 4 ? 4 : (uint64_t) cores;
+        return (cores < 1 ? 1 : cores > 4 ? 4 : (uint64_t) cores) + 1;
 }
 
 static const char *const levels[] = { "error", "warning", "notice", "info", "debug" };

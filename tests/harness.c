@@ -656,6 +656,36 @@ long test_mappings(pid_t pid)
         return proc_count(pid, "maps", false);
 }
 
+long test_children_running(pid_t parent, const char *arg)
+{
+        DIR *d = opendir("/proc");
+        long n = 0;
+
+        if (!d)
+                return -1;
+        for (struct dirent *e; (e = readdir(d));) {
+                char path[64], cmd[512];
+                pid_t pid = (pid_t) atol(e->d_name);
+                size_t len;
+                FILE *f;
+                if (pid <= 0 || proc_status_field(pid, "PPid") != (long) parent)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/cmdline", (int) pid);
+                if (!(f = fopen(path, "re")))
+                        continue;
+                len = fread(cmd, 1, sizeof(cmd) - 1, f);
+                fclose(f);
+                cmd[len] = '\0';
+                for (size_t i = 0; i < len; i += strlen(cmd + i) + 1)
+                        if (strcmp(cmd + i, arg) == 0) {
+                                n++;
+                                break;
+                        }
+        }
+        closedir(d);
+        return n;
+}
+
 bool running_as_root(void)
 {
         if (geteuid() == 0)

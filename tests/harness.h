@@ -158,6 +158,9 @@ long test_shmem_kib(pid_t pid);
 bool test_under_asan(pid_t pid);
 long test_open_fds(pid_t pid);
 long test_mappings(pid_t pid);
+/* The children of parent running now with arg among their arguments (a
+ * build is cube-device --build), or -1. */
+long test_children_running(pid_t parent, const char *arg);
 
 /* ---- peers of another uid --------------------------------------------------
  * A child becomes nobody and runs a step function; it talks to the test over

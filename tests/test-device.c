@@ -893,6 +893,51 @@ START_TEST(a_bystanders_build_starts_at_once_while_another_user_fills_the_slots)
 }
 END_TEST
 
+/* Two sessions of one user each launch a compiler bomb: with a core for
+ * each, both builds run at once (one slot is still kept for another user),
+ * so a client warming its cache with several sources does not wait for one
+ * build after another. */
+START_TEST(one_users_builds_of_several_sources_run_side_by_side)
+{
+        static const char *const args[] = { "--compile-limit", "4", NULL };
+        uint32_t in[N] = { 0 };
+        cube_client *c[2];
+        cube_handle bufs[2][2];
+        test_daemon d;
+        long most = 0;
+
+        if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+                return;         /* one core: one build at a time, and one slot kept */
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        for (int i = 0; i < 2; i++) {
+                char source[4096];
+                uint64_t k;
+                ck_ok(cube_connect(d.socket, "warming", &c[i]));
+                ck_ok(cube_create(c[i], in, sizeof(in), &bufs[i][0]));
+                ck_ok(cube_empty(c[i], sizeof(in), &bufs[i][1]));
+                silent_bomb_source(source, sizeof(source), i);
+                ck_ok(cube_kernel_register(c[i], source, "bomb", &k));
+                launch_n(c[i], k, bufs[i], 2, 1, 64, CUBE_LAUNCH_EXECUTE);
+        }
+        for (long t0 = test_now_ms(); most < 2 && test_now_ms() - t0 < 3000;) {
+                long n = test_children_running(d.pid, "--check") +
+                         test_children_running(d.pid, "--build");
+                most = n > most ? n : most;
+                usleep(20 * 1000);
+        }
+        ck_assert_msg(most == 2, "one user's two builds: at most %ld ran at once", most);
+        for (int i = 0; i < 2; i++) {
+                cube_error *e;
+                const cube_error *root = root_of_read(c[i], &bufs[i][1], &e);
+                ck_assert_msg(cube_error_kind_of(root) == CUBE_COMPILATION_GENERIC,
+                              "not the bomb's refusal: %s", cube_error_message(e));
+                cube_error_free(e);
+                cube_disconnect(c[i]);
+        }
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
@@ -914,6 +959,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
         tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
+        tcase_add_test(tc, one_users_builds_of_several_sources_run_side_by_side);
         suite_add_tcase(s, tc);
         return s;
 }
