@@ -7,6 +7,17 @@
  *   h2d_pinned_gbs      cuMemcpyHtoDAsync of 256 MiB from pinned memory
  *   d2h_pinned_gbs      cuMemcpyDtoHAsync of 256 MiB to pinned memory
  *   sync_rtt_us         cuStreamSynchronize on an idle stream
+ *   pattern_*_us        what the CUDA backend issues for one launch of a
+ *                       checked kernel (backends/cuda/device.c: the info
+ *                       words' copy in, a timed start event, the launch,
+ *                       the out-of-bounds record's copy back, an event
+ *                       after), pipelined 10000 times, per launch: bare;
+ *                       with a host function after each launch on its
+ *                       stream (hostfn), after every 16th (hostfn16); with
+ *                       one after each launch on a second stream that waits
+ *                       for the launch's event (bell); and bare less one
+ *                       part: no copy in (no_in), no copy back (no_back),
+ *                       no start event (no_start), all three (launch_only)
  *   vadd16_gelems       16 processes, each vector_add of 2^24 floats x 20
  *   tma_load_2d         whether the Tensor Memory Accelerator's tiled load
  *                       (cp.async.bulk.tensor through an mbarrier, the map a
@@ -33,6 +44,12 @@
         cuGetErrorName(r_, &n_); fprintf(stderr, "%s: %s\n", #x, n_); exit(1); } } while (0)
 
 extern "C" __global__ void empty(void) {}
+extern "C" __global__ void empty_info(unsigned long long *info, unsigned meta, unsigned dyn,
+                                      unsigned words)
+{
+        if (words == 0xffffffffu)
+                info[meta + dyn] = 0;
+}
 extern "C" __global__ void vadd(const float *a, const float *b, float *o, unsigned n)
 {
         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -121,6 +138,61 @@ static double now(void)
 #define CKR(x) do { cudaError_t r_ = (x); if (r_ != cudaSuccess) { \
         fprintf(stderr, "%s: %s\n", #x, cudaGetErrorName(r_)); _exit(1); } } while (0)
 
+static void CUDA_CB host_noop(void *arg)
+{
+        __atomic_fetch_add((unsigned *) arg, 1u, __ATOMIC_RELAXED);
+}
+
+/* The backend's issue pattern for one launch, 10000 times; hostfn_every
+ * 0: no host function; bell: it goes on a second stream behind the
+ * launch's last event rather than on the launch's own stream. */
+enum { NO_IN = 1, NO_BACK = 2, NO_START = 4 };
+static double launch_pattern(CUstream s, CUstream bell, unsigned hostfn_every, bool use_bell,
+                             unsigned less)
+{
+        enum { N = 10000, POOL = 64, SLOT = 4096 };
+        static CUevent start[POOL], end[POOL];
+        static unsigned char *host;
+        static CUdeviceptr dev;
+        static unsigned fired;
+        if (!host) {
+                CK(cuMemAllocHost((void **) &host, POOL * SLOT));
+                CK(cuMemAlloc(&dev, POOL * SLOT));
+                for (int i = 0; i < POOL; i++) {
+                        CK(cuEventCreate(&start[i], CU_EVENT_DEFAULT));
+                        CK(cuEventCreate(&end[i], CU_EVENT_DEFAULT));
+                }
+        }
+        CK(cuStreamSynchronize(s));
+        double t = now();
+        for (int i = 0; i < N; i++) {
+                int k = i % POOL;
+                unsigned long long *info = (unsigned long long *) (dev + (CUdeviceptr) k * SLOT);
+                if (!(less & NO_IN))
+                        CK(cuMemcpyHtoDAsync(dev + (CUdeviceptr) k * SLOT, host + k * SLOT, 64,
+                                             s));
+                if (!(less & NO_START))
+                        CK(cuEventRecord(start[k], s));
+                empty_info<<<1, 1, 0, (cudaStream_t) s>>>(info, 1, 2, 8);
+                if (!(less & NO_BACK))
+                        CK(cuMemcpyDtoHAsync(host + k * SLOT + 32,
+                                             dev + (CUdeviceptr) k * SLOT + 32, 16, s));
+                CK(cuEventRecord(end[k], s));
+                if (hostfn_every && (i + 1) % hostfn_every == 0) {
+                        if (use_bell) {
+                                CK(cuStreamWaitEvent(bell, end[k], 0));
+                                CK(cuLaunchHostFunc(bell, host_noop, &fired));
+                        } else {
+                                CK(cuLaunchHostFunc(s, host_noop, &fired));
+                        }
+                }
+        }
+        CKR(cudaGetLastError());
+        CK(cuStreamSynchronize(s));
+        CK(cuStreamSynchronize(bell));
+        return (now() - t) / N * 1e6;
+}
+
 /* One of the 16: waits for the go, then runs its vector adds. */
 static void vadd_proc(int go, int reps)
 {
@@ -190,6 +262,19 @@ int main(void)
         for (int i = 0; i < 10000; i++)
                 CK(cuStreamSynchronize(s));
         printf("sync_rtt_us %.3f us\n", (now() - t) / 10000 * 1e6);
+
+        CUstream bell;
+        CK(cuStreamCreate(&bell, CU_STREAM_NON_BLOCKING));
+        launch_pattern(s, bell, 0, false, 0);
+        printf("pattern_bare_us %.3f us\n", launch_pattern(s, bell, 0, false, 0));
+        printf("pattern_hostfn_us %.3f us\n", launch_pattern(s, bell, 1, false, 0));
+        printf("pattern_hostfn16_us %.3f us\n", launch_pattern(s, bell, 16, false, 0));
+        printf("pattern_bell_us %.3f us\n", launch_pattern(s, bell, 1, true, 0));
+        printf("pattern_no_in_us %.3f us\n", launch_pattern(s, bell, 0, false, NO_IN));
+        printf("pattern_no_back_us %.3f us\n", launch_pattern(s, bell, 0, false, NO_BACK));
+        printf("pattern_no_start_us %.3f us\n", launch_pattern(s, bell, 0, false, NO_START));
+        printf("pattern_launch_only_us %.3f us\n",
+               launch_pattern(s, bell, 0, false, NO_IN | NO_BACK | NO_START));
 
         fflush(stdout);
         t = now();
