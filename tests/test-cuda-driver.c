@@ -325,6 +325,54 @@ START_TEST(t_copies_round_trip)
 }
 END_TEST
 
+/* A driver that makes no more events: each piece of work is waited for as
+ * it is issued, so that none is handed back before the device has done it.
+ * A read into a registered region (one DMA) behind a slow launch would
+ * otherwise come back before its bytes were there. */
+START_TEST(t_work_without_events_completes_after_the_device)
+{
+        setenv("CUBE_CUDA_DOUBLE_LAUNCH_US", "200000", 1);
+        /* The anchor's and the allocation's order mark, then none. */
+        setenv("CUBE_CUDA_DOUBLE_FAIL_EVENT", "3", 1);
+        cube__device *d = open_device(0);
+        uint64_t n = 1u << 20;
+        cube__storage *st = alloc_ok(d, n);
+        uint8_t *src = malloc(n);
+        uint8_t *dst = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        cube__dstream *s;
+        cube_error *e;
+        loaded k;
+        launch x;
+
+        ck_assert(src && dst != MAP_FAILED);
+        if (!load_kernel(d, &k)) {
+                drv->close(d);
+                free(src);
+                munmap(dst, n);
+                return;
+        }
+        ck_assert_ptr_null(drv->stream_open(d, &s));
+        drv->host_register(d, dst, n);
+        fill(src, n, 7);
+        memset(dst, 0xee, n);
+        e = copy(d, s, true, st, 0, src, n);
+        ck_assert_msg(!e, "the write: %s", e ? cube_error_message(e) : "");
+        launch_init(&x, &k, st, st, 256);
+        drv->submit(d, s, &x.w);
+        e = copy(d, s, false, st, 0, dst, n);
+        ck_assert_msg(!e, "the read: %s", e ? cube_error_message(e) : "");
+        ck_assert_msg(memcmp(src, dst, n) == 0, "the read came back before the device had "
+                      "copied its bytes");
+        ck_assert_msg(wait_for(&x.w, 10000), "the launch never completed");
+        free(src);
+        drv->host_release(d, dst, n);
+        drv->release(d, st);
+        drv->stream_close(d, s);
+        unload_kernel(d, &k);
+        drv->close(d);
+}
+END_TEST
+
 /* A staged copy of many bounce chunks runs at the speed of the copies: no
  * chunk waits for a completion thread asleep in its idle poll. 40 chunks
  * each way; a 200 ms sleep per 8 chunks would add 1.6 s. */
@@ -970,6 +1018,7 @@ static Suite *suite(void)
         tcase_add_test(tc, t_older_driver);
         tcase_add_test(tc, t_ancient_driver);
         tcase_add_test(tc, t_copies_round_trip);
+        tcase_add_test(tc, t_work_without_events_completes_after_the_device);
         tcase_add_test(tc, t_staged_copy_no_stall);
         tcase_add_test(tc, t_copies_offset_and_rows);
         tcase_add_test(tc, t_cross_stream_order);

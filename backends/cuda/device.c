@@ -11,8 +11,11 @@
  * become commands for the device's submitter thread, which issues them to
  * CUDA in order (copying through pinned bounce buffers where a host buffer
  * is pageable). Every issued piece of work is followed by an event; the
- * completion thread, woken by a host-function doorbell on the stream, hands
- * work back to the core once its event has completed, in stream order.
+ * completion thread, woken by a host-function doorbell, hands work back to
+ * the core once its event has completed, in stream order. The doorbell
+ * rings from each stream's bell stream, behind an event of the work: a
+ * host function on the work's own stream would hold every launch queued
+ * behind it until the host had run it (about 40 us a batch on an H200).
  *
  * Order. Work of two streams on one allocation is ordered on the device:
  * each allocation has an event recorded after the last work that touched
@@ -27,7 +30,7 @@
  * flight, every later one at once; the core's poison policy then closes the
  * device (which resets the primary context) and opens it again, or exits.
  *
- * It is long (about 1,160 lines): the submitter, the completion thread and the
+ * It is long (about 1,670 lines): the submitter, the completion thread and the
  * driver table share one device lock and the invariants around it.
  */
 #include <errno.h>
@@ -86,6 +89,7 @@ struct cube__storage {
 
 struct cube__dstream {
         CUstream stream;
+        CUstream bell;                  /* the doorbells' host functions, behind stream */
         rec *head, *tail;               /* issued, not complete; under d->lock */
         cube__dstream *next;
 };
@@ -184,6 +188,11 @@ struct cube__device {
  * create and a destroy as well. An event may be recorded again once
  * nothing queries it: cuStreamWaitEvent has taken the record it waits for
  * when it returns. */
+static bool check(cube__device *d, CUresult r, const char *what);
+
+/* An event from the pool, or a new one; NULL where the driver makes none
+ * (a sticky fault it answers with poisons the device). Never called with
+ * d->lock held. */
 static CUevent event_take(cube__device *d, bool timed)
 {
         CUevent ev = NULL;
@@ -192,8 +201,8 @@ static CUevent event_take(cube__device *d, bool timed)
         if (d->n_events[timed])
                 ev = d->events[timed][--d->n_events[timed]];
         pthread_mutex_unlock(&d->events_lock);
-        if (!ev && d->cu->cuEventCreate(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) !=
-                   CUDA_SUCCESS)
+        if (!ev && !check(d, d->cu->cuEventCreate(&ev, timed ? CU_EVENT_DEFAULT :
+                                                  CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
                 ev = NULL;
         return ev;
 }
@@ -358,6 +367,12 @@ static void push_rec(cube__device *d, cube__dstream *s, rec *x)
                 event_give(d, ev, timed);
                 ev = NULL;
         }
+        /* A rec without an event completes as soon as it is seen: without
+         * one the work is waited for here, or it would be handed back
+         * before the device had done it (and a fault the wait finds
+         * poisons the device, which every rec in flight then carries). */
+        if (!ev && !poisoned(d))
+                check(d, d->cu->cuStreamSynchronize(s->stream), "cuStreamSynchronize");
         x->event = ev;
         x->event_timed = timed;
         pthread_mutex_lock(&d->lock);
@@ -733,8 +748,10 @@ static void issue_launch(cube__device *d, cube__dstream *s, cube__work *w)
                                             (uint64_t) l->dim[0] * l->dim[1] * l->dim[2], what);
         }
         /* The record of the launch's first access out of bounds (the info
-         * words' tail, frontend.h) comes back in stream order behind it. */
-        if (r == CUDA_SUCCESS && slot >= 0 && l->n_info >= CUBE__CHECK_TAIL_WORDS + l->n_buffers) {
+         * words' tail, frontend.h) comes back in stream order behind it; a
+         * kernel without a guarded access has none to write. */
+        if (r == CUDA_SUCCESS && slot >= 0 && l->n_info >= CUBE__CHECK_TAIL_WORDS + l->n_buffers &&
+            !(l->module->facts && l->module->facts->n_sites == 0)) {
                 uint64_t at = ((uint64_t) l->n_info - CUBE__CHECK_TAIL_WORDS) * 8;
                 if (check(d, d->cu->cuMemcpyDtoHAsync(d->info_host + (size_t) slot * INFO_SLOT + at,
                                                       info + at, sizeof(cube__oob_record),
@@ -812,15 +829,45 @@ static void issue(cube__device *d, cube__dstream *s, cube__work *w)
                         issue_launch(d, s, w);
                 else
                         issue_copy(d, s, w);
-                order_event *after = order_event_new(d, s->stream);
-                for (uint32_t i = 0; i < n; i++)
-                        order_after(d, s, sts[i], range[2 * i], range[2 * i + 1], after);
-                order_event_put(d, after);
+                if (n) {
+                        order_event *after = order_event_new(d, s->stream);
+                        for (uint32_t i = 0; i < n; i++)
+                                order_after(d, s, sts[i], range[2 * i], range[2 * i + 1], after);
+                        order_event_put(d, after);
+                }
         }
         if (sts != touched)
                 free(sts);
         if (range != span)
                 free(range);
+}
+
+/* Rings the doorbell once s's work issued so far has completed: on s's bell
+ * stream, behind the event of the last work on s (or a fresh one where that
+ * work failed before it was issued). The tail's event is used under the
+ * lock, which the completion thread holds to retire it; its result is
+ * checked after, as a fault found there poisons under the same lock. */
+static void doorbell_after(cube__device *d, cube__dstream *s)
+{
+        CUresult r = CUDA_SUCCESS;
+        CUevent ev = NULL;
+        bool waited = false;
+
+        pthread_mutex_lock(&d->lock);
+        bool on_tail = !d->poison && s->tail && s->tail->event;
+        bool wanted = !d->poison && s->tail && !s->tail->event;
+        if (on_tail)
+                r = d->cu->cuStreamWaitEvent(s->bell, s->tail->event, 0);
+        pthread_mutex_unlock(&d->lock);
+        if (on_tail)
+                waited = check(d, r, "cuStreamWaitEvent");
+        if (wanted && (ev = event_take(d, false))) {
+                waited = check(d, d->cu->cuEventRecord(ev, s->stream), "cuEventRecord") &&
+                         check(d, d->cu->cuStreamWaitEvent(s->bell, ev, 0), "cuStreamWaitEvent");
+                event_give(d, ev, false);
+        }
+        if (waited)
+                check(d, d->cu->cuLaunchHostFunc(s->bell, doorbell_cb, d), "cuLaunchHostFunc");
 }
 
 static void run_cmd(cube__device *d, cmd *c)
@@ -835,9 +882,7 @@ static void run_cmd(cube__device *d, cmd *c)
                         w->next = NULL;
                         issue(d, c->stream, w);
                 }
-                if (!poisoned(d))
-                        check(d, d->cu->cuLaunchHostFunc(c->stream->stream, doorbell_cb, d),
-                              "cuLaunchHostFunc");
+                doorbell_after(d, c->stream);
                 ring(d);
                 break;
         case CMD_ALLOC: {
@@ -908,6 +953,10 @@ static void run_cmd(cube__device *d, cmd *c)
                         }
                 pthread_mutex_unlock(&d->lock);
                 d->cu->cuStreamDestroy(c->stream->stream);
+                /* Its last doorbell may still be to ring. */
+                if (!poisoned(d))
+                        d->cu->cuStreamSynchronize(c->stream->bell);
+                d->cu->cuStreamDestroy(c->stream->bell);
                 free(c->stream);
                 break;
         }
@@ -1031,9 +1080,13 @@ static bool reap(cube__device *d)
         renew_anchor(d);
         pthread_mutex_lock(&d->lock);
         for (cube__dstream *s = d->streams; s; s = s->next) {
+                /* A stream runs in order: once its last event has completed,
+                 * so has everything before it, and one query does for all. */
+                bool all_done = s->tail && s->tail->event &&
+                                d->cu->cuEventQuery(s->tail->event) == CUDA_SUCCESS;
                 while (s->head) {
                         rec *x = s->head;
-                        if (x->event) {
+                        if (x->event && !all_done) {
                                 CUresult r = d->cu->cuEventQuery(x->event);
                                 if (r == CUDA_ERROR_NOT_READY) {
                                         if (stopped_stuck_launch(d, x, now))
@@ -1360,8 +1413,12 @@ static void cuda_close(cube__device *d)
         bool dead = poisoned(d);
         for (cube__dstream *s = d->streams, *next; s; s = next) {
                 next = s->next;
-                if (!dead)
+                if (!dead) {
                         d->cu->cuStreamDestroy(s->stream);
+                        /* A doorbell rung after this would find d freed. */
+                        d->cu->cuStreamSynchronize(s->bell);
+                        d->cu->cuStreamDestroy(s->bell);
+                }
                 free(s);
         }
         for (pinned_range *p = d->pinned, *next; p; p = next) {
@@ -1429,6 +1486,9 @@ static cube_error *cuda_stream_open(cube__device *d, cube__dstream **ret_stream)
         /* Creating a stream waits for nothing on the device. */
         d->cu->cuCtxSetCurrent(d->ctx);
         r = d->cu->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS &&
+            (r = d->cu->cuStreamCreate(&s->bell, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+                d->cu->cuStreamDestroy(s->stream);
         if (r != CUDA_SUCCESS) {
                 free(s);
                 return cube__cuda_error(CUBE__CU_SITE_IO, r, 0, "cuStreamCreate");

@@ -34,6 +34,8 @@
  *   CUBE_CUDA_DOUBLE_HANG_LAUNCH=N   the Nth launch never ends (until a reset)
  *   CUBE_CUDA_DOUBLE_FAIL_REGISTER=1 cuMemHostRegister fails
  *   CUBE_CUDA_DOUBLE_FAIL_ALLOC=N    the Nth device allocation fails, out of memory
+ *   CUBE_CUDA_DOUBLE_FAIL_EVENT=N    every cuEventCreate from the Nth on fails, out of
+ *                                    memory
  *   CUBE_CUDA_DOUBLE_RECORD_US=N     cuEventRecord takes N microseconds (a busy driver)
  *   CUBE_CUDA_DOUBLE_VERSION=N       the CUDA version the driver says it is (12040)
  *   CUBE_CUDA_DOUBLE_MEMORY=BYTES    the device's memory (default 2 GiB);
@@ -152,7 +154,7 @@ static __thread CUcontext current;
 static alloc *allocs;
 static region *regions;
 static uint64_t memory_total, memory_used;
-static uint64_t launches, device_allocs, fail_alloc;
+static uint64_t launches, device_allocs, fail_alloc, events_made, fail_event;
 static uint64_t fault_launch, hang_launch, launch_us, record_us;
 static bool fail_register;
 
@@ -409,6 +411,7 @@ static CUresult d_cuInit(unsigned flags)
                 fault_launch = env_u64("CUBE_CUDA_DOUBLE_FAULT_LAUNCH", 0);
                 hang_launch = env_u64("CUBE_CUDA_DOUBLE_HANG_LAUNCH", 0);
                 fail_alloc = env_u64("CUBE_CUDA_DOUBLE_FAIL_ALLOC", 0);
+                fail_event = env_u64("CUBE_CUDA_DOUBLE_FAIL_EVENT", 0);
                 fail_register = env_u64("CUBE_CUDA_DOUBLE_FAIL_REGISTER", 0) != 0;
                 launch_us = env_u64("CUBE_CUDA_DOUBLE_LAUNCH_US", 20);
                 record_us = env_u64("CUBE_CUDA_DOUBLE_RECORD_US", 0);
@@ -634,6 +637,8 @@ static CUresult d_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 static CUresult d_cuEventCreate(CUevent *ret, unsigned flags)
 {
         ENTER();
+        if (fail_event && ++events_made >= fail_event)
+                LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
         CUevent e = calloc(1, sizeof(*e));
         if (!e)
                 LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
