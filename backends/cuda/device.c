@@ -843,30 +843,22 @@ static void issue(cube__device *d, cube__dstream *s, cube__work *w)
 }
 
 /* Rings the doorbell once s's work issued so far has completed: on s's bell
- * stream, behind the event of the last work on s (or a fresh one where that
- * work failed before it was issued). The tail's event is used under the
- * lock, which the completion thread holds to retire it; its result is
- * checked after, as a fault found there poisons under the same lock. */
+ * stream, behind the event of the last work on s. A last rec without an
+ * event needs none: push_rec waited for the stream before it (or the device
+ * is poisoned), and the ring that follows every batch finds it done. The
+ * tail's event is used under the lock, which the completion thread holds to
+ * retire it; the result is checked after, as a fault found there poisons
+ * under the same lock. */
 static void doorbell_after(cube__device *d, cube__dstream *s)
 {
         CUresult r = CUDA_SUCCESS;
-        CUevent ev = NULL;
-        bool waited = false;
 
         pthread_mutex_lock(&d->lock);
         bool on_tail = !d->poison && s->tail && s->tail->event;
-        bool wanted = !d->poison && s->tail && !s->tail->event;
         if (on_tail)
                 r = d->cu->cuStreamWaitEvent(s->bell, s->tail->event, 0);
         pthread_mutex_unlock(&d->lock);
-        if (on_tail)
-                waited = check(d, r, "cuStreamWaitEvent");
-        if (wanted && (ev = event_take(d, false))) {
-                waited = check(d, d->cu->cuEventRecord(ev, s->stream), "cuEventRecord") &&
-                         check(d, d->cu->cuStreamWaitEvent(s->bell, ev, 0), "cuStreamWaitEvent");
-                event_give(d, ev, false);
-        }
-        if (waited)
+        if (on_tail && check(d, r, "cuStreamWaitEvent"))
                 check(d, d->cu->cuLaunchHostFunc(s->bell, doorbell_cb, d), "cuLaunchHostFunc");
 }
 
