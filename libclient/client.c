@@ -228,6 +228,7 @@ cube_error *cube_connect(const char *path, const char *name, cube_client **ret_c
                                          origin, strerror(err));
         }
 
+        cube__spin_init(&c->spin, c->fd);
         cube__frame_init(&f);
         call.msgid = cube__next_msgid(c);
         call.deliver = deliver_hello;

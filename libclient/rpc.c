@@ -9,7 +9,6 @@
  * of the library's own is batch.c's flusher, which only sends.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -204,12 +203,12 @@ static cube_error *handle_message(cube_client *c, const msgpack_object *msg)
  * is woken each time the daemon takes a request off this socket (the
  * kernel's "room to write" wake-up reaches every sleeper), a wasted context
  * switch per call; poll sleeps until there is something to read. Between
- * messages an answer is rarely there yet, so poll comes first; within one
- * (mid_message), the rest usually is. */
+ * messages an answer is rarely there yet, so poll comes first, after a
+ * short spin where that pays (spin.c); within one (mid_message), the rest
+ * usually is. */
 static cube_error *receive(cube_client *c, void *buf, size_t cap, bool mid_message,
                            size_t *ret_n)
 {
-        struct pollfd p = { .fd = c->fd, .events = POLLIN };
         bool wait = !mid_message;
 
         for (;;) {
@@ -218,8 +217,9 @@ static cube_error *receive(cube_client *c, void *buf, size_t cap, bool mid_messa
                 struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                                      .msg_controllen = sizeof(ctl) };
 
-                if (wait && poll(&p, 1, -1) < 0 && errno != EINTR)
-                        return lost(c, "waiting for an answer failed", errno);
+                int w = wait ? cube__spin_wait(&c->spin, c->fd) : 0;
+                if (w < 0 && w != -EINTR)
+                        return lost(c, "waiting for an answer failed", -w);
                 ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
                 wait = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
                 if (wait || (r < 0 && errno == EINTR))

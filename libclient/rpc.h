@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "prescan.h"
 #include "rbuf.h"
+#include "spin.h"
 #include "wire.h"
 
 typedef struct cube__call cube__call;
@@ -70,6 +71,7 @@ struct cube_client {
         atomic_uint_fast64_t next_kernel;
 
         cube__rbuf rb;                  /* the reading thread's */
+        cube__spin spin;                /* the reading thread's */
         msgpack_zone *zone;             /* the reading thread's, cleared per message */
         int fds[16];                    /* descriptors received, in order, not yet taken */
         size_t n_fds;

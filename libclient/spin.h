@@ -1,0 +1,33 @@
+/*
+ * spin.h - how long a client waiting for an answer polls before it sleeps
+ * (spin.c).
+ */
+#ifndef CUBE_CLIENT_SPIN_H
+#define CUBE_CLIENT_SPIN_H
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CUBE__SPIN_DEFAULT_US 50u       /* $CUBE_CLIENT_SPIN_US, else this */
+#define CUBE__SPIN_MAX_US 1000u
+
+/* A connection's polling: set once at connect, then used by whichever
+ * thread reads for everyone (rpc.c), one at a time. */
+typedef struct cube__spin {
+        uint64_t budget_ns;             /* 0: never poll, sleep at once */
+        unsigned misses;                /* polls in a row that found nothing */
+        unsigned skip;                  /* waits left to sleep through before polling again */
+} cube__spin;
+
+/* Whether a client that may run on mine should poll for a daemon that may
+ * run on daemon (NULL: not known). */
+bool cube__spin_pays(const cpu_set_t *mine, const cpu_set_t *daemon);
+/* Decides the polling of the connection on fd (a Unix socket to cubed),
+ * from the caller's CPUs, the daemon's and $CUBE_CLIENT_SPIN_US. */
+void cube__spin_init(cube__spin *s, int fd);
+/* Waits until fd is readable: polls it first where that pays, then sleeps
+ * in poll. 0, or a negative errno (EINTR among them). */
+int cube__spin_wait(cube__spin *s, int fd);
+
+#endif

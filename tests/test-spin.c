@@ -1,0 +1,218 @@
+/*
+ * test-spin.c - when a waiting client polls its socket before it sleeps
+ * (libclient/spin.c): the rule on CPU sets, the decision against a real
+ * cubed pinned apart from the client or onto the client's own CPU, and the
+ * back-off of polls that find nothing.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "spin.h"
+
+static cpu_set_t cpus(int a, int b)
+{
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(a, &set);
+        if (b >= 0)
+                CPU_SET(b, &set);
+        return set;
+}
+
+START_TEST(test_the_rule)
+{
+        cpu_set_t c0 = cpus(0, -1), c1 = cpus(1, -1), both = cpus(0, 1);
+
+        /* One CPU for both: a poll would hold the daemon's only CPU. */
+        ck_assert(!cube__spin_pays(&c0, &c0));
+        /* The daemon may not run where the client polls. */
+        ck_assert(!cube__spin_pays(&both, &c0));
+        ck_assert(cube__spin_pays(&c0, &c1));
+        ck_assert(cube__spin_pays(&c0, &both));
+        ck_assert(cube__spin_pays(&both, &both));
+        /* The daemon's CPUs unknown: the client's own decide. */
+        ck_assert(!cube__spin_pays(&c0, NULL));
+        ck_assert(cube__spin_pays(&both, NULL));
+}
+END_TEST
+
+/* Pins the daemon's main thread (what SO_PEERCRED's pid names) and this
+ * thread, then asks the decision on a fresh connection. */
+static uint64_t budget_with(const test_daemon *d, int daemon_cpu, int my_cpu)
+{
+        cpu_set_t dset = cpus(daemon_cpu, -1), mine = cpus(my_cpu, -1);
+        cube__spin s;
+        int fd;
+
+        ck_assert_int_eq(sched_setaffinity(d->pid, sizeof(dset), &dset), 0);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(mine), &mine), 0);
+        fd = raw_connect(d->socket);
+        ck_assert_int_ge(fd, 0);
+        cube__spin_init(&s, fd);
+        close(fd);
+        return s.budget_ns;
+}
+
+START_TEST(test_decided_from_the_daemons_cpus)
+{
+        test_daemon d;
+        cpu_set_t saved;
+        cube_client *c;
+
+        if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+                fprintf(stderr, "one CPU: nothing to pin apart; the rule is tested alone\n");
+                return;
+        }
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        unsetenv("CUBE_CLIENT_SPIN_US");
+        ck_assert_uint_eq(budget_with(&d, 1, 0), CUBE__SPIN_DEFAULT_US * 1000ull);
+        ck_assert_uint_eq(budget_with(&d, 0, 0), 0);
+        setenv("CUBE_CLIENT_SPIN_US", "0", 1);
+        ck_assert_uint_eq(budget_with(&d, 1, 0), 0);
+        setenv("CUBE_CLIENT_SPIN_US", "120", 1);
+        ck_assert_uint_eq(budget_with(&d, 1, 0), 120000);
+        setenv("CUBE_CLIENT_SPIN_US", "1000000", 1);
+        ck_assert_uint_eq(budget_with(&d, 1, 0), CUBE__SPIN_MAX_US * 1000ull);
+        unsetenv("CUBE_CLIENT_SPIN_US");
+
+        /* A polling client gets its answers as a sleeping one does. */
+        (void) budget_with(&d, 1, 0);
+        ck_ok(cube_connect(d.socket, "spin", &c));
+        for (int i = 0; i < 100; i++)
+                ck_ok(cube_sync(c, NULL, 0));
+        cube_disconnect(c);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+typedef struct later {
+        int fd;
+        unsigned ms;
+        pthread_t thread;
+} later;
+
+static void *write_later(void *arg)
+{
+        later *l = arg;
+
+        usleep(l->ms * 1000);
+        ck_assert_int_eq(write(l->fd, "x", 1), 1);
+        return NULL;
+}
+
+/* Waits on fd for a byte written ms from now, then takes it. */
+static void wait_for_byte(cube__spin *s, int fd, int writer, unsigned ms)
+{
+        later l = { .fd = writer, .ms = ms };
+        char b;
+
+        ck_assert_int_eq(pthread_create(&l.thread, NULL, write_later, &l), 0);
+        ck_assert_int_eq(cube__spin_wait(s, fd), 0);
+        ck_assert_int_eq(read(fd, &b, 1), 1);
+        pthread_join(l.thread, NULL);
+}
+
+START_TEST(test_polls_that_miss_back_off)
+{
+        cube__spin s = { .budget_ns = 20000 };
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        /* Answered after the budget: a miss, and the next wait sleeps at once. */
+        wait_for_byte(&s, sv[0], sv[1], 50);
+        ck_assert_uint_eq(s.misses, 1);
+        ck_assert_uint_eq(s.skip, 1);
+        wait_for_byte(&s, sv[0], sv[1], 1);
+        ck_assert_uint_eq(s.misses, 1);
+        ck_assert_uint_eq(s.skip, 0);
+        wait_for_byte(&s, sv[0], sv[1], 50);
+        ck_assert_uint_eq(s.misses, 2);
+        ck_assert_uint_eq(s.skip, 3);
+        for (int i = 0; i < 3; i++)
+                wait_for_byte(&s, sv[0], sv[1], 1);
+        ck_assert_uint_eq(s.skip, 0);
+        /* An answer already there: a hit, and polling is back. */
+        ck_assert_int_eq(write(sv[1], "x", 1), 1);
+        wait_for_byte(&s, sv[0], sv[1], 0);
+        ck_assert_uint_eq(s.misses, 0);
+        ck_assert_uint_eq(s.skip, 0);
+        close(sv[0]);
+        close(sv[1]);
+}
+END_TEST
+
+typedef struct waiter {
+        cube__spin spin;
+        int sv[2];
+        pthread_t thread;
+} waiter;
+
+static void *wait_on(void *arg)
+{
+        waiter *w = arg;
+
+        ck_assert_int_eq(cube__spin_wait(&w->spin, w->sv[0]), 0);
+        return NULL;
+}
+
+START_TEST(test_no_poll_while_another_thread_waits)
+{
+        waiter other = { .spin = { 0 } };
+        cube__spin s = { .budget_ns = 20000 };
+        int sv[2];
+        char b;
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, other.sv), 0);
+        ck_assert_int_eq(pthread_create(&other.thread, NULL, wait_on, &other), 0);
+        usleep(100000);
+        /* Another thread of the process waits: this one sleeps at once, so
+         * its wait is neither a hit nor a miss. */
+        wait_for_byte(&s, sv[0], sv[1], 50);
+        ck_assert_uint_eq(s.misses, 0);
+        ck_assert_uint_eq(s.skip, 0);
+        ck_assert_int_eq(write(other.sv[1], "x", 1), 1);
+        pthread_join(other.thread, NULL);
+        ck_assert_int_eq(read(other.sv[0], &b, 1), 1);
+        /* Alone again: the wait polls, and misses. */
+        wait_for_byte(&s, sv[0], sv[1], 50);
+        ck_assert_uint_eq(s.misses, 1);
+        close(sv[0]);
+        close(sv[1]);
+        close(other.sv[0]);
+        close(other.sv[1]);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+        Suite *s = suite_create("spin");
+        TCase *tc = tcase_create("spin");
+
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_the_rule);
+        tcase_add_test(tc, test_decided_from_the_daemons_cpus);
+        tcase_add_test(tc, test_polls_that_miss_back_off);
+        tcase_add_test(tc, test_no_poll_while_another_thread_waits);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
