@@ -185,6 +185,13 @@ typedef struct cube__driver {
                             const char *artifact_path, cube__module **ret_module,
                             uint32_t *ret_shared_bytes);
         void (*unload)(cube__device *d, cube__module *m);
+        /* Builds, at artifact_path, the kernel's source again with work-group
+         * code specialised for cubes of dim (optional; NULL: the backend's
+         * code is as fast for every cube dimension). Off the loop thread, as
+         * compile. Loaded with load, the artifact serves every launch of that
+         * cube dimension; launches of others keep the generic module. */
+        cube_error *(*compile_shape)(cube__device *d, const cube__kernel_desc *desc,
+                                     const uint32_t dim[3], const char *artifact_path);
 
         /* Graph capture (optional; NULL: the backend captures). The core
          * records a capture's launches and replays them through submit (a

@@ -221,6 +221,8 @@ typedef struct cube__op {
         cube__work *chain;              /* a replay: its launches, ending with work; or NULL */
         struct cube__op *part_of;       /* a replay's launch: the replay it belongs to */
         struct cube__graph *graph;      /* a replay: the graph it runs */
+        struct cube__kernel *shape_kernel; /* a launch whose device time counts toward
+                                            * its shape's build (shapes.c), with a ref */
         /* Work the daemon runs itself rather than the device (a collective):
          * the executor calls host_run on the loop thread once everything
          * before it on its stream is done, holds the stream's later work until
@@ -330,6 +332,23 @@ typedef struct cube__kernel_waiter {
 #define CUBE__REFUSALS_KEPT 256
 
 /* One entry of the cache every session shares. */
+/* A cube dimension a kernel is launched with, and the build of the kernel
+ * for it (shapes.c). */
+#define CUBE__SHAPES 4
+typedef enum cube__shape_state {
+        CUBE__SHAPE_COUNTING,           /* its launches' device time, toward a build */
+        CUBE__SHAPE_BUILDING,
+        CUBE__SHAPE_READY,              /* module serves its launches */
+        CUBE__SHAPE_FAILED,             /* its launches keep the kernel's module */
+} cube__shape_state;
+
+typedef struct cube__shape {
+        uint32_t dim[3];
+        cube__shape_state state;
+        uint64_t device_ns;
+        cube__module *module;
+} cube__shape;
+
 typedef struct cube__kernel {
         char hash[65];
         char program[65];               /* the key of the build every entry point of
@@ -348,6 +367,8 @@ typedef struct cube__kernel {
         cube__kernel_state state;
         cube__module *module;
         uint32_t shared_bytes;
+        cube__shape shapes[CUBE__SHAPES]; /* the first cube dimensions it ran with */
+        unsigned n_shapes;
         cube_error *error;              /* when FAILED: a CompilationError (the source's
                                          * fault), or, with retry, the whole ServerError */
         bool retry;                     /* failed for a reason outside the kernel (no
@@ -388,6 +409,8 @@ cube__kernel *cube__kernel_unchecked(cube__kernel *k);
 /* The daemon stops: builds still waiting for a slot fail (a defect: a later
  * run builds them), so the drain waits only for those under way. */
 void cube__kernels_stop(cube__server *srv);
+/* A build slot was given back: starts queued builds while slots are free. */
+void cube__kernel_builds_resume(cube__server *srv);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))
@@ -401,6 +424,18 @@ void cube__kernels_free(cube__server *srv);
 /* Drops a reference cube__kernel_intern gave; the entry, its source, log and program go with the last, once
  * no compile of it is in flight (the artifact stays on disk). */
 void cube__kernel_unref(cube__kernel *k);
+
+/* ---- builds of a kernel for a cube dimension (shapes.c) ---------------- */
+
+/* The module a launch of READY kernel k with cubes of dim runs: the kernel
+ * built for dim once it is loaded, else k's own. *ret_count: the launch's
+ * device time counts toward that build; the caller then takes a reference
+ * of k, which cube__kernel_shape_ran drops. */
+cube__module *cube__kernel_module_for(cube__kernel *k, const uint32_t dim[3], bool *ret_count);
+/* A launch module_for counted ended after ns of device time. */
+void cube__kernel_shape_ran(cube__kernel *k, const uint32_t dim[3], uint64_t ns);
+/* Unloads the modules built for k's shapes (k is being freed). */
+void cube__kernel_shapes_unload(cube__kernel *k);
 
 /* ---- the kernel front end's run and facts (kernel-check.c) ------------- */
 /* Runs the front end on k's source: fills k->facts and k->checked, or

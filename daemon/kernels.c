@@ -205,6 +205,7 @@ static void kernel_destroy(cube__kernel *k)
 {
         if (k->module)
                 k->server->driver->unload(k->server->device, k->module);
+        cube__kernel_shapes_unload(k);
         cube__kernel_unref(k->unchecked_twin);
         cube__fe_facts_free(k->facts);
         free(k->checked);
@@ -600,6 +601,11 @@ static void build_schedule(cube__server *srv, cube__kernel *asking)
                 k->build_next = NULL;
                 build_start(k, k != asking);
         }
+}
+
+void cube__kernel_builds_resume(cube__server *srv)
+{
+        build_schedule(srv, NULL);
 }
 
 void cube__kernels_stop(cube__server *srv)

@@ -625,7 +625,8 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->extents = l->offsets + n;
         l->storages = (cube__storage **) (l->extents + 2 * n);
         o->written = (cube__alloc **) (l->storages + n);
-        l->module = kernel->module;
+        bool count_shape;
+        l->module = cube__kernel_module_for(kernel, r->dim, &count_shape);
         l->kernel = kernel->entry;
         memcpy(l->count, r->count, sizeof(l->count));
         memcpy(l->dim, r->dim, sizeof(l->dim));
@@ -660,6 +661,10 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
                 o->work.op = CUBE__WORK_FENCE;  /* fails in stream order, running nothing */
         }
         s->launches++;
+        if (count_shape) {
+                o->shape_kernel = kernel;
+                kernel->refs++;
+        }
         cube__op_enqueue(o);
         tell_peers(k, r, kernel);
 }
@@ -687,7 +692,8 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->storages = (cube__storage **) (l->extents + 2 * n);
         rd = (bool *) (l->storages + n);
         wr = rd + n + 1;
-        l->module = kernel->module;
+        bool count_shape;
+        l->module = cube__kernel_module_for(kernel, r->dim, &count_shape);
         l->kernel = kernel->entry;
         memcpy(l->count, r->count, sizeof(l->count));
         memcpy(l->dim, r->dim, sizeof(l->dim));

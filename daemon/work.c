@@ -374,6 +374,10 @@ static void op_finish(cube__op *o)
         cube__server *srv = s->server;
 
         cube__share_done(o);
+        if (o->shape_kernel)
+                cube__kernel_shape_ran(o->shape_kernel, o->launch->dim,
+                                       o->work.end_ns > o->work.start_ns ?
+                                       o->work.end_ns - o->work.start_ns : 0);
         if (o->part_of) {
                 /* One launch of a replay: the replay, last in its chain,
                  * settles for all of them. */

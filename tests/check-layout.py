@@ -25,7 +25,7 @@ LAYERS = [
                   "sha256.c", "config.c", "access.c", "progress.c", "closer.c"],
      ["services.h", "sha256.h"]),
     ("work", ["executor.c", "work.c", "reply.c", "allocations.c", "regions.c", "kernels.c",
-              "kernel-check.c", "launches.c", "tensormaps.c", "memory-methods.c", "graphs.c",
+              "shapes.c", "kernel-check.c", "launches.c", "tensormaps.c", "memory-methods.c", "graphs.c",
               "profile.c", "groups.c", "collectives.c", "peer.c", "share.c", "inject.c", "tenants.c"],
      ["cubed.h", "comms.h"]),
     ("requests", ["conn.c", "direct.c", "dispatch.c", "admin.c", "session.c", "server.c",

@@ -656,7 +656,9 @@ long test_mappings(pid_t pid)
         return proc_count(pid, "maps", false);
 }
 
-long test_children_running(pid_t parent, const char *arg)
+/* The children of parent with arg among their arguments: how many, and the
+ * first found in *ret_first (when not NULL and there is one). */
+static long scan_children(pid_t parent, const char *arg, pid_t *ret_first)
 {
         DIR *d = opendir("/proc");
         long n = 0;
@@ -678,11 +680,48 @@ long test_children_running(pid_t parent, const char *arg)
                 cmd[len] = '\0';
                 for (size_t i = 0; i < len; i += strlen(cmd + i) + 1)
                         if (strcmp(cmd + i, arg) == 0) {
-                                n++;
+                                if (n++ == 0 && ret_first)
+                                        *ret_first = pid;
                                 break;
                         }
         }
         closedir(d);
+        return n;
+}
+
+long test_children_running(pid_t parent, const char *arg)
+{
+        return scan_children(parent, arg, NULL);
+}
+
+pid_t test_child_running(pid_t parent, const char *arg)
+{
+        pid_t pid = -1;
+
+        return scan_children(parent, arg, &pid) > 0 ? pid : -1;
+}
+
+int test_maps_count(pid_t pid, const char *part)
+{
+        char path[64], line[4096], seen[16][512];
+        int n = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int) pid);
+        if (!(f = fopen(path, "re")))
+                return -1;
+        while (fgets(line, sizeof(line), f)) {
+                char *file = strchr(line, '/');
+                int i;
+                if (!file || !strstr(file, part))
+                        continue;
+                file[strcspn(file, "\n")] = '\0';
+                for (i = 0; i < n && strcmp(seen[i], file) != 0; i++)
+                        ;
+                if (i == n && n < 16)
+                        snprintf(seen[n++], sizeof(seen[0]), "%s", file);
+        }
+        fclose(f);
         return n;
 }
 

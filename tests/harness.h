@@ -161,6 +161,10 @@ long test_mappings(pid_t pid);
 /* The children of parent running now with arg among their arguments (a
  * build is cube-device --build), or -1. */
 long test_children_running(pid_t parent, const char *arg);
+/* The first such child (the CPU device is cube-device --serve), or -1. */
+pid_t test_child_running(pid_t parent, const char *arg);
+/* How many files whose paths hold part process pid maps (at most 16), or -1. */
+int test_maps_count(pid_t pid, const char *part);
 
 /* ---- peers of another uid --------------------------------------------------
  * A child becomes nobody and runs a step function; it talks to the test over

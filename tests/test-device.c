@@ -938,6 +938,138 @@ START_TEST(one_users_builds_of_several_sources_run_side_by_side)
 }
 END_TEST
 
+/* Kernels that carry work: each unit steps a generator many times. The
+ * first walks its cube's units in a loop of its own (the front end's looped
+ * form); the second, with a barrier, runs them as PoCL's work-items. */
+#define BUSY_STEPS 100000u
+#define BUSY_BODY(name, between) \
+        "KERNEL void " name "(const uint32_t *in, uint32_t *out, INFO)\n" \
+        "{\n" \
+        "        uint64_t i = ABSOLUTE_POS;\n" \
+        "        uint32_t x = i < BUFFER_LEN(0) ? in[i] : 0u;\n" \
+        "        for (uint32_t k = 0; k < 100000u; k++)\n" \
+        "                x = x * 1664525u + 1013904223u;\n" \
+        between \
+        "        if (i < BUFFER_LEN(1))\n" \
+        "                out[i] = x;\n" \
+        "}\n"
+static const char busy_source[] = BUSY_BODY("busy", "");
+static const char busy_sync_source[] = BUSY_BODY("busy_sync", "        sync_cube();\n");
+
+static uint32_t busy_of(uint32_t x)
+{
+        for (uint32_t k = 0; k < BUSY_STEPS; k++)
+                x = x * 1664525u + 1013904223u;
+        return x;
+}
+
+/* The cache directory's artifacts ("*.ocl") and facts ("*.facts"): a
+ * kernel's build leaves one of each, a build for a cube dimension an
+ * artifact alone. */
+static int count_files(const char *dir, const char *suffix)
+{
+        char cmd[512];
+        FILE *p;
+        int n = -1;
+
+        snprintf(cmd, sizeof(cmd), "ls %s | grep -c '\\%s$'", dir, suffix);
+        if ((p = popen(cmd, "r"))) {
+                if (fscanf(p, "%d", &n) != 1)
+                        n = -1;
+                pclose(p);
+        }
+        return n;
+}
+
+/* Launches kernel k (entry) over bufs in cubes of 64 until the device runs
+ * code built for that dimension, or the deadline; checks each result. A
+ * looped kernel's build for the dimension is a second program (a second
+ * work-group function of its name mapped); the other's is PoCL's function
+ * specialised for a local size of 64. */
+static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry, bool looped,
+                                   pid_t device, cube_handle *bufs, const uint32_t *in,
+                                   long deadline)
+{
+        char part[128];
+        uint32_t got[N];
+        bool found = false;
+
+        if (looped)
+                snprintf(part, sizeof(part), "/cube__k_%s/0-0-0/cube__k_%s.so", entry, entry);
+        else
+                snprintf(part, sizeof(part), "/cube__k_%s/64-1-1-goffs0-smallgrid/cube__k_%s.so",
+                         entry, entry);
+        while (!found && test_now_ms() < deadline) {
+                launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < N; i += 97)
+                        ck_assert_uint_eq(got[i], busy_of(in[i]));
+                found = test_maps_count(device, part) >= (looped ? 2 : 1);
+        }
+        return found;
+}
+
+START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
+{
+        static const struct { const char *source, *entry; bool looped; } kernels[] = {
+                { busy_source, "busy", true },
+                { busy_sync_source, "busy_sync", false },
+        };
+        char cache[] = "/tmp/cube-shape-cache-XXXXXX", cmd[64];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N];
+        pid_t device;
+
+        fill_random(in, sizeof(in), 5);
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        for (int run = 0; run < 2; run++) {
+                ck_assert_int_eq(test_daemon_start(&d, args), 0);
+                ck_ok(cube_connect(d.socket, "busy", &c));
+                ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+                ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+                ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+                /* Their launches carry work: after their first tens of
+                 * milliseconds each kernel is built again for cubes of 64,
+                 * and then runs that code. A restarted daemon loads both
+                 * builds from the cache: it has no source to build from, as
+                 * the kernel's facts came from the cache too. */
+                for (int i = 0; i < 2; i++) {
+                        uint64_t k = test_kernel(c, kernels[i].source, kernels[i].entry);
+                        ck_assert_msg(busy_until_specialised(c, k, kernels[i].entry,
+                                                             kernels[i].looped, device, bufs, in,
+                                                             test_now_ms() + test_scaled_ms(40000)),
+                                      "run %d: the device never ran %s built for cubes of 64", run,
+                                      kernels[i].entry);
+                }
+                ck_assert_int_eq(count_files(cache, ".ocl"), 4);
+                ck_assert_int_eq(count_files(cache, ".facts"), 2);
+                cube_disconnect(c);
+                ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+        }
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(a_kernel_launched_briefly_is_built_once)
+{
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "brief", &c));
+        uint64_t k = test_kernel(c, triple_source, "triple");
+        for (int i = 0; i < 50; i++)
+                expect_triple_runs(c, k);
+        cube_disconnect(c);
+        ck_assert_int_eq(count_files(d.cache, ".ocl"), 1);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
@@ -960,7 +1092,14 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
         tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
         tcase_add_test(tc, one_users_builds_of_several_sources_run_side_by_side);
+        tcase_add_test(tc, a_kernel_launched_briefly_is_built_once);
         suite_add_tcase(s, tc);
+        /* Builds for a cube dimension come after tens of milliseconds of
+         * launches, and take a build each: a case of its own, given longer. */
+        TCase *shapes = tcase_create("shapes");
+        tcase_set_timeout(shapes, 300);
+        tcase_add_test(shapes, a_kernel_carrying_work_runs_code_built_for_its_cube_dimension);
+        suite_add_tcase(s, shapes);
         return s;
 }
 

@@ -166,10 +166,12 @@ static cube_error *judge(const cube__kernel_desc *desc, const build_limits *lim,
 }
 
 /* Runs the builder in a private directory beside the artifact, waits for it
- * within its wall-clock limit, and puts what it built at artifact_path. A
+ * within its wall-clock limit, and puts what it built at artifact_path: the
+ * generic work-group functions, and with shape those specialised for it. A
  * compiler that died says how in ret_death (else it is left empty). */
 static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const char *translated,
-                         const char *artifact_path, char *ret_death, size_t death_len)
+                         const uint32_t *shape, const char *artifact_path, char *ret_death,
+                         size_t death_len)
 {
         build_limits lim = limits_of(d);
         char dir[PATH_MAX], path[PATH_MAX + 16];
@@ -187,6 +189,11 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
         r = cube__sandbox_write(dir, "kernel.cl", translated);
         if (r == 0)
                 r = cube__sandbox_write(dir, "entry", desc->entry);
+        if (r == 0 && shape) {
+                char text[48];
+                snprintf(text, sizeof(text), "%u %u %u", shape[0], shape[1], shape[2]);
+                r = cube__sandbox_write(dir, "shape", text);
+        }
         if (r < 0) {
                 e = cube__cpu_defect(CUBE_IO_UNKNOWN, "cannot write the kernel source into a "
                                      "build directory in the kernel cache: %s; check the cache "
@@ -258,14 +265,17 @@ static bool compiler_builds(cube__device *d, const char *artifact_path)
                 cube_error_free(e);
                 return false;
         }
-        e = build(d, &probe, translated, path, death, sizeof(death));
+        e = build(d, &probe, translated, NULL, path, death, sizeof(death));
         free(translated);
         (void) unlink(path);
         cube_error_free(e);
         return e == NULL;
 }
 
-cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
+/* Builds desc at path in a build slot of the device's: generically, or
+ * with shape for cubes of that dimension. */
+static cube_error *compile(cube__device *d, const cube__kernel_desc *desc, const uint32_t *shape,
+                           const char *path)
 {
         char *translated = NULL, death[64];
         cube_error *e;
@@ -274,8 +284,8 @@ cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, co
                 return e;
         while (sem_wait(&d->compiles) < 0 && errno == EINTR)
                 ;
-        e = build(d, desc, translated, path, death, sizeof(death));
-        if (e && death[0] && compiler_builds(d, path)) {
+        e = build(d, desc, translated, shape, path, death, sizeof(death));
+        if (e && death[0] && !shape && compiler_builds(d, path)) {
                 build_limits lim = limits_of(d);
                 cube_error_free(e);
                 e = cube__err_text(CUBE_COMPILATION_GENERIC, "building kernel '%s' made the "
@@ -288,6 +298,17 @@ cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, co
         sem_post(&d->compiles);
         free(translated);
         return e;
+}
+
+cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
+{
+        return compile(d, desc, NULL, path);
+}
+
+cube_error *cube__cpu_compile_shape(cube__device *d, const cube__kernel_desc *desc,
+                                   const uint32_t dim[3], const char *path)
+{
+        return compile(d, desc, dim, path);
 }
 
 cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,

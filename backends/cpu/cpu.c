@@ -331,10 +331,8 @@ static int start_device(cube__device *d, const char **ret_why)
                         env[m++] = environ[i];
         char cache_env[PATH_MAX + 32];
         snprintf(cache_env, sizeof(cache_env), "POCL_CACHE_DIR=%s", d->kcache);
-        if (env) {
-                env[m++] = (char *) "POCL_WORK_GROUP_SPECIALIZATION=0";
+        if (env)
                 env[m++] = cache_env;
-        }
         char *argv[] = { d->helper, (char *) "--serve", d->kcache, mem_arg, NULL };
 
         posix_spawn_file_actions_init(&fa);
@@ -384,7 +382,7 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -EIO;
         }
-        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; generic work-group functions",
+        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; work-group functions without IR",
                  text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
                 *ret_why = "cannot start the device monitor";
@@ -593,6 +591,7 @@ const cube__driver cube__driver_cpu = {
         .artifact_ext = "ocl",
         .target = cpu_target,
         .compile = cube__cpu_compile,
+        .compile_shape = cube__cpu_compile_shape,
         .load = cube__cpu_load,
         .unload = cube__cpu_unload,
         .graph_create = cube__cpu_graph_create,

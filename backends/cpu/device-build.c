@@ -5,8 +5,14 @@
  * A short-lived compiler run: under limits it sets itself (CPU time,
  * address space, file size), without a network, writing only into DIR, it
  * builds DIR/kernel.cl with PoCL and writes the program binary to
- * DIR/artifact (queue.h's artifact header first). Exit 0: built; 10: the
- * source did not build (DIR/log has the compiler's words); 11: anything else.
+ * DIR/artifact (queue.h's artifact header first), its work-group functions
+ * without the IR they came from (device-binary.c). With DIR/shape ("X Y
+ * Z"), the source is built for cubes of X x Y x Z units: a looped entry
+ * point walks its cube in loops of that fixed count (the prelude's
+ * CUBE__SHAPE_X/Y/Z), and the others get PoCL's work-group functions
+ * specialised for that local size and a grid of under 65,535 units a side
+ * (what PoCL's default build does at the first launch of each local size). Exit 0: built; 10: the source did not build
+ * (DIR/log has the compiler's words); 11: anything else.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -93,6 +99,29 @@ int cube__dev_build_main(int argc, char **argv)
         if (!(entry = slurp(path, &src_len)))
                 return build_fail(log, EXIT_DEFECT, "cannot read %s", path);
         setenv("POCL_CACHE_DIR", dir, 1);
+        /* A specialised build differs from the generic one in its options, so
+         * PoCL keys its functions apart: a device that ran the generic
+         * function for a shape keeps it under the generic build's key. */
+        char options[160] = "", *shape_text;
+        unsigned shape[3];
+        snprintf(path, sizeof(path), "%s/shape", dir);
+        if ((shape_text = slurp(path, &src_len))) {
+                char spec[128];
+                if (sscanf(shape_text, "%u %u %u", &shape[0], &shape[1], &shape[2]) != 3 ||
+                    !shape[0] || !shape[1] || !shape[2])
+                        return build_fail(log, EXIT_DEFECT, "a shape that is not three sizes");
+                /* One variant: PoCL builds the first of a list and finds the
+                 * others built already (its cache of loaded functions keys
+                 * them alike). Launches of larger grids run the generic one. */
+                snprintf(spec, sizeof(spec), "%u-%u-%u-goffs0-smallgrid", shape[0], shape[1],
+                         shape[2]);
+                setenv("POCL_BINARY_SPECIALIZE_WG", spec, 1);
+                snprintf(options, sizeof(options), "-DCUBE__SHAPE_X=%u -DCUBE__SHAPE_Y=%u "
+                         "-DCUBE__SHAPE_Z=%u", shape[0], shape[1], shape[2]);
+                free(shape_text);
+        } else {
+                unsetenv("POCL_BINARY_SPECIALIZE_WG");
+        }
         if (cube__dev_find_devices(&devs) < 0 || devs.n == 0)
                 return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
                                   "installed?)");
@@ -103,7 +132,7 @@ int cube__dev_build_main(int argc, char **argv)
         program = clCreateProgramWithSource(context, 1, (const char **) &src, NULL, &err);
         if (!program)
                 return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
-        err = clBuildProgram(program, devs.n, devs.ids, "", NULL, NULL);
+        err = clBuildProgram(program, devs.n, devs.ids, options, NULL, NULL);
         if (err != CL_SUCCESS) {
                 size_t n = 0;
                 char *text;
@@ -143,6 +172,10 @@ int cube__dev_build_main(int argc, char **argv)
         err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, devs.n * sizeof(bins[0]), bins, NULL);
         if (err != CL_SUCCESS)
                 return build_fail(log, EXIT_DEFECT, "clGetProgramInfo(BINARIES): %d", err);
+        for (cl_uint i = 0; i < devs.n; i++)
+                if (cube__dev_binary_strip_ir(bins[i], &sizes[i]) < 0)
+                        return build_fail(log, EXIT_DEFECT, "PoCL wrote a program binary of a "
+                                          "format this cube does not know (not version 9)");
         /* The blob lists the binaries in cube__dev_find_devices' order, whatever
          * order PoCL keeps them in. */
         unsigned char *in_order[2];

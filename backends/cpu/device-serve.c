@@ -110,6 +110,13 @@ static void load(const cube__msg *m, char *payload)
                 bins[i] = blob + at;
                 lens[i] = size;
                 at += size;
+                /* From a binary with IR PoCL would compile here, which the seal
+                 * forbids (device-binary.c). */
+                if (!cube__dev_binary_without_ir(bins[i], lens[i])) {
+                        reply(-1, "the artifact's binary %u still holds the program's IR (a "
+                              "build of an older cube); it is not loaded", (unsigned) i);
+                        return;
+                }
         }
         mod.program = clCreateProgramWithBinary(cube__dev.context, cube__dev.devs.n,
                                                 cube__dev.devs.ids, lens, bins, NULL, &err);

@@ -79,6 +79,15 @@ int cube__dev_build_main(int argc, char **argv);
 /* cube-device --check (backends/frontend/check-main.c). */
 int cube__dev_check_main(int argc, char **argv);
 
+/* ---- PoCL's binaries without IR (device-binary.c) ----------------------- */
+
+/* Rewrites a PoCL program binary in place without its LLVM IR, so that
+ * PoCL can never compile a work-group function from it: 0, or -1 when it is
+ * not a binary of the format this knows (and is of no use then). */
+int cube__dev_binary_strip_ir(unsigned char *bin, size_t *len);
+/* Whether a PoCL program binary is one strip_ir rewrote. */
+bool cube__dev_binary_without_ir(const unsigned char *bin, size_t len);
+
 /* ---- the launch server (device-serve.c) --------------------------------- */
 
 /* The serving device's state. */
