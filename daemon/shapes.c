@@ -16,14 +16,14 @@
  * device time with the generic code, counting only launches of at least
  * CUBE__SHAPE_LAUNCH_NS. A kernel launched a few times in a test, briefly,
  * or for launches whose cost is the launch itself, is never built twice;
- * one that carries a workload is, after its first tens of milliseconds. A build that fails leaves the
- * generic module in use for that dimension, and is logged.
+ * one that carries a workload is, after its first tens of milliseconds. A
+ * build that fails leaves the generic module in use for that dimension, and
+ * is logged. The first CUBE__SHAPES dimensions a kernel is launched with
+ * hold its places, whether their launches come to carry work or not.
  */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cubed.h"
@@ -75,30 +75,46 @@ cube__module *cube__kernel_module_for(cube__kernel *k, const uint32_t dim[3], bo
         return k->module;
 }
 
+/* Loads the artifact fd holds (opened through the cache directory and
+ * checked there) and closes fd; a load that fails leaves its error in j. */
+static void shape_load_artifact(shape_job *j, int fd)
+{
+        cube__server *srv = j->k->server;
+        char path[64];
+        uint32_t shared;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        j->error = srv->driver->load(srv->device, &j->k->desc, path, &j->module, &shared);
+        if (!j->error && j->from_disk)
+                cube__artifact_touch(fd);
+        close(fd);
+}
+
 /* On the thread pool: loads the artifact a run before left, or builds it. */
 static void shape_work(uv_work_t *w)
 {
         shape_job *j = w->data;
         cube__kernel *k = j->k;
         cube__server *srv = k->server;
-        char name[CUBE__ARTIFACT_NAME], path[64];
+        char name[CUBE__ARTIFACT_NAME];
         uint64_t start = uv_hrtime();
-        uint32_t shared;
         int fd;
 
         cube__artifact_name(&srv->disk_cache, j->key, name);
         if (j->pinned && (fd = cube__artifact_open(&srv->disk_cache, name, NULL)) >= 0) {
-                snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-                j->error = srv->driver->load(srv->device, &k->desc, path, &j->module, &shared);
-                if (!j->error) {
-                        cube__artifact_touch(fd);
-                        j->from_disk = true;
-                        close(fd);
+                j->from_disk = true;
+                shape_load_artifact(j, fd);
+                if (!j->error)
                         return;
-                }
-                close(fd);
+                j->from_disk = false;
                 cube_error_free(j->error);
                 j->error = NULL;
+        }
+        /* An artifact that would not load, of a kernel whose facts came from
+         * the cache: there is no source to build it from. */
+        if (!k->checked) {
+                j->error = cube__err_generic("the kernel's source was not read in this run");
+                return;
         }
         size_t n = strlen(srv->opts.cache_dir) + strlen(name) + 2;
         char *built = malloc(n);
@@ -116,10 +132,7 @@ static void shape_work(uv_work_t *w)
                                                      "in the cache directory");
                 } else {
                         j->stored = true;
-                        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-                        j->error = srv->driver->load(srv->device, &k->desc, path, &j->module,
-                                                     &shared);
-                        close(fd);
+                        shape_load_artifact(j, fd);
                 }
         }
         j->ms = (double) (uv_hrtime() - start) / 1e6;
