@@ -411,6 +411,9 @@ cube__kernel *cube__kernel_unchecked(cube__kernel *k);
 void cube__kernels_stop(cube__server *srv);
 /* A build slot was given back: starts queued builds while slots are free. */
 void cube__kernel_builds_resume(cube__server *srv);
+/* Whether a build slot is free that no queued build waits for (and the
+ * daemon is not stopping): what a build nobody waits for may take. */
+bool cube__kernel_build_slot_idle(const cube__server *srv);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))

@@ -524,11 +524,21 @@ static void prepare_done(uv_work_t *w, int status)
         srv->up->check_stopped(srv);
 }
 
+static unsigned build_slots(const cube__server *srv)
+{
+        return srv->opts.build_slots ? srv->opts.build_slots : 1;
+}
+
+bool cube__kernel_build_slot_idle(const cube__server *srv)
+{
+        return !srv->stopping && !srv->build_queue && srv->builds_running < build_slots(srv);
+}
+
 /* The slots one user's builds may hold at once: all but one by default, so
  * another user's build always finds one. */
 static unsigned uid_build_slots(const cube__server *srv)
 {
-        unsigned slots = srv->opts.build_slots ? srv->opts.build_slots : 1;
+        unsigned slots = build_slots(srv);
         unsigned share = srv->opts.uid_build_slots ? srv->opts.uid_build_slots : slots - 1;
 
         return share ? share : 1;
@@ -578,7 +588,7 @@ static bool sibling_building(const cube__server *srv, const cube__kernel *k)
  * user running the fewest, as long as that user is below its share. */
 static void build_schedule(cube__server *srv, cube__kernel *asking)
 {
-        unsigned slots = srv->opts.build_slots ? srv->opts.build_slots : 1;
+        unsigned slots = build_slots(srv);
         unsigned share = uid_build_slots(srv);
 
         if (srv->stopping)

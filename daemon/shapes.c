@@ -176,7 +176,6 @@ static void shape_done(uv_work_t *w, int status)
 static void shape_build(cube__kernel *k, cube__shape *s)
 {
         cube__server *srv = k->server;
-        unsigned slots = srv->opts.build_slots ? srv->opts.build_slots : 1;
         cube__sha256 sha;
         shape_job *j;
 
@@ -184,7 +183,7 @@ static void shape_build(cube__kernel *k, cube__shape *s)
                 s->state = CUBE__SHAPE_FAILED;  /* nowhere to keep it */
                 return;
         }
-        if (srv->stopping || srv->builds_running >= slots || srv->build_queue)
+        if (!cube__kernel_build_slot_idle(srv))
                 return;                         /* a later launch asks again */
         if (!(j = calloc(1, sizeof(*j))))
                 return;
