@@ -725,6 +725,73 @@ int test_maps_count(pid_t pid, const char *part)
         return n;
 }
 
+/* The fields of a /proc stat file after the command's name (which may hold
+ * anything, in parentheses), from the state on, into buf; NULL when it
+ * cannot be read (the process or thread has ended). */
+static const char *proc_stat_fields(const char *path, char *buf, size_t cap)
+{
+        FILE *f = fopen(path, "re");
+        char *name_end;
+        bool read;
+
+        if (!f)
+                return NULL;
+        read = fgets(buf, (int) cap, f) != NULL;
+        fclose(f);
+        return read && (name_end = strrchr(buf, ')')) ? name_end + 1 : NULL;
+}
+
+int test_thread_cpu_ms(pid_t pid, long *ret_main, long *ret_others)
+{
+        char path[64];
+        long main_ms = 0, others_ms = 0, tick = sysconf(_SC_CLK_TCK);
+        struct dirent *e;
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        if (tick <= 0 || !(dir = opendir(path)))
+                return -1;
+        while ((e = readdir(dir))) {
+                char stat[384], line[1024];
+                const char *fields;
+                unsigned long utime, stime;
+
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+                /* The state, 10 fields, then utime and stime, in ticks. */
+                if (!(fields = proc_stat_fields(stat, line, sizeof(line))) ||
+                    sscanf(fields, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                           &utime, &stime) != 2)
+                        continue;
+                long ms = (long) ((utime + stime) * 1000 / (unsigned long) tick);
+                if (atoi(e->d_name) == (int) pid)
+                        main_ms += ms;
+                else
+                        others_ms += ms;
+        }
+        closedir(dir);
+        *ret_main = main_ms;
+        *ret_others = others_ms;
+        return 0;
+}
+
+int test_nice_of(pid_t pid, long *ret_nice)
+{
+        char path[64], line[1024];
+        const char *fields;
+        long nice;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        /* The state, 15 fields (to the priority), then the nice value. */
+        if (!(fields = proc_stat_fields(path, line, sizeof(line))) ||
+            sscanf(fields, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %ld",
+                   &nice) != 1)
+                return -1;
+        *ret_nice = nice;
+        return 0;
+}
+
 bool running_as_root(void)
 {
         if (geteuid() == 0)

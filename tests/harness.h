@@ -165,6 +165,11 @@ long test_children_running(pid_t parent, const char *arg);
 pid_t test_child_running(pid_t parent, const char *arg);
 /* How many files whose paths hold part process pid maps (at most 16), or -1. */
 int test_maps_count(pid_t pid, const char *part);
+/* The CPU time, in ms, process pid's first thread has taken (ret_main), and
+ * its other threads together (ret_others): 0, or -1. */
+int test_thread_cpu_ms(pid_t pid, long *ret_main, long *ret_others);
+/* Process pid's nice value: 0, or -1 when it has ended. */
+int test_nice_of(pid_t pid, long *ret_nice);
 
 /* ---- peers of another uid --------------------------------------------------
  * A child becomes nobody and runs a step function; it talks to the test over

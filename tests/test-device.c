@@ -7,12 +7,15 @@
  * no other process); a wild write poisons the device, cubed keeps answering
  * and a fresh device serves afterwards; a kernel that never ends and units
  * stuck at different barriers are stopped by the kernel timeout; a compiler
- * bomb is refused within the compile limit while others are served; and a
- * planted or altered artifact in the kernel cache is never loaded.
+ * bomb is refused within the compile limit while others are served; a
+ * planted or altered artifact in the kernel cache is never loaded; and a
+ * device that may use one CPU runs every launch on its own thread.
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -985,14 +988,18 @@ static int count_files(const char *dir, const char *suffix)
  * code built for that dimension, or the deadline; checks each result. A
  * looped kernel's build for the dimension is a second program (a second
  * work-group function of its name mapped); the other's is PoCL's function
- * specialised for a local size of 64. */
+ * specialised for a local size of 64. The highest nice value a build of
+ * daemon's was seen running at goes to ret_build_nice (left alone when none
+ * was seen). */
 static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry, bool looped,
-                                   pid_t device, cube_handle *bufs, const uint32_t *in,
-                                   long deadline)
+                                   pid_t daemon, pid_t device, cube_handle *bufs,
+                                   const uint32_t *in, long deadline, long *ret_build_nice)
 {
         char part[128];
         uint32_t got[N];
         bool found = false;
+        pid_t build;
+        long nice;
 
         if (looped)
                 snprintf(part, sizeof(part), "/cube__k_%s/0-0-0/cube__k_%s.so", entry, entry);
@@ -1005,6 +1012,10 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry
                 for (uint32_t i = 0; i < N; i += 97)
                         ck_assert_uint_eq(got[i], busy_of(in[i]));
                 found = test_maps_count(device, part) >= (looped ? 2 : 1);
+                if ((build = test_child_running(daemon, "--build")) > 0 &&
+                    test_nice_of(build, &nice) == 0 &&
+                    (*ret_build_nice == LONG_MAX || nice > *ret_build_nice))
+                        *ret_build_nice = nice;
         }
         return found;
 }
@@ -1022,6 +1033,8 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
         cube_handle bufs[2];
         uint32_t in[N];
         pid_t device;
+        long yielding;
+        int seen_builds = 0;
 
         fill_random(in, sizeof(in), 5);
         ck_assert_ptr_nonnull(mkdtemp(cache));
@@ -1031,6 +1044,8 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                 ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
                 ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
                 ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+                ck_assert_int_eq(test_nice_of(d.pid, &yielding), 0);
+                yielding = yielding + 10 < 19 ? yielding + 10 : 19;
                 /* Their launches carry work: after their first tens of
                  * milliseconds each kernel is built again for cubes of 64,
                  * and then runs that code. A restarted daemon loads both
@@ -1038,12 +1053,21 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                  * the kernel's facts came from the cache too. */
                 for (int i = 0; i < 2; i++) {
                         uint64_t k = test_kernel(c, kernels[i].source, kernels[i].entry);
+                        long build_nice = LONG_MAX;
                         ck_assert_msg(busy_until_specialised(c, k, kernels[i].entry,
-                                                             kernels[i].looped, device, bufs, in,
-                                                             test_now_ms() + test_scaled_ms(40000)),
+                                                             kernels[i].looped, d.pid, device,
+                                                             bufs, in,
+                                                             test_now_ms() + test_scaled_ms(40000),
+                                                             &build_nice),
                                       "run %d: the device never ran %s built for cubes of 64", run,
                                       kernels[i].entry);
+                        /* The builds no one waits for yield to launches
+                         * (from when the builder has read what it builds). */
+                        if (run == 0)
+                                seen_builds += build_nice == yielding;
                 }
+                ck_assert_msg(run > 0 || seen_builds > 0, "no build for cubes of 64 was seen "
+                              "running at nice %ld", yielding);
                 ck_assert_int_eq(count_files(cache, ".ocl"), 4);
                 ck_assert_int_eq(count_files(cache, ".facts"), 2);
                 cube_disconnect(c);
@@ -1051,6 +1075,60 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
         }
         snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
         ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* A device that may use one CPU cannot spread a launch's cubes: PoCL's
+ * threads would take turns on that CPU, every launch waking each of them.
+ * There it runs every launch on its own thread (KERNELS.md). */
+START_TEST(a_device_on_one_cpu_runs_every_launch_on_its_own_thread)
+{
+        static const char *const sources[][2] = {
+                { busy_source, "busy" }, { busy_sync_source, "busy_sync" },
+        };
+        cpu_set_t saved, one;
+        long main0, others0, main1, others1;
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N], got[N];
+        pid_t device;
+        int started;
+
+        /* The daemon, and so its device, may use the first of our CPUs. */
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+        CPU_ZERO(&one);
+        for (int i = 0; i < CPU_SETSIZE && CPU_COUNT(&one) == 0; i++)
+                if (CPU_ISSET(i, &saved))
+                        CPU_SET(i, &one);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+        started = test_daemon_start(&d, NULL);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(started, 0);
+
+        ck_ok(cube_connect(d.socket, "one-cpu", &c));
+        fill_random(in, sizeof(in), 9);
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main0, &others0), 0);
+        /* A looped kernel and one whose cubes wait at a barrier, in cubes of
+         * 64, each launch carrying tens of milliseconds of work. */
+        for (size_t s = 0; s < sizeof(sources) / sizeof(sources[0]); s++) {
+                uint64_t k = test_kernel(c, sources[s][0], sources[s][1]);
+                for (int i = 0; i < 3; i++) {
+                        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                        ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                        for (uint32_t j = 0; j < N; j++)
+                                ck_assert_uint_eq(got[j], busy_of(in[j]));
+                }
+        }
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main1, &others1), 0);
+        ck_assert_msg(main1 - main0 >= 100 && others1 - others0 <= (main1 - main0) / 10,
+                      "the device's own thread ran %ld ms of the launches, its other threads "
+                      "%ld ms", main1 - main0, others1 - others0);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
 }
 END_TEST
 
@@ -1093,6 +1171,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
         tcase_add_test(tc, one_users_builds_of_several_sources_run_side_by_side);
         tcase_add_test(tc, a_kernel_launched_briefly_is_built_once);
+        tcase_add_test(tc, a_device_on_one_cpu_runs_every_launch_on_its_own_thread);
         suite_add_tcase(s, tc);
         /* Builds for a cube dimension come after tens of milliseconds of
          * launches, and take a build each: a case of its own, given longer. */

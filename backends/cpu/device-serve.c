@@ -286,10 +286,13 @@ static void *control_thread(void *arg)
 }
 
 /* Whether a launch runs on the inline device: it is one cube, which the
- * spread device could not spread anyway (cube__dev_find_devices). */
+ * spread device could not spread anyway (cube__dev_find_devices), or the
+ * device may use one CPU, where PoCL's threads (one per core of the
+ * machine) could only take turns, every launch waking each of them. */
 bool cube__dev_runs_inline(const cube__qlaunch *l)
 {
-        return cube__dev.devs.n == 2 && (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1;
+        return cube__dev.devs.n == 2 && (cube__dev.one_cpu ||
+               (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1);
 }
 
 /* The PoCL buffer a launch's address lies in (device memory, or a peer's:
@@ -647,6 +650,7 @@ int cube__dev_serve_main(int argc, char **argv)
                 return serve_fail("cannot start the control thread");
 
         spin_ns = cube__q_spin_ns(SPIN_NS);
+        cube__dev.one_cpu = cube__q_one_cpu();
 
         /* The seal: from here on a client's code may run. */
         if ((r = cube__dev_seal_self(kcache)) < 0)

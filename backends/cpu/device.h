@@ -52,6 +52,7 @@ typedef struct cube__dev_state {
         cl_mem *windows, arena;
         uint64_t window;                /* bytes of each window (queue.h) */
         uint32_t n_windows;
+        bool one_cpu;                   /* every launch inline (cube__dev_runs_inline) */
         pthread_mutex_t lock;           /* modules, peers */
         module *modules;
         uint32_t n_modules;

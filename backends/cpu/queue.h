@@ -20,6 +20,7 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -164,17 +165,21 @@ static inline long cube__q_futex(_Atomic uint32_t *word, int op, uint32_t val,
         return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
 }
 
+/* Whether this process may run on one CPU only. */
+static inline bool cube__q_one_cpu(void)
+{
+        cpu_set_t set;
+
+        return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < 2;
+}
+
 /* How long a side of the ring spins before it sleeps, given how long it
  * would like to: spinning pays only while the awaited side runs meanwhile.
  * Confined to one CPU, a spin holds the very CPU the other side needs, and
  * each wait costs the whole spin. */
 static inline uint64_t cube__q_spin_ns(uint64_t wanted)
 {
-        cpu_set_t set;
-
-        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < 2)
-                return 0;
-        return wanted;
+        return cube__q_one_cpu() ? 0 : wanted;
 }
 
 /* The descriptors the device process is started with. */
