@@ -414,6 +414,11 @@ void cube__kernel_builds_resume(cube__server *srv);
 /* Whether a build slot is free that no queued build waits for (and the
  * daemon is not stopping): what a build nobody waits for may take. */
 bool cube__kernel_build_slot_idle(const cube__server *srv);
+/* Loads a build of k from the artifact fd holds: the backend reads it
+ * through the descriptor that was checked, not through a name that could
+ * change in between. */
+cube_error *cube__kernel_load_fd(const cube__kernel *k, int fd, cube__module **ret_module,
+                                 uint32_t *ret_shared_bytes);
 /* Drops every waiter of k whose ctx is ctx (a connection that closed). */
 void cube__kernel_forget(cube__kernel *k, void *ctx);
 /* The launch error for a kernel that failed: Launch(CompilationError(...))

@@ -294,15 +294,19 @@ static bool cache_intact(const cube__server *srv)
                held.st_ino == now.st_ino;
 }
 
-/* Loads the artifact fd holds: the backend reads it through the descriptor
- * that was checked, not through a name that could change in between. */
-static cube_error *load_fd(cube__kernel *k, int fd)
+cube_error *cube__kernel_load_fd(const cube__kernel *k, int fd, cube__module **ret_module,
+                                 uint32_t *ret_shared_bytes)
 {
         cube__server *srv = k->server;
         char path[64];
 
         snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        return srv->driver->load(srv->device, &k->desc, path, &k->module, &k->shared_bytes);
+        return srv->driver->load(srv->device, &k->desc, path, ret_module, ret_shared_bytes);
+}
+
+static cube_error *load_fd(cube__kernel *k, int fd)
+{
+        return cube__kernel_load_fd(k, fd, &k->module, &k->shared_bytes);
 }
 
 /* What the parse says of the entry point becomes the kernel's signature. */

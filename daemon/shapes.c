@@ -79,12 +79,9 @@ cube__module *cube__kernel_module_for(cube__kernel *k, const uint32_t dim[3], bo
  * checked there) and closes fd; a load that fails leaves its error in j. */
 static void shape_load_artifact(shape_job *j, int fd)
 {
-        cube__server *srv = j->k->server;
-        char path[64];
         uint32_t shared;
 
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        j->error = srv->driver->load(srv->device, &j->k->desc, path, &j->module, &shared);
+        j->error = cube__kernel_load_fd(j->k, fd, &j->module, &shared);
         if (!j->error && j->from_disk)
                 cube__artifact_touch(fd);
         close(fd);

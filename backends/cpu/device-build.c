@@ -37,7 +37,7 @@
 
 #define EXIT_SOURCE 10
 #define EXIT_DEFECT 11
-#define SHAPE_BUILD_NICE 10     /* added: a weight of 110 against a launch's 1024 */
+#define SHAPE_BUILD_NICE 10     /* added to cubed's: from 0, a weight of 110 against 1024 */
 
 static int build_fail(FILE *log, int code, const char *fmt, ...)
 {
