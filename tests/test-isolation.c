@@ -196,6 +196,82 @@ START_TEST(an_index_beyond_what_a_cube_keeps_is_reported_as_further_out)
 }
 END_TEST
 
+/* A cube runs an access unguarded only where it proved, before its units
+ * ran, that every index the access can take lies in its binding. Each of
+ * these proofs would be wrong if the bound believed the text: a 32-bit
+ * index that wrapped before a division, a variable a macro changes, a
+ * conditional whose other arm leaves, a negative index, the last cube of
+ * a launch wider than its buffers, a shared array smaller than the cube,
+ * a buffer parameter a macro moves. Each must still fail its launch and
+ * touch nothing outside. */
+START_TEST(indexes_a_cube_cannot_bound_keep_their_guards)
+{
+        static const struct {
+                const char *source;
+                uint32_t k, cubes, units;
+                const char *index;
+        } cases[] = {
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        out[(UNIT_POS - 1u) / 4096u] = 0xbad4bad4u;\n"
+                  "}\n", 0, 1, 16, "index 1048575 of 4096" },
+                { "#define SET(x, v) x = v\n"
+                  "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        uint32_t j = UNIT_POS;\n"
+                  "        SET(j, j + k);\n"
+                  "        out[j] = 0xbad5bad5u;\n"
+                  "}\n", 1u << 20, 1, 16, "of 4096" },
+                { "#define BUMP(x) x++\n"
+                  "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        uint32_t j = UNIT_POS;\n"
+                  "        for (uint32_t r = 0; r < k; r++)\n"
+                  "                BUMP(j);\n"
+                  "        out[j] = in[j];\n"
+                  "}\n", 4096, 1, 16, "of 4096" },
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        out[UNIT_POS < 8 ? UNIT_POS : UNIT_POS + k] = 0xbad6bad6u;\n"
+                  "}\n", 1u << 20, 1, 16, "of 4096" },
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        int32_t j = (int32_t) UNIT_POS - (int32_t) k;\n"
+                  "        out[UNIT_POS] = in[j];\n"
+                  "}\n", 1, 1, 16, "index 18446744073709551615 of 4096" },
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        out[ABSOLUTE_POS] = 0xbad7bad7u;\n"
+                  "}\n", 0, 17, 256, "index 4351 of 4096" },
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        SHARED uint32_t s[16];\n"
+                  "        s[UNIT_POS] = 0xbad8bad8u;\n"
+                  "        sync_cube();\n"
+                  "        out[UNIT_POS] = s[UNIT_POS % 16u];\n"
+                  "}\n", 0, 1, 32, "array 's'" },
+                /* A buffer parameter a macro moves is a moved pointer, whose
+                 * accesses are checked against the bindings themselves. */
+                { "#define SET(x, v) x = v\n"
+                  "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        SET(out, out + k);\n"
+                  "        out[0] = 0xbad9bad9u;\n"
+                  "}\n", 1u << 20, 1, 1, "bnd.c:5:" },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                victim v;
+
+                victim_start(&v, D.socket);
+                const char *why = attack_on(D.socket, cases[i].source, "bnd", cases[i].k,
+                                            cases[i].cubes, cases[i].units, OUT_OF_BOUNDS);
+                ck_assert_msg(strstr(why, cases[i].index), "case %zu: %s", i, why);
+                victim_intact(&v, D.socket);
+        }
+}
+END_TEST
+
 START_TEST(reads_past_a_binding_yield_zero_and_fail_the_launch)
 {
         static const char source[] =
@@ -756,6 +832,7 @@ static Suite *isolation_suite(void)
                                TEST_NEEDS_CPU_DEVICE);
         tcase_add_test_needing(hostile, an_index_beyond_what_a_cube_keeps_is_reported_as_further_out,
                                TEST_NEEDS_CPU_DEVICE);
+        tcase_add_test(hostile, indexes_a_cube_cannot_bound_keep_their_guards);
         tcase_add_test(hostile, pointer_arithmetic_cannot_leave_the_bindings);
         tcase_add_test(hostile, integer_pointer_casts_are_refused);
         tcase_add_test(hostile, punning_and_unions_are_refused);

@@ -40,7 +40,9 @@
 
 /* The dialect as C, for the parse only: each backend has its own prelude for
  * compiling. The positions and info readers are functions here so that they
- * read as values, never as memory. */
+ * read as values, never as memory, and so that a bound (bound_of) can name
+ * each position whole: libclang cannot say which operator a macro's
+ * expansion holds. Their types are the backends' own. */
 static const char parse_prelude[] =
 "typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;\n"
 "typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;\n"
@@ -65,19 +67,15 @@ static const char parse_prelude[] =
 "#define GLOBAL\n#define CONSTANT const\n#define DEVICE_FN\n"
 "#define INFO int cube__info_param\n"
 "unsigned cube__unit(int); unsigned cube__cube(int); unsigned cube__dim(int); unsigned cube__count(int);\n"
+"unsigned cube__abs(int); unsigned long cube__abs64(void);\n"
 "#define UNIT_POS_X cube__unit(0)\n#define UNIT_POS_Y cube__unit(1)\n#define UNIT_POS_Z cube__unit(2)\n"
 "#define CUBE_POS_X cube__cube(0)\n#define CUBE_POS_Y cube__cube(1)\n#define CUBE_POS_Z cube__cube(2)\n"
 "#define CUBE_DIM_X cube__dim(0)\n#define CUBE_DIM_Y cube__dim(1)\n#define CUBE_DIM_Z cube__dim(2)\n"
 "#define CUBE_COUNT_X cube__count(0)\n#define CUBE_COUNT_Y cube__count(1)\n"
 "#define CUBE_COUNT_Z cube__count(2)\n"
-"#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)\n"
-"#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)\n"
-"#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)\n"
-"#define UNIT_POS (UNIT_POS_X + UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_Z * CUBE_DIM_X * CUBE_DIM_Y)\n"
-"#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)\n"
-"#define CUBE_POS (CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_Z * CUBE_COUNT_X * CUBE_COUNT_Y)\n"
-"#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)\n"
-"#define ABSOLUTE_POS ((uint64_t) CUBE_POS * CUBE_DIM + UNIT_POS)\n"
+"#define ABSOLUTE_POS_X cube__abs(0)\n#define ABSOLUTE_POS_Y cube__abs(1)\n"
+"#define ABSOLUTE_POS_Z cube__abs(2)\n#define UNIT_POS cube__unit(3)\n#define CUBE_DIM cube__dim(3)\n"
+"#define CUBE_POS cube__cube(3)\n#define CUBE_COUNT cube__count(3)\n#define ABSOLUTE_POS cube__abs64()\n"
 "void cube__sync(void);\n#define sync_cube() cube__sync()\n"
 "double cube__scalar(unsigned long, unsigned long);\n"
 "#define SCALAR(type, word, i) ((type) cube__scalar((word), (i)))\n"
@@ -154,12 +152,13 @@ static const char guards[] =
 "        int64_t s = (int64_t) c->acc->bad[site] - CUBE__IDX_MAX - 1;\n"
 "        cube__oob(c, site, (uint64_t) s, n, w | (s == CUBE__IDX_MAX || s == -CUBE__IDX_MAX ? 2u : 0u));\n"
 "}\n"
-"static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i)\n"
+"static inline uint64_t cube__ix(cube__ctx_t *c, uint32_t site, uint64_t n, int64_t i, int fast)\n"
 "{\n#if CUBE__CHECKED\n"
+"        if (fast) return (uint64_t) i;\n"
 "        int ok = (uint64_t) i < n;\n"
 "        if (c->acc) { cube__note(c, site, ok, i); return ok ? (uint64_t) i : 0; }\n"
 "        if (!ok) { cube__oob(c, site, (uint64_t) i, n, 0u); return 0; }\n"
-"#endif\n        return (uint64_t) i;\n}\n"
+"#endif\n        (void) fast;\n        return (uint64_t) i;\n}\n"
 "static inline int cube__in(cube__ctx_t *c, GLOBAL const char *q, uint64_t size, int w)\n"
 "{\n"
 "        for (uint32_t b = 0; b < CUBE__NB; b++) {\n"
@@ -178,6 +177,83 @@ static const char guards[] =
 "        }\n#endif\n"
 "        return (GLOBAL const char *) c->info + byte;\n"
 "}\n"
+"/* Bounds (the front end's bound_of): the range an index takes over every\n"
+" * unit of the cube, from what the cube knows before its units run. A\n"
+" * range that may have wrapped in its C type, or that the arithmetic here\n"
+" * could overflow, is not ok; a not-ok range proves nothing, and its site\n"
+" * keeps its guard. Every value kept within 2^62 so no step overflows. */\n"
+"typedef struct cube__iv { int64_t lo, hi; int ok; } cube__iv;\n"
+"#define CUBE__IV_LIM 4611686018427387904l\n"
+"static inline cube__iv cube__iv_r(int ok, int64_t lo, int64_t hi)\n"
+"{\n"
+"        cube__iv r;\n"
+"        r.ok = ok && lo <= hi && lo >= -CUBE__IV_LIM && hi <= CUBE__IV_LIM;\n"
+"        r.lo = r.ok ? lo : 0; r.hi = r.ok ? hi : 0;\n"
+"        return r;\n"
+"}\n"
+"static inline cube__iv cube__iv_k(int64_t v) { return cube__iv_r(1, v, v); }\n"
+"static inline cube__iv cube__iv_u(uint64_t v)\n"
+"{ int ok = v <= (uint64_t) CUBE__IV_LIM; return cube__iv_r(ok, ok ? (int64_t) v : 0, ok ? (int64_t) v : 0); }\n"
+"static inline int64_t cube__iv_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+"static inline int64_t cube__iv_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+"static inline cube__iv cube__iv_fit(cube__iv a, int64_t lo, int64_t hi)\n"
+"{ return cube__iv_r(a.ok && a.lo >= lo && a.hi <= hi, a.lo, a.hi); }\n"
+"static inline cube__iv cube__iv_or(cube__iv a, cube__iv b)\n"
+"{ return cube__iv_r(a.ok && b.ok, cube__iv_min(a.lo, b.lo), cube__iv_max(a.hi, b.hi)); }\n"
+"static inline cube__iv cube__iv_add(cube__iv a, cube__iv b)\n"
+"{ return cube__iv_r(a.ok && b.ok, a.lo + b.lo, a.hi + b.hi); }\n"
+"static inline cube__iv cube__iv_sub(cube__iv a, cube__iv b)\n"
+"{ return cube__iv_r(a.ok && b.ok, a.lo - b.hi, a.hi - b.lo); }\n"
+"static inline cube__iv cube__iv_corners(int ok, int64_t p, int64_t q, int64_t r, int64_t s)\n"
+"{ return cube__iv_r(ok, cube__iv_min(cube__iv_min(p, q), cube__iv_min(r, s)),\n"
+"                   cube__iv_max(cube__iv_max(p, q), cube__iv_max(r, s))); }\n"
+"static inline cube__iv cube__iv_mul(cube__iv a, cube__iv b)\n"
+"{\n"
+"        int64_t m = 2147483648l;\n"
+"        int ok = a.ok && b.ok && a.lo >= -m && a.hi <= m && b.lo >= -m && b.hi <= m;\n"
+"        if (!ok) return cube__iv_r(0, 0, 0);\n"
+"        return cube__iv_corners(1, a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi);\n"
+"}\n"
+"static inline cube__iv cube__iv_div(cube__iv a, cube__iv b)\n"
+"{\n"
+"        if (!a.ok || !b.ok || (b.lo <= 0 && b.hi >= 0)) return cube__iv_r(0, 0, 0);\n"
+"        return cube__iv_corners(1, a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi);\n"
+"}\n"
+"static inline cube__iv cube__iv_rem(cube__iv a, cube__iv b)\n"
+"{ return cube__iv_r(a.ok && b.ok && a.lo >= 0 && b.lo > 0, 0, cube__iv_min(a.hi, b.hi - 1)); }\n"
+"static inline cube__iv cube__iv_shl(cube__iv a, cube__iv b)\n"
+"{\n"
+"        if (!a.ok || !b.ok || a.lo < 0 || b.lo < 0 || b.hi > 62 || a.hi > (CUBE__IV_LIM >> b.hi))\n"
+"                return cube__iv_r(0, 0, 0);\n"
+"        return cube__iv_r(1, a.lo << b.lo, a.hi << b.hi);\n"
+"}\n"
+"static inline cube__iv cube__iv_shr(cube__iv a, cube__iv b)\n"
+"{\n"
+"        if (!a.ok || !b.ok || a.lo < 0 || b.lo < 0 || b.hi > 63) return cube__iv_r(0, 0, 0);\n"
+"        return cube__iv_r(1, a.lo >> b.hi, a.hi >> b.lo);\n"
+"}\n"
+"static inline cube__iv cube__iv_and(cube__iv a, cube__iv b)\n"
+"{\n"
+"        int64_t hi = a.lo >= 0 && b.lo >= 0 ? cube__iv_min(a.hi, b.hi) : (a.lo >= 0 ? a.hi : b.hi);\n"
+"        return cube__iv_r(a.ok && b.ok && (a.lo >= 0 || b.lo >= 0), 0, hi);\n"
+"}\n"
+"/* Whether every index of the range lies in n elements. */\n"
+"static inline int cube__iv_in(cube__iv a, uint64_t n)\n"
+"{ return a.ok && a.lo >= 0 && (uint64_t) a.hi < n; }\n"
+"/* An info word's value for a bound: read as SCALAR or META_U32 would, but\n"
+" * a word outside the launch's reads as zero without failing it (the unit\n"
+" * that reads it, if any, fails it). */\n"
+"static inline GLOBAL const char *cube__info_peek(cube__ctx_t *c, uint64_t from, uint64_t to,\n"
+"                                                 uint64_t byte, uint64_t size)\n"
+"{\n"
+"        if (byte < from * 8 || byte + size > to * 8) return c->zero;\n"
+"        return (GLOBAL const char *) c->info + byte;\n"
+"}\n"
+"#define CUBE__PEEK_SCALAR(type, word, i) (*(GLOBAL const type *) cube__info_peek(cube__ctx, 0, \\\n"
+"        cube__ctx->meta, (uint64_t) (word) * 8 + (uint64_t) (i) * sizeof(type), sizeof(type)))\n"
+"#define CUBE__PEEK_META(i) (*(GLOBAL const uint32_t *) cube__info_peek(cube__ctx, cube__ctx->meta, \\\n"
+"        cube__ctx->dyn, cube__ctx->meta * 8 + (uint64_t) (i) * 4, 4))\n"
+"#ifndef CUBE__UNITS_SETUP\n#define CUBE__UNITS_SETUP\n#endif\n"
 "#undef SCALAR\n#undef META_U32\n#undef DYN_U32\n#undef BUFFER_LEN\n"
 "#define SCALAR(type, word, i) (*(GLOBAL const type *) cube__info_at(cube__ctx, 0, cube__ctx->meta, \\\n"
 "        (uint64_t) (word) * 8 + (uint64_t) (i) * sizeof(type), sizeof(type)))\n"
@@ -188,13 +264,17 @@ static const char guards[] =
 "#define BUFFER_LEN(b) META_U32(b)\n"
 "#if CUBE__CHECKED\n"
 "#define CUBE__GUARDS(T, S) \\\n"
-"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n; \\\n"
+"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i, \\\n"
+"                              int fast) \\\n"
+"{ if (fast) return p[i]; \\\n"
+"  uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n; \\\n"
 "  if (c->acc) { cube__note(c, site, ok, i); return ok ? p[i] : (T) 0; } \\\n"
 "  if (ok) return p[i]; \\\n"
 "  cube__oob(c, site, (uint64_t) i, n, 0u); return (T) 0; } \\\n"
-"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
+"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
+"                                     int fast) \\\n"
+"{ if (fast) return p + i; \\\n"
+"  uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
 "  if (c->acc) { cube__note(c, site, ok, i); return ok ? p + i : (GLOBAL T *) c->sink; } \\\n"
 "  if (ok) return p + i; \\\n"
 "  cube__oob(c, site, (uint64_t) i, n, 1u); return (GLOBAL T *) c->sink; } \\\n"
@@ -209,8 +289,9 @@ static const char guards[] =
 "  if (ok) return q; \\\n"
 "  cube__oob(c, site, (uint64_t) i, 0, 1u); return (GLOBAL T *) c->sink; } \\\n"
 "static inline T cube__pput_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
-"                               T v) \\\n"
-"{ uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
+"                               int fast, T v) \\\n"
+"{ if (fast) { p[i] = v; return v; } \\\n"
+"  uint64_t n = c->bytes[k] / sizeof(T); int ok = (uint64_t) i < n && !c->ro[k]; \\\n"
 "  if (c->acc) { cube__note(c, site, ok, i); if (ok) p[i] = v; return v; } \\\n"
 "  if (ok) p[i] = v; \\\n"
 "  else cube__oob(c, site, (uint64_t) i, n, 1u); return v; } \\\n"
@@ -221,17 +302,19 @@ static const char guards[] =
 "  else cube__oob(c, site, (uint64_t) i, 0, 1u); return v; }\n"
 "#else\n"
 "#define CUBE__GUARDS(T, S) \\\n"
-"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i) \\\n"
-"{ (void) c; (void) site; (void) k; return p[i]; } \\\n"
-"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i) \\\n"
-"{ (void) c; (void) site; (void) k; return p + i; } \\\n"
+"static inline T cube__pld_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL const T *p, int64_t i, \\\n"
+"                              int fast) \\\n"
+"{ (void) c; (void) site; (void) k; (void) fast; return p[i]; } \\\n"
+"static inline GLOBAL T *cube__pst_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
+"                                     int fast) \\\n"
+"{ (void) c; (void) site; (void) k; (void) fast; return p + i; } \\\n"
 "static inline T cube__ld_##S(cube__ctx_t *c, uint32_t site, GLOBAL const T *p, int64_t i) \\\n"
 "{ (void) c; (void) site; return p[i]; } \\\n"
 "static inline GLOBAL T *cube__st_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i) \\\n"
 "{ (void) c; (void) site; return p + i; } \\\n"
 "static inline T cube__pput_##S(cube__ctx_t *c, uint32_t site, uint32_t k, GLOBAL T *p, int64_t i, \\\n"
-"                               T v) \\\n"
-"{ (void) c; (void) site; (void) k; p[i] = v; return v; } \\\n"
+"                               int fast, T v) \\\n"
+"{ (void) c; (void) site; (void) k; (void) fast; p[i] = v; return v; } \\\n"
 "static inline T cube__put_##S(cube__ctx_t *c, uint32_t site, GLOBAL T *p, int64_t i, T v) \\\n"
 "{ (void) c; (void) site; p[i] = v; return v; }\n"
 "#endif\n"
@@ -415,6 +498,42 @@ static const char guards[] =
  * The tree: libclang's cursors with parents, and offsets into the source.
  * ------------------------------------------------------------------------- */
 
+typedef struct sbuf {
+        char *p;
+        size_t len, cap;
+        bool oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+        va_list ap;
+        char *t = NULL;
+        int n;
+
+        va_start(ap, fmt);
+        n = vasprintf(&t, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+                b->oom = true;
+                return;
+        }
+        if (b->len + (size_t) n + 1 > b->cap) {
+                size_t cap = (b->len + (size_t) n + 1) * 2;
+                char *g = realloc(b->p, cap);
+                if (!g) {
+                        free(t);
+                        b->oom = true;
+                        return;
+                }
+                b->p = g;
+                b->cap = cap;
+        }
+        memcpy(b->p + b->len, t, (size_t) n + 1);
+        b->len += (size_t) n;
+        free(t);
+}
+
 typedef struct node {
         CXCursor c;
         enum CXCursorKind kind;
@@ -441,7 +560,17 @@ typedef struct fe_entry {
         bool *moved;                    /* assigned, incremented or its address taken */
         bool *read, *written;
         bool looped;                    /* may run as one work-item per cube (CUBE__CAN_LOOP) */
+        sbuf fast;                      /* "&& cube__iv_in(...)" per site it may run unguarded */
+        unsigned n_fast, n_bounds;      /* sites in fast; bounds tried */
 } fe_entry;
+
+/* A variable the kernel declares, found by its cursor's hash: a bound
+ * follows an index into the initializer of a variable never assigned. */
+typedef struct fe_var {
+        unsigned hash;
+        node *decl;
+        bool moved;                     /* assigned, incremented or its address taken */
+} fe_var;
 
 /* A guarded access: "line:col what" for the facts, and what a looped
  * entry's report of it says (put_loop_report): the length its index is
@@ -469,6 +598,10 @@ typedef struct fe {
         unsigned n_entries;
         fe_site *sites;
         unsigned n_sites, cap_sites;
+        fe_var *vars;                   /* sorted by hash once find_moves is done */
+        size_t n_vars, cap_vars;
+        CXCursor *moves;                /* what find_moves saw moved, until then */
+        size_t n_moves, cap_moves;
         unsigned depth;
 } fe;
 
@@ -817,16 +950,26 @@ static void binary_op(fe *f, node *n, char *buf, size_t cap)
  * read, written, or both. */
 typedef enum use { USE_READ, USE_WRITE, USE_READ_WRITE, USE_ADDRESS, USE_NONE } use;
 
-static use use_of(fe *f, node *n)
+/* The expression n's value goes into, past parentheses and implicit
+ * conversions, with the node of n's own that it holds in *ret_child. */
+static node *user_of(node *n, node **ret_child)
 {
         node *child = n, *p = n->parent;
-        char op[8];
-        bool postfix;
 
         while (p && (p->kind == CXCursor_UnexposedExpr || p->kind == CXCursor_ParenExpr)) {
                 child = p;
                 p = p->parent;
         }
+        *ret_child = child;
+        return p;
+}
+
+static use use_of(fe *f, node *n)
+{
+        node *child, *p = user_of(n, &child);
+        char op[8];
+        bool postfix;
+
         if (!p)
                 return USE_READ;
         switch (p->kind) {
@@ -957,6 +1100,293 @@ static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k, bool writ
         return new_site(f, n->start, write, k >= 0 && !e->moved[k] ? len : NULL, what);
 }
 
+/* ---------------------------------------------------------------------------
+ * Bounds: an index the cube can prove in range before its units run
+ * ------------------------------------------------------------------------- */
+
+/* The most sites of one entry whose bound the cube evaluates, and the most
+ * tried: each is a little arithmetic per cube, and a long source would
+ * otherwise pay for thousands. */
+#define FE_MAX_FAST_SITES 64
+#define FE_MAX_BOUNDS 256
+/* The most nodes one bound may read: a chain of variables each twice the
+ * one before would otherwise grow without end. */
+#define FE_BOUND_BUDGET 96
+
+static fe_var *var_of(fe *f, CXCursor d);
+
+/* An integer type's range, cut to the bounds' own 2^62. */
+static bool int_range(CXType t, long long *ret_lo, long long *ret_hi)
+{
+        const long long lim = 4611686018427387904ll;
+        CXType c = clang_getCanonicalType(t);
+        bool is_signed;
+
+        switch (c.kind) {
+        case CXType_Bool:
+        case CXType_Char_U: case CXType_UChar: case CXType_UShort: case CXType_UInt:
+        case CXType_ULong: case CXType_ULongLong:
+                is_signed = false;
+                break;
+        case CXType_Char_S: case CXType_SChar: case CXType_Short: case CXType_Int:
+        case CXType_Long: case CXType_LongLong:
+                is_signed = true;
+                break;
+        default:
+                return false;
+        }
+        long long bytes = clang_Type_getSizeOf(c);
+        if (bytes < 1 || bytes > 8)
+                return false;
+        if (c.kind == CXType_Bool) {
+                *ret_lo = 0;
+                *ret_hi = 1;
+        } else if (bytes == 8) {
+                *ret_lo = is_signed ? -lim : 0;
+                *ret_hi = lim;
+        } else {
+                long long span = 1ll << (bytes * 8);
+                *ret_lo = is_signed ? -span / 2 : 0;
+                *ret_hi = (is_signed ? span / 2 : span) - 1;
+        }
+        return true;
+}
+
+/* A constant the parser can work out (a literal, sizeof, an enumerator). */
+static bool bound_const(node *n, sbuf *b)
+{
+        CXEvalResult r = clang_Cursor_Evaluate(n->c);
+        bool ok = false;
+
+        if (!r)
+                return false;
+        if (clang_EvalResult_getKind(r) == CXEval_Int) {
+                if (clang_EvalResult_isUnsignedInt(r)) {
+                        put(b, "cube__iv_u(%lluul)", clang_EvalResult_getAsUnsigned(r));
+                        ok = true;
+                } else {
+                        long long v = clang_EvalResult_getAsLongLong(r);
+                        ok = v > -4611686018427387904ll;
+                        if (ok)
+                                put(b, "cube__iv_k(%lldl)", v);
+                }
+        }
+        clang_EvalResult_dispose(r);
+        return ok;
+}
+
+static bool const_arg(node *call, unsigned i, long long *ret)
+{
+        if (i >= call->n_kids)
+                return false;
+        CXEvalResult r = clang_Cursor_Evaluate(call->kids[i]->c);
+        bool ok = r && clang_EvalResult_getKind(r) == CXEval_Int;
+        if (ok)
+                *ret = clang_EvalResult_getAsLongLong(r);
+        if (r)
+                clang_EvalResult_dispose(r);
+        return ok;
+}
+
+/* The dialect's positions, as the backend computes them: a unit's position
+ * is any of its cube's, the rest are the cube's own values. */
+static bool bound_position(node *n, sbuf *b)
+{
+        static const char xyz[] = "XYZ";
+        CXString s = clang_getCursorSpelling(n->c);
+        char name[32];
+        long long d = 3;
+
+        snprintf(name, sizeof(name), "%s", clang_getCString(s));
+        clang_disposeString(s);
+        if (strcmp(name, "cube__abs64") != 0 && (!const_arg(n, 1, &d) || d < 0 || d > 3))
+                return false;
+        const char dims[] = "cube__iv_mul(cube__iv_mul(cube__iv_u(CUBE_DIM_X), "
+                            "cube__iv_u(CUBE_DIM_Y)), cube__iv_u(CUBE_DIM_Z))";
+        char dim[160], unit[320];
+        if (d < 3) {
+                snprintf(dim, sizeof(dim), "cube__iv_u(CUBE_DIM_%c)", xyz[d]);
+                snprintf(unit, sizeof(unit), "cube__iv_r(1, 0, (int64_t) CUBE_DIM_%c - 1)", xyz[d]);
+        } else {
+                snprintf(dim, sizeof(dim), "%s", dims);
+                snprintf(unit, sizeof(unit), "cube__iv_or(cube__iv_k(0), cube__iv_sub(%s, "
+                         "cube__iv_k(1)))", dims);
+        }
+        if (strcmp(name, "cube__unit") == 0)
+                put(b, "%s", unit);
+        else if (strcmp(name, "cube__dim") == 0)
+                put(b, "%s", dim);
+        else if (strcmp(name, "cube__cube") == 0)
+                put(b, d < 3 ? "cube__iv_u(CUBE_POS_%c)" : "cube__iv_u(CUBE_POS)", xyz[d % 3]);
+        else if (strcmp(name, "cube__count") == 0)
+                put(b, d < 3 ? "cube__iv_u(CUBE_COUNT_%c)" : "cube__iv_u(CUBE_COUNT)", xyz[d % 3]);
+        else if (strcmp(name, "cube__abs") == 0 && d < 3)
+                put(b, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS_%c), %s), %s)", xyz[d], dim,
+                    unit);
+        else if (strcmp(name, "cube__abs64") == 0)
+                /* (uint64_t) CUBE_POS * CUBE_DIM + UNIT_POS, each 32 bits */
+                put(b, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS), cube__iv_u(CUBE_DIM)), "
+                    "cube__iv_fit(%s, 0, 4294967295l))", unit);
+        else if (strcmp(name, "cube__meta") == 0 && d >= 0)
+                put(b, "cube__iv_u(CUBE__PEEK_META(%lld))", d);
+        else
+                return false;
+        return true;
+}
+
+static bool bound_of(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget);
+
+/* n's value without the range of its own type. */
+static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
+{
+        char op[8];
+        static const struct { const char *op, *fn; } ops[] = {
+                { "+", "add" }, { "-", "sub" }, { "*", "mul" }, { "/", "div" }, { "%", "rem" },
+                { "<<", "shl" }, { ">>", "shr" }, { "&", "and" },
+        };
+
+        switch (n->kind) {
+        case CXCursor_IntegerLiteral:
+        case CXCursor_CharacterLiteral:
+        case CXCursor_UnaryExpr:
+                return bound_const(n, b);
+        case CXCursor_UnexposedExpr:
+        case CXCursor_ParenExpr:
+                return n->n_kids == 1 && bound_of(f, e, n->kids[0], b, budget);
+        case CXCursor_BinaryOperator:
+                /* Only an operator written in the source between its operands:
+                 * one a macro's expansion holds cannot be read. */
+                if (n->n_kids != 2 || !n->located || !n->kids[0]->located ||
+                    !n->kids[1]->located || n->start != n->kids[0]->start ||
+                    n->end != n->kids[1]->end)
+                        return false;
+                binary_op(f, n, op, sizeof(op));
+                for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+                        if (strcmp(op, ops[i].op) != 0)
+                                continue;
+                        put(b, "cube__iv_%s(", ops[i].fn);
+                        if (!bound_of(f, e, n->kids[0], b, budget))
+                                return false;
+                        put(b, ", ");
+                        if (!bound_of(f, e, n->kids[1], b, budget))
+                                return false;
+                        put(b, ")");
+                        return true;
+                }
+                return false;
+        case CXCursor_ConditionalOperator:
+                if (n->n_kids != 3)
+                        return false;
+                put(b, "cube__iv_or(");
+                if (!bound_of(f, e, n->kids[1], b, budget))
+                        return false;
+                put(b, ", ");
+                if (!bound_of(f, e, n->kids[2], b, budget))
+                        return false;
+                put(b, ")");
+                return true;
+        case CXCursor_CStyleCastExpr: {
+                if (!n->n_kids)
+                        return false;
+                node *x = n->kids[n->n_kids - 1], *call = strip(x);
+                long long w, i, lo, hi;
+                CXString s = clang_getCursorSpelling(call->c);
+                bool scalar = call->kind == CXCursor_CallExpr &&
+                              strcmp(clang_getCString(s), "cube__scalar") == 0;
+                clang_disposeString(s);
+                if (!scalar)
+                        return bound_of(f, e, x, b, budget);
+                /* SCALAR(type, word, i): the launch's own word, as the unit reads it */
+                CXType t = clang_getCanonicalType(clang_getCursorType(n->c));
+                if (!const_arg(call, 1, &w) || !const_arg(call, 2, &i) || w < 0 || i < 0 ||
+                    !int_range(t, &lo, &hi))
+                        return false;
+                CXString ts = clang_getTypeSpelling(t);
+                put(b, "cube__iv_%s((%s) CUBE__PEEK_SCALAR(%s, %lld, %lld))", lo < 0 ? "k" : "u",
+                    lo < 0 ? "int64_t" : "uint64_t", clang_getCString(ts), w, i);
+                clang_disposeString(ts);
+                return true;
+        }
+        case CXCursor_CallExpr:
+                return bound_position(n, b);
+        case CXCursor_DeclRefExpr: {
+                CXCursor d = clang_getCursorReferenced(n->c);
+                if (d.kind == CXCursor_EnumConstantDecl)
+                        return bound_const(n, b);
+                if (d.kind == CXCursor_ParmDecl) {
+                        /* A scalar parameter of this entry point, which its
+                         * head reads once. */
+                        for (unsigned i = 0; i < e->n_params; i++) {
+                                if (!clang_equalCursors(d, e->params[i]->c))
+                                        continue;
+                                long long lo, hi;
+                                if (e->moved[i] ||
+                                    !int_range(clang_getCursorType(d), &lo, &hi))
+                                        return false;
+                                CXString s = clang_getCursorSpelling(d);
+                                put(b, "cube__iv_%s((%s) %s)", lo < 0 ? "k" : "u",
+                                    lo < 0 ? "int64_t" : "uint64_t", clang_getCString(s));
+                                clang_disposeString(s);
+                                return true;
+                        }
+                        return false;
+                }
+                /* A variable of this entry's own body, never changed after
+                 * its initializer. */
+                fe_var *v = d.kind == CXCursor_VarDecl ? var_of(f, d) : NULL;
+                if (!v || v->moved || entry_of(f, v->decl) != e || !v->decl->n_kids)
+                        return false;
+                node *init = v->decl->kids[v->decl->n_kids - 1];
+                if (clang_Cursor_hasVarDeclGlobalStorage(d) ||
+                    !clang_equalCursors(clang_Cursor_getVarDeclInitializer(d), init->c))
+                        return false;
+                return bound_of(f, e, init, b, budget);
+        }
+        default:
+                return false;
+        }
+}
+
+/* Writes a cube__iv expression into b: the range of n's value over every
+ * unit of the cube, in n's own type, from what the cube knows before its
+ * units run. False: n is not an expression a bound can follow. */
+static bool bound_of(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
+{
+        long long lo, hi;
+
+        if (!n || --*budget < 0 || !int_range(clang_getCursorType(n->c), &lo, &hi))
+                return false;
+        put(b, "cube__iv_fit(");
+        if (!bound_inner(f, e, n, b, budget))
+                return false;
+        put(b, ", %lldl, %lldl)", lo, hi);
+        return true;
+}
+
+/* The fast argument of a guard at an access of entry e with this index:
+ * "cube__fast" when the cube can check the index's whole range before its
+ * units run (the range is added to e's test, against len elements and, for
+ * a store, a binding that may be written), else "0". */
+static const char *fast_arg(fe *f, fe_entry *e, node *index, const char *len, int k, bool write)
+{
+        if (!e || e->n_fast >= FE_MAX_FAST_SITES || e->n_bounds >= FE_MAX_BOUNDS)
+                return "0";
+        e->n_bounds++;
+        sbuf b = { 0 };
+        int budget = FE_BOUND_BUDGET;
+        bool ok = index ? bound_of(f, e, index, &b, &budget) : (put(&b, "cube__iv_k(0)"), true);
+        if (ok && !b.oom) {
+                put(&e->fast, " && cube__iv_in(%s, %s)", b.p, len);
+                if (write && k >= 0)
+                        put(&e->fast, " && !cube__ctx->ro[%d]", k);
+                e->n_fast++;
+        }
+        if (b.oom || e->fast.oom)
+                f->oom = true;
+        free(b.p);
+        return ok ? "cube__fast" : "0";
+}
+
 /* base[index]: a guarded load or store through a pointer, or a checked
  * index into an array. */
 static void on_subscript(fe *f, node *n)
@@ -1004,8 +1434,9 @@ static void on_subscript(fe *f, node *n)
                 }
                 snprintf(n_text, sizeof(n_text), "%lluu", len);
                 unsigned site = new_site(f, index->start, false, n_text, what);
+                const char *fast = fast_arg(f, entry_of(f, n), index, n_text, -1, false);
                 add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site, len);
-                add_edit(f, rb, 1, 0, "))]");
+                add_edit(f, rb, 1, 0, "), %s)]", fast);
                 return;
         }
         if (!is_pointer(st)) {
@@ -1034,6 +1465,10 @@ static void on_subscript(fe *f, node *n)
                         e->written[k] = true;
         }
         int ord = -1000 + (int) f->depth;
+        char n_text[96];
+        snprintf(n_text, sizeof(n_text), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
+        const char *fast = direct && entry_of(f, n) == e ? fast_arg(f, e, index, n_text, k, write) :
+                           "0";
         /* A plain store `B[I] = E` becomes a call that stores or drops:
          * a conditional store the compiler can vectorize, where a store
          * through a chosen pointer cannot be. */
@@ -1057,7 +1492,7 @@ static void on_subscript(fe *f, node *n)
                         add_edit(f, base->start, 0, ord, "cube__put_%s(cube__ctx, %uu, "
                                  "(GLOBAL %s *) ", sfx, site, tn);
                 add_edit(f, (unsigned) lb, 1, 0, ", (");
-                add_edit(f, rb, (unsigned) eq + 1 - rb, 0, "), (");
+                add_edit(f, rb, (unsigned) eq + 1 - rb, 0, direct ? "), %s, (" : "), (", fast);
                 add_edit(f, assign->end, 0, 3000 - (int) f->depth, "))");
                 return;
         }
@@ -1074,7 +1509,10 @@ static void on_subscript(fe *f, node *n)
                 add_edit(f, base->start, 0, ord, "(*cube__st_%s(cube__ctx, %uu, (GLOBAL %s *) ", sfx,
                          site, tn);
         add_edit(f, (unsigned) lb, 1, 0, ", (");
-        add_edit(f, rb, 1, 0, write ? ")))" : "))");
+        if (direct)
+                add_edit(f, rb, 1, 0, write ? "), %s))" : "), %s)", fast);
+        else
+                add_edit(f, rb, 1, 0, write ? ")))" : "))");
 }
 
 /* *p: a guarded load or store through a pointer. */
@@ -1114,6 +1552,10 @@ static void on_deref(fe *f, node *n)
                 if (write)
                         e->written[k] = true;
         }
+        char n_text[96];
+        snprintf(n_text, sizeof(n_text), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
+        const char *fast = direct && entry_of(f, n) == e ? fast_arg(f, e, NULL, n_text, k, write) :
+                           "0";
         if (direct)
                 add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) (" :
                          "cube__pld_%s(cube__ctx, %uu, %du, (GLOBAL const %s *) (", sfx, site, k, tn);
@@ -1123,7 +1565,11 @@ static void on_deref(fe *f, node *n)
         else
                 add_edit(f, n->start, 1, 0, "cube__ld_%s(cube__ctx, %uu, (GLOBAL const %s *) (", sfx,
                          site, tn);
-        add_edit(f, o->end, 0, -2000 - (int) f->depth, write ? "), 0))" : "), 0)");
+        if (direct)
+                add_edit(f, o->end, 0, -2000 - (int) f->depth, write ? "), 0, %s))" : "), 0, %s)",
+                         fast);
+        else
+                add_edit(f, o->end, 0, -2000 - (int) f->depth, write ? "), 0))" : "), 0)");
 }
 
 /* (T) e: no integer becomes a pointer or back, no pointer changes its
@@ -1390,6 +1836,113 @@ static void check_decl_type(fe *f, node *n)
                 refuse(f, n->start, "a struct or union may not hold a pointer");
 }
 
+static void note_var(fe *f, node *n)
+{
+        if (f->n_vars == f->cap_vars) {
+                size_t cap = f->cap_vars ? f->cap_vars * 2 : 64;
+                fe_var *v = realloc(f->vars, cap * sizeof(*v));
+                if (!v) {
+                        f->oom = true;
+                        return;
+                }
+                f->vars = v;
+                f->cap_vars = cap;
+        }
+        f->vars[f->n_vars++] = (fe_var) { .hash = clang_hashCursor(n->c), .decl = n };
+}
+
+static void note_move(fe *f, CXCursor d)
+{
+        if (f->n_moves == f->cap_moves) {
+                size_t cap = f->cap_moves ? f->cap_moves * 2 : 64;
+                CXCursor *m = realloc(f->moves, cap * sizeof(*m));
+                if (!m) {
+                        f->oom = true;
+                        return;
+                }
+                f->moves = m;
+                f->cap_moves = cap;
+        }
+        f->moves[f->n_moves++] = d;
+}
+
+/* Whether the variable ref names may change there. Anything but a read
+ * the source's own text shows plainly counts: an operator inside a
+ * macro's expansion cannot be read, and a variable a bound took for fixed
+ * but that moved would let an index out of bounds run unguarded. */
+static bool may_move(fe *f, node *ref)
+{
+        node *child, *p = user_of(ref, &child);
+        char op[8];
+        bool postfix;
+
+        if (!p)
+                return false;
+        switch (p->kind) {
+        case CXCursor_CompoundAssignOperator:
+                return p->kids[0] == child;
+        case CXCursor_BinaryOperator: {
+                /* An assignment a macro spells reads as the text between its
+                 * arguments ("SET(j, 5)": ","), which is no operator. */
+                static const char *const reads[] = {
+                        "+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^", "<", ">", "<=",
+                        ">=", "==", "!=", "&&", "||",
+                };
+                if (p->n_kids != 2)
+                        return true;
+                if (p->kids[0] != child)
+                        return false;
+                binary_op(f, p, op, sizeof(op));
+                for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++)
+                        if (strcmp(op, reads[i]) == 0)
+                                return false;
+                return true;
+        }
+        case CXCursor_UnaryOperator:
+                unary_op(f, p, op, sizeof(op), &postfix);
+                return strcmp(op, "-") != 0 && strcmp(op, "+") != 0 && strcmp(op, "~") != 0 &&
+                       strcmp(op, "!") != 0 && strcmp(op, "*") != 0;
+        default:
+                return false;
+        }
+}
+
+static int var_cmp(const void *a, const void *b)
+{
+        unsigned x = ((const fe_var *) a)->hash, y = ((const fe_var *) b)->hash;
+        return x < y ? -1 : x > y;
+}
+
+static fe_var *var_of(fe *f, CXCursor d)
+{
+        unsigned h = clang_hashCursor(d);
+        size_t lo = 0, hi = f->n_vars;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (f->vars[mid].hash < h)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        for (; lo < f->n_vars && f->vars[lo].hash == h; lo++)
+                if (clang_equalCursors(f->vars[lo].decl->c, d))
+                        return &f->vars[lo];
+        return NULL;
+}
+
+/* After find_moves: the variables in hash order, each marked if it moved. */
+static void index_vars(fe *f)
+{
+        if (f->n_vars)
+                qsort(f->vars, f->n_vars, sizeof(*f->vars), var_cmp);
+        for (size_t i = 0; i < f->n_moves; i++) {
+                fe_var *v = var_of(f, f->moves[i]);
+                if (v)
+                        v->moved = true;
+        }
+}
+
 /* Marks the entry points' parameters that their bodies move: a moved
  * parameter no longer points at its binding's start, so its accesses get
  * the general guard. */
@@ -1397,14 +1950,20 @@ static void find_moves(fe *f, node *n)
 {
         for (unsigned i = 0; i < n->n_kids; i++)
                 find_moves(f, n->kids[i]);
+        if (n->kind == CXCursor_VarDecl)
+                note_var(f, n);
         if (n->kind != CXCursor_DeclRefExpr)
                 return;
         fe_entry *e = NULL;
         int k = param_index(f, n, &e);
-        if (k < 0)
+        if (k < 0) {
+                CXCursor d = clang_getCursorReferenced(n->c);
+                if (d.kind == CXCursor_VarDecl && may_move(f, n))
+                        note_move(f, d);
                 return;
+        }
         use u = use_of(f, n);
-        if (u == USE_WRITE || u == USE_READ_WRITE || u == USE_ADDRESS)
+        if (u == USE_WRITE || u == USE_READ_WRITE || u == USE_ADDRESS || may_move(f, n))
                 e->moved[k] = true;
         /* Handed on as a pointer value (to a variable, a helper, arithmetic):
          * what happens there is not this parameter's direct access. */
@@ -1667,7 +2226,8 @@ static bool blocks_loop(fe *f, node *n, bool helper)
                 bool blocks = strcmp(name, "cube__sync") == 0 ||
                               strcmp(name, "tensor_map_load") == 0 ||
                               (helper && (strcmp(name, "cube__unit") == 0 ||
-                                          strcmp(name, "cube__dim") == 0));
+                                          strcmp(name, "cube__dim") == 0 ||
+                                          strncmp(name, "cube__abs", 9) == 0));
                 clang_disposeString(s);
                 if (blocks)
                         return true;
@@ -1786,42 +2346,6 @@ static bool entry_params(fe *f, fe_entry *e)
                 if (e->fn->kids[i]->kind == CXCursor_ParmDecl)
                         e->params[j++] = e->fn->kids[i];
         return true;
-}
-
-typedef struct sbuf {
-        char *p;
-        size_t len, cap;
-        bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...)
-{
-        va_list ap;
-        char *t = NULL;
-        int n;
-
-        va_start(ap, fmt);
-        n = vasprintf(&t, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-                b->oom = true;
-                return;
-        }
-        if (b->len + (size_t) n + 1 > b->cap) {
-                size_t cap = (b->len + (size_t) n + 1) * 2;
-                char *g = realloc(b->p, cap);
-                if (!g) {
-                        free(t);
-                        b->oom = true;
-                        return;
-                }
-                b->p = g;
-                b->cap = cap;
-        }
-        memcpy(b->p + b->len, t, (size_t) n + 1);
-        b->len += (size_t) n;
-        free(t);
 }
 
 /* Rewrites the entry point's head: its buffers as the backend binds them,
@@ -1964,6 +2488,10 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                 }
                 clang_disposeString(s);
         }
+        /* The test of every bound at once: in a cube where it holds, each
+         * of those sites runs as an unchecked access would. */
+        put(&head, "%sconst int cube__fast = 1%s; (void) cube__fast; ",
+            e->looped ? "CUBE__UNITS_SETUP " : "", e->fast.p ? e->fast.p : "");
         if (e->looped) {
                 if (f->src[body->end - 1] != '}') {
                         free(head.p);
@@ -2087,6 +2615,7 @@ static void fe_free(fe *f)
                 free(f->entries[i].moved);
                 free(f->entries[i].read);
                 free(f->entries[i].written);
+                free(f->entries[i].fast.p);
         }
         free(f->entries);
         for (unsigned i = 0; i < f->n_sites; i++) {
@@ -2094,6 +2623,8 @@ static void fe_free(fe *f)
                 free(f->sites[i].len);
         }
         free(f->sites);
+        free(f->vars);
+        free(f->moves);
         free(f->error);
 }
 
@@ -2225,6 +2756,7 @@ cube__fe_status cube__frontend_run(const char *source, const char *entry, char *
         new_site(&f, 0, false, NULL, "the launch's info words (SCALAR, META_U32, DYN_U32, "
                  "BUFFER_LEN)");
         find_moves(&f, f.root);
+        index_vars(&f);
         find_looped(&f);
         walk(&f, f.root);
         if (f.oom)

@@ -18,7 +18,7 @@
 
 /* Bump when the rewrite changes: it is part of every kernel's cache key, so
  * an artifact built from an older rewrite is never loaded. */
-#define CUBE__FRONTEND_VERSION "cube-frontend 6"
+#define CUBE__FRONTEND_VERSION "cube-frontend 7"
 
 /* The most parameters, sites and scalars one entry point may have: limits on
  * what a source controls. */
