@@ -108,12 +108,14 @@ static const char guards[] =
 "/* A backend that defines CUBE__CAN_LOOP runs an entry point that needs no\n"
 " * other unit of its cube (no sync_cube, no SHARED, no tensor map: the front\n"
 " * end's CUBE__LOOPED_KERNEL) as one work-item per cube, which walks the\n"
-" * cube's units itself between CUBE__UNITS_BEGIN and CUBE__UNITS_END. Its\n"
+" * cube's units itself between CUBE__UNITS_BEGIN and CUBE__UNITS_END, after\n"
+" * CUBE__UNITS_SETUP has declared the cube's shape (its bounds read it). Its\n"
 " * guards then keep each site's worst index out of bounds in a cube__acc_t\n"
 " * and the cube reports once, after its units: a store on the guards' cold\n"
 " * path inside the loop over units would keep that loop from vectorizing. */\n"
 "#ifndef CUBE__CAN_LOOP\n#define CUBE__CAN_LOOP 0\n#define CUBE__LOOPED_KERNEL CUBE__KERNEL\n"
-"#define CUBE__UNITS_BEGIN {\n#define CUBE__UNITS_END }\n#define CUBE__UNIT_RETURN return\n#endif\n"
+"#define CUBE__UNITS_SETUP\n#define CUBE__UNITS_BEGIN {\n#define CUBE__UNITS_END }\n"
+"#define CUBE__UNIT_RETURN return\n#endif\n"
 "/* The index a report keeps: 32 bits, an index further out is clamped and\n"
 " * flagged (bit 1 of the record's flags). */\n"
 "#define CUBE__IDX_MAX 2147483647l\n"
@@ -253,7 +255,6 @@ static const char guards[] =
 "        cube__ctx->meta, (uint64_t) (word) * 8 + (uint64_t) (i) * sizeof(type), sizeof(type)))\n"
 "#define CUBE__PEEK_META(i) (*(GLOBAL const uint32_t *) cube__info_peek(cube__ctx, cube__ctx->meta, \\\n"
 "        cube__ctx->dyn, cube__ctx->meta * 8 + (uint64_t) (i) * 4, 4))\n"
-"#ifndef CUBE__UNITS_SETUP\n#define CUBE__UNITS_SETUP\n#endif\n"
 "#undef SCALAR\n#undef META_U32\n#undef DYN_U32\n#undef BUFFER_LEN\n"
 "#define SCALAR(type, word, i) (*(GLOBAL const type *) cube__info_at(cube__ctx, 0, cube__ctx->meta, \\\n"
 "        (uint64_t) (word) * 8 + (uint64_t) (i) * sizeof(type), sizeof(type)))\n"
@@ -1387,6 +1388,17 @@ static const char *fast_arg(fe *f, fe_entry *e, node *index, const char *len, in
         return ok ? "cube__fast" : "0";
 }
 
+/* fast_arg for an access through buffer parameter k the body never moves
+ * (index NULL: *p), checked against its binding's elements of type tn. */
+static const char *binding_fast_arg(fe *f, fe_entry *e, node *index, int k, const char *tn,
+                                    bool write)
+{
+        char len[96];
+
+        snprintf(len, sizeof(len), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
+        return fast_arg(f, e, index, len, k, write);
+}
+
 /* base[index]: a guarded load or store through a pointer, or a checked
  * index into an array. */
 static void on_subscript(fe *f, node *n)
@@ -1465,10 +1477,7 @@ static void on_subscript(fe *f, node *n)
                         e->written[k] = true;
         }
         int ord = -1000 + (int) f->depth;
-        char n_text[96];
-        snprintf(n_text, sizeof(n_text), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
-        const char *fast = direct && entry_of(f, n) == e ? fast_arg(f, e, index, n_text, k, write) :
-                           "0";
+        const char *fast = direct ? binding_fast_arg(f, e, index, k, tn, write) : "0";
         /* A plain store `B[I] = E` becomes a call that stores or drops:
          * a conditional store the compiler can vectorize, where a store
          * through a chosen pointer cannot be. */
@@ -1552,10 +1561,7 @@ static void on_deref(fe *f, node *n)
                 if (write)
                         e->written[k] = true;
         }
-        char n_text[96];
-        snprintf(n_text, sizeof(n_text), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
-        const char *fast = direct && entry_of(f, n) == e ? fast_arg(f, e, NULL, n_text, k, write) :
-                           "0";
+        const char *fast = direct ? binding_fast_arg(f, e, NULL, k, tn, write) : "0";
         if (direct)
                 add_edit(f, n->start, 1, 0, write ? "(*cube__pst_%s(cube__ctx, %uu, %du, (GLOBAL %s *) (" :
                          "cube__pld_%s(cube__ctx, %uu, %du, (GLOBAL const %s *) (", sfx, site, k, tn);
