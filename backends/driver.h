@@ -16,6 +16,7 @@
 #ifndef CUBE_DRIVER_H
 #define CUBE_DRIVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -189,9 +190,13 @@ typedef struct cube__driver {
          * code specialised for cubes of dim (optional; NULL: the backend's
          * code is as fast for every cube dimension). Off the loop thread, as
          * compile. Loaded with load, the artifact serves every launch of that
-         * cube dimension; launches of others keep the generic module. */
+         * cube dimension; launches of others keep the generic module. No one
+         * waits for it: once *abandon is set (the daemon stops), a build
+         * gives up as soon as it can and answers an error, so that a stop
+         * never waits for code nothing will run. */
         cube_error *(*compile_shape)(cube__device *d, const cube__kernel_desc *desc,
-                                     const uint32_t dim[3], const char *artifact_path);
+                                     const uint32_t dim[3], const char *artifact_path,
+                                     const atomic_bool *abandon);
 
         /* Graph capture (optional; NULL: the backend captures). The core
          * records a capture's launches and replays them through submit (a

@@ -56,7 +56,8 @@ int cube__device_helper(char *buf, size_t cap)
 }
 
 int cube__sandbox_run(const char *helper, const char *mode, const char *dir, unsigned cpu_s,
-                      unsigned as_mb, unsigned fsize_mb, cube__sandbox_result *ret)
+                      unsigned as_mb, unsigned fsize_mb, const atomic_bool *abandon,
+                      cube__sandbox_result *ret)
 {
         extern char **environ;
         char path[PATH_MAX + 16], cpu_arg[16], as_arg[16], fs_arg[16];
@@ -65,6 +66,10 @@ int cube__sandbox_run(const char *helper, const char *mode, const char *dir, uns
         int r;
 
         memset(ret, 0, sizeof(*ret));
+        if (abandon && atomic_load(abandon)) {
+                ret->abandoned = true;
+                return 0;
+        }
         snprintf(cpu_arg, sizeof(cpu_arg), "%u", cpu_s);
         snprintf(as_arg, sizeof(as_arg), "%u", as_mb);
         snprintf(fs_arg, sizeof(fs_arg), "%u", fsize_mb);
@@ -89,11 +94,12 @@ int cube__sandbox_run(const char *helper, const char *mode, const char *dir, uns
                         ret->status = -1;
                         break;
                 }
-                if (cube__now_ns() > deadline) {
+                ret->abandoned = abandon && atomic_load(abandon);
+                ret->wall_timeout = !ret->abandoned && cube__now_ns() > deadline;
+                if (ret->abandoned || ret->wall_timeout) {
                         kill(pid, SIGKILL);
                         while (wait4(pid, &ret->status, 0, &ret->ru) < 0 && errno == EINTR)
                                 ;
-                        ret->wall_timeout = true;
                         break;
                 }
                 struct timespec t = { 0, 2 * 1000 * 1000 };

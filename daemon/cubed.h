@@ -444,6 +444,9 @@ cube__module *cube__kernel_module_for(cube__kernel *k, const uint32_t dim[3], bo
 void cube__kernel_shape_ran(cube__kernel *k, const uint32_t dim[3], uint64_t ns);
 /* Unloads the modules built for k's shapes (k is being freed). */
 void cube__kernel_shapes_unload(cube__kernel *k);
+/* The daemon stops: builds for a cube dimension that run give up, and no
+ * other starts. A stop waits for no code that nothing will run. */
+void cube__kernel_shapes_abandon(cube__server *srv);
 
 /* ---- the kernel front end's run and facts (kernel-check.c) ------------- */
 /* Runs the front end on k's source: fills k->facts and k->checked, or
@@ -834,6 +837,7 @@ struct cube__server {
         uint64_t compiles;
         unsigned compiling;             /* compile jobs in flight, queued ones included */
         unsigned builds_running;        /* of those, holding a build slot */
+        atomic_bool shapes_abandoned;   /* set at stop: builds for a cube dimension give up */
         struct cube__kernel *running_builds; /* those, linked (kernels.c) */
         cube__kernel *build_queue;      /* waiting for a slot, oldest first */
         struct cube__refusal {          /* sources refused for good, kept after their

@@ -121,7 +121,7 @@ cube_error *cube__kernel_check(cube__kernel *k, bool in_cache)
                 e = defect("cannot write kernel '%s' for its check: %s", k->entry, strerror(-r));
                 goto out;
         }
-        if ((r = cube__sandbox_run(helper, "--check", dir, cpu_s, CHECK_AS_MB, CHECK_FSIZE_MB,
+        if ((r = cube__sandbox_run(helper, "--check", dir, cpu_s, CHECK_AS_MB, CHECK_FSIZE_MB, NULL,
                                    &res)) != 0) {
                 e = defect("cannot run the kernel front end (%s): %s", helper, strerror(r));
                 goto out;

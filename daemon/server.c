@@ -531,6 +531,7 @@ void cube__server_stop(cube__server *srv)
          * fail now, and their members hear it before the connections close. */
         cube__groups_stop(srv);
         cube__kernels_stop(srv);
+        cube__kernel_shapes_abandon(srv);
         cube__work_drain(srv);
         cube__conn_close_all(srv);
         uv_timer_start(&srv->drain_timer, on_drain_timeout,

@@ -120,7 +120,8 @@ static void shape_work(uv_work_t *w)
                 return;
         }
         snprintf(built, n, "%s/%s", srv->opts.cache_dir, name);
-        j->error = srv->driver->compile_shape(srv->device, &k->desc, j->dim, built);
+        j->error = srv->driver->compile_shape(srv->device, &k->desc, j->dim, built,
+                                              &srv->shapes_abandoned);
         free(built);
         if (!j->error) {
                 fd = cube__artifact_seal(&srv->disk_cache, name, k->entry, k->source, &j->bytes);
@@ -154,6 +155,11 @@ static void shape_done(uv_work_t *w, int status)
                 cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) for cubes of %ux%ux%u %s in %.1f ms",
                           k->entry, k->hash, j->dim[0], j->dim[1], j->dim[2],
                           j->from_disk ? "loaded from the cache" : "built", j->ms);
+        } else if (atomic_load(&srv->shapes_abandoned)) {
+                s->state = CUBE__SHAPE_FAILED;
+                cube__log(CUBE__LOG_INFO, "kernel %s (%.12s) for cubes of %ux%ux%u: the build "
+                          "was abandoned, as the daemon stops", k->entry, k->hash, j->dim[0],
+                          j->dim[1], j->dim[2]);
         } else {
                 s->state = CUBE__SHAPE_FAILED;
                 cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s) for cubes of %ux%ux%u was not "
@@ -176,8 +182,8 @@ static void shape_build(cube__kernel *k, cube__shape *s)
         cube__sha256 sha;
         shape_job *j;
 
-        if (!srv->cache_trusted) {
-                s->state = CUBE__SHAPE_FAILED;  /* nowhere to keep it */
+        if (!srv->cache_trusted || atomic_load(&srv->shapes_abandoned)) {
+                s->state = CUBE__SHAPE_FAILED;  /* nowhere to keep it, or no one to run it */
                 return;
         }
         if (!cube__kernel_build_slot_idle(srv))
@@ -222,6 +228,11 @@ void cube__kernel_shape_ran(cube__kernel *k, const uint32_t dim[3], uint64_t ns)
             (s->device_ns += ns) >= CUBE__SHAPE_AFTER_NS)
                 shape_build(k, s);
         cube__kernel_unref(k);          /* the launch's reference */
+}
+
+void cube__kernel_shapes_abandon(cube__server *srv)
+{
+        atomic_store(&srv->shapes_abandoned, true);
 }
 
 void cube__kernel_shapes_unload(cube__kernel *k)

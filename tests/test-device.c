@@ -1078,6 +1078,46 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 }
 END_TEST
 
+/* A build for a cube dimension is one no one waits for: a stop kills it
+ * rather than wait for it. The build is held stopped (SIGSTOP), as a build
+ * starved by a busy machine is held: the stop must not wait for it at all. */
+START_TEST(a_stop_abandons_a_build_for_a_cube_dimension)
+{
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N];
+        pid_t build = 0;
+        long deadline;
+        int stopped;
+
+        fill_random(in, sizeof(in), 6);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "busy", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        uint64_t k = test_kernel(c, busy_source, "busy");
+        deadline = test_now_ms() + test_scaled_ms(40000);
+        while (build <= 0 && test_now_ms() < deadline) {
+                launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_sync(c, NULL, 0));
+                build = test_child_running(d.pid, "--build");
+        }
+        ck_assert_msg(build > 0, "no build for cubes of 64 started");
+        ck_assert_int_eq(kill(build, SIGSTOP), 0);
+        cube_disconnect(c);
+        long start = test_now_ms();
+        stopped = test_daemon_stop(&d, 5000);
+        long took = test_now_ms() - start;
+        bool build_left = kill(build, 0) == 0;
+        if (build_left)
+                kill(build, SIGKILL);
+        ck_assert_msg(stopped == 0, "the stop waited for the build (exit %d after %ld ms)",
+                      stopped, took);
+        ck_assert_msg(!build_left, "the build outlived the daemon");
+}
+END_TEST
+
 /* A device that may use one CPU cannot spread a launch's cubes: PoCL's
  * threads would take turns on that CPU, every launch waking each of them.
  * There it runs every launch on its own thread (KERNELS.md). */
@@ -1178,6 +1218,7 @@ static Suite *device_suite(void)
         TCase *shapes = tcase_create("shapes");
         tcase_set_timeout(shapes, 300);
         tcase_add_test(shapes, a_kernel_carrying_work_runs_code_built_for_its_cube_dimension);
+        tcase_add_test(shapes, a_stop_abandons_a_build_for_a_cube_dimension);
         suite_add_tcase(s, shapes);
         return s;
 }

@@ -1181,7 +1181,7 @@ static double frontend_once(const char *helper, const char *source, const char *
         double t0 = bench_now();
         ok = cube__sandbox_write(dir, "source", source) == 0 &&
              cube__sandbox_write(dir, "entry", entry) == 0 &&
-             cube__sandbox_run(helper, "--check", dir, 60, 2048, 256, &res) == 0 &&
+             cube__sandbox_run(helper, "--check", dir, 60, 2048, 256, NULL, &res) == 0 &&
              WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0;
         double t = bench_now() - t0;
         cube__sandbox_remove(dir);

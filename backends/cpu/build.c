@@ -170,8 +170,8 @@ static cube_error *judge(const cube__kernel_desc *desc, const build_limits *lim,
  * generic work-group functions, and with shape those specialised for it. A
  * compiler that died says how in ret_death (else it is left empty). */
 static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const char *translated,
-                         const uint32_t *shape, const char *artifact_path, char *ret_death,
-                         size_t death_len)
+                         const uint32_t *shape, const char *artifact_path,
+                         const atomic_bool *abandon, char *ret_death, size_t death_len)
 {
         build_limits lim = limits_of(d);
         char dir[PATH_MAX], path[PATH_MAX + 16];
@@ -202,10 +202,15 @@ static cube_error *build(cube__device *d, const cube__kernel_desc *desc, const c
         }
         cube__sandbox_result res;
         r = cube__sandbox_run(d->helper, "--build", dir, lim.cpu_s, lim.memory_mb, lim.output_mb,
-                              &res);
+                              abandon, &res);
         if (r != 0) {
                 e = cube__cpu_defect(CUBE_LAUNCH_UNKNOWN, "cannot run the kernel compiler (%s): %s",
                                      d->helper, strerror(r));
+                goto out;
+        }
+        if (res.abandoned) {
+                e = cube__cpu_defect(CUBE_LAUNCH_UNKNOWN, "the build was abandoned: the daemon "
+                                     "is stopping");
                 goto out;
         }
         int status = res.status;
@@ -265,7 +270,7 @@ static bool compiler_builds(cube__device *d, const char *artifact_path)
                 cube_error_free(e);
                 return false;
         }
-        e = build(d, &probe, translated, NULL, path, death, sizeof(death));
+        e = build(d, &probe, translated, NULL, path, NULL, death, sizeof(death));
         free(translated);
         (void) unlink(path);
         cube_error_free(e);
@@ -273,9 +278,9 @@ static bool compiler_builds(cube__device *d, const char *artifact_path)
 }
 
 /* Builds desc at path in a build slot of the device's: generically, or
- * with shape for cubes of that dimension. */
+ * with shape for cubes of that dimension, until *abandon is set. */
 static cube_error *compile(cube__device *d, const cube__kernel_desc *desc, const uint32_t *shape,
-                           const char *path)
+                           const char *path, const atomic_bool *abandon)
 {
         char *translated = NULL, death[64];
         cube_error *e;
@@ -284,7 +289,7 @@ static cube_error *compile(cube__device *d, const cube__kernel_desc *desc, const
                 return e;
         while (sem_wait(&d->compiles) < 0 && errno == EINTR)
                 ;
-        e = build(d, desc, translated, shape, path, death, sizeof(death));
+        e = build(d, desc, translated, shape, path, abandon, death, sizeof(death));
         if (e && death[0] && !shape && compiler_builds(d, path)) {
                 build_limits lim = limits_of(d);
                 cube_error_free(e);
@@ -302,13 +307,14 @@ static cube_error *compile(cube__device *d, const cube__kernel_desc *desc, const
 
 cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path)
 {
-        return compile(d, desc, NULL, path);
+        return compile(d, desc, NULL, path, NULL);
 }
 
 cube_error *cube__cpu_compile_shape(cube__device *d, const cube__kernel_desc *desc,
-                                   const uint32_t dim[3], const char *path)
+                                   const uint32_t dim[3], const char *path,
+                                   const atomic_bool *abandon)
 {
-        return compile(d, desc, dim, path);
+        return compile(d, desc, dim, path, abandon);
 }
 
 cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,

@@ -182,7 +182,8 @@ uint64_t cube__cpu_device_address(const cube__launch_work *l, uint32_t i);
 /* The driver's compile, compile_shape, load and unload (driver.h). */
 cube_error *cube__cpu_compile(cube__device *d, const cube__kernel_desc *desc, const char *path);
 cube_error *cube__cpu_compile_shape(cube__device *d, const cube__kernel_desc *desc,
-                                   const uint32_t dim[3], const char *path);
+                                   const uint32_t dim[3], const char *path,
+                                   const atomic_bool *abandon);
 cube_error *cube__cpu_load(cube__device *d, const cube__kernel_desc *desc, const char *path,
                            cube__module **ret_module, uint32_t *ret_shared_bytes);
 void cube__cpu_unload(cube__device *d, cube__module *m);
