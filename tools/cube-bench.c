@@ -81,6 +81,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -99,10 +100,14 @@
 #include "sandbox.h"
 
 #define MIB (1024.0 * 1024.0)
-/* Seconds a kernel figure leaves the daemon idle for its kernels' builds
- * for their cube dimension (each a PoCL build of about a second here, run
- * 10 nice levels down); none in a smoke run, which times nothing. */
+/* How long a kernel figure leaves the daemon idle for its kernels' builds
+ * for their cube dimension (each a PoCL build of one to three seconds here
+ * when the machine is quiet, run 10 nice levels down, so much longer when it
+ * is not): until none of the daemon's builds is seen running twice in a
+ * row, at most SHAPE_BUILD_MAX_S; SHAPE_BUILD_WAIT_S where the daemon's pid
+ * is unknown. None in a smoke run, which times nothing. */
 #define SHAPE_BUILD_WAIT_S 4
+#define SHAPE_BUILD_MAX_S 120
 
 struct config {
         const char *socket;
@@ -114,7 +119,7 @@ struct config {
         int clients;                    /* concurrent clients */
         double seconds;                 /* of each concurrent run */
         int sessions;                   /* idle sessions for the memory figure */
-        int shape_wait_s;               /* idle seconds for builds for a cube dimension */
+        bool wait_for_shapes;           /* for builds for a cube dimension */
         const char *restart_tag;
         double redis_ops;               /* 0: redis not installed */
         const char *only;               /* one figure's name, or NULL for all */
@@ -1015,30 +1020,84 @@ static cube_launch case_launch(cube_client *c, const struct kernel_case *kc, cub
         };
 }
 
+/* Whether process daemon has a kernel build running: a child of its that is
+ * "cube-device --build". */
+static bool daemon_building(pid_t daemon)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *e;
+        bool found = false;
+
+        while (proc && !found && (e = readdir(proc))) {
+                char path[64], buf[512], *end;
+                long pid = strtol(e->d_name, &end, 10), ppid;
+                size_t n;
+                FILE *f;
+
+                if (*end || pid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+                if (!(f = fopen(path, "re")))
+                        continue;
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[n] = '\0';
+                /* After the command's name, which may hold anything. */
+                char *fields = strrchr(buf, ')');
+                if (!fields || sscanf(fields + 1, " %*c %ld", &ppid) != 1 || ppid != daemon)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+                if (!(f = fopen(path, "re")))
+                        continue;
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[n] = '\0';
+                size_t first = strlen(buf) + 1;
+                found = first < n && strcmp(buf + first, "--build") == 0;
+        }
+        if (proc)
+                closedir(proc);
+        return found;
+}
+
+static void launch_all(cube_client *c, const cube_launch *launches, int n)
+{
+        for (int i = 0; i < n; i++)
+                CHECK("launch", cube_launch_kernel(c, &launches[i]));
+        CHECK("sync", cube_sync(c, NULL, 0));
+}
+
 /* Brings each of the n launches to the function built for its cube
  * dimension (docs/KERNELS.md), as PoCL's own first enqueue does for its
  * kernel: launched until each has run long enough to ask for that build,
  * then left idle while the builds run. Timing them any earlier measures
- * the generic function a kernel stops using a second later. */
+ * the generic function a kernel stops using a few seconds later. Each pass
+ * launches them again: a build that found no slot free is asked for again
+ * by a later launch. */
 static void warm_for_shapes(const struct config *cfg, cube_client *c, const cube_launch *launches,
                             int n)
 {
         double ran = 0;
 
-        if (cfg->shape_wait_s <= 0)
+        if (!cfg->wait_for_shapes)
                 return;
         for (int r = 0; r < 2 || (ran < 0.1 && r < 1000); r++) {
                 double t0 = bench_now();
-                for (int i = 0; i < n; i++)
-                        CHECK("launch", cube_launch_kernel(c, &launches[i]));
-                CHECK("sync", cube_sync(c, NULL, 0));
+                launch_all(c, launches, n);
                 if (r > 0)
                         ran += (bench_now() - t0) / n;
         }
-        sleep((unsigned) cfg->shape_wait_s);
-        for (int i = 0; i < n; i++)
-                CHECK("launch", cube_launch_kernel(c, &launches[i]));
-        CHECK("sync", cube_sync(c, NULL, 0));
+        if (cfg->daemon_pid <= 0) {
+                sleep(SHAPE_BUILD_WAIT_S);
+        } else {
+                double deadline = bench_now() + SHAPE_BUILD_MAX_S;
+                for (int idle = 0; idle < 2 && bench_now() < deadline;) {
+                        usleep(250 * 1000);
+                        idle = daemon_building(cfg->daemon_pid) ? 0 : idle + 1;
+                        launch_all(c, launches, n);
+                }
+        }
+        launch_all(c, launches, n);
 }
 
 static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const struct kernel_case *kc)
@@ -1575,7 +1634,7 @@ int main(int argc, char **argv)
         struct config cfg = {
                 .runs = 5, .bulk = 64u << 20, .rtt_samples = 2000, .pipelined = 20000,
                 .clients = 64, .seconds = 0.5, .sessions = 256,
-                .shape_wait_s = SHAPE_BUILD_WAIT_S,
+                .wait_for_shapes = true,
         };
         const char *after_restart = NULL;
         bool smoke = false;
