@@ -204,6 +204,12 @@ END_TEST
  * a launch wider than its buffers, a shared array smaller than the cube,
  * a buffer parameter a macro moves. Each must still fail its launch and
  * touch nothing outside. */
+/* Sixty-four loads the cube proves in range, the most an entry's test holds. */
+#define IN0_1 "        s += in[0];\n"
+#define IN0_4 IN0_1 IN0_1 IN0_1 IN0_1
+#define IN0_16 IN0_4 IN0_4 IN0_4 IN0_4
+#define IN0_64 IN0_16 IN0_16 IN0_16 IN0_16
+
 START_TEST(indexes_a_cube_cannot_bound_keep_their_guards)
 {
         static const struct {
@@ -258,6 +264,15 @@ START_TEST(indexes_a_cube_cannot_bound_keep_their_guards)
                   "        SET(out, out + k);\n"
                   "        out[0] = 0xbad9bad9u;\n"
                   "}\n", 1u << 20, 1, 1, "bnd.c:5:" },
+                /* An access past the sites an entry's test holds keeps its
+                 * guard, though the cube could bound it and every site
+                 * before it is in range. */
+                { "KERNEL void bnd(const uint32_t *in, uint32_t *out, uint32_t k)\n"
+                  "{\n"
+                  "        uint32_t s = 0;\n"
+                  IN0_64
+                  "        out[UNIT_POS + k] = s;\n"
+                  "}\n", 4096 - 15, 1, 16, "index 4096 of 4096" },
         };
 
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
