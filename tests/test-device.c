@@ -1078,6 +1078,53 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 }
 END_TEST
 
+/* A build for a cube dimension that fails is logged, and the kernel's
+ * launches of that dimension keep running its generic code, correctly. The
+ * build fails for want of its directory: the cache is moved away once the
+ * kernel's own build is loaded. */
+START_TEST(a_failed_build_for_a_cube_dimension_leaves_the_generic_code)
+{
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N], got[N];
+        char away[sizeof(d.cache) + 8];
+        long deadline;
+        bool logged = false;
+
+        fill_random(in, sizeof(in), 7);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "busy", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        uint64_t k = test_kernel(c, busy_source, "busy");
+        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+        ck_ok(cube_sync(c, NULL, 0));
+        snprintf(away, sizeof(away), "%s.away", d.cache);
+        ck_assert_int_eq(rename(d.cache, away), 0);
+        deadline = test_now_ms() + test_scaled_ms(40000);
+        while (!logged && test_now_ms() < deadline) {
+                launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < N; i += 97)
+                        ck_assert_uint_eq(got[i], busy_of(in[i]));
+                logged = log_has(&d, "for cubes of 64x1x1 was not built; its launches keep the "
+                                 "generic code");
+        }
+        ck_assert_msg(logged, "the failed build was not logged");
+        for (int r = 0; r < 20; r++) {
+                launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < N; i++)
+                        ck_assert_uint_eq(got[i], busy_of(in[i]));
+        }
+        ck_assert_int_eq(test_child_running(d.pid, "--build"), -1);
+        ck_assert_int_eq(rename(away, d.cache), 0);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* A build for a cube dimension is one no one waits for: a stop kills it
  * rather than wait for it. The build is held stopped (SIGSTOP), as a build
  * starved by a busy machine is held: the stop must not wait for it at all. */
@@ -1219,6 +1266,7 @@ static Suite *device_suite(void)
         tcase_set_timeout(shapes, 300);
         tcase_add_test(shapes, a_kernel_carrying_work_runs_code_built_for_its_cube_dimension);
         tcase_add_test(shapes, a_stop_abandons_a_build_for_a_cube_dimension);
+        tcase_add_test(shapes, a_failed_build_for_a_cube_dimension_leaves_the_generic_code);
         suite_add_tcase(s, shapes);
         return s;
 }
