@@ -1078,6 +1078,22 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 }
 END_TEST
 
+/* Starts d and a session of it with bufs (in, random from seed; an empty
+ * output) and kernel busy registered; returns the kernel. */
+static uint64_t busy_daemon(test_daemon *d, cube_client **ret_c, cube_handle bufs[2],
+                            uint32_t in[N], unsigned seed)
+{
+        cube_client *c;
+
+        fill_random(in, N * sizeof(uint32_t), seed);
+        ck_assert_int_eq(test_daemon_start(d, NULL), 0);
+        ck_ok(cube_connect(d->socket, "busy", &c));
+        ck_ok(cube_create(c, in, N * sizeof(uint32_t), &bufs[0]));
+        ck_ok(cube_empty(c, N * sizeof(uint32_t), &bufs[1]));
+        *ret_c = c;
+        return test_kernel(c, busy_source, "busy");
+}
+
 /* A build for a cube dimension that fails is logged, and the kernel's
  * launches of that dimension keep running its generic code, correctly. The
  * build fails for want of its directory: the cache is moved away once the
@@ -1092,12 +1108,7 @@ START_TEST(a_failed_build_for_a_cube_dimension_leaves_the_generic_code)
         long deadline;
         bool logged = false;
 
-        fill_random(in, sizeof(in), 7);
-        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-        ck_ok(cube_connect(d.socket, "busy", &c));
-        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
-        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        uint64_t k = test_kernel(c, busy_source, "busy");
+        uint64_t k = busy_daemon(&d, &c, bufs, in, 7);
         launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
         ck_ok(cube_sync(c, NULL, 0));
         snprintf(away, sizeof(away), "%s.away", d.cache);
@@ -1138,12 +1149,7 @@ START_TEST(a_stop_abandons_a_build_for_a_cube_dimension)
         long deadline;
         int stopped;
 
-        fill_random(in, sizeof(in), 6);
-        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-        ck_ok(cube_connect(d.socket, "busy", &c));
-        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
-        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
-        uint64_t k = test_kernel(c, busy_source, "busy");
+        uint64_t k = busy_daemon(&d, &c, bufs, in, 6);
         deadline = test_now_ms() + test_scaled_ms(40000);
         while (build <= 0 && test_now_ms() < deadline) {
                 launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);

@@ -1020,6 +1020,23 @@ static cube_launch case_launch(cube_client *c, const struct kernel_case *kc, cub
         };
 }
 
+/* /proc/PID/NAME's first cap - 1 bytes into buf, NUL-terminated: their
+ * count, or -1 when the process has ended. */
+static long read_proc(long pid, const char *name, char *buf, size_t cap)
+{
+        char path[64];
+        FILE *f;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/proc/%ld/%s", pid, name);
+        if (!(f = fopen(path, "re")))
+                return -1;
+        n = fread(buf, 1, cap - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return (long) n;
+}
+
 /* Whether process daemon has a kernel build running: a child of its that is
  * "cube-device --build". */
 static bool daemon_building(pid_t daemon)
@@ -1029,31 +1046,18 @@ static bool daemon_building(pid_t daemon)
         bool found = false;
 
         while (proc && !found && (e = readdir(proc))) {
-                char path[64], buf[512], *end;
-                long pid = strtol(e->d_name, &end, 10), ppid;
-                size_t n;
-                FILE *f;
+                char buf[512], *end, *fields;
+                long pid = strtol(e->d_name, &end, 10), ppid, n;
 
-                if (*end || pid <= 0)
+                if (*end || pid <= 0 || read_proc(pid, "stat", buf, sizeof(buf)) < 0)
                         continue;
-                snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-                if (!(f = fopen(path, "re")))
-                        continue;
-                n = fread(buf, 1, sizeof(buf) - 1, f);
-                fclose(f);
-                buf[n] = '\0';
                 /* After the command's name, which may hold anything. */
-                char *fields = strrchr(buf, ')');
-                if (!fields || sscanf(fields + 1, " %*c %ld", &ppid) != 1 || ppid != daemon)
+                if (!(fields = strrchr(buf, ')')) ||
+                    sscanf(fields + 1, " %*c %ld", &ppid) != 1 || ppid != daemon ||
+                    (n = read_proc(pid, "cmdline", buf, sizeof(buf))) < 0)
                         continue;
-                snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
-                if (!(f = fopen(path, "re")))
-                        continue;
-                n = fread(buf, 1, sizeof(buf) - 1, f);
-                fclose(f);
-                buf[n] = '\0';
                 size_t first = strlen(buf) + 1;
-                found = first < n && strcmp(buf + first, "--build") == 0;
+                found = (long) first < n && strcmp(buf + first, "--build") == 0;
         }
         if (proc)
                 closedir(proc);
