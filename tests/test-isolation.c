@@ -196,20 +196,20 @@ START_TEST(an_index_beyond_what_a_cube_keeps_is_reported_as_further_out)
 }
 END_TEST
 
-/* A cube runs an access unguarded only where it proved, before its units
- * ran, that every index the access can take lies in its binding. Each of
- * these proofs would be wrong if the bound believed the text: a 32-bit
- * index that wrapped before a division, a variable a macro changes, a
- * conditional whose other arm leaves, a negative index, the last cube of
- * a launch wider than its buffers, a shared array smaller than the cube,
- * a buffer parameter a macro moves. Each must still fail its launch and
- * touch nothing outside. */
 /* Sixty-four loads the cube proves in range, the most an entry's test holds. */
 #define IN0_1 "        s += in[0];\n"
 #define IN0_4 IN0_1 IN0_1 IN0_1 IN0_1
 #define IN0_16 IN0_4 IN0_4 IN0_4 IN0_4
 #define IN0_64 IN0_16 IN0_16 IN0_16 IN0_16
 
+/* A cube runs an access unguarded only where it proved, before its units
+ * ran, that every index the access can take lies in its binding. Each of
+ * these proofs would be wrong if the bound believed the text: a 32-bit
+ * index that wrapped before a division, a variable a macro changes, a
+ * conditional whose other arm leaves, a negative index, the last cube of
+ * a launch wider than its buffers, a shared array smaller than the cube,
+ * a buffer parameter a macro moves, an access past the sites an entry's
+ * test holds. Each must still fail its launch and touch nothing outside. */
 START_TEST(indexes_a_cube_cannot_bound_keep_their_guards)
 {
         static const struct {

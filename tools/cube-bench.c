@@ -79,9 +79,9 @@
  * It is long (about 1,540 lines): every figure shares the placement, the
  * baselines and the table's printing, and one program keeps them in step.
  */
+#include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
