@@ -172,6 +172,10 @@ typedef struct cube__driver {
         /* The loop_fd was written (optional, NULL: the backend never writes
          * it). Called on the loop thread, as submit is. */
         void (*loop_ready)(cube__device *d);
+        /* The loop thread is about to wait for events (optional): a backend
+         * that holds back starting the device while the loop submits, so a
+         * round of requests reaches it together, starts it now. */
+        void (*loop_idle)(cube__device *d);
 
         /* Kernels. artifact_ext names the compiled form's files ("so").
          * target() says what compiled code depends on, for cache keys: the

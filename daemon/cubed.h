@@ -801,6 +801,7 @@ struct cube__server {
         uv_prepare_t answers_prepare;      /* ...and before the loop waits */
         int completions_fd;
         uv_poll_t device_poll;          /* an eventfd the device itself writes (loop_fd) */
+        uv_prepare_t device_prepare;    /* driver.h's loop_idle, before the loop waits */
         int device_fd;
         msgpack_zone *zone;             /* decodes requests, one at a time */
         bool zone_busy;

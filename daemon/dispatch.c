@@ -185,7 +185,10 @@ typedef struct method {
         bool admin;                     /* looks or acts, queues no work: served while draining */
 } method;
 
+/* Searched in order: a launch, the message a busy client sends most, is
+ * found first. */
 static const method methods[] = {
+        { "launch", CUBE__MSG_NOTIFY, cube__do_launch, false },
         { "hello", CUBE__MSG_REQUEST, do_hello, true },
         { "status", CUBE__MSG_REQUEST, cube__do_status, true },
         { "kernels", CUBE__MSG_REQUEST, cube__do_kernels, true },
@@ -208,7 +211,6 @@ static const method methods[] = {
         { "export", CUBE__MSG_REQUEST, cube__do_export, false },
         { "import", CUBE__MSG_REQUEST, cube__do_import, false },
         { "kernel", CUBE__MSG_NOTIFY, cube__do_register, false },
-        { "launch", CUBE__MSG_NOTIFY, cube__do_launch, false },
         { "compile_queued", CUBE__MSG_REQUEST, cube__do_compile_queued, false },
         { "start_profile", CUBE__MSG_REQUEST, cube__do_start_profile, false },
         { "end_profile", CUBE__MSG_REQUEST, cube__do_end_profile, false },

@@ -75,6 +75,16 @@ static void on_device(uv_poll_t *p, int status, int events)
         }
 }
 
+/* The loop is about to wait: what it submitted this round starts now
+ * (driver.h's loop_idle). */
+static void on_device_prepare(uv_prepare_t *h)
+{
+        cube__server *srv = h->data;
+
+        if (srv->device)
+                srv->driver->loop_idle(srv->device);
+}
+
 static void reload(cube__server *srv);
 
 static void on_signal(uv_signal_t *sig, int signum)
@@ -443,6 +453,12 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                 srv->device_poll.data = srv;
                 uv_poll_start(&srv->device_poll, UV_READABLE, on_device);
         }
+        if (srv->driver->loop_idle) {
+                uv_prepare_init(srv->loop, &srv->device_prepare);
+                srv->device_prepare.data = srv;
+                uv_prepare_start(&srv->device_prepare, on_device_prepare);
+                uv_unref((uv_handle_t *) &srv->device_prepare);
+        }
         cube__conn_answers_init(srv);
         cube__closer_init();
         cube__groups_init(srv);
@@ -674,6 +690,8 @@ void cube__server_check_stopped(cube__server *srv)
         uv_close((uv_handle_t *) &srv->local_completions, NULL);
         if (srv->device_fd >= 0)
                 uv_close((uv_handle_t *) &srv->device_poll, NULL);
+        if (srv->driver->loop_idle)
+                uv_close((uv_handle_t *) &srv->device_prepare, NULL);
         cube__conn_answers_close(srv);
         cube__groups_done(srv);
         cube__peers_done(srv);

@@ -600,6 +600,11 @@ long test_shmem_kib(pid_t pid)
         return proc_status_field(pid, "RssShmem");
 }
 
+long test_sleeps(pid_t pid)
+{
+        return proc_status_field(pid, "voluntary_ctxt_switches");
+}
+
 bool test_under_asan(pid_t pid)
 {
         char path[64], line[512];

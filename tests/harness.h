@@ -158,6 +158,8 @@ long test_shmem_kib(pid_t pid);
 bool test_under_asan(pid_t pid);
 long test_open_fds(pid_t pid);
 long test_mappings(pid_t pid);
+/* How often pid's main thread has gone to sleep (voluntary_ctxt_switches). */
+long test_sleeps(pid_t pid);
 /* The children of parent running now with arg among their arguments (a
  * build is cube-device --build), or -1. */
 long test_children_running(pid_t parent, const char *arg);

@@ -1171,6 +1171,24 @@ START_TEST(a_stop_abandons_a_build_for_a_cube_dimension)
 }
 END_TEST
 
+/* Starts d on the first CPU this process may use: the daemon, and so its
+ * device, may use that one only. */
+static void start_on_one_cpu(test_daemon *d)
+{
+        cpu_set_t saved, one;
+        int started;
+
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+        CPU_ZERO(&one);
+        for (int i = 0; i < CPU_SETSIZE && CPU_COUNT(&one) == 0; i++)
+                if (CPU_ISSET(i, &saved))
+                        CPU_SET(i, &one);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+        started = test_daemon_start(d, NULL);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(started, 0);
+}
+
 /* A device that may use one CPU cannot spread a launch's cubes: PoCL's
  * threads would take turns on that CPU, every launch waking each of them.
  * There it runs every launch on its own thread (KERNELS.md). */
@@ -1179,26 +1197,14 @@ START_TEST(a_device_on_one_cpu_runs_every_launch_on_its_own_thread)
         static const char *const sources[][2] = {
                 { busy_source, "busy" }, { busy_sync_source, "busy_sync" },
         };
-        cpu_set_t saved, one;
         long main0, others0, main1, others1;
         test_daemon d;
         cube_client *c;
         cube_handle bufs[2];
         uint32_t in[N], got[N];
         pid_t device;
-        int started;
 
-        /* The daemon, and so its device, may use the first of our CPUs. */
-        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
-        CPU_ZERO(&one);
-        for (int i = 0; i < CPU_SETSIZE && CPU_COUNT(&one) == 0; i++)
-                if (CPU_ISSET(i, &saved))
-                        CPU_SET(i, &one);
-        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
-        started = test_daemon_start(&d, NULL);
-        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
-        ck_assert_int_eq(started, 0);
-
+        start_on_one_cpu(&d);
         ck_ok(cube_connect(d.socket, "one-cpu", &c));
         fill_random(in, sizeof(in), 9);
         ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
@@ -1220,6 +1226,55 @@ START_TEST(a_device_on_one_cpu_runs_every_launch_on_its_own_thread)
         ck_assert_msg(main1 - main0 >= 100 && others1 - others0 <= (main1 - main0) / 10,
                       "the device's own thread ran %ld ms of the launches, its other threads "
                       "%ld ms", main1 - main0, others1 - others0);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
+/* A device that shares cubed's one CPU is woken once for what a round of
+ * the loop posted, not at each launch: woken at once, it took that CPU from
+ * the loop for the one launch posted so far, and slept again, for every
+ * four or five launches of a burst (KERNELS.md). The burst must also lose
+ * no launch and no wake-up: the counter ends at the number launched. */
+#define BURST 4000
+START_TEST(a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round)
+{
+        static const char count_source[] =
+                "KERNEL void count(uint32_t *out, INFO)\n"
+                "{\n"
+                "        out[0] = out[0] + 1u;\n"
+                "}\n";
+        test_daemon d;
+        cube_client *c;
+        cube_handle out;
+        uint32_t zero = 0, got;
+        long before, after;
+        pid_t device;
+
+        start_on_one_cpu(&d);
+        ck_ok(cube_connect(d.socket, "burst", &c));
+        ck_ok(cube_create(c, &zero, sizeof(zero), &out));
+        uint64_t k = test_kernel(c, count_source, "count");
+        cube_info *info = cube_info_new();
+        ck_assert_int_eq(cube_info_buffer_len(info, 1), 0);
+        cube_launch l = {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                .buffers = &out, .n_buffers = 1, .info = info,
+        };
+        ck_ok(cube_launch_kernel(c, &l));
+        ck_ok(cube_sync(c, NULL, 0));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+        before = test_sleeps(device);
+        for (int i = 1; i < BURST; i++)
+                ck_ok(cube_launch_kernel(c, &l));
+        ck_ok(cube_sync(c, NULL, 0));
+        after = test_sleeps(device);
+        ck_ok(cube_read(c, &out, &got, sizeof(got)));
+        ck_assert_uint_eq(got, BURST);
+        ck_assert_int_ge(before, 0);
+        ck_assert_msg(after - before < BURST / 20, "the device slept %ld times in a burst of "
+                      "%d launches", after - before, BURST);
+        cube_info_free(info);
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
 }
@@ -1265,6 +1320,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, one_users_builds_of_several_sources_run_side_by_side);
         tcase_add_test(tc, a_kernel_launched_briefly_is_built_once);
         tcase_add_test(tc, a_device_on_one_cpu_runs_every_launch_on_its_own_thread);
+        tcase_add_test(tc, a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round);
         suite_add_tcase(s, tc);
         /* Builds for a cube dimension come after tens of milliseconds of
          * launches, and take a build each: a case of its own, given longer. */

@@ -502,6 +502,7 @@ static void cpu_close(cube__device *d)
                 pthread_mutex_unlock(&d->lock);
                 if (!left)
                         break;
+                cube__cpu_loop_idle(d);         /* the loop no longer rings for it */
                 usleep(1000);
         }
         pthread_mutex_lock(&d->lock);
@@ -588,6 +589,7 @@ const cube__driver cube__driver_cpu = {
         .stream_close = cube__cpu_stream_close,
         .submit = cube__cpu_submit,
         .loop_ready = cube__cpu_loop_ready,
+        .loop_idle = cube__cpu_loop_idle,
         .artifact_ext = "ocl",
         .target = cpu_target,
         .compile = cube__cpu_compile,

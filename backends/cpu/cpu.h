@@ -107,6 +107,7 @@ struct cube__device {
 
         pthread_mutex_t post_lock;
         uint64_t next_seq;
+        bool bell_owed;                 /* a post found the device asleep (under post_lock) */
         const char *slot_kernel[CUBE__Q_SLOTS];
         const cube__fe_facts *slot_facts[CUBE__Q_SLOTS];
         const cube__dgraph *slot_graph[CUBE__Q_SLOTS]; /* a replay's graph, or NULL */
@@ -166,6 +167,7 @@ cube_error *cube__cpu_stream_open(cube__device *d, cube__dstream **ret_stream);
 void cube__cpu_stream_close(cube__device *d, cube__dstream *s);
 void cube__cpu_submit(cube__device *d, cube__dstream *s, cube__work *w);
 void cube__cpu_loop_ready(cube__device *d);
+void cube__cpu_loop_idle(cube__device *d);
 
 /* A worker thread (pthread_create's start routine; arg: the device). */
 void *cube__cpu_worker(void *arg);

@@ -44,9 +44,13 @@ uint64_t cube__cpu_device_address(const cube__launch_work *l, uint32_t i)
         return (st->peer ? CUBE__PEER_SPAN * st->peer : 0) + st->offset + l->offsets[i];
 }
 
-/* Puts a launch, or a replay of graph g when l is NULL, in the ring and
- * rings the doorbell if the device sleeps. Returns its sequence number, or
- * 0 with *ret_error set. */
+/* Puts a launch, or a replay of graph g when l is NULL, in the ring, and
+ * wakes the device if it sleeps. Where the device shares cubed's one CPU,
+ * the wake-up is owed instead, and the poster pays it once it has posted
+ * what it has (ring_owed): woken at once, the device would take that CPU
+ * for the one launch posted so far, and a burst of launches cost a context
+ * switch for every two or three of them. Returns its sequence number, or 0
+ * with *ret_error set. */
 static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dgraph *g,
                      cube_error **ret_error)
 {
@@ -100,11 +104,27 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
         d->slot_graph[seq % CUBE__Q_SLOTS] = NULL;
 posted:
         atomic_store(&s->state, CUBE__SLOT_POSTED);
-        pthread_mutex_unlock(&d->post_lock);
         atomic_fetch_add(&d->ctl->doorbell, 1);
-        if (atomic_load(&d->ctl->device_sleeping))
+        bool wake = atomic_load(&d->ctl->device_sleeping);
+        if (wake && d->spin_ns == 0) {
+                d->bell_owed = true;
+                wake = false;
+        }
+        pthread_mutex_unlock(&d->post_lock);
+        if (wake)
                 cube__q_futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
         return seq;
+}
+
+/* Rings the doorbell that posts left owed (post). */
+static void ring_owed(cube__device *d)
+{
+        pthread_mutex_lock(&d->post_lock);
+        bool owed = d->bell_owed;
+        d->bell_owed = false;
+        pthread_mutex_unlock(&d->post_lock);
+        if (owed)
+                cube__q_futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
 }
 
 /* Waits, as waiter me (a worker's index), until launch seq has ended or
@@ -234,11 +254,13 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
                         }
                         continue;
                 }
+                ring_owed(d);
                 harvest_all(d, me, pending, seqs, n);
                 n = 0;
                 if (w->op != CUBE__WORK_FENCE)
                         copy(d, w);
         }
+        ring_owed(d);
         harvest_all(d, me, pending, seqs, n);
 }
 
@@ -420,6 +442,12 @@ void cube__cpu_loop_ready(cube__device *d)
         cube__cpu_harvest_direct(d);
         arm_loop(d);
         pthread_mutex_unlock(&d->lock);
+}
+
+/* What the loop posted this round starts (post). */
+void cube__cpu_loop_idle(cube__device *d)
+{
+        ring_owed(d);
 }
 
 void cube__cpu_submit(cube__device *d, cube__dstream *s, cube__work *w)
