@@ -345,12 +345,21 @@ void cube__cpu_stream_close(cube__device *d, cube__dstream *s)
 
 /* Asks the device to write loop_fd when the last launch posted from the
  * loop thread has ended, or writes it now when nothing it waits for is on
- * the ring (under lock). */
+ * the ring (under lock). With the loop's share of the ring half full or
+ * more, and the device on a CPU of its own, it asks at the half-way launch
+ * instead: woken only at the last, the loop posted the next launches only
+ * once the device had run dry, and a burst's launches waited a wake-up of
+ * the loop's CPU for every CPU_DIRECT_MAX of them. */
 static void arm_loop(cube__device *d)
 {
+        unsigned from = d->direct_n;
         uint64_t last = 0;
 
-        for (unsigned k = d->direct_n; k > 0 && !last; k--)
+        if (d->spin_ns && d->direct_n >= CPU_DIRECT_MAX / 2)
+                from = d->direct_n / 2;
+        for (unsigned k = from; k > 0 && !last; k--)
+                last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
+        for (unsigned k = d->direct_n; k > from && !last; k--)
                 last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
         /* Stored before the slot is read, as the device stores DONE before
          * it reads this: one of the two sees the other. */
@@ -403,10 +412,11 @@ static void post_direct(cube__device *d, cube__dstream *s)
 }
 
 /* Takes back what was posted from the loop thread and has ended, in order
- * (all of it once the device is dead), and hands it back (under lock). A
- * stream left with none of its work on the ring goes on: more of it is
- * posted, or it goes to the workers, which take it only after this hands
- * back what came before it. */
+ * (all of it once the device is dead), and hands it back (under lock). Each
+ * slot taken back lets a stream's next launch or fence be posted, while the
+ * device still runs the rest; work that needs a worker goes to one once
+ * none of its stream's work is left on the ring, and the worker takes it
+ * only after this hands back what came before it. */
 void cube__cpu_harvest_direct(cube__device *d)
 {
         cube__work *done = NULL, **tail = &done;
@@ -427,7 +437,8 @@ void cube__cpu_harvest_direct(cube__device *d)
                 d->direct_n--;
                 *tail = w;
                 tail = &w->next;
-                if (--s->direct_n == 0 && s->head) {
+                s->direct_n--;
+                if (s->head) {
                         post_direct(d, s);
                         make_ready(d, s);
                 }
