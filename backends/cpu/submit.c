@@ -44,6 +44,13 @@ uint64_t cube__cpu_device_address(const cube__launch_work *l, uint32_t i)
         return (st->peer ? CUBE__PEER_SPAN * st->peer : 0) + st->offset + l->offsets[i];
 }
 
+/* Whether the device shares cubed's one CPU: then neither side spins
+ * (cube__q_spin_ns). */
+static bool shares_one_cpu(const cube__device *d)
+{
+        return d->spin_ns == 0;
+}
+
 /* Puts a launch, or a replay of graph g when l is NULL, in the ring, and
  * wakes the device if it sleeps. Where the device shares cubed's one CPU,
  * the wake-up is owed instead, and the poster pays it once it has posted
@@ -106,7 +113,7 @@ posted:
         atomic_store(&s->state, CUBE__SLOT_POSTED);
         atomic_fetch_add(&d->ctl->doorbell, 1);
         bool wake = atomic_load(&d->ctl->device_sleeping);
-        if (wake && d->spin_ns == 0) {
+        if (wake && shares_one_cpu(d)) {
                 d->bell_owed = true;
                 wake = false;
         }
@@ -343,6 +350,19 @@ void cube__cpu_stream_close(cube__device *d, cube__dstream *s)
                 free(s);
 }
 
+/* The seq of the last launch among the first n posted from the loop
+ * thread and not yet taken back, or 0 when they are all fences and
+ * failures (under lock). */
+static uint64_t last_posted(const cube__device *d, unsigned n)
+{
+        for (unsigned k = n; k > 0; k--) {
+                uint64_t seq = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
+                if (seq)
+                        return seq;
+        }
+        return 0;
+}
+
 /* Asks the device to write loop_fd when the last launch posted from the
  * loop thread has ended, or writes it now when nothing it waits for is on
  * the ring (under lock). With the loop's share of the ring half full or
@@ -352,15 +372,12 @@ void cube__cpu_stream_close(cube__device *d, cube__dstream *s)
  * the loop's CPU for every CPU_DIRECT_MAX of them. */
 static void arm_loop(cube__device *d)
 {
-        unsigned from = d->direct_n;
         uint64_t last = 0;
 
-        if (d->spin_ns && d->direct_n >= CPU_DIRECT_MAX / 2)
-                from = d->direct_n / 2;
-        for (unsigned k = from; k > 0 && !last; k--)
-                last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
-        for (unsigned k = d->direct_n; k > from && !last; k--)
-                last = d->direct[(d->direct_first + k - 1) % CPU_DIRECT_MAX].seq;
+        if (!shares_one_cpu(d) && d->direct_n >= CPU_DIRECT_MAX / 2)
+                last = last_posted(d, d->direct_n / 2);
+        if (!last)
+                last = last_posted(d, d->direct_n);
         /* Stored before the slot is read, as the device stores DONE before
          * it reads this: one of the two sees the other. */
         if (last) {
