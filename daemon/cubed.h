@@ -345,7 +345,8 @@ typedef enum cube__shape_state {
 typedef struct cube__shape {
         uint32_t dim[3];
         cube__shape_state state;
-        uint64_t device_ns;
+        uint64_t device_ns;             /* counted toward its build */
+        uint64_t brief_ns;              /* its briefest launch so far */
         cube__module *module;
 } cube__shape;
 

@@ -13,10 +13,11 @@
  *
  * A second build costs as much as the first, so it is made only where it
  * pays: once launches of that dimension have run CUBE__SHAPE_AFTER_NS of
- * device time with the generic code, counting only launches of at least
- * CUBE__SHAPE_LAUNCH_NS. A kernel launched a few times in a test, briefly,
- * or for launches whose cost is the launch itself, is never built twice;
- * one that carries a workload is, after its first tens of milliseconds. A
+ * device time with the generic code (shape_counts: the part of it their
+ * code could cut). A kernel launched a few times in a test, or for
+ * launches whose cost is the launch itself, is never built twice; one that
+ * carries a workload is, after its first tens of milliseconds, whether in a
+ * few long launches or in many brief ones. A
  * build that fails leaves the generic module in use for that dimension, and
  * is logged. The first CUBE__SHAPES dimensions a kernel is launched with
  * hold its places, whether their launches come to carry work or not.
@@ -30,9 +31,12 @@
 #include "sha256.h"
 
 #define CUBE__SHAPE_AFTER_NS (20ull * 1000 * 1000)
-/* Launches shorter than this count for nothing: their time is the launch's
- * own cost, which no code for the cube can cut. */
-#define CUBE__SHAPE_LAUNCH_NS (50ull * 1000)
+/* Launches at least this long count in full. */
+#define CUBE__SHAPE_LONG_NS (50ull * 1000)
+/* What a launch costs the device whatever its code (PoCL's own work for a
+ * command: an empty launch takes 0.7-0.8 us here), which no code for the
+ * cube can cut. */
+#define CUBE__SHAPE_LAUNCH_NS 1000ull
 
 typedef struct shape_job {
         uv_work_t work;
@@ -66,7 +70,7 @@ cube__module *cube__kernel_module_for(cube__kernel *k, const uint32_t dim[3], bo
                 if (k->n_shapes == CUBE__SHAPES)
                         return k->module;
                 s = &k->shapes[k->n_shapes++];
-                *s = (cube__shape) { .state = CUBE__SHAPE_COUNTING };
+                *s = (cube__shape) { .state = CUBE__SHAPE_COUNTING, .brief_ns = UINT64_MAX };
                 memcpy(s->dim, dim, sizeof(s->dim));
         }
         if (s->state == CUBE__SHAPE_READY)
@@ -220,12 +224,30 @@ static void shape_build(cube__kernel *k, cube__shape *s)
         srv->builds_running++;
 }
 
+/* What a launch of s that took ns counts toward its build. A brief launch
+ * counts as the briefest of s's so far, less CUBE__SHAPE_LAUNCH_NS. Its
+ * own time is mostly noise: a device preempted in the middle of an empty
+ * launch makes it 25 us, and on two CPUs up to a quarter of empty launches
+ * take 1-2 us; counted, they had a kernel that only ever runs empty
+ * launches built after a million of them, for nothing. Noise only ever
+ * adds, so the least time is what the launch's code took. Leaving brief
+ * launches out instead would never build a kernel launched over and over
+ * for a few microseconds, whose generic code can take twice the time. */
+static uint64_t shape_counts(cube__shape *s, uint64_t ns)
+{
+        if (ns >= CUBE__SHAPE_LONG_NS)
+                return ns;
+        if (ns < s->brief_ns)
+                s->brief_ns = ns;
+        return s->brief_ns > CUBE__SHAPE_LAUNCH_NS ? s->brief_ns - CUBE__SHAPE_LAUNCH_NS : 0;
+}
+
 void cube__kernel_shape_ran(cube__kernel *k, const uint32_t dim[3], uint64_t ns)
 {
         cube__shape *s = shape_of(k, dim);
 
-        if (s && s->state == CUBE__SHAPE_COUNTING && ns >= CUBE__SHAPE_LAUNCH_NS &&
-            (s->device_ns += ns) >= CUBE__SHAPE_AFTER_NS)
+        if (s && s->state == CUBE__SHAPE_COUNTING &&
+            (s->device_ns += shape_counts(s, ns)) >= CUBE__SHAPE_AFTER_NS)
                 shape_build(k, s);
         cube__kernel_unref(k);          /* the launch's reference */
 }

@@ -943,27 +943,45 @@ END_TEST
 
 /* Kernels that carry work: each unit steps a generator many times. The
  * first walks its cube's units in a loop of its own (the front end's looped
- * form); the second, with a barrier, runs them as PoCL's work-items. */
+ * form); the second, with a barrier, runs them as PoCL's work-items. The
+ * third is brief: a few microseconds a launch. */
 #define BUSY_STEPS 100000u
-#define BUSY_BODY(name, between) \
+#define BRIEF_STEPS 16u
+#define BUSY_BODY(name, steps, between) BUSY_BODY_(name, steps, between)
+#define BUSY_BODY_(name, steps, between) \
         "KERNEL void " name "(const uint32_t *in, uint32_t *out, INFO)\n" \
         "{\n" \
         "        uint64_t i = ABSOLUTE_POS;\n" \
         "        uint32_t x = i < BUFFER_LEN(0) ? in[i] : 0u;\n" \
-        "        for (uint32_t k = 0; k < 100000u; k++)\n" \
+        "        for (uint32_t k = 0; k < " #steps "; k++)\n" \
         "                x = x * 1664525u + 1013904223u;\n" \
         between \
         "        if (i < BUFFER_LEN(1))\n" \
         "                out[i] = x;\n" \
         "}\n"
-static const char busy_source[] = BUSY_BODY("busy", "");
-static const char busy_sync_source[] = BUSY_BODY("busy_sync", "        sync_cube();\n");
+static const char busy_source[] = BUSY_BODY("busy", BUSY_STEPS, "");
+static const char busy_sync_source[] = BUSY_BODY("busy_sync", BUSY_STEPS, "        sync_cube();\n");
+static const char brief_source[] = BUSY_BODY("brief", BRIEF_STEPS, "");
+
+/* One of them, for busy_until_specialised: launched `launches` times a
+ * round, as a brief kernel has to be to run long enough. */
+typedef struct busy_kernel {
+        const char *source, *entry;
+        uint32_t steps;
+        bool looped;
+        int launches;
+} busy_kernel;
+
+static uint32_t stepped(uint32_t x, uint32_t steps)
+{
+        for (uint32_t k = 0; k < steps; k++)
+                x = x * 1664525u + 1013904223u;
+        return x;
+}
 
 static uint32_t busy_of(uint32_t x)
 {
-        for (uint32_t k = 0; k < BUSY_STEPS; k++)
-                x = x * 1664525u + 1013904223u;
-        return x;
+        return stepped(x, BUSY_STEPS);
 }
 
 /* The cache directory's artifacts ("*.ocl") and facts ("*.facts"): a
@@ -984,14 +1002,14 @@ static int count_files(const char *dir, const char *suffix)
         return n;
 }
 
-/* Launches kernel k (entry) over bufs in cubes of 64 until the device runs
- * code built for that dimension, or the deadline; checks each result. A
- * looped kernel's build for the dimension is a second program (a second
- * work-group function of its name mapped); the other's is PoCL's function
- * specialised for a local size of 64. The highest nice value a build of
- * daemon's was seen running at goes to ret_build_nice (left alone when none
- * was seen). */
-static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry, bool looped,
+/* Launches kernel k (bk) over bufs in cubes of 64 until the device runs
+ * code built for that dimension, or the deadline; checks each round's
+ * result. A looped kernel's build for the dimension is a second program (a
+ * second work-group function of its name mapped); the other's is PoCL's
+ * function specialised for a local size of 64. The highest nice value a
+ * build of daemon's was seen running at goes to ret_build_nice (left alone
+ * when none was seen). */
+static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel *bk,
                                    pid_t daemon, pid_t device, cube_handle *bufs,
                                    const uint32_t *in, long deadline, long *ret_build_nice)
 {
@@ -1001,17 +1019,19 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry
         pid_t build;
         long nice;
 
-        if (looped)
-                snprintf(part, sizeof(part), "/cube__k_%s/0-0-0/cube__k_%s.so", entry, entry);
+        if (bk->looped)
+                snprintf(part, sizeof(part), "/cube__k_%s/0-0-0/cube__k_%s.so", bk->entry,
+                         bk->entry);
         else
                 snprintf(part, sizeof(part), "/cube__k_%s/64-1-1-goffs0-smallgrid/cube__k_%s.so",
-                         entry, entry);
+                         bk->entry, bk->entry);
         while (!found && test_now_ms() < deadline) {
-                launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                for (int l = 0; l < bk->launches; l++)
+                        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
                 ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
                 for (uint32_t i = 0; i < N; i += 97)
-                        ck_assert_uint_eq(got[i], busy_of(in[i]));
-                found = test_maps_count(device, part) >= (looped ? 2 : 1);
+                        ck_assert_uint_eq(got[i], stepped(in[i], bk->steps));
+                found = test_maps_count(device, part) >= (bk->looped ? 2 : 1);
                 if ((build = test_child_running(daemon, "--build")) > 0 &&
                     test_nice_of(build, &nice) == 0 &&
                     (*ret_build_nice == LONG_MAX || nice > *ret_build_nice))
@@ -1022,9 +1042,9 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const char *entry
 
 START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 {
-        static const struct { const char *source, *entry; bool looped; } kernels[] = {
-                { busy_source, "busy", true },
-                { busy_sync_source, "busy_sync", false },
+        static const busy_kernel kernels[] = {
+                { busy_source, "busy", BUSY_STEPS, true, 1 },
+                { busy_sync_source, "busy_sync", BUSY_STEPS, false, 1 },
         };
         char cache[] = "/tmp/cube-shape-cache-XXXXXX", cmd[64];
         const char *args[] = { "--cache-dir", cache, NULL };
@@ -1054,8 +1074,7 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                 for (int i = 0; i < 2; i++) {
                         uint64_t k = test_kernel(c, kernels[i].source, kernels[i].entry);
                         long build_nice = LONG_MAX;
-                        ck_assert_msg(busy_until_specialised(c, k, kernels[i].entry,
-                                                             kernels[i].looped, d.pid, device,
+                        ck_assert_msg(busy_until_specialised(c, k, &kernels[i], d.pid, device,
                                                              bufs, in,
                                                              test_now_ms() + test_scaled_ms(40000),
                                                              &build_nice),
@@ -1280,6 +1299,47 @@ START_TEST(a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round)
 }
 END_TEST
 
+/* A brief kernel launched over and over carries work too: its launches,
+ * about 10 us each here, add up to a build for their cube dimension as a
+ * few long ones do, 8,000 of them being enough. On one CPU the device runs
+ * each launch on its own thread, so each is timed alone and none is long.
+ * The build is looked for in the cache, with no launch meanwhile. */
+START_TEST(a_brief_kernel_launched_over_and_over_runs_code_built_for_its_cube_dimension)
+{
+        static const busy_kernel brief = { brief_source, "brief", BRIEF_STEPS, true, 500 };
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N];
+        long build_nice = LONG_MAX;
+        pid_t device;
+
+        fill_random(in, sizeof(in), 8);
+        start_on_one_cpu(&d);
+        ck_ok(cube_connect(d.socket, "brief", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+        uint64_t k = test_kernel(c, brief.source, brief.entry);
+        for (int r = 0; r < 8000 / brief.launches; r++) {
+                uint32_t got[N];
+                for (int l = 0; l < brief.launches; l++)
+                        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+        }
+        long deadline = test_now_ms() + test_scaled_ms(40000);
+        while (count_files(d.cache, ".ocl") < 2 && test_now_ms() < deadline)
+                usleep(50 * 1000);
+        ck_assert_msg(count_files(d.cache, ".ocl") == 2, "8,000 launches of brief built nothing "
+                      "for their cube dimension");
+        ck_assert_msg(busy_until_specialised(c, k, &brief, d.pid, device, bufs, in,
+                                             test_now_ms() + test_scaled_ms(40000), &build_nice),
+                      "the device never ran brief built for cubes of 64");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 START_TEST(a_kernel_launched_briefly_is_built_once)
 {
         test_daemon d;
@@ -1319,6 +1379,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_bystanders_build_starts_at_once_while_another_user_fills_the_slots);
         tcase_add_test(tc, one_users_builds_of_several_sources_run_side_by_side);
         tcase_add_test(tc, a_kernel_launched_briefly_is_built_once);
+        tcase_add_test(tc, a_brief_kernel_launched_over_and_over_runs_code_built_for_its_cube_dimension);
         tcase_add_test(tc, a_device_on_one_cpu_runs_every_launch_on_its_own_thread);
         tcase_add_test(tc, a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round);
         suite_add_tcase(s, tc);

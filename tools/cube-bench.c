@@ -53,9 +53,9 @@
  *     in this process (the daemon's CPUs), enqueued the same number of times
  *     and finished once, the two taking turns run by run; the empty launch
  *     against that plus a raw 64 B ping-pong with the daemon's CPUs, the
- *     one crossing a launch + sync cannot avoid. The compute kernels are
- *     timed once the daemon has built each for its cube dimension, as
- *     PoCL's first enqueue builds its own.
+ *     one crossing a launch + sync cannot avoid. The compute kernels and
+ *     the dependent launches are timed once the daemon has built each for
+ *     its cube dimension, as PoCL's first enqueue builds its own.
  *   all_reduce of 64 MiB and of 4 KiB f32 over two daemons (--socket and
  *     --peer-socket, on one host): a group id minted on the first, one
  *     thread per rank with its own client, cube_all_reduce (Sum, NOW) then
@@ -1064,30 +1064,32 @@ static bool daemon_building(pid_t daemon)
         return found;
 }
 
-static void launch_all(cube_client *c, const cube_launch *launches, int n)
+/* Launches the n launches, chain times over, and syncs once. */
+static void launch_all(cube_client *c, const cube_launch *launches, int n, int chain)
 {
-        for (int i = 0; i < n; i++)
-                CHECK("launch", cube_launch_kernel(c, &launches[i]));
+        for (int t = 0; t < chain; t++)
+                for (int i = 0; i < n; i++)
+                        CHECK("launch", cube_launch_kernel(c, &launches[i]));
         CHECK("sync", cube_sync(c, NULL, 0));
 }
 
 /* Brings each of the n launches to the function built for its cube
  * dimension (docs/KERNELS.md), as PoCL's own first enqueue does for its
- * kernel: launched until each has run long enough to ask for that build,
- * then left idle while the builds run. Timing them any earlier measures
- * the generic function a kernel stops using a few seconds later. Each pass
- * launches them again: a build that found no slot free is asked for again
- * by a later launch. */
+ * kernel: launched (in chains of chain, as the row times them) until each
+ * has run long enough to ask for that build, then left idle while the
+ * builds run. Timing them any earlier measures the generic function a
+ * kernel stops using a few seconds later. Each pass launches them again: a
+ * build that found no slot free is asked for again by a later launch. */
 static void warm_for_shapes(const struct config *cfg, cube_client *c, const cube_launch *launches,
-                            int n)
+                            int n, int chain)
 {
         double ran = 0;
 
         if (!cfg->wait_for_shapes)
                 return;
-        for (int r = 0; r < 2 || (ran < 0.1 && r < 1000); r++) {
+        for (int r = 0; r < 2 || (ran < 0.25 && r < 1000); r++) {
                 double t0 = bench_now();
-                launch_all(c, launches, n);
+                launch_all(c, launches, n, chain);
                 if (r > 0)
                         ran += (bench_now() - t0) / n;
         }
@@ -1098,10 +1100,10 @@ static void warm_for_shapes(const struct config *cfg, cube_client *c, const cube
                 for (int idle = 0; idle < 2 && bench_now() < deadline;) {
                         usleep(250 * 1000);
                         idle = daemon_building(cfg->daemon_pid) ? 0 : idle + 1;
-                        launch_all(c, launches, n);
+                        launch_all(c, launches, n, 1);
                 }
         }
-        launch_all(c, launches, n);
+        launch_all(c, launches, n, 1);
 }
 
 static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const struct kernel_case *kc)
@@ -1129,8 +1131,8 @@ static void kernel_row(const struct config *cfg, pocl_bench *pb, int pk, const s
          * copies' memcpy does. */
         CHECK("launch", cube_launch_kernel(c, &l));
         CHECK("sync", cube_sync(c, NULL, 0));
-        if (!kc->latency && kc->chain == 1)
-                warm_for_shapes(cfg, c, &l, 1);
+        if (!kc->latency)
+                warm_for_shapes(cfg, c, &l, 1, kc->chain);
         moved = move_to(peer_cpus(cfg), &was);
         pocl_bench_run(pb, pk, pbufs, (int) kc->n_bufs, kc->args, (int) kc->n_args, global, local,
                        1);
@@ -1204,7 +1206,7 @@ static void checked_row(const struct config *cfg, const struct kernel_case *kc)
         u.mode = CUBE_LAUNCH_UNCHECKED;
         /* Both compiled first, and each built for its cube dimension. */
         cube_launch both[2] = { l, u };
-        warm_for_shapes(cfg, c, both, 2);
+        warm_for_shapes(cfg, c, both, 2, 1);
         for (int r = 0; r < cfg->runs; r++) {
                 double t0 = bench_now();
                 CHECK("launch", cube_launch_kernel(c, &l));
