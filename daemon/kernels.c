@@ -383,7 +383,11 @@ static void prepare_work(uv_work_t *w)
                                 return;
                         }
                         close(fd);
-                        cube_error_free(e);     /* unreadable: build it again */
+                        cube__log(CUBE__LOG_WARNING, "kernel %s (%.12s): the cached artifact "
+                                  "%s was not loaded (%s); the kernel is compiled again",
+                                  k->entry, k->hash, path,
+                                  cube_error_message(cube_error_root(e)));
+                        cube_error_free(e);
                 }
         }
 

@@ -669,6 +669,90 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
 }
 END_TEST
 
+/* Gives each of the artifact's PoCL binaries (one per device) back a root
+ * entry holding IR, in the bytes of its empty stand-in (device-binary.c):
+ * an entry of the same length, "/program.bc" of three bytes. Its digest is recorded again,
+ * as a build of an older cube would have recorded it. */
+static void plant_ir(const char *artifact)
+{
+        static const char stand_in[] = "/program.no-ir", ir[] = "/program.bc";
+        unsigned char *bytes, entry[4 + sizeof(stand_in) - 1 + 4];
+        char line[PATH_MAX + 16], digest[65];
+        uint32_t len = sizeof(ir) - 1, content = 3;
+        size_t n, planted = 0;
+        struct stat st;
+        FILE *f;
+
+        ck_assert_int_eq(stat(artifact, &st), 0);
+        ck_assert_ptr_nonnull(bytes = malloc((size_t) st.st_size));
+        ck_assert_ptr_nonnull(f = fopen(artifact, "r+b"));
+        ck_assert_uint_eq(n = fread(bytes, 1, (size_t) st.st_size, f), (size_t) st.st_size);
+        memcpy(entry, &len, 4);
+        memcpy(entry + 4, ir, len);
+        memcpy(entry + 4 + len, &content, 4);
+        memcpy(entry + 8 + len, "IR!", content);
+        for (size_t at = 4; at + sizeof(entry) <= n; at++) {
+                if (memcmp(bytes + at, stand_in, sizeof(stand_in) - 1) != 0)
+                        continue;
+                memcpy(bytes + at - 4, entry, sizeof(entry));
+                planted++;
+        }
+        ck_assert_uint_gt(planted, 0);
+        ck_assert_int_eq(fseek(f, 0, SEEK_SET), 0);
+        ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+        fclose(f);
+        free(bytes);
+
+        snprintf(line, sizeof(line), "sha256sum %s", artifact);
+        ck_assert_ptr_nonnull(f = popen(line, "r"));
+        ck_assert_int_eq(fscanf(f, "%64s", digest), 1);
+        pclose(f);
+        snprintf(line, sizeof(line), "%s.sha256", artifact);
+        ck_assert_ptr_nonnull(f = fopen(line, "r+b"));
+        ck_assert_uint_eq(fwrite(digest, 1, 64, f), 64);
+        fclose(f);
+}
+
+/* An artifact whose binaries still hold their IR (as a build of an older
+ * cube wrote them) would have PoCL compile inside the sealed device, which
+ * the seal kills, with every tenant's work in it: its digest matches, yet
+ * the device refuses to load it, the event is logged, and the kernel is
+ * compiled again, so the next daemon loads what that build wrote. */
+START_TEST(an_artifact_still_holding_ir_is_refused_and_compiled_again)
+{
+        char cache[] = "/tmp/cube-cache-XXXXXX", triple[160], cmd[96];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "first", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        plant_ir(triple);
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "older", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "the artifact holding IR was loaded");
+        ck_assert_msg(log_has(&d, "still holds the program's IR"), "the refusal was not logged");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "again", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        ck_assert_msg(entry_of(c, "triple").from_disk, "the build that replaced it did not load");
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* The front end's facts kept beside an artifact are trusted as it is: facts
  * altered after they were written (here, a scalar the kernel does not take,
  * which would refuse every launch) are read again from the source, and the
@@ -1373,6 +1457,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_compiler_bomb_is_refused_within_the_compile_limit_while_others_are_served);
         tcase_add_test(tc, a_build_stopped_by_its_limits_is_a_refusal_kept_for_its_source);
         tcase_add_test(tc, a_planted_or_altered_artifact_is_compiled_again_never_loaded);
+        tcase_add_test(tc, an_artifact_still_holding_ir_is_refused_and_compiled_again);
         tcase_add_test(tc, altered_facts_beside_an_artifact_are_read_again_from_the_source);
         tcase_add_test(tc, a_symlink_planted_in_the_cache_is_refused);
         tcase_add_test(tc, a_cache_another_user_could_swap_is_refused_or_not_loaded);
