@@ -669,6 +669,39 @@ START_TEST(a_planted_or_altered_artifact_is_compiled_again_never_loaded)
 }
 END_TEST
 
+/* Runs triple in a session of a daemon started with args (a --cache-dir
+ * and its directory), and stops it: where the kernel's file with suffix
+ * (".ocl", ".facts") lies goes to ret_path. */
+static void cache_triple(test_daemon *d, const char *const *args, const char *suffix,
+                         char *ret_path, size_t cap)
+{
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(d, args), 0);
+        ck_ok(cube_connect(d->socket, "first", &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        snprintf(ret_path, cap, "%s/%s%s", args[1], entry_of(c, "triple").hash, suffix);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(d, 10000), 0);
+}
+
+/* Runs triple in a session (name) of a daemon started with args, and stops
+ * it: the kernel was compiled again, not loaded from the cache, and the log
+ * says why (logged). */
+static void expect_compiled_again(test_daemon *d, const char *const *args, const char *name,
+                                  const char *logged)
+{
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(d, args), 0);
+        ck_ok(cube_connect(d->socket, name, &c));
+        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
+        ck_assert_msg(!entry_of(c, "triple").from_disk, "%s: the artifact was loaded", name);
+        ck_assert_msg(log_has(d, logged), "%s: the refusal was not logged", name);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(d, 10000), 0);
+}
+
 /* Gives each of the artifact's PoCL binaries (one per device) back a root
  * entry holding IR, in the bytes of its empty stand-in (device-binary.c):
  * an entry of the same length, "/program.bc" of three bytes. Its digest is recorded again,
@@ -726,21 +759,9 @@ START_TEST(an_artifact_still_holding_ir_is_refused_and_compiled_again)
         cube_client *c;
 
         ck_assert_ptr_nonnull(mkdtemp(cache));
-        ck_assert_int_eq(test_daemon_start(&d, args), 0);
-        ck_ok(cube_connect(d.socket, "first", &c));
-        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
-        snprintf(triple, sizeof(triple), "%s/%s.ocl", cache, entry_of(c, "triple").hash);
-        cube_disconnect(c);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
-
+        cache_triple(&d, args, ".ocl", triple, sizeof(triple));
         plant_ir(triple);
-        ck_assert_int_eq(test_daemon_start(&d, args), 0);
-        ck_ok(cube_connect(d.socket, "older", &c));
-        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
-        ck_assert_msg(!entry_of(c, "triple").from_disk, "the artifact holding IR was loaded");
-        ck_assert_msg(log_has(&d, "still holds the program's IR"), "the refusal was not logged");
-        cube_disconnect(c);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        expect_compiled_again(&d, args, "holding IR", "still holds the program's IR");
 
         ck_assert_int_eq(test_daemon_start(&d, args), 0);
         ck_ok(cube_connect(d.socket, "again", &c));
@@ -765,12 +786,7 @@ START_TEST(altered_facts_beside_an_artifact_are_read_again_from_the_source)
         cube_client *c;
 
         ck_assert_ptr_nonnull(mkdtemp(cache));
-        ck_assert_int_eq(test_daemon_start(&d, args), 0);
-        ck_ok(cube_connect(d.socket, "first", &c));
-        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
-        snprintf(facts, sizeof(facts), "%s/%s.facts", cache, entry_of(c, "triple").hash);
-        cube_disconnect(c);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        cache_triple(&d, args, ".facts", facts, sizeof(facts));
 
         FILE *f = fopen(facts, "r");
         ck_assert_ptr_nonnull(f);
@@ -821,13 +837,7 @@ START_TEST(a_symlink_planted_in_the_cache_is_refused)
 
         ck_assert_int_eq(rename(triple, aside), 0);
         ck_assert_int_eq(symlink(aside, triple), 0);
-        ck_assert_int_eq(test_daemon_start(&d, args), 0);
-        ck_ok(cube_connect(d.socket, "symlinked", &c));
-        expect_triple_runs(c, test_kernel(c, triple_source, "triple"));
-        ck_assert_msg(!entry_of(c, "triple").from_disk, "loaded through a symlink");
-        ck_assert_msg(log_has(&d, "is a symlink"), "the refusal was not logged");
-        cube_disconnect(c);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        expect_compiled_again(&d, args, "symlinked", "is a symlink");
         unlink(aside);
         snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
         ck_assert_int_eq(system(cmd), 0);
@@ -1334,6 +1344,64 @@ START_TEST(a_device_on_one_cpu_runs_every_launch_on_its_own_thread)
 }
 END_TEST
 
+/* Launches kernel k over bufs in 16 cubes of 64, `launches` at a time,
+ * rounds times, checking each round's result (stepped steps times). */
+static void launch_rounds(cube_client *c, uint64_t k, cube_handle *bufs, const uint32_t *in,
+                          uint32_t steps, int rounds, int launches)
+{
+        uint32_t got[N];
+
+        for (int r = 0; r < rounds; r++) {
+                for (int l = 0; l < launches; l++)
+                        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < N; i += 37)
+                        ck_assert_uint_eq(got[i], stepped(in[i], steps));
+        }
+}
+
+/* With two CPUs or more, a brief kernel of many cubes runs on the device's
+ * own thread once its launches have been timed both ways: spread over
+ * PoCL's threads, each of them woken for a few microseconds of work, it was
+ * slower. A kernel carrying work, timed the same way, stays spread. */
+START_TEST(a_brief_kernel_of_many_cubes_runs_inline_once_timed_and_a_long_one_spread)
+{
+        long main0, others0, main1, others1;
+        test_daemon d;
+        cube_client *c;
+        cube_handle bufs[2];
+        uint32_t in[N];
+        pid_t device;
+
+        fill_random(in, sizeof(in), 10);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "brief", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(in), &bufs[1]));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+
+        uint64_t k = test_kernel(c, brief_source, "brief");
+        launch_rounds(c, k, bufs, in, BRIEF_STEPS, 4, 100);     /* timed */
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main0, &others0), 0);
+        launch_rounds(c, k, bufs, in, BRIEF_STEPS, 40, 500);
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main1, &others1), 0);
+        ck_assert_msg(main1 - main0 >= 50 && others1 - others0 <= (main1 - main0) / 4,
+                      "brief: the device's own thread ran %ld ms of 20,000 launches, its other "
+                      "threads %ld ms", main1 - main0, others1 - others0);
+
+        k = test_kernel(c, busy_source, "busy");
+        launch_rounds(c, k, bufs, in, BUSY_STEPS, 1, 20);       /* timed */
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main0, &others0), 0);
+        launch_rounds(c, k, bufs, in, BUSY_STEPS, 6, 1);
+        ck_assert_int_eq(test_thread_cpu_ms(device, &main1, &others1), 0);
+        ck_assert_msg(others1 - others0 >= 100 && others1 - others0 >= main1 - main0,
+                      "busy: the device's own thread ran %ld ms of 6 launches, its other threads "
+                      "%ld ms", main1 - main0, others1 - others0);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 /* A device that shares cubed's one CPU is woken once for what a round of
  * the loop posted, not at each launch: woken at once, it took that CPU from
  * the loop for the one launch posted so far, and slept again, for every
@@ -1444,6 +1512,7 @@ static Suite *device_suite(void)
 {
         Suite *s = suite_create("device");
         TCase *tc = tcase_create("device");
+        cpu_set_t cpus;
 
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, a_kernel_reaching_for_the_system_is_refused_naming_the_line);
@@ -1466,6 +1535,8 @@ static Suite *device_suite(void)
         tcase_add_test(tc, a_kernel_launched_briefly_is_built_once);
         tcase_add_test(tc, a_brief_kernel_launched_over_and_over_runs_code_built_for_its_cube_dimension);
         tcase_add_test(tc, a_device_on_one_cpu_runs_every_launch_on_its_own_thread);
+        if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 1)
+                tcase_add_test(tc, a_brief_kernel_of_many_cubes_runs_inline_once_timed_and_a_long_one_spread);
         tcase_add_test(tc, a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round);
         suite_add_tcase(s, tc);
         /* Builds for a cube dimension come after tens of milliseconds of

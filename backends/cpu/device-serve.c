@@ -291,8 +291,95 @@ static void *control_thread(void *arg)
  * machine) could only take turns, every launch waking each of them. */
 bool cube__dev_runs_inline(const cube__qlaunch *l)
 {
-        return cube__dev.devs.n == 2 && (cube__dev.one_cpu ||
+        return cube__dev.devs.n == 2 && (cube__dev.cpus == 1 ||
                (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1);
+}
+
+/* Spreading a launch over PoCL's threads wakes them, and that can cost
+ * more than a brief launch of many cubes runs: a 16-cube launch of 10 us of
+ * work took 20-80 us spread on two CPUs. Which launches are brief, their
+ * count does not say (1,000 units can run 100,000 steps each), so each
+ * kernel's launches of many cubes are timed. TIMING_FIRST spread show
+ * whether running one on one thread could cost much: TRY_INLINE_NS, what
+ * they took times the CPUs they were spread over, bounds what a long kernel
+ * pays for the trial. Where it could not, TIMING_SAMPLE launches are timed
+ * each way, the two mixed at random so that both meet the same machine (a
+ * build running beside them, say), and from then on they run the way that
+ * was faster. They are timed again every TIMING_AGAIN launches (a kernel's
+ * sizes change), and at once when an inline launch takes far longer than
+ * the sample did. */
+#define TIMING_FIRST 16
+#define TIMING_SAMPLE 64
+#define TRY_INLINE_NS (1000 * 1000)
+#define TIMING_AGAIN 65536
+
+/* Whether launch seq runs inline: cube__dev_runs_inline's, or its kernel's
+ * way (while timed both ways, a coin from its sequence number, the same
+ * each time it is asked). */
+static bool runs_inline(const cube__qlaunch *l, uint64_t seq)
+{
+        module_way way = WAY_SPREAD;
+
+        if (cube__dev_runs_inline(l))
+                return true;
+        if (cube__dev.devs.n != 2)
+                return false;
+        pthread_mutex_lock(&cube__dev.lock);
+        if (l->module < cube__dev.n_modules)
+                way = cube__dev.modules[l->module].way;
+        pthread_mutex_unlock(&cube__dev.lock);
+        return way == WAY_INLINE ||
+               (way == WAY_TIMING_BOTH && (seq * 0x9e3779b97f4a7c15ull) >> 63);
+}
+
+static void time_again(module *m)
+{
+        m->way = WAY_TIMING_SPREAD;
+        m->spread_n = m->inline_n = m->since = 0;
+        m->spread_ns = m->inline_ns = 0;
+}
+
+/* Launch l ran (in_line or spread) for ns: its kernel's timing, above. */
+static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
+{
+        unsigned cpus = cube__dev.cpus ? cube__dev.cpus : CPU_SETSIZE;
+        module *m;
+
+        if (cube__dev.devs.n != 2 || cube__dev_runs_inline(l))
+                return;
+        pthread_mutex_lock(&cube__dev.lock);
+        m = l->module < cube__dev.n_modules ? &cube__dev.modules[l->module] : NULL;
+        if (!m || !m->kernel) {
+                pthread_mutex_unlock(&cube__dev.lock);
+                return;
+        }
+        if (in_line && m->way != WAY_SPREAD)
+                m->inline_ns += ns, m->inline_n++;
+        else if (!in_line && m->way != WAY_INLINE)
+                m->spread_ns += ns, m->spread_n++;
+        switch (m->way) {
+        case WAY_TIMING_SPREAD:
+                if (m->spread_n < TIMING_FIRST)
+                        break;
+                m->way = m->spread_ns / m->spread_n * cpus < TRY_INLINE_NS ? WAY_TIMING_BOTH :
+                         WAY_SPREAD;
+                m->spread_n = m->inline_n = 0;
+                m->spread_ns = m->inline_ns = 0;
+                break;
+        case WAY_TIMING_BOTH:
+                if (m->spread_n >= TIMING_SAMPLE && m->inline_n >= TIMING_SAMPLE)
+                        m->way = m->inline_ns / m->inline_n < m->spread_ns / m->spread_n ?
+                                 WAY_INLINE : WAY_SPREAD;
+                break;
+        case WAY_SPREAD:
+        case WAY_INLINE:
+                if (++m->since == TIMING_AGAIN ||
+                    (m->way == WAY_INLINE && in_line &&
+                     ns > TRY_INLINE_NS + 4 * (m->inline_ns / m->inline_n)))
+                        time_again(m);
+                break;
+        }
+        pthread_mutex_unlock(&cube__dev.lock);
 }
 
 /* The PoCL buffer a launch's address lies in (device memory, or a peer's:
@@ -500,12 +587,12 @@ static void serve_loop(void)
                         next++;
                         continue;
                 }
-                bool in_line = cube__dev_runs_inline(&s->launch);
+                bool in_line = runs_inline(&s->launch, next);
                 cl_command_queue queue = cube__dev.queues[in_line ? 1 : 0];
                 for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
                         if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||
-                            q->graph || cube__dev_runs_inline(&q->launch) != in_line)
+                            q->graph || runs_inline(&q->launch, seq) != in_line)
                                 break;
                         batch[n] = q;
                         queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);
@@ -522,6 +609,7 @@ static void serve_loop(void)
                         }
                         batch[i]->start_ns = t;
                         batch[i]->end_ns = t = cube__now_ns();
+                        timed(&batch[i]->launch, in_line, t - batch[i]->start_ns);
                         atomic_store(&cube__ctl->running_seq, 0);
                         atomic_store(&batch[i]->state, CUBE__SLOT_DONE);
                         ended(next + i);
@@ -650,7 +738,7 @@ int cube__dev_serve_main(int argc, char **argv)
                 return serve_fail("cannot start the control thread");
 
         spin_ns = cube__q_spin_ns(SPIN_NS);
-        cube__dev.one_cpu = cube__q_one_cpu();
+        cube__dev.cpus = cube__q_cpus();
 
         /* The seal: from here on a client's code may run. */
         if ((r = cube__dev_seal_self(kcache)) < 0)

@@ -19,8 +19,9 @@
  * device) runs a launch's cubes on a thread per core; "inline" (its basic
  * device) runs them on the calling thread. A launch of one cube cannot be
  * spread, and waking PoCL's workers for it costs tens of microseconds, so
- * such launches run inline, in about one. Without a basic device every
- * launch is spread. */
+ * such launches run inline, in about one; so do a kernel's launches of many
+ * cubes that proved faster so (device-serve.c's timed). Without a basic
+ * device every launch is spread. */
 typedef struct cpu_devices {
         cl_platform_id platform;
         cl_device_id ids[2];            /* [0] spread, [1] inline when n == 2 */
@@ -29,6 +30,14 @@ typedef struct cpu_devices {
 
 #define DEVICE_BATCH 64         /* launches handed to PoCL at once */
 
+/* How a kernel's launches of many cubes run (device-serve.c's timed). */
+typedef enum module_way {
+        WAY_TIMING_SPREAD,              /* spread, timed */
+        WAY_TIMING_BOTH,                /* either way at random, timed */
+        WAY_SPREAD,
+        WAY_INLINE,
+} module_way;
+
 /* A loaded program, and its kernel object for the ring's launches. */
 typedef struct module {
         cl_program program;
@@ -36,6 +45,10 @@ typedef struct module {
         char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
         bool looped;                    /* one work-item per cube (cube__dev_grid) */
+        module_way way;
+        uint32_t spread_n, inline_n;    /* launches timed each way */
+        uint64_t spread_ns, inline_ns;  /* and their device time */
+        uint32_t since;                 /* launches since the verdict */
 } module;
 
 /* A kernel's arguments (opencl.c's CUBE__PARAMS_HEAD): the launch ring, the
@@ -52,7 +65,8 @@ typedef struct cube__dev_state {
         cl_mem *windows, arena;
         uint64_t window;                /* bytes of each window (queue.h) */
         uint32_t n_windows;
-        bool one_cpu;                   /* every launch inline (cube__dev_runs_inline) */
+        unsigned cpus;                  /* it may run on (cube__q_cpus); 1: every launch
+                                         * inline (cube__dev_runs_inline) */
         pthread_mutex_t lock;           /* modules, peers */
         module *modules;
         uint32_t n_modules;

@@ -165,12 +165,18 @@ static inline long cube__q_futex(_Atomic uint32_t *word, int op, uint32_t val,
         return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
 }
 
-/* Whether this process may run on one CPU only. */
-static inline bool cube__q_one_cpu(void)
+/* The CPUs this process may run on, or 0 where that cannot be read. */
+static inline unsigned cube__q_cpus(void)
 {
         cpu_set_t set;
 
-        return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < 2;
+        return sched_getaffinity(0, sizeof(set), &set) == 0 ? (unsigned) CPU_COUNT(&set) : 0;
+}
+
+/* Whether this process may run on one CPU only. */
+static inline bool cube__q_one_cpu(void)
+{
+        return cube__q_cpus() == 1;
 }
 
 /* How long a side of the ring spins before it sleeps, given how long it
