@@ -704,8 +704,8 @@ static void expect_compiled_again(test_daemon *d, const char *const *args, const
 
 /* Gives each of the artifact's PoCL binaries (one per device) back a root
  * entry holding IR, in the bytes of its empty stand-in (device-binary.c):
- * an entry of the same length, "/program.bc" of three bytes. Its digest is recorded again,
- * as a build of an older cube would have recorded it. */
+ * an entry of the same length, "/program.bc" of three bytes. Its digest is
+ * recorded again, as a build of an older cube would have recorded it. */
 static void plant_ir(const char *artifact)
 {
         static const char stand_in[] = "/program.no-ir", ir[] = "/program.bc";

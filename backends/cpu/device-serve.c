@@ -332,6 +332,7 @@ static bool runs_inline(const cube__qlaunch *l, uint64_t seq)
                (way == WAY_TIMING_BOTH && (seq * 0x9e3779b97f4a7c15ull) >> 63);
 }
 
+/* Sends m's launches back to their first timing, all counts cleared. */
 static void time_again(module *m)
 {
         m->way = WAY_TIMING_SPREAD;
@@ -361,10 +362,9 @@ static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
         case WAY_TIMING_SPREAD:
                 if (m->spread_n < TIMING_FIRST)
                         break;
-                m->way = m->spread_ns / m->spread_n * cpus < TRY_INLINE_NS ? WAY_TIMING_BOTH :
-                         WAY_SPREAD;
-                m->spread_n = m->inline_n = 0;
-                m->spread_ns = m->inline_ns = 0;
+                bool try_inline = m->spread_ns / m->spread_n * cpus < TRY_INLINE_NS;
+                time_again(m);
+                m->way = try_inline ? WAY_TIMING_BOTH : WAY_SPREAD;
                 break;
         case WAY_TIMING_BOTH:
                 if (m->spread_n >= TIMING_SAMPLE && m->inline_n >= TIMING_SAMPLE)
