@@ -125,7 +125,7 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
                 err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
                 err |= clSetKernelArg(k, 4, sizeof(nw), &nw);
-                err |= cube__dev_grid(k, looped, &r, l->global, l->local);
+                err |= cube__dev_grid(k, NULL, looped, &r, l->global, l->local);
                 for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
                         cl_ulong off;
                         cl_mem win = cube__dev_window_of(data[b], &off);

@@ -383,37 +383,69 @@ static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
 }
 
 /* The PoCL buffer a launch's address lies in (device memory, or a peer's:
- * queue.h), and the offset there; NULL when it lies in neither. */
-cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
+ * queue.h), and the offset there; NULL when it lies in neither. With
+ * cube__dev.lock held (the peers). */
+static cl_mem window_held(uint64_t address, cl_ulong *ret_offset)
 {
         uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
         uint64_t w = at / cube__dev.window;
         cl_mem win = NULL;
 
-        if (p == 0 && w < cube__dev.n_windows) {
+        if (p == 0 && w < cube__dev.n_windows)
                 win = cube__dev.windows[w];
-        } else if (p > 0 && p <= CUBE__PEERS_MAX) {
-                pthread_mutex_lock(&cube__dev.lock);
-                if (cube__dev.peers[p - 1].windows && w < cube__dev.peers[p - 1].n_windows)
-                        win = cube__dev.peers[p - 1].windows[w];
-                pthread_mutex_unlock(&cube__dev.lock);
-        }
+        else if (p > 0 && p <= CUBE__PEERS_MAX && cube__dev.peers[p - 1].windows &&
+                 w < cube__dev.peers[p - 1].n_windows)
+                win = cube__dev.peers[p - 1].windows[w];
         *ret_offset = at % cube__dev.window;
         return win;
+}
+
+cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
+{
+        pthread_mutex_lock(&cube__dev.lock);
+        cl_mem win = window_held(address, ret_offset);
+        pthread_mutex_unlock(&cube__dev.lock);
+        return win;
+}
+
+/* PoCL copies every argument it is given into memory of its own, allocated
+ * and freed at each set: a dozen arguments a launch cost more than a brief
+ * kernel runs. A kernel's launches mostly repeat the arguments of the one
+ * before (its buffers, its shape; the info's offset moves), so a module
+ * keeps what its kernel last took, and a value it holds is not set again. */
+cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value)
+{
+        bool kept = m && index < MODULE_ARGS_KEPT && size <= sizeof(m->arg[0]);
+        uint64_t v = 0;
+        cl_int err;
+
+        if (kept) {
+                memcpy(&v, value, size);
+                if ((m->arg_kept >> index & 1) && m->arg[index] == v)
+                        return CL_SUCCESS;
+        }
+        err = clSetKernelArg(k, index, size, value);
+        if (kept && err == CL_SUCCESS) {
+                m->arg[index] = v;
+                m->arg_kept |= 1ull << index;
+        } else if (kept) {
+                m->arg_kept &= ~(1ull << index);
+        }
+        return err;
 }
 
 /* A looped kernel (the front end's CUBE__LOOPED_KERNEL) runs one work-item
  * per cube, which walks the cube's units itself: PoCL's work-group is one
  * item, and the cube's shape is an argument. Any other runs a work-group
  * per cube. */
-cl_int cube__dev_grid(cl_kernel k, bool looped, const cube__qlaunch *l, size_t ret_global[3],
-                      size_t ret_local[3])
+cl_int cube__dev_grid(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
+                      size_t ret_global[3], size_t ret_local[3])
 {
         cl_int err = CL_SUCCESS;
 
         for (int i = 0; i < 3; i++) {
                 cl_uint d = l->dim[i];
-                err |= clSetKernelArg(k, CUBE__ARG_DIMS + (cl_uint) i, sizeof(d), &d);
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_DIMS + (cl_uint) i, sizeof(d), &d);
                 ret_local[i] = looped ? 1 : l->dim[i];
                 ret_global[i] = (size_t) l->count[i] * ret_local[i];
         }
@@ -422,42 +454,41 @@ cl_int cube__dev_grid(cl_kernel k, bool looped, const cube__qlaunch *l, size_t r
 
 /* Sets a launch's arguments and queues it on queue, with an event for its
  * end. Returns false, with the slot's status and reason set, when it cannot
- * run. */
+ * run. The module is held (cube__dev.lock) while its kept arguments change:
+ * a load may move the modules meanwhile. */
 static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                     cl_event *ret_event)
 {
         size_t global[3], local[3];
         cl_kernel k = NULL;
-        uint32_t n_buffers = 0;
-        bool looped = false;
+        module *m = NULL;
         cl_int err;
 
         pthread_mutex_lock(&cube__dev.lock);
-        if (s->launch.module < cube__dev.n_modules) {
-                k = cube__dev.modules[s->launch.module].kernel;
-                n_buffers = cube__dev.modules[s->launch.module].n_buffers;
-                looped = cube__dev.modules[s->launch.module].looped;
-        }
-        pthread_mutex_unlock(&cube__dev.lock);
+        if (s->launch.module < cube__dev.n_modules)
+                m = &cube__dev.modules[s->launch.module];
         s->status = 0;
-        if (!k || n_buffers != s->launch.n_buffers ||
+        if (!m || !m->kernel || m->n_buffers != s->launch.n_buffers ||
             s->launch.n_buffers + s->launch.n_info > CUBE__Q_SLOT_WORDS) {
+                pthread_mutex_unlock(&cube__dev.lock);
                 s->status = -1;
                 snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
                 return false;
         }
+        k = m->kernel;
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
                             s->launch.n_buffers;
         cl_uint meta = s->launch.metadata_offset, dyn = s->launch.dynamic_offset;
-        err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
-        err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
-        err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
         cl_uint words = s->launch.n_info;
-        err |= clSetKernelArg(k, 4, sizeof(words), &words);
+        err = cube__dev_set_arg(k, m, 1, sizeof(info_off), &info_off);
+        err |= cube__dev_set_arg(k, m, 2, sizeof(meta), &meta);
+        err |= cube__dev_set_arg(k, m, 3, sizeof(dyn), &dyn);
+        err |= cube__dev_set_arg(k, m, 4, sizeof(words), &words);
         for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
                 cl_ulong off;
-                cl_mem win = cube__dev_window_of(s->data[i], &off);
+                cl_mem win = window_held(s->data[i], &off);
                 if (!win) {
+                        pthread_mutex_unlock(&cube__dev.lock);
                         s->status = -1;
                         snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
                                  "memory", i);
@@ -467,11 +498,12 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                  * the compiler knows it cannot change under the kernel. */
                 cl_ulong len = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
                                s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
-                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 3 * i, sizeof(cl_mem), &win);
-                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 3 * i, sizeof(off), &off);
-                err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 + 3 * i, sizeof(len), &len);
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 3 * i, sizeof(cl_mem), &win);
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 3 * i, sizeof(off), &off);
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 2 + 3 * i, sizeof(len), &len);
         }
-        err |= cube__dev_grid(k, looped, &s->launch, global, local);
+        err |= cube__dev_grid(k, m, m->looped, &s->launch, global, local);
+        pthread_mutex_unlock(&cube__dev.lock);
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */
         if (err == CL_SUCCESS)

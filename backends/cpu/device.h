@@ -38,6 +38,10 @@ typedef enum module_way {
         WAY_INLINE,
 } module_way;
 
+/* The arguments a module keeps as its kernel last took them (device-serve.c's
+ * cube__dev_set_arg): the first 64, each of up to 8 bytes. */
+#define MODULE_ARGS_KEPT 64
+
 /* A loaded program, and its kernel object for the ring's launches. */
 typedef struct module {
         cl_program program;
@@ -49,6 +53,8 @@ typedef struct module {
         uint32_t spread_n, inline_n;    /* launches timed each way */
         uint64_t spread_ns, inline_ns;  /* and their device time */
         uint32_t since;                 /* launches since the verdict */
+        uint64_t arg[MODULE_ARGS_KEPT]; /* the kernel's arguments as last set */
+        uint64_t arg_kept;              /* bit i: arg[i] holds argument i */
 } module;
 
 /* A kernel's arguments (opencl.c's CUBE__PARAMS_HEAD): the launch ring, the
@@ -124,10 +130,14 @@ bool cube__dev_runs_inline(const cube__qlaunch *l);
  * when it lies in none. */
 cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
 
-/* Sets a launch's cube shape among kernel k's arguments, and gives the
- * sizes PoCL runs it with. */
-cl_int cube__dev_grid(cl_kernel k, bool looped, const cube__qlaunch *l, size_t ret_global[3],
-                      size_t ret_local[3]);
+/* Sets argument index of kernel k, unless m (the module whose kernel k is,
+ * or NULL) shows it holds that value already. */
+cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value);
+
+/* Sets a launch's cube shape among kernel k's arguments (m: as
+ * cube__dev_set_arg), and gives the sizes PoCL runs it with. */
+cl_int cube__dev_grid(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
+                      size_t ret_global[3], size_t ret_local[3]);
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
 void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info);
