@@ -519,14 +519,18 @@ static void timer_update(cube__conn *c)
                 uv_timer_stop(&c->timer);
 }
 
-/* Decodes one whole message and dispatches it. The server's zone decodes
- * every message and is cleared after each (a zone per message costs a large
- * allocation and free each time); a dispatch that resumes another connection
- * has that one decode into a zone of its own. Returns false when the message
- * could not be decoded. */
+/* Decodes one whole message and dispatches it. A launch of the plain form
+ * is read where it lies (cube__dispatch_launch); any other message is
+ * decoded into the server's zone, cleared after each (a zone per message
+ * costs a large allocation and free each time); a dispatch that resumes
+ * another connection has that one decode into a zone of its own. Returns
+ * false when the message could not be decoded. */
 static bool decode_dispatch(cube__conn *c, const uint8_t *msg, size_t mlen,
                             cube__dispatched *ret_dispatched)
 {
+        if (cube__dispatch_launch(c, msg, mlen, c->rb.p, ret_dispatched))
+                return true;
+
         cube__server *srv = c->server;
         msgpack_zone *zone = srv->zone_busy ? msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE) : srv->zone;
         bool shared = zone == srv->zone, decoded;

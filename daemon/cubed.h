@@ -670,7 +670,8 @@ bool cube__share_may_submit(cube__session *s, uint64_t now);
  * launches, and are not held back. */
 bool cube__shares_room(const cube__server *srv);
 bool cube__share_before(const cube__session *a, const cube__session *b);
-void cube__share_submitted(cube__op *o);
+/* o goes to the device; now: the scheduling pass's time. */
+void cube__share_submitted(cube__op *o, uint64_t now);
 /* s had no work queued or in flight, and now has: it takes up its class's
  * virtual time, having banked nothing while it had no work. */
 void cube__share_wake(cube__session *s);
@@ -923,6 +924,11 @@ cube__dispatched cube__do_import(cube__msg *k);
 /* ---- launches (launches.c) ---------------------------------------------- */
 cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);
+/* cube__do_launch of a launch's params read straight from their len bytes
+ * (proto/cursor.h): false, having done nothing, when they are not of the
+ * plain form that reader takes; then the message is decoded as a tree. */
+bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len,
+                       cube__dispatched *ret_dispatched);
 cube__dispatched cube__do_compile_queued(cube__msg *k);
 
 /* ---- a launch's tensor maps (tensormaps.c) -------------------------- */

@@ -254,6 +254,25 @@ static const method methods[] = {
         { "peer_written", CUBE__MSG_REQUEST, cube__do_peer_written, false },
 };
 
+/* A launch, the message a busy client sends most: [2, "launch", params],
+ * its params read where they lie. Decoding it as msgpack-c's tree took
+ * about a third of cubed's time on a launch. */
+bool cube__dispatch_launch(cube__conn *c, const uint8_t *msg, size_t len, void *buf,
+                           cube__dispatched *ret_dispatched)
+{
+        static const uint8_t head[] = { 0x93, CUBE__MSG_NOTIFY, 0xa6, 'l', 'a', 'u', 'n', 'c', 'h' };
+        cube__session *s = cube__conn_session(c);
+
+        /* What cube__dispatch refuses before a launch runs, it refuses. */
+        if (len < sizeof(head) || memcmp(msg, head, sizeof(head)) != 0 || !s->greeted ||
+            s->admin_only)
+                return false;
+        cube__envelope env = { .type = CUBE__MSG_NOTIFY, .method = "launch", .method_len = 6 };
+        cube__msg k = { .conn = c, .session = s, .server = s->server, .env = &env, .buf = buf };
+        s->server->asking_uid = s->uid;
+        return cube__launch_read(&k, msg + sizeof(head), len - sizeof(head), ret_dispatched);
+}
+
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf)
 {
         cube__session *s = cube__conn_session(c);

@@ -21,6 +21,7 @@
 
 #include "cubed.h"
 #include "frontend.h"
+#include "cursor.h"
 #include "launch.h"
 
 cube__dispatched cube__do_register(cube__msg *k)
@@ -113,6 +114,13 @@ static cube_error *unknown_kernel(cube__session *s, uint64_t id)
                                     s->kernels.len, o->max_kernels, s->kernels_refused);
 }
 
+/* What one binding takes of a launch's per-binding arrays (handles to io). */
+#define SLOT_BYTES (sizeof(cube_handle) + sizeof(cube__alloc *) + sizeof(cube__name *) + \
+                    2 * sizeof(uint64_t) + sizeof(cube_buffer_io))
+/* Bindings whose arrays fit in the request itself: a launch of up to 8
+ * buffers (and the count's slot) allocates nothing for them. */
+#define FEW_SLOTS 9
+
 /* What one launch message asks for, decoded and resolved. */
 typedef struct launch_req {
         uint64_t stream;
@@ -140,12 +148,31 @@ typedef struct launch_req {
          * map i's backing buffer, a read-only binding. */
         size_t n_plain, n_maps;
         cube__tmap *maps;
+        uint64_t few[(FEW_SLOTS * SLOT_BYTES + 7) / 8];        /* their block, when it fits */
 } launch_req;
 
 static void req_free(launch_req *r)
 {
-        free(r->handles);       /* the arrays share one block */
+        if (r->handles != (void *) r->few)
+                free(r->handles);       /* the arrays share one block */
         free(r->maps);
+}
+
+/* Lays the per-binding arrays for slots bindings out in one block: the
+ * request's own room where they fit. */
+static bool req_slots(launch_req *r, size_t slots)
+{
+        void *block = slots <= FEW_SLOTS ? r->few : calloc(slots, SLOT_BYTES);
+
+        if (!block)
+                return false;
+        r->handles = block;
+        r->allocs = (cube__alloc **) (r->handles + slots);
+        r->names = (cube__name **) (r->allocs + slots);
+        r->start = (uint64_t *) (r->names + slots);
+        r->end = r->start + slots;
+        r->io = (cube_buffer_io *) (r->end + slots);
+        return true;
 }
 
 static bool obj_u32x3(const msgpack_object *o, uint32_t ret[3])
@@ -221,16 +248,8 @@ static bool parse_launch(cube__msg *k, launch_req *r)
                                         "interleave, swizzle, prefetch, oob_fill]");
                 r->n += r->n_maps;
         }
-        size_t slots = r->n + 1;
-        r->handles = calloc(slots, sizeof(*r->handles) + sizeof(*r->allocs) + sizeof(*r->names) +
-                                   sizeof(*r->start) + sizeof(*r->end) + sizeof(*r->io));
-        if (!r->handles)
+        if (!req_slots(r, r->n + 1))
                 return cube__reply_malformed(k, "out of host memory");
-        r->allocs = (cube__alloc **) (r->handles + slots);
-        r->names = (cube__name **) (r->allocs + slots);
-        r->start = (uint64_t *) (r->names + slots);
-        r->end = r->start + slots;
-        r->io = (cube_buffer_io *) (r->end + slots);
         for (size_t i = 0; i < r->n_plain; i++)
                 if (!cube__obj_handle(&arr->ptr[i], &r->handles[i]))
                         return cube__reply_malformed(k, "a handle must be [service, memory, "
@@ -255,6 +274,69 @@ static bool parse_launch(cube__msg *k, launch_req *r)
                 r->n_io = r->n;
         }
         return true;
+}
+
+static bool cursor_u32x3(cube__cursor *c, uint32_t ret[3])
+{
+        uint32_t n;
+
+        return cube__cursor_array(c, &n) && n == 3 && cube__cursor_u32(c, &ret[0]) &&
+               cube__cursor_u32(c, &ret[1]) && cube__cursor_u32(c, &ret[2]);
+}
+
+/* parse_launch's params read straight from their bytes (proto/cursor.h):
+ * true, with *r filled as parse_launch fills it, for a launch of the plain
+ * form parse_launch accepts (a static count, no tensor maps) that ends the
+ * message; false for anything else, which takes parse_launch's way and
+ * its answers. */
+static bool read_launch(const uint8_t *params, size_t len, launch_req *r)
+{
+        cube__cursor c = cube__cursor_of(params, len);
+        const char *word;
+        size_t word_len;
+        uint32_t n, n_count, n_handles, n_offsets;
+
+        if (!cube__cursor_array(&c, &n) || (n != 9 && n != 10) ||
+            !cube__cursor_u64(&c, &r->stream) || !cube__cursor_u64(&c, &r->kernel_id) ||
+            !cube__cursor_array(&c, &n_count) || n_count != 2 ||
+            !cube__cursor_str(&c, &word, &word_len) || word_len != 6 ||
+            memcmp(word, "static", 6) != 0 || !cursor_u32x3(&c, r->count) ||
+            !cursor_u32x3(&c, r->dim) || !cube__cursor_array(&c, &n_handles) ||
+            !req_slots(r, (size_t) n_handles + 1))
+                return false;
+        r->n = r->n_plain = n_handles;
+        for (size_t i = 0; i < r->n; i++)
+                if (!cube__cursor_handle(&c, &r->handles[i]))
+                        return false;
+        uint32_t n_io;
+        if (!cube__cursor_array(&c, &n_io) || n_io > r->n)
+                return false;
+        r->n_io = n_io;
+        for (size_t i = 0; i < r->n_io; i++) {
+                uint64_t io;
+                if (cube__cursor_nil(&c))
+                        r->io[i] = CUBE_BUFFER_UNDECLARED;
+                else if (cube__cursor_u64(&c, &io) && io <= CUBE_BUFFER_DEAD)
+                        r->io[i] = (cube_buffer_io) io;
+                else
+                        return false;
+        }
+        if (!cube__cursor_bin(&c, &r->info, &r->info_len) || r->info_len % 8 != 0 ||
+            !cube__cursor_array(&c, &n_offsets) || n_offsets != 2 ||
+            !cube__cursor_u32(&c, &r->metadata_offset) ||
+            !cube__cursor_u32(&c, &r->dynamic_offset) || !cube__cursor_u32(&c, &r->mode) ||
+            r->mode > CUBE_LAUNCH_UNCHECKED)
+                return false;
+        if (n == 10) {
+                uint32_t n_groups;
+                if (!cube__cursor_array(&c, &n_groups) || n_groups != CUBE__SCALAR_GROUPS)
+                        return false;
+                for (int g = 0; g < CUBE__SCALAR_GROUPS; g++)
+                        if (!cube__cursor_u32(&c, &r->groups[g]))
+                                return false;
+                r->has_groups = true;
+        }
+        return cube__cursor_done(&c);
 }
 
 /* Resolves every buffer; returns the first resolution error. */
@@ -760,11 +842,11 @@ static void queue(cube__session *s, cube__kernel *kernel)
         s->queued[s->n_queued++] = kernel;
 }
 
-cube__dispatched cube__do_launch(cube__msg *k)
+/* Runs a launch whose params parsed (parsed) into *r, which it frees. */
+static cube__dispatched launch(cube__msg *k, launch_req *r, bool parsed)
 {
         cube__session *s = k->session;
         cube__server *srv = k->server;
-        launch_req r = {0};
         cube__kernel *kernel;
         cube__stream *st;
         cube_error *e;
@@ -773,22 +855,22 @@ cube__dispatched cube__do_launch(cube__msg *k)
         bool pending;
         cube__dispatched d = CUBE__DISPATCH_DONE;
 
-        if (!parse_launch(k, &r))
+        if (!parsed)
                 goto out;
-        kernel = cube__idmap_get(&s->kernels, r.kernel_id);
-        e = resolve(s, &r);
+        kernel = cube__idmap_get(&s->kernels, r->kernel_id);
+        e = resolve(s, r);
         if (!e && !kernel)
-                e = unknown_kernel(s, r.kernel_id);
+                e = unknown_kernel(s, r->kernel_id);
         if (!e && srv->poison)
                 e = cube__poisoned(srv);
         if (!e)
-                e = validate(srv, &r);
-        if (!e && r.mode == CUBE_LAUNCH_UNCHECKED) {
+                e = validate(srv, r);
+        if (!e && r->mode == CUBE_LAUNCH_UNCHECKED) {
                 e = unchecked_kernel(s, kernel, &kernel);
-                r.mode = CUBE_LAUNCH_EXECUTE;
+                r->mode = CUBE_LAUNCH_EXECUTE;
         }
         if (e) {
-                refuse(k, &r, kernel, e);
+                refuse(k, r, kernel, e);
                 goto out;
         }
 
@@ -798,40 +880,40 @@ cube__dispatched cube__do_launch(cube__msg *k)
         if (!k->server->up->redispatching(k->conn))
                 cube__kernel_retry(kernel);
         if (kernel->state == CUBE__KERNEL_NEW || kernel->state == CUBE__KERNEL_COMPILING) {
-                if (r.mode == CUBE_LAUNCH_QUEUE) {
+                if (r->mode == CUBE_LAUNCH_QUEUE) {
                         queue(s, kernel);
                         goto out;
                 }
-                if (r.mode == CUBE_LAUNCH_EXECUTE)
+                if (r->mode == CUBE_LAUNCH_EXECUTE)
                         compile_queue(s);
                 if (k->server->up->wait_for(k->conn, kernel)) {
                         d = CUBE__DISPATCH_PAUSED;
                         goto out;
                 }
-        } else if (!k->server->up->redispatching(k->conn) && r.mode == CUBE_LAUNCH_EXECUTE) {
+        } else if (!k->server->up->redispatching(k->conn) && r->mode == CUBE_LAUNCH_EXECUTE) {
                 kernel->hits++;
         }
 
         if (kernel->state != CUBE__KERNEL_READY) {
-                refuse(k, &r, kernel, cube__kernel_launch_error(kernel));
+                refuse(k, r, kernel, cube__kernel_launch_error(kernel));
                 goto out;
         }
-        if (r.n != kernel->desc.n_buffers) {
-                refuse(k, &r, NULL, cube__err_validation("kernel '%s' binds %u buffers; the launch "
+        if (r->n != kernel->desc.n_buffers) {
+                refuse(k, r, NULL, cube__err_validation("kernel '%s' binds %u buffers; the launch "
                                                          "gave %zu", kernel->entry,
-                                                         kernel->desc.n_buffers, r.n));
+                                                         kernel->desc.n_buffers, r->n));
                 goto out;
         }
-        if ((e = check_tensor_maps(&r, kernel))) {
-                refuse(k, &r, kernel, e);
+        if ((e = check_tensor_maps(r, kernel))) {
+                refuse(k, r, kernel, e);
                 goto out;
         }
-        if ((e = check_scalars(&r, kernel))) {
-                refuse(k, &r, kernel, e);
+        if ((e = check_scalars(r, kernel))) {
+                refuse(k, r, kernel, e);
                 goto out;
         }
         if (kernel->shared_bytes > srv->properties.max_shared_memory_size) {
-                refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
                         CUBE_LAUNCH_TOO_MANY_RESOURCES,
                         cube__err_resource(CUBE_RESOURCE_SHARED_MEMORY, kernel->shared_bytes,
                                            srv->properties.max_shared_memory_size))));
@@ -839,40 +921,40 @@ cube__dispatched cube__do_launch(cube__msg *k)
         }
         /* A GPU kernel's registers may allow fewer units than the device. */
         if (srv->driver->max_units && kernel->module) {
-                uint64_t units = (uint64_t) r.dim[0] * r.dim[1] * r.dim[2];
+                uint64_t units = (uint64_t) r->dim[0] * r->dim[1] * r->dim[2];
                 uint32_t max = srv->driver->max_units(srv->device, kernel->module);
                 if (max && units > max) {
-                        refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
+                        refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_wrap(
                                 CUBE_LAUNCH_TOO_MANY_RESOURCES,
                                 cube__err_resource(CUBE_RESOURCE_UNITS, units, max))));
                         goto out;
                 }
         }
-        if (r.mode != CUBE_LAUNCH_EXECUTE)
+        if (r->mode != CUBE_LAUNCH_EXECUTE)
                 goto out;
-        if (!r.dynamic && (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0))
+        if (!r->dynamic && (r->count[0] == 0 || r->count[1] == 0 || r->count[2] == 0))
                 goto out;       /* nothing runs, and no claim changes */
 
-        for (size_t i = 0; i < r.n; i++)
-                if (r.names[i]->read_only && kernel->facts && i < kernel->facts->n_buffers &&
+        for (size_t i = 0; i < r->n; i++)
+                if (r->names[i]->read_only && kernel->facts && i < kernel->facts->n_buffers &&
                     (kernel->facts->buffers[i].io & CUBE__PARAM_WRITE)) {
-                        refuse(k, &r, kernel, cube__err_validation(
+                        refuse(k, r, kernel, cube__err_validation(
                                 "a launch of %s binds memory %" PRIu64 ", a read-only import, to "
                                 "parameter '%s', which the kernel may write; bind it to a "
                                 "parameter the kernel only reads", kernel->entry,
-                                r.names[i]->id, kernel->facts->buffers[i].name));
+                                r->names[i]->id, kernel->facts->buffers[i].name));
                         goto out;
                 }
-        for (size_t i = 0; i < r.n; i++)
-                if (r.names[i]->read_only && writes(&r, kernel, i)) {
-                        refuse(k, &r, kernel, cube__err_validation(
+        for (size_t i = 0; i < r->n; i++)
+                if (r->names[i]->read_only && writes(r, kernel, i)) {
+                        refuse(k, r, kernel, cube__err_validation(
                                 "a launch of %s would write memory %" PRIu64 ", a read-only "
                                 "import; declare it READ_ONLY or pass it as a const pointer",
-                                kernel->entry, r.names[i]->id));
+                                kernel->entry, r->names[i]->id));
                         goto out;
                 }
-        if (inputs(srv, &r, kernel, &awaits) < 0) {
-                refuse(k, &r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+        if (inputs(srv, r, kernel, &awaits) < 0) {
+                refuse(k, r, kernel, cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory queueing the launch")));
                 goto out;
         }
@@ -881,21 +963,21 @@ cube__dispatched cube__do_launch(cube__msg *k)
          * failure the outputs carry, once the launch completes. */
         failure = cube__awaits_first(&awaits, &needed, &pending);
         if (failure && !pending) {
-                skip(k, &r, kernel, failure, needed);
+                skip(k, r, kernel, failure, needed);
                 goto out;
         }
-        st = cube__stream_get(s, r.stream, &e);
+        st = cube__stream_get(s, r->stream, &e);
         if (!st) {
-                refuse(k, &r, kernel, e);
+                refuse(k, r, kernel, e);
                 goto out;
         }
-        if (cube__capturing(st) && r.dynamic) {
+        if (cube__capturing(st) && r->dynamic) {
                 /* Reading the count waits on the stream, which a recording
                  * stream cannot; the capture cannot hold the launch. */
                 e = cube__graph_state("launch: a launch of %s with a dynamic cube count cannot "
                                       "be recorded: its count is read in stream order, and "
                                       "stream %" PRIu64 " is recording a graph capture",
-                                      kernel->entry, r.stream);
+                                      kernel->entry, r->stream);
                 cube__capture_doom(st, e);
                 cube_error_free(e);
                 goto out;
@@ -908,49 +990,49 @@ cube__dispatched cube__do_launch(cube__msg *k)
                 cube_error *skipped = cube__err_new(CUBE_SERVER_SKIPPED);
 
                 if (skipped)
-                        cube__stream_failed(s, r.stream, skipped);
+                        cube__stream_failed(s, r->stream, skipped);
                 cube_error_free(skipped);
-                submit(k, &r, kernel, st, &awaits, true);
+                submit(k, r, kernel, st, &awaits, true);
                 goto out;
         }
-        if (r.dynamic) {
+        if (r->dynamic) {
                 if (!s->count_ready) {
-                        if (fetch_count(k, &r, st))
+                        if (fetch_count(k, r, st))
                                 d = CUBE__DISPATCH_PAUSED;
                         else
-                                refuse(k, &r, kernel, cube__err_generic("out of host memory "
+                                refuse(k, r, kernel, cube__err_generic("out of host memory "
                                                                         "reading a dynamic count"));
                         goto out;
                 }
                 if (s->count_error) {
                         e = s->count_error;
                         s->count_error = NULL;
-                        refuse(k, &r, kernel, e);
+                        refuse(k, r, kernel, e);
                         goto out;
                 }
-                memcpy(r.count, s->count, sizeof(r.count));
-                r.dynamic = false;
-                if (r.count[0] == 0 || r.count[1] == 0 || r.count[2] == 0)
+                memcpy(r->count, s->count, sizeof(r->count));
+                r->dynamic = false;
+                if (r->count[0] == 0 || r->count[1] == 0 || r->count[2] == 0)
                         goto out;       /* nothing runs, and no claim changes */
-                if ((e = validate(srv, &r))) {
-                        refuse(k, &r, kernel, e);
+                if ((e = validate(srv, r))) {
+                        refuse(k, r, kernel, e);
                         goto out;
                 }
         }
         if ((e = cube__inject_take(srv, CUBE_FAULT_LAUNCH))) {
-                refuse(k, &r, kernel, e);       /* the enqueue failed */
+                refuse(k, r, kernel, e);       /* the enqueue failed */
                 goto out;
         }
         if ((e = cube__inject_take(srv, CUBE_FAULT_TEARDOWN))) {
                 /* The write scope was entered and never left: its outputs
                  * keep the provisional TornDown that every scope starts with. */
-                refuse(k, &r, kernel, e);
+                refuse(k, r, kernel, e);
                 goto out;
         }
         if (cube__capturing(st))
-                record(k, &r, kernel, st);
+                record(k, r, kernel, st);
         else
-                submit(k, &r, kernel, st, &awaits, false);
+                submit(k, r, kernel, st, &awaits, false);
 out:
         cube__awaits_release(&srv->failures, &awaits);
         if (d != CUBE__DISPATCH_PAUSED) {
@@ -960,8 +1042,28 @@ out:
                 cube_error_free(s->count_error);
                 s->count_error = NULL;
         }
-        req_free(&r);
+        req_free(r);
         return d;
+}
+
+cube__dispatched cube__do_launch(cube__msg *k)
+{
+        launch_req r = {0};
+
+        return launch(k, &r, parse_launch(k, &r));
+}
+
+bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len,
+                       cube__dispatched *ret_dispatched)
+{
+        launch_req r = {0};
+
+        if (!read_launch(params, len, &r)) {
+                req_free(&r);
+                return false;
+        }
+        *ret_dispatched = launch(k, &r, true);
+        return true;
 }
 
 /* compile_queued's answer, once every kernel it waits for is ready or failed. */

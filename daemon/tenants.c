@@ -297,12 +297,11 @@ void cube__share_wake(cube__session *s)
                 s->share.vtime = vnow;
 }
 
-void cube__share_submitted(cube__op *o)
+void cube__share_submitted(cube__op *o, uint64_t now)
 {
         cube__session *s = o->session;
         cube__server *srv = s->server;
         cube__share *sh = &s->share;
-        uint64_t now = uv_hrtime();
         double vnow = srv->shares.vnow[sh->class_];
 
         if (sh->vtime > vnow)

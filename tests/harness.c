@@ -982,6 +982,37 @@ void raw_send_create(int fd, uint64_t memory, uint64_t size)
         msgpack_sbuffer_destroy(&sb);
 }
 
+void raw_send_write(int fd, const cube_handle *h, const void *data, size_t len)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "write", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_handle(&pk, h);
+        msgpack_pack_bin(&pk, len);
+        msgpack_pack_bin_body(&pk, data, len);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+void raw_send_on_handle(int fd, uint32_t msgid, const char *method, const cube_handle *h)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_request(&pk, msgid, method, 2);
+        msgpack_pack_uint64(&pk, 1);
+        msgpack_pack_array(&pk, 1);
+        cube__pack_handle(&pk, h);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
 cube_client *test_connect(const char *socket, const char *name)
 {
         cube_client *c;

@@ -77,6 +77,11 @@ int raw_send(int fd, const void *buf, size_t len);
 int raw_send_sbuffer(int fd, msgpack_sbuffer *sb);
 /* Sends the notification create [stream 1, memory, size]. */
 void raw_send_create(int fd, uint64_t memory, uint64_t size);
+/* Sends a write of len bytes of data to h on stream 1 (a notification). */
+void raw_send_write(int fd, const cube_handle *h, const void *data, size_t len);
+/* Sends request msgid of method on stream 1 over the one handle h:
+ * [1, [h]], as read and check take it. */
+void raw_send_on_handle(int fd, uint32_t msgid, const char *method, const cube_handle *h);
 /* Receives one whole message into up (msgpack_unpacked_destroy it), within
  * timeout_ms. Returns 1 on a message, 0 on EOF, -1 on timeout or error. */
 int raw_recv(int fd, msgpack_unpacked *up, int timeout_ms);

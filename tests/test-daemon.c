@@ -334,18 +334,7 @@ static void *worker(void *p)
  * the failure on the handle's bytes. */
 static void raw_bad_write(int fd, const cube_handle *h)
 {
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "write", 3);
-        msgpack_pack_uint64(&pk, 1);
-        cube__pack_handle(&pk, h);
-        msgpack_pack_bin(&pk, 3);
-        msgpack_pack_bin_body(&pk, "abc", 3);
-        raw_send_sbuffer(fd, &sb);
-        msgpack_sbuffer_destroy(&sb);
+        raw_send_write(fd, h, "abc", 3);
 }
 
 START_TEST(failures_on_disjoint_ranges_are_reported_apart_and_repaired_by_writes)

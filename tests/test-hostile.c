@@ -233,21 +233,6 @@ START_TEST(requests_before_hello_and_responses_are_refused)
 }
 END_TEST
 
-/* Sends a check of one handle as request msgid. */
-static void send_check(int fd, uint32_t msgid, const cube_handle *h)
-{
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_request(&pk, msgid, "check", 2);
-        msgpack_pack_uint64(&pk, 1);
-        msgpack_pack_array(&pk, 1);
-        cube__pack_handle(&pk, h);
-        raw_send_sbuffer(fd, &sb);
-        msgpack_sbuffer_destroy(&sb);
-}
 
 /* What the library would refuse before sending, sent raw: the daemon refuses
  * it too, and keeps the connection. */
@@ -261,23 +246,26 @@ START_TEST(hostile_sizes_and_offsets_are_refused_by_the_daemon)
         uint64_t huge = session << 40 | 1, small = session << 40 | 2;
 
         raw_send_create(fd, huge, UINT64_MAX);
-        send_check(fd, 1, &(cube_handle) { .service = nonce, .memory = huge, .size = UINT64_MAX });
+        raw_send_on_handle(fd, 1, "check", &(cube_handle) { .service = nonce, .memory = huge,
+                                                            .size = UINT64_MAX });
         expect_error(fd, 1, CUBE_SERVER_SEVERAL, "can't allocate buffer of size: 18446744073709551615");
 
         raw_send_create(fd, small, 16);
-        send_check(fd, 2, &(cube_handle) { .service = nonce, .memory = small, .offset_start = 10,
-                                           .offset_end = 10, .size = 16 });
+        raw_send_on_handle(fd, 2, "check", &(cube_handle) { .service = nonce, .memory = small,
+                                                            .offset_start = 10, .offset_end = 10,
+                                                            .size = 16 });
         expect_error(fd, 2, CUBE_SERVER_VALIDATION, "do not fit memory");
-        send_check(fd, 3, &(cube_handle) { .service = nonce, .memory = small,
-                                           .offset_start = UINT64_MAX, .offset_end = 2,
-                                           .size = 16 });
+        raw_send_on_handle(fd, 3, "check", &(cube_handle) { .service = nonce, .memory = small,
+                                                            .offset_start = UINT64_MAX,
+                                                            .offset_end = 2, .size = 16 });
         expect_error(fd, 3, CUBE_SERVER_VALIDATION, "do not fit memory");
 
         /* The connection still serves: the whole of it checks clean. */
         msgpack_unpacked up;
         cube__envelope env;
         const char *why;
-        send_check(fd, 4, &(cube_handle) { .service = nonce, .memory = small, .size = 16 });
+        raw_send_on_handle(fd, 4, "check", &(cube_handle) { .service = nonce, .memory = small,
+                                                            .size = 16 });
         ck_assert_int_eq(raw_recv(fd, &up, 5000), 1);
         ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
         ck_assert_uint_eq(env.msgid, 4);

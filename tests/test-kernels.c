@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "errors.h"
+#include "wire.h"
 
 static char shared_cache[64];           /* a --cache-dir outlasting one daemon */
 
@@ -1667,6 +1669,191 @@ START_TEST(an_oversized_count_selected_by_the_helpers_runs)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * A launch read in place, or decoded
+ * ------------------------------------------------------------------------- */
+
+/* How a launch sent by hand spells its values: as msgpack-c's packer writes
+ * them, which cubed reads in place (daemon/dispatch.c's
+ * cube__dispatch_launch); in the wider forms that reader also takes; or
+ * with one value in a form only msgpack-c's tree reads. */
+typedef enum launch_spelling {
+        SPELL_PACKED,
+        SPELL_WIDE,             /* str8, u64 in full, array16, bin16 */
+        SPELL_SIGNED_MODE,      /* the mode as an int8 */
+        SPELL_SIGNED_STREAM,    /* the stream as an int64 */
+} launch_spelling;
+
+static void wide_u64(msgpack_sbuffer *sb, uint64_t v)
+{
+        char b[9] = { (char) 0xcf };
+
+        for (int i = 0; i < 8; i++)
+                b[1 + i] = (char) (v >> (56 - 8 * i));
+        msgpack_sbuffer_write(sb, b, sizeof(b));
+}
+
+/* Launches kernel over h as one cube of one unit, spelt how. */
+static void raw_launch_one(int fd, uint64_t kernel, const cube_handle *h, launch_spelling how)
+{
+        bool wide = how == SPELL_WIDE;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "launch", 9);
+        if (how == SPELL_SIGNED_STREAM)
+                msgpack_sbuffer_write(&sb, "\xd3\0\0\0\0\0\0\0\x01", 9);
+        else
+                msgpack_pack_uint64(&pk, 1);
+        if (wide)
+                wide_u64(&sb, kernel);
+        else
+                msgpack_pack_uint64(&pk, kernel);
+        msgpack_pack_array(&pk, 2);
+        if (wide)
+                msgpack_sbuffer_write(&sb, "\xd9\x06static", 8);
+        else
+                cube__pack_str(&pk, "static");
+        for (int a = 0; a < 2; a++) {
+                if (wide)
+                        msgpack_sbuffer_write(&sb, "\xdc\0\x03", 3);
+                else
+                        msgpack_pack_array(&pk, 3);
+                for (int i = 0; i < 3; i++)
+                        msgpack_pack_uint32(&pk, 1);
+        }
+        msgpack_pack_array(&pk, 1);
+        if (wide) {
+                msgpack_pack_array(&pk, 4);
+                wide_u64(&sb, h->service);
+                wide_u64(&sb, h->memory);
+                wide_u64(&sb, h->offset_start);
+                wide_u64(&sb, h->offset_end);
+        } else {
+                cube__pack_handle(&pk, h);
+        }
+        msgpack_pack_array(&pk, 1);
+        msgpack_pack_nil(&pk);
+        if (wide)
+                msgpack_sbuffer_write(&sb, "\xc5\0\0", 3);
+        else
+                msgpack_pack_bin(&pk, 0);
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_uint32(&pk, 0);
+        if (how == SPELL_SIGNED_MODE)
+                msgpack_sbuffer_write(&sb, "\xd0\0", 2);
+        else
+                msgpack_pack_uint32(&pk, CUBE_LAUNCH_EXECUTE);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+/* The root of an error, through its sources and its first part. */
+static const cube_error *innermost(const cube_error *e)
+{
+        while (cube_error_source(e) || cube_error_count(e))
+                e = cube_error_source(e) ? cube_error_source(e) : cube_error_at(e, 0);
+        return e;
+}
+
+/* Reads h's first word: its value, or the read's error (taken). */
+static cube_error *raw_read_word(int fd, uint32_t msgid, const cube_handle *h, uint32_t *ret)
+{
+        msgpack_unpacked up;
+        cube__envelope env;
+        const char *why;
+        cube_error *e = NULL;
+
+        raw_send_on_handle(fd, msgid, "read", h);
+        ck_assert_int_eq(raw_recv(fd, &up, test_scaled_ms(60000)), 1);
+        ck_assert_int_eq(cube__envelope_parse(&up.data, &env, &why), 0);
+        ck_assert_uint_eq(env.msgid, msgid);
+        if (env.error->type != MSGPACK_OBJECT_NIL) {
+                ck_assert_int_eq(cube__err_unpack(env.error, CUBE__FAMILY_SERVER, &e), 0);
+        } else {
+                ck_assert_int_eq(env.result->type, MSGPACK_OBJECT_ARRAY);
+                ck_assert_uint_eq(env.result->via.array.size, 1);
+                const msgpack_object *bin = &env.result->via.array.ptr[0];
+                ck_assert_int_eq(bin->type, MSGPACK_OBJECT_BIN);
+                ck_assert_uint_ge(bin->via.bin.size, sizeof(*ret));
+                memcpy(ret, bin->via.bin.ptr, sizeof(*ret));
+        }
+        msgpack_unpacked_destroy(&up);
+        return e;
+}
+
+
+/* cubed reads a launch in place when msgpack-c's packer wrote it, and
+ * decodes any other spelling msgpack allows as a tree: the two ways run a
+ * launch alike, and refuse one alike. */
+START_TEST(a_launch_runs_and_is_refused_alike_however_it_is_spelt)
+{
+        static const char source[] =
+                "KERNEL void bump(uint32_t *x, INFO)\n"
+                "{\n"
+                "        if (ABSOLUTE_POS == 0)\n"
+                "                x[0] += 1;\n"
+                "}\n";
+        static const launch_spelling spellings[] = { SPELL_PACKED, SPELL_WIDE, SPELL_SIGNED_MODE,
+                                                     SPELL_SIGNED_STREAM };
+        uint64_t nonce, session;
+        int fd = raw_connect(D.socket);
+        uint32_t word = 0, msgid = 10;
+
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        cube_handle h = { .service = nonce, .memory = session << 40 | 1, .offset_end = 4092 };
+        raw_send_create(fd, h.memory, 4096);
+        raw_send_write(fd, &h, &word, sizeof(word));
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "kernel", 3);
+        msgpack_pack_uint64(&pk, 1);
+        cube__pack_str(&pk, source);
+        cube__pack_str(&pk, "bump");
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+
+        for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+                raw_launch_one(fd, 1, &h, spellings[i]);
+                cube_error *e = raw_read_word(fd, ++msgid, &h, &word);
+                ck_assert_msg(e == NULL, "spelling %zu: %s", i, e ? cube_error_reason(innermost(e)) : "");
+                ck_assert_uint_eq(word, i + 1);
+        }
+
+        /* Kernel 9 was never registered: each spelling's refusal lands on
+         * a memory of its own. */
+        char *first = NULL;
+        cube_error_kind first_kind = 0;
+        for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+                cube_handle m = { .service = nonce, .memory = session << 40 | (2 + i),
+                                  .offset_end = 4092 };
+                raw_send_create(fd, m.memory, 4096);
+                raw_launch_one(fd, 9, &m, spellings[i]);
+                cube_error *e = raw_read_word(fd, ++msgid, &m, &word);
+                ck_assert_msg(e != NULL, "spelling %zu ran an unregistered kernel", i);
+                const cube_error *root = innermost(e);
+                const char *why = cube_error_reason(root);
+                ck_assert_msg(why && strstr(why, "kernel 9 was never registered"), "spelling %zu: %s",
+                              i, why ? why : cube_error_message(root));
+                if (!first) {
+                        first = strdup(why);
+                        first_kind = cube_error_kind_of(e);
+                }
+                ck_assert_str_eq(why, first);
+                ck_assert_int_eq(cube_error_kind_of(e), first_kind);
+                cube_error_free(e);
+        }
+        free(first);
+        close(fd);
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
         Suite *s = suite_create("kernels");
@@ -1692,6 +1879,8 @@ static Suite *kernels_suite(void)
         tcase_add_test_needing(tc, a_kernel_that_does_not_compile_is_refused_with_the_compilers_words,
                                TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(tc, a_kernel_with_a_bad_signature_fails_validation);
+        tcase_add_test_needing(tc, a_launch_runs_and_is_refused_alike_however_it_is_spelt,
+                               TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(tc, compile_mode_fills_the_cache_and_runs_nothing,
                                TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test_needing(tc, a_source_with_several_entry_points_is_built_once,

@@ -211,6 +211,35 @@ def launch_seeds():
     return seeds
 
 
+def cursor_seeds():
+    """Launch messages as cubed reads them, in place where it can, and every
+    form of each value a cursor reads, or must leave to msgpack-c."""
+    s = {"launch-" + k: pack(notify("launch", Raw(v))) for k, v in launch_seeds().items()
+         if not k.startswith("answers-")}
+    s["launch-groups"] = pack(notify("launch", launch_params() + [[0, 1, 0, 2, 0, 3]]))
+    s["launch-groups-short"] = pack(notify("launch", launch_params() + [[0, 1]]))
+    s["launch-tensor-maps"] = pack(notify("launch", launch_params() + [[0] * 6, []]))
+    s["launch-trailing"] = pack(notify("launch", launch_params())) + b"\xc0"
+    forms = {
+        "u8": Raw(b"\xcc\x05"), "u16": Raw(b"\xcd\x00\x05"), "u32": Raw(b"\xce\x00\x00\x00\x05"),
+        "u64": Raw(b"\xcf" + struct.pack(">Q", U64_MAX)), "u64-past-u32": Raw(b"\xcf" + struct.pack(">Q", 1 << 32)),
+        "i8-positive": Raw(b"\xd0\x05"), "i64-positive": Raw(b"\xd3" + struct.pack(">q", 5)),
+        "str8": Raw(b"\xd9\x06static"), "str16": Raw(b"\xda\x00\x06static"),
+        "str32": Raw(b"\xdb\x00\x00\x00\x06static"), "bin16": Raw(b"\xc5\x00\x08" + b"\0" * 8),
+        "bin32": Raw(b"\xc6\x00\x00\x00\x08" + b"\0" * 8),
+        "array16": Raw(b"\xdc\x00\x03\x01\x02\x03"), "array32": Raw(b"\xdd\x00\x00\x00\x03\x01\x02\x03"),
+        "float": 1.5, "negative": -3, "map": {"a": 1}, "bool": True,
+    }
+    for name, v in forms.items():
+        s["form-" + name] = pack([v, H, None, "launch", b"\x01"])
+    s["form-handle-signed"] = pack([[SERVICE, Raw(b"\xd3" + struct.pack(">q", 7)), 0, 0]])
+    s["cut-str"] = b"\x91\xa6lau"
+    s["cut-u64"] = b"\x91\xcf\x00\x00"
+    s["cut-bin32"] = b"\x91\xc6\xff\xff\xff\xff\x00"
+    s["cut-array32"] = b"\xdd\xff\xff"
+    return s
+
+
 C_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?", "0": "\0"}
 
@@ -322,6 +351,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     write(os.path.join(out, "envelope"), {k: pack(v) for k, v in envelope_seeds().items()})
     write(os.path.join(out, "launch"), launch_seeds())
+    write(os.path.join(out, "cursor"), cursor_seeds())
     write(os.path.join(out, "dialect"), dialect_seeds())
     write(os.path.join(out, "frontend"), frontend_seeds())
 
