@@ -594,10 +594,14 @@ static void serve_loop(void)
                 cube__qslot *s = cube__q_slot(qbase, next), *batch[DEVICE_BATCH];
                 cl_event events[DEVICE_BATCH];
                 bool queued[DEVICE_BATCH];
-                uint64_t spin_until = cube__now_ns() + spin_ns, t;
+                uint64_t spin_until = 0, t;
                 unsigned n = 0;
 
+                /* The clock is read only once the next launch is not there:
+                 * behind a busy client it always is. */
                 while (atomic_load(&s->state) != CUBE__SLOT_POSTED || s->seq != next) {
+                        if (!spin_until)
+                                spin_until = cube__now_ns() + spin_ns;
                         if (cube__now_ns() < spin_until) {
                                 __builtin_ia32_pause();
                                 continue;
