@@ -982,6 +982,21 @@ void raw_send_create(int fd, uint64_t memory, uint64_t size)
         msgpack_sbuffer_destroy(&sb);
 }
 
+void raw_send_kernel(int fd, uint64_t id, const char *source, const char *entry)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "kernel", 3);
+        msgpack_pack_uint64(&pk, id);
+        cube__pack_str(&pk, source);
+        cube__pack_str(&pk, entry);
+        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
+        msgpack_sbuffer_destroy(&sb);
+}
+
 void raw_send_write(int fd, const cube_handle *h, const void *data, size_t len)
 {
         msgpack_sbuffer sb;

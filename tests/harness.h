@@ -77,6 +77,8 @@ int raw_send(int fd, const void *buf, size_t len);
 int raw_send_sbuffer(int fd, msgpack_sbuffer *sb);
 /* Sends the notification create [stream 1, memory, size]. */
 void raw_send_create(int fd, uint64_t memory, uint64_t size);
+/* Registers source's entry as kernel id (the notification kernel). */
+void raw_send_kernel(int fd, uint64_t id, const char *source, const char *entry);
 /* Sends a write of len bytes of data to h on stream 1 (a notification). */
 void raw_send_write(int fd, const cube_handle *h, const void *data, size_t len);
 /* Sends request msgid of method on stream 1 over the one handle h:

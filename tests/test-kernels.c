@@ -1808,16 +1808,7 @@ START_TEST(a_launch_runs_and_is_refused_alike_however_it_is_spelt)
         cube_handle h = { .service = nonce, .memory = session << 40 | 1, .offset_end = 4092 };
         raw_send_create(fd, h.memory, 4096);
         raw_send_write(fd, &h, &word, sizeof(word));
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "kernel", 3);
-        msgpack_pack_uint64(&pk, 1);
-        cube__pack_str(&pk, source);
-        cube__pack_str(&pk, "bump");
-        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
-        msgpack_sbuffer_destroy(&sb);
+        raw_send_kernel(fd, 1, source, "bump");
 
         for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
                 raw_launch_one(fd, 1, &h, spellings[i]);

@@ -570,16 +570,7 @@ START_TEST(a_hostile_map_on_the_wire_is_judged_or_closes_the_connection)
         raw_greet(fd, &nonce, &session);
         uint64_t memory = session << 40 | 1;
         raw_send_create(fd, memory, 4096);
-        msgpack_sbuffer sb;
-        msgpack_packer pk;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        cube__pack_notify(&pk, "kernel", 3);
-        msgpack_pack_uint64(&pk, 1);
-        cube__pack_str(&pk, box_source);
-        cube__pack_str(&pk, "box");
-        ck_assert_int_eq(raw_send_sbuffer(fd, &sb), 0);
-        msgpack_sbuffer_destroy(&sb);
+        raw_send_kernel(fd, 1, box_source, "box");
         raw_launch_with_map(fd, nonce, memory, map_rank_nine);
         raw_send_request_u64(fd, 7, "stream_ids", NULL, 0);
         msgpack_unpacked up;
