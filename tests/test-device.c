@@ -1130,6 +1130,10 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel
                     test_nice_of(build, &nice) == 0 &&
                     (*ret_build_nice == LONG_MAX || nice > *ret_build_nice))
                         *ret_build_nice = nice;
+                /* The build yields to these very launches: on a machine
+                 * busy with other work too it runs mostly in their gaps. */
+                if (!found && build > 0)
+                        usleep(20000);
         }
         return found;
 }
@@ -1170,7 +1174,7 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                         long build_nice = LONG_MAX;
                         ck_assert_msg(busy_until_specialised(c, k, &kernels[i], d.pid, device,
                                                              bufs, in,
-                                                             test_now_ms() + test_scaled_ms(40000),
+                                                             test_now_ms() + test_scaled_ms(100000),
                                                              &build_nice),
                                       "run %d: the device never ran %s built for cubes of 64", run,
                                       kernels[i].entry);
