@@ -382,8 +382,11 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -EIO;
         }
-        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; work-group functions without IR",
-                 text);
+        /* Part of every kernel's cache key: "arguments 2" is the form the
+         * prelude gives a kernel's arguments (device.h), so an artifact
+         * built for another form is never loaded. */
+        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 2; work-group "
+                 "functions without IR", text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
                 *ret_why = "cannot start the device monitor";
                 return -r;

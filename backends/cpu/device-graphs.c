@@ -119,27 +119,19 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
                 l->info_at = at_word;
                 l->n_info = r.n_info;
-                cl_ulong info_off = at_word;
-                cl_uint meta = r.metadata_offset, dyn = r.dynamic_offset, nw = r.n_info;
-                err = clSetKernelArg(k, 1, sizeof(info_off), &info_off);
-                err |= clSetKernelArg(k, 2, sizeof(meta), &meta);
-                err |= clSetKernelArg(k, 3, sizeof(dyn), &dyn);
-                err |= clSetKernelArg(k, 4, sizeof(nw), &nw);
-                err |= cube__dev_grid(k, NULL, looped, &r, l->global, l->local);
+                err = cube__dev_launch_args(k, NULL, looped, &r, at_word, l->global, l->local);
                 for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
-                        cl_ulong off;
-                        cl_mem win = cube__dev_window_of(data[b], &off);
+                        cube__buffer_arg ba;
+                        cl_mem win = cube__dev_window_of(data[b], &ba.offset);
                         if (!win) {
                                 snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
                                          "%u lies outside device memory", i, b);
                                 break;
                         }
-                        cl_ulong bytes = r.n_info >= CUBE__CHECK_TAIL_WORDS + r.n_buffers ?
-                                       data[r.n_info - CUBE__CHECK_TAIL_WORDS + b] : 0;
-                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 3 * b, sizeof(cl_mem), &win);
-                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 3 * b, sizeof(off), &off);
-                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 + 3 * b, sizeof(bytes),
-                                              &bytes);
+                        ba.bytes = r.n_info >= CUBE__CHECK_TAIL_WORDS + r.n_buffers ?
+                                   data[r.n_info - CUBE__CHECK_TAIL_WORDS + b] : 0;
+                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 2 * b, sizeof(ba), &ba);
                 }
                 if (*g->why)
                         break;

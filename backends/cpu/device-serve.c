@@ -409,24 +409,20 @@ cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
 }
 
 /* PoCL copies every argument it is given into memory of its own, allocated
- * and freed at each set: a dozen arguments a launch cost more than a brief
- * kernel runs. A kernel's launches mostly repeat the arguments of the one
- * before (its buffers, its shape; the info's offset moves), so a module
- * keeps what its kernel last took, and a value it holds is not set again. */
+ * and freed at each set. A kernel's launches mostly repeat the arguments of
+ * the one before (its buffers; the launch's words change, their info moving
+ * along the ring), so a module keeps what its kernel last took, and a value
+ * it holds is not set again. */
 cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value)
 {
-        bool kept = m && index < MODULE_ARGS_KEPT && size <= sizeof(m->arg[0]);
-        uint64_t v = 0;
+        bool kept = m && index < MODULE_ARGS_KEPT && size <= MODULE_ARG_BYTES;
         cl_int err;
 
-        if (kept) {
-                memcpy(&v, value, size);
-                if ((m->arg_kept >> index & 1) && m->arg[index] == v)
-                        return CL_SUCCESS;
-        }
+        if (kept && (m->arg_kept >> index & 1) && memcmp(m->arg[index], value, size) == 0)
+                return CL_SUCCESS;
         err = clSetKernelArg(k, index, size, value);
         if (kept && err == CL_SUCCESS) {
-                m->arg[index] = v;
+                memcpy(m->arg[index], value, size);
                 m->arg_kept |= 1ull << index;
         } else if (kept) {
                 m->arg_kept &= ~(1ull << index);
@@ -436,20 +432,21 @@ cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, con
 
 /* A looped kernel (the front end's CUBE__LOOPED_KERNEL) runs one work-item
  * per cube, which walks the cube's units itself: PoCL's work-group is one
- * item, and the cube's shape is an argument. Any other runs a work-group
- * per cube. */
-cl_int cube__dev_grid(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
-                      size_t ret_global[3], size_t ret_local[3])
+ * item, and the cube's shape is among the launch's words. Any other runs a
+ * work-group per cube. */
+cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
+                             cl_ulong info_off, size_t ret_global[3], size_t ret_local[3])
 {
-        cl_int err = CL_SUCCESS;
+        cube__launch_arg a = {
+                .info_off = info_off, .meta = l->metadata_offset, .dyn = l->dynamic_offset,
+                .n_info = l->n_info, .dim = { l->dim[0], l->dim[1], l->dim[2] },
+        };
 
         for (int i = 0; i < 3; i++) {
-                cl_uint d = l->dim[i];
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_DIMS + (cl_uint) i, sizeof(d), &d);
                 ret_local[i] = looped ? 1 : l->dim[i];
                 ret_global[i] = (size_t) l->count[i] * ret_local[i];
         }
-        return err;
+        return cube__dev_set_arg(k, m, CUBE__ARG_LAUNCH, sizeof(a), &a);
 }
 
 /* Sets a launch's arguments and queues it on queue, with an event for its
@@ -478,15 +475,10 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         k = m->kernel;
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
                             s->launch.n_buffers;
-        cl_uint meta = s->launch.metadata_offset, dyn = s->launch.dynamic_offset;
-        cl_uint words = s->launch.n_info;
-        err = cube__dev_set_arg(k, m, 1, sizeof(info_off), &info_off);
-        err |= cube__dev_set_arg(k, m, 2, sizeof(meta), &meta);
-        err |= cube__dev_set_arg(k, m, 3, sizeof(dyn), &dyn);
-        err |= cube__dev_set_arg(k, m, 4, sizeof(words), &words);
+        err = cube__dev_launch_args(k, m, m->looped, &s->launch, info_off, global, local);
         for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
-                cl_ulong off;
-                cl_mem win = window_held(s->data[i], &off);
+                cube__buffer_arg b;
+                cl_mem win = window_held(s->data[i], &b.offset);
                 if (!win) {
                         pthread_mutex_unlock(&cube__dev.lock);
                         s->status = -1;
@@ -496,13 +488,11 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                 }
                 /* The binding's length (for the checks) is an argument, so that
                  * the compiler knows it cannot change under the kernel. */
-                cl_ulong len = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
-                               s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 3 * i, sizeof(cl_mem), &win);
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 3 * i, sizeof(off), &off);
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 2 + 3 * i, sizeof(len), &len);
+                b.bytes = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
+                          s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 2 * i, sizeof(cl_mem), &win);
+                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 2 * i, sizeof(b), &b);
         }
-        err |= cube__dev_grid(k, m, m->looped, &s->launch, global, local);
         pthread_mutex_unlock(&cube__dev.lock);
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */

@@ -39,8 +39,9 @@ typedef enum module_way {
 } module_way;
 
 /* The arguments a module keeps as its kernel last took them (device-serve.c's
- * cube__dev_set_arg): the first 64, each of up to 8 bytes. */
+ * cube__dev_set_arg): the first 64, each of up to 32 bytes. */
 #define MODULE_ARGS_KEPT 64
+#define MODULE_ARG_BYTES 32
 
 /* A loaded program, and its kernel object for the ring's launches. */
 typedef struct module {
@@ -48,20 +49,39 @@ typedef struct module {
         cl_kernel kernel;
         char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
-        bool looped;                    /* one work-item per cube (cube__dev_grid) */
+        bool looped;                    /* one work-item per cube (cube__dev_launch_args) */
         module_way way;
         uint32_t spread_n, inline_n;    /* launches timed each way */
         uint64_t spread_ns, inline_ns;  /* and their device time */
         uint32_t since;                 /* launches since the verdict */
-        uint64_t arg[MODULE_ARGS_KEPT]; /* the kernel's arguments as last set */
+        unsigned char arg[MODULE_ARGS_KEPT][MODULE_ARG_BYTES]; /* the kernel's arguments
+                                                                * as last set */
         uint64_t arg_kept;              /* bit i: arg[i] holds argument i */
 } module;
 
 /* A kernel's arguments (opencl.c's CUBE__PARAMS_HEAD): the launch ring, the
- * launch's info offset, metadata and dynamic offsets and info word count,
- * the cube's shape; then a window, an offset and a length per buffer. */
-#define CUBE__ARG_DIMS 5
-#define CUBE__ARG_BUFFERS 8
+ * launch's words (cube__launch_arg, the prelude's ulong4); then per buffer
+ * its window, and its offset and length (a ulong2). PoCL allocates a copy of
+ * every argument at each launch, which cost more than an empty kernel runs
+ * while there were three per buffer and eight besides. */
+#define CUBE__ARG_LAUNCH 1
+#define CUBE__ARG_BUFFERS 2
+
+typedef struct cube__launch_arg {
+        cl_ulong info_off;              /* the info words, in words from the arena's start */
+        cl_uint meta, dyn, n_info;
+        cl_uint dim[3];                 /* the cube's shape */
+} cube__launch_arg;
+
+_Static_assert(sizeof(cube__launch_arg) == 4 * sizeof(cl_ulong), "the prelude's ulong4");
+
+/* A buffer's argument beside its window: where in the window it starts,
+ * and its length for the checks (0 unchecked). */
+typedef struct cube__buffer_arg {
+        cl_ulong offset, bytes;
+} cube__buffer_arg;
+
+_Static_assert(sizeof(cube__buffer_arg) == 2 * sizeof(cl_ulong), "the prelude's ulong2");
 
 /* The serving device. */
 typedef struct cube__dev_state {
@@ -134,10 +154,10 @@ cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
  * or NULL) shows it holds that value already. */
 cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value);
 
-/* Sets a launch's cube shape among kernel k's arguments (m: as
- * cube__dev_set_arg), and gives the sizes PoCL runs it with. */
-cl_int cube__dev_grid(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
-                      size_t ret_global[3], size_t ret_local[3]);
+/* Sets launch l's words (its info at info_off) as kernel k's argument (m:
+ * as cube__dev_set_arg), and gives the sizes PoCL runs it with. */
+cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
+                             cl_ulong info_off, size_t ret_global[3], size_t ret_local[3]);
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
 void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info);
