@@ -4,17 +4,14 @@
 #include <string.h>
 
 #include "cursor.h"
+#include "prescan.h"
 
 /* The n-byte big-endian number after a one-byte tag at c->p. */
 static bool tagged(const cube__cursor *c, size_t n, uint64_t *ret)
 {
-        uint64_t v = 0;
-
         if ((size_t) (c->end - c->p) < 1 + n)
                 return false;
-        for (size_t i = 0; i < n; i++)
-                v = v << 8 | c->p[1 + i];
-        *ret = v;
+        *ret = cube__read_be(c->p + 1, (unsigned) n);
         return true;
 }
 

@@ -103,15 +103,6 @@ static item_head classify(uint8_t b)
         }
 }
 
-static uint64_t read_be(const uint8_t *p, unsigned width)
-{
-        uint64_t v = 0;
-
-        for (unsigned i = 0; i < width; i++)
-                v = (v << 8) | p[i];
-        return v;
-}
-
 static uint64_t add_sat(uint64_t a, uint64_t b)
 {
         return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -153,7 +144,7 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
                 if (pos + h.header_len > len)
                         return need_more(add_sat(pos + h.header_len, owed), limits, ret_len);
 
-                uint64_t size = h.size_width > 0 ? read_be(buf + pos + 1, h.size_width) : h.inline_size;
+                uint64_t size = h.size_width > 0 ? cube__read_be(buf + pos + 1, h.size_width) : h.inline_size;
                 pos += h.header_len;
                 if (h.kind == ITEM_STR && size > limits->max_str_bytes)
                         return CUBE__SCAN_TOO_LONG;

@@ -30,6 +30,17 @@ typedef struct cube__limits {
 #define CUBE__DAEMON_MAX_STR       (1ull << 20)
 #define CUBE__DAEMON_MAX_OBJECTS   (1ull << 20)
 
+/* The width-byte big-endian number at p: how msgpack writes its sizes and
+ * its wider numbers. */
+static inline uint64_t cube__read_be(const uint8_t *p, unsigned width)
+{
+        uint64_t v = 0;
+
+        for (unsigned i = 0; i < width; i++)
+                v = v << 8 | p[i];
+        return v;
+}
+
 /* The daemon's defaults, and the client's (which reads errors that nest deeper
  * and replies that carry whole reads). */
 void cube__limits_daemon_default(cube__limits *ret);
