@@ -1493,6 +1493,70 @@ START_TEST(one_cube_info_reset_between_launches_serves_them_all)
 }
 END_TEST
 
+/* A kernel of more buffers than the CPU device keeps arguments for (its
+ * first 64: two of the launch's, then two per buffer). Each launch must
+ * reach every binding at its own buffer and with its own length (the write
+ * to its last word is checked against it), however the buffers move
+ * between launches: in order, reversed, in order again. */
+START_TEST(every_binding_of_a_forty_buffer_kernel_reaches_its_own_buffer)
+{
+        enum { NB = 40 };
+        char source[8192];
+        size_t at = 0;
+        cube_handle h[NB], bound[NB];
+        cube_info *info[2] = { cube_info_new(), cube_info_new() };
+        cube_client *c;
+        uint64_t k;
+
+        at += (size_t) snprintf(source + at, sizeof(source) - at, "KERNEL void many(");
+        for (unsigned i = 0; i < NB; i++)
+                at += (size_t) snprintf(source + at, sizeof(source) - at, "uint32_t *b%u, ", i);
+        at += (size_t) snprintf(source + at, sizeof(source) - at,
+                                "INFO)\n{\n        if (ABSOLUTE_POS != 0)\n                return;\n");
+        for (unsigned i = 0; i < NB; i++)
+                at += (size_t) snprintf(source + at, sizeof(source) - at,
+                                        "        b%u[0] += %uu;\n        b%u[BUFFER_LEN(%u) - 1] += 1;\n",
+                                        i, i + 1, i, i);
+        at += (size_t) snprintf(source + at, sizeof(source) - at, "}\n");
+        ck_assert_uint_lt(at, sizeof(source));
+
+        ck_ok(cube_connect(D.socket, "many", &c));
+        k = test_kernel(c, source, "many");
+        for (unsigned j = 0; j < NB; j++) {
+                uint32_t zero[NB + 2] = { 0 };
+                ck_ok(cube_create(c, zero, (j + 2) * sizeof(uint32_t), &h[j]));
+        }
+        for (unsigned i = 0; i < NB; i++) {
+                ck_assert_int_eq(cube_info_buffer_len(info[0], i + 2), 0);
+                ck_assert_int_eq(cube_info_buffer_len(info[1], NB - i + 1), 0);
+        }
+        for (unsigned run = 0; run < 3; run++) {
+                bool reversed = run == 1;
+                for (unsigned i = 0; i < NB; i++)
+                        bound[i] = h[reversed ? NB - 1 - i : i];
+                launch(c, (cube_launch) {
+                        .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                        .buffers = bound, .n_buffers = NB, .info = info[reversed],
+                });
+        }
+        /* Buffer j was binding j twice and binding NB - 1 - j once. */
+        for (unsigned j = 0; j < NB; j++) {
+                uint32_t got[NB + 2];
+                ck_ok(cube_read(c, &h[j], got, (j + 2) * sizeof(uint32_t)));
+                ck_assert_msg(got[0] == 2 * (j + 1) + (NB - j),
+                              "buffer %u's first word is %u, expected %u", j, got[0],
+                              2 * (j + 1) + (NB - j));
+                ck_assert_msg(got[j + 1] == 3, "buffer %u's last word is %u, expected 3", j,
+                              got[j + 1]);
+                for (unsigned w = 1; w < j + 1; w++)
+                        ck_assert_msg(got[w] == 0, "buffer %u's word %u is %u", j, w, got[w]);
+        }
+        cube_info_free(info[0]);
+        cube_info_free(info[1]);
+        cube_disconnect(c);
+}
+END_TEST
+
 /* Writes out every metadata word a kernel can reach, by the formulas of
  * docs/KERNELS.md: two buffers, two tensors of ranks 2 and 3, and an i64
  * and a u32 scalar in front of them all; then each tensor's rank. */
@@ -1909,6 +1973,8 @@ static Suite *kernels_suite(void)
         tcase_add_test_needing(tc, an_oversized_count_selected_by_the_helpers_runs,
                                TEST_NEEDS_KERNEL_RUNS | TEST_NEEDS_CPU_DEVICE);
         tcase_add_test_needing(tc, buffer_lengths_shapes_and_strides_follow_the_scalars,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(tc, every_binding_of_a_forty_buffer_kernel_reaches_its_own_buffer,
                                TEST_NEEDS_KERNEL_RUNS);
         suite_add_tcase(s, tc);
         return s;
