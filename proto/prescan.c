@@ -144,7 +144,8 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
                 if (pos + h.header_len > len)
                         return need_more(add_sat(pos + h.header_len, owed), limits, ret_len);
 
-                uint64_t size = h.size_width > 0 ? cube__read_be(buf + pos + 1, h.size_width) : h.inline_size;
+                uint64_t size = h.size_width > 0 ? cube__read_be(buf + pos + 1, h.size_width) :
+                                h.inline_size;
                 pos += h.header_len;
                 if (h.kind == ITEM_STR && size > limits->max_str_bytes)
                         return CUBE__SCAN_TOO_LONG;

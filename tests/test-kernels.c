@@ -1512,10 +1512,10 @@ START_TEST(every_binding_of_a_forty_buffer_kernel_reaches_its_own_buffer)
         for (unsigned i = 0; i < NB; i++)
                 at += (size_t) snprintf(source + at, sizeof(source) - at, "uint32_t *b%u, ", i);
         at += (size_t) snprintf(source + at, sizeof(source) - at,
-                                "INFO)\n{\n        if (ABSOLUTE_POS != 0)\n                return;\n");
+                                "INFO)\n{\n    if (ABSOLUTE_POS != 0)\n        return;\n");
         for (unsigned i = 0; i < NB; i++)
                 at += (size_t) snprintf(source + at, sizeof(source) - at,
-                                        "        b%u[0] += %uu;\n        b%u[BUFFER_LEN(%u) - 1] += 1;\n",
+                                        "    b%u[0] += %uu;\n    b%u[BUFFER_LEN(%u) - 1] += 1;\n",
                                         i, i + 1, i, i);
         at += (size_t) snprintf(source + at, sizeof(source) - at, "}\n");
         ck_assert_uint_lt(at, sizeof(source));

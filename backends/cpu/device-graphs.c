@@ -128,8 +128,7 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                                          "%u lies outside device memory", i, b);
                                 break;
                         }
-                        ba.bytes = r.n_info >= CUBE__CHECK_TAIL_WORDS + r.n_buffers ?
-                                   data[r.n_info - CUBE__CHECK_TAIL_WORDS + b] : 0;
+                        ba.bytes = cube__dev_binding_bytes(&r, data, b);
                         err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 * b, sizeof(cl_mem), &win);
                         err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 2 * b, sizeof(ba), &ba);
                 }

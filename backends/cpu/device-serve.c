@@ -430,6 +430,16 @@ cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, con
         return err;
 }
 
+/* A binding's length, for the checks: the info words' tail (frontend.h)
+ * holds it after data's buffer addresses; 0 for a launch run unchecked.
+ * It is an argument, not read from the info words, so that the compiler
+ * knows it cannot change under the kernel. */
+cl_ulong cube__dev_binding_bytes(const cube__qlaunch *l, const uint64_t *data, uint32_t i)
+{
+        return l->n_info >= CUBE__CHECK_TAIL_WORDS + l->n_buffers ?
+               data[l->n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+}
+
 /* A looped kernel (the front end's CUBE__LOOPED_KERNEL) runs one work-item
  * per cube, which walks the cube's units itself: PoCL's work-group is one
  * item, and the cube's shape is among the launch's words. Any other runs a
@@ -486,10 +496,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                                  "memory", i);
                         return false;
                 }
-                /* The binding's length (for the checks) is an argument, so that
-                 * the compiler knows it cannot change under the kernel. */
-                b.bytes = s->launch.n_info >= CUBE__CHECK_TAIL_WORDS + s->launch.n_buffers ?
-                          s->data[s->launch.n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+                b.bytes = cube__dev_binding_bytes(&s->launch, s->data, i);
                 err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 2 * i, sizeof(cl_mem), &win);
                 err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 2 * i, sizeof(b), &b);
         }

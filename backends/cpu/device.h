@@ -154,6 +154,10 @@ cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
  * or NULL) shows it holds that value already. */
 cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value);
 
+/* Binding i's length for the checks, from launch l's words (data: its
+ * buffer addresses, then its info words); 0 unchecked. */
+cl_ulong cube__dev_binding_bytes(const cube__qlaunch *l, const uint64_t *data, uint32_t i);
+
 /* Sets launch l's words (its info at info_off) as kernel k's argument (m:
  * as cube__dev_set_arg), and gives the sizes PoCL runs it with. */
 cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,

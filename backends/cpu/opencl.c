@@ -106,7 +106,8 @@ const char cube__cpu_prelude[] =
 "#define CUBE__BUFFER_PTR(k) (cube__m##k + cube__b##k.s0)\n"
 "#define CUBE__PARAMS_TAIL\n"
 "#define CUBE__ENTRY_BEGIN __global const ulong *cube__info = cube__arena + cube__launch.s0; \\\n"
-"        const uint cube__meta = (uint) cube__launch.s1, cube__dyn = (uint) (cube__launch.s1 >> 32), \\\n"
+"        const uint cube__meta = (uint) cube__launch.s1, \\\n"
+"        cube__dyn = (uint) (cube__launch.s1 >> 32), \\\n"
 "        cube__nw = (uint) cube__launch.s2, cube__cdx = (uint) (cube__launch.s2 >> 32), \\\n"
 "        cube__cdy = (uint) cube__launch.s3, cube__cdz = (uint) (cube__launch.s3 >> 32)\n"
 "#define CUBE__CAS32(p, o, n) atomic_cmpxchg((volatile __global uint *) (p), (o), (n))\n";
