@@ -1056,14 +1056,18 @@ END_TEST
 static const char busy_source[] = BUSY_BODY("busy", BUSY_STEPS, "");
 static const char busy_sync_source[] = BUSY_BODY("busy_sync", BUSY_STEPS, "        sync_cube();\n");
 static const char brief_source[] = BUSY_BODY("brief", BRIEF_STEPS, "");
+static const char brief_sync_source[] = BUSY_BODY("brief_sync", BRIEF_STEPS,
+                                                  "        sync_cube();\n");
 
 /* One of them, for busy_until_specialised: launched `launches` times a
- * round, as a brief kernel has to be to run long enough. */
+ * round, as a brief kernel has to be to run long enough, in `cubes` cubes
+ * (0: enough for N units). */
 typedef struct busy_kernel {
         const char *source, *entry;
         uint32_t steps;
         bool looped;
         int launches;
+        uint32_t cubes;
 } busy_kernel;
 
 static uint32_t stepped(uint32_t x, uint32_t steps)
@@ -1100,13 +1104,15 @@ static int count_files(const char *dir, const char *suffix)
  * code built for that dimension, or the deadline; checks each round's
  * result. A looped kernel's build for the dimension is a second program (a
  * second work-group function of its name mapped); the other's is PoCL's
- * function specialised for a local size of 64. The highest nice value a
+ * function specialised for a local size of 64, and for grids under 65,535
+ * units a side where the launches' grid is one. The highest nice value a
  * build of daemon's was seen running at goes to ret_build_nice (left alone
  * when none was seen). */
 static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel *bk,
                                    pid_t daemon, pid_t device, cube_handle *bufs,
                                    const uint32_t *in, long deadline, long *ret_build_nice)
 {
+        uint32_t cubes = bk->cubes ? bk->cubes : (N + 63) / 64;
         char part[128];
         uint32_t got[N];
         bool found = false;
@@ -1117,11 +1123,11 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel
                 snprintf(part, sizeof(part), "/cube__k_%s/0-0-0/cube__k_%s.so", bk->entry,
                          bk->entry);
         else
-                snprintf(part, sizeof(part), "/cube__k_%s/64-1-1-goffs0-smallgrid/cube__k_%s.so",
-                         bk->entry, bk->entry);
+                snprintf(part, sizeof(part), "/cube__k_%s/64-1-1-goffs0%s/cube__k_%s.so",
+                         bk->entry, cubes * 64 < 65535 ? "-smallgrid" : "", bk->entry);
         while (!found && test_now_ms() < deadline) {
                 for (int l = 0; l < bk->launches; l++)
-                        launch_n(c, k, bufs, 2, (N + 63) / 64, 64, CUBE_LAUNCH_EXECUTE);
+                        launch_n(c, k, bufs, 2, cubes, 64, CUBE_LAUNCH_EXECUTE);
                 ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
                 for (uint32_t i = 0; i < N; i += 97)
                         ck_assert_uint_eq(got[i], stepped(in[i], bk->steps));
@@ -1141,8 +1147,12 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel
 START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 {
         static const busy_kernel kernels[] = {
-                { busy_source, "busy", BUSY_STEPS, true, 1 },
-                { busy_sync_source, "busy_sync", BUSY_STEPS, false, 1 },
+                { busy_source, "busy", BUSY_STEPS, true, 1, 0 },
+                { busy_sync_source, "busy_sync", BUSY_STEPS, false, 1, 0 },
+                /* A grid of 65,536 units: a reduction of 16 million floats
+                 * has one of 16 million, which PoCL's functions for small
+                 * grids do not run. */
+                { brief_sync_source, "brief_sync", BRIEF_STEPS, false, 4, 1024 },
         };
         char cache[] = "/tmp/cube-shape-cache-XXXXXX", cmd[64];
         const char *args[] = { "--cache-dir", cache, NULL };
@@ -1169,7 +1179,7 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                  * and then runs that code. A restarted daemon loads both
                  * builds from the cache: it has no source to build from, as
                  * the kernel's facts came from the cache too. */
-                for (int i = 0; i < 2; i++) {
+                for (int i = 0; i < 3; i++) {
                         uint64_t k = test_kernel(c, kernels[i].source, kernels[i].entry);
                         long build_nice = LONG_MAX;
                         ck_assert_msg(busy_until_specialised(c, k, &kernels[i], d.pid, device,
@@ -1185,8 +1195,8 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                 }
                 ck_assert_msg(run > 0 || seen_builds > 0, "no build for cubes of 64 was seen "
                               "running at nice %ld", yielding);
-                ck_assert_int_eq(count_files(cache, ".ocl"), 4);
-                ck_assert_int_eq(count_files(cache, ".facts"), 2);
+                ck_assert_int_eq(count_files(cache, ".ocl"), 6);
+                ck_assert_int_eq(count_files(cache, ".facts"), 3);
                 cube_disconnect(c);
                 ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
         }
@@ -1462,7 +1472,7 @@ END_TEST
  * The build is looked for in the cache, with no launch meanwhile. */
 START_TEST(a_brief_kernel_launched_over_and_over_runs_code_built_for_its_cube_dimension)
 {
-        static const busy_kernel brief = { brief_source, "brief", BRIEF_STEPS, true, 500 };
+        static const busy_kernel brief = { brief_source, "brief", BRIEF_STEPS, true, 500, 0 };
         test_daemon d;
         cube_client *c;
         cube_handle bufs[2];

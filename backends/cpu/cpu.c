@@ -384,9 +384,11 @@ static int start_device(cube__device *d, const char **ret_why)
         }
         /* Part of every kernel's cache key: "arguments 2" is the form the
          * prelude gives a kernel's arguments (device.h), so an artifact
-         * built for another form is never loaded. */
+         * built for another form is never loaded; "any grid", that a build
+         * for a cube dimension holds functions for large grids too
+         * (device-build.c), so one built without them is built again. */
         snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 2; work-group "
-                 "functions without IR", text);
+                 "functions without IR; any grid", text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
                 *ret_why = "cannot start the device monitor";
                 return -r;

@@ -10,9 +10,9 @@
  * Z"), the source is built for cubes of X x Y x Z units: a looped entry
  * point walks its cube in loops of that fixed count (the prelude's
  * CUBE__SHAPE_X/Y/Z), and the others get PoCL's work-group functions
- * specialised for that local size and a grid of under 65,535 units a side
- * (what PoCL's default build does at the first launch of each local size),
- * at a lower priority than the device's launches. Exit 0: built; 10: the
+ * specialised for that local size, one for grids of under 65,535 units a
+ * side and one for any grid (what PoCL's default build does at the first
+ * launch of each), at a lower priority than the device's launches. Exit 0: built; 10: the
  * source did not build (DIR/log has the compiler's words); 11: anything
  * else.
  */
@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -73,13 +74,95 @@ static char *slurp(const char *path, size_t *ret_len)
         return buf;
 }
 
+/* Has PoCL add to a program's binaries the work-group functions for cubes
+ * of shape, on grids under 65,535 units a side (small_grid) or on any grid:
+ * PoCL runs a launch with the first where it fits, else with the second,
+ * else with the generic function. POCL_BINARY_SPECIALIZE_WG names them as
+ * PoCL names their directories in its cache. */
+static void specialise(const unsigned shape[3], bool small_grid)
+{
+        char spec[96];
+
+        snprintf(spec, sizeof(spec), "%u-%u-%u-goffs0%s", shape[0], shape[1], shape[2],
+                 small_grid ? "-smallgrid" : "");
+        setenv("POCL_BINARY_SPECIALIZE_WG", spec, 1);
+}
+
+/* src built with options for PoCL's devices (cube__dev_find_devices'):
+ * 0 and the program, or the exit code, with the compiler's words in log. */
+static int compile(const char *src, const char *options, FILE *log, cpu_devices *ret_devs,
+                   cl_program *ret_program)
+{
+        cl_context context;
+        cl_program program;
+        cl_int err;
+
+        if (cube__dev_find_devices(ret_devs) < 0 || ret_devs->n == 0)
+                return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
+                                  "installed?)");
+        context = clCreateContext(NULL, ret_devs->n, ret_devs->ids, NULL, NULL, &err);
+        if (!context)
+                return build_fail(log, EXIT_DEFECT, "clCreateContext: %d", err);
+        program = clCreateProgramWithSource(context, 1, &src, NULL, &err);
+        if (!program)
+                return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
+        err = clBuildProgram(program, ret_devs->n, ret_devs->ids, options, NULL, NULL);
+        if (err != CL_SUCCESS) {
+                size_t n = 0;
+                char *text;
+                clGetProgramBuildInfo(program, ret_devs->ids[0], CL_PROGRAM_BUILD_LOG, 0, NULL,
+                                      &n);
+                text = calloc(1, n + 1);
+                if (text)
+                        clGetProgramBuildInfo(program, ret_devs->ids[0], CL_PROGRAM_BUILD_LOG, n,
+                                              text, NULL);
+                return build_fail(log, err == CL_BUILD_PROGRAM_FAILURE ? EXIT_SOURCE : EXIT_DEFECT,
+                                  "%s", text && *text ? text : "the OpenCL compiler failed");
+        }
+        *ret_program = program;
+        return 0;
+}
+
+/* The work-group functions for cubes of shape on grids of any width, built
+ * into the cache directory the program's binaries are taken from. Their own
+ * process builds them: PoCL keeps the functions it has built for a local
+ * size under that size alone, and one process asked for both variants
+ * builds only the first. Without them a launch of 65,535 units or more a
+ * side (a reduction over 16 million floats) would run the generic function
+ * of a kernel built for its shape, 1.2x slower. A variant that fails to
+ * build is left out: the launches it was for run the generic function. */
+static void build_large_grid_variant(const char *src, const char *options,
+                                     const unsigned shape[3])
+{
+        pid_t parent = getpid(), pid = fork();
+        int status;
+
+        if (pid == 0) {
+                cpu_devices devs;
+                cl_program program;
+                size_t sizes[2];
+
+                /* A build cubed kills (a stopping daemon's) takes this with it. */
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(EXIT_DEFECT);
+                specialise(shape, false);
+                /* Asking for the binaries' sizes has PoCL build the
+                 * functions that go into them. */
+                _exit(compile(src, options, NULL, &devs, &program) == 0 &&
+                      clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES,
+                                       devs.n * sizeof(size_t), sizes, NULL) == CL_SUCCESS ?
+                      0 : EXIT_DEFECT);
+        }
+        while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+}
+
 int cube__dev_build_main(int argc, char **argv)
 {
         char path[PATH_MAX];
         const char *dir;
         cpu_devices devs;
-        cl_device_id device;
-        cl_context context;
         cl_program program;
         cl_kernel kernel;
         cl_int err;
@@ -109,47 +192,24 @@ int cube__dev_build_main(int argc, char **argv)
         unsigned shape[3];
         snprintf(path, sizeof(path), "%s/shape", dir);
         if ((shape_text = slurp(path, &src_len))) {
-                char spec[128];
                 if (sscanf(shape_text, "%u %u %u", &shape[0], &shape[1], &shape[2]) != 3 ||
                     !shape[0] || !shape[1] || !shape[2])
                         return build_fail(log, EXIT_DEFECT, "a shape that is not three sizes");
-                /* One variant: PoCL builds the first of a list and finds the
-                 * others built already (its cache of loaded functions keys
-                 * them alike). Launches of larger grids run the generic one. */
-                snprintf(spec, sizeof(spec), "%u-%u-%u-goffs0-smallgrid", shape[0], shape[1],
-                         shape[2]);
-                setenv("POCL_BINARY_SPECIALIZE_WG", spec, 1);
+                free(shape_text);
                 snprintf(options, sizeof(options), "-DCUBE__SHAPE_X=%u -DCUBE__SHAPE_Y=%u "
                          "-DCUBE__SHAPE_Z=%u", shape[0], shape[1], shape[2]);
-                free(shape_text);
                 /* No one waits for this build, and it runs beside the very
                  * launches it is to speed up: on a busy CPU it takes a
                  * tenth, not half, of what they would have had. */
                 (void) !nice(SHAPE_BUILD_NICE);
+                build_large_grid_variant(src, options, shape);
+                specialise(shape, true);
         } else {
                 unsetenv("POCL_BINARY_SPECIALIZE_WG");
         }
-        if (cube__dev_find_devices(&devs) < 0 || devs.n == 0)
-                return build_fail(log, EXIT_DEFECT, "no OpenCL CPU device (is pocl-opencl-icd "
-                                  "installed?)");
-        device = devs.ids[0];
-        context = clCreateContext(NULL, devs.n, devs.ids, NULL, NULL, &err);
-        if (!context)
-                return build_fail(log, EXIT_DEFECT, "clCreateContext: %d", err);
-        program = clCreateProgramWithSource(context, 1, (const char **) &src, NULL, &err);
-        if (!program)
-                return build_fail(log, EXIT_DEFECT, "clCreateProgramWithSource: %d", err);
-        err = clBuildProgram(program, devs.n, devs.ids, options, NULL, NULL);
-        if (err != CL_SUCCESS) {
-                size_t n = 0;
-                char *text;
-                clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
-                text = calloc(1, n + 1);
-                if (text)
-                        clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, n, text, NULL);
-                return build_fail(log, err == CL_BUILD_PROGRAM_FAILURE ? EXIT_SOURCE : EXIT_DEFECT,
-                                  "%s", text && *text ? text : "the OpenCL compiler failed");
-        }
+        int code = compile(src, options, log, &devs, &program);
+        if (code != 0)
+                return code;
         /* The program holds every entry point of the source; the one the
          * build was asked for must be among them. */
         char name[96];
