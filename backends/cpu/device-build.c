@@ -12,9 +12,9 @@
  * CUBE__SHAPE_X/Y/Z), and the others get PoCL's work-group functions
  * specialised for that local size, one for grids of under 65,535 units a
  * side and one for any grid (what PoCL's default build does at the first
- * launch of each), at a lower priority than the device's launches. Exit 0: built; 10: the
- * source did not build (DIR/log has the compiler's words); 11: anything
- * else.
+ * launch of each), at a lower priority than the device's launches. Exit 0:
+ * built; 10: the source did not build (DIR/log has the compiler's words);
+ * 11: anything else.
  */
 #include <errno.h>
 #include <fcntl.h>
