@@ -85,7 +85,7 @@ struct cube_client {
         cube_device_properties properties;
         cube_protocol_limits daemon_limits;
         uint64_t properties_hash;
-        char target[256];
+        char target[512];               /* the longest a backend gives (cpu.h) */
         char transport[32];             /* "" when the daemon has none */
         uint32_t transport_reduces;     /* a bit per cube_elem_type */
 

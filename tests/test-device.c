@@ -1205,6 +1205,69 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
 }
 END_TEST
 
+/* A kernel with a barrier, in cubes two units deep: the first unit of the
+ * grid writes whether the launch has more than 40,000 cubes along z, the
+ * others a value they worked for. */
+#define TALL_CUBES 50000u
+static const char tall_source[] =
+        "KERNEL void tall(uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint32_t x = CUBE_POS_Z;\n"
+        "        for (uint32_t k = 0; k < 16u; k++)\n"
+        "                x = x * 1664525u + 1013904223u;\n"
+        "        sync_cube();\n"
+        "        if (ABSOLUTE_POS_Z == 0)\n"
+        "                out[0] = CUBE_COUNT_Z > 40000u ? 1u : 2u;\n"
+        "        else if (ABSOLUTE_POS_Z < BUFFER_LEN(0))\n"
+        "                out[ABSOLUTE_POS_Z] = x;\n"
+        "}\n";
+
+/* Code built for cubes two units deep still counts a launch's cubes along
+ * z right when they are more than 65,535 units deep in all. PoCL 3.1 takes
+ * such a grid for a small one (its depth as the cube's depth squared), and
+ * its function for small grids assumes at most 32,768 cubes of that depth:
+ * it folds the test of CUBE_COUNT_Z to false. */
+START_TEST(code_built_for_cubes_two_units_deep_counts_a_tall_grid_right)
+{
+        test_daemon d;
+        cube_client *c;
+        cube_handle out;
+        uint32_t got[N];
+        pid_t device;
+        bool found = false;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "tall", &c));
+        ck_ok(cube_empty(c, sizeof(got), &out));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+        uint64_t k = test_kernel(c, tall_source, "tall");
+        cube_info *info = cube_info_new();
+        ck_assert_int_eq(cube_info_buffer_len(info, N), 0);
+        long deadline = test_now_ms() + test_scaled_ms(100000);
+        /* One round more once the build is mapped: it ran that round. */
+        for (int after = 0; after < 2 && test_now_ms() < deadline; after += found) {
+                for (int l = 0; l < 4; l++)
+                        ck_ok(cube_launch_kernel(c, &(cube_launch) {
+                                .kernel = k, .cube_count = { 1, 1, TALL_CUBES },
+                                .cube_dim = { 1, 1, 2 }, .buffers = &out, .n_buffers = 1,
+                                .info = info, .mode = CUBE_LAUNCH_EXECUTE,
+                        }));
+                ck_ok(cube_read(c, &out, got, sizeof(got)));
+                found = found || test_maps_count(device, "/cube__k_tall/1-1-2-goffs0") >= 1;
+                ck_assert_msg(got[0] == 1, "a launch saw at most 40,000 cubes along z, of %u "
+                              "(code built for cubes of 1 x 1 x 2 %s)", TALL_CUBES,
+                              found ? "mapped" : "not yet mapped");
+                ck_assert_uint_eq(got[N - 1], stepped((N - 1) / 2, 16));
+                if (!found && test_child_running(d.pid, "--build") > 0)
+                        usleep(20000);
+        }
+        ck_assert_msg(found, "the device never ran tall built for cubes of 1 x 1 x 2");
+        cube_info_free(info);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 /* Starts d and a session of it with bufs (in, random from seed; an empty
  * output) and kernel busy registered; returns the kernel. */
 static uint64_t busy_daemon(test_daemon *d, cube_client **ret_c, cube_handle bufs[2],
@@ -1558,6 +1621,7 @@ static Suite *device_suite(void)
         TCase *shapes = tcase_create("shapes");
         tcase_set_timeout(shapes, 300);
         tcase_add_test(shapes, a_kernel_carrying_work_runs_code_built_for_its_cube_dimension);
+        tcase_add_test(shapes, code_built_for_cubes_two_units_deep_counts_a_tall_grid_right);
         tcase_add_test(shapes, a_stop_abandons_a_build_for_a_cube_dimension);
         tcase_add_test(shapes, a_failed_build_for_a_cube_dimension_leaves_the_generic_code);
         suite_add_tcase(s, shapes);

@@ -383,12 +383,16 @@ static int start_device(cube__device *d, const char **ret_why)
                 return -EIO;
         }
         /* Part of every kernel's cache key: "arguments 2" is the form the
-         * prelude gives a kernel's arguments (device.h), so an artifact
-         * built for another form is never loaded; "any grid", that a build
-         * for a cube dimension holds functions for large grids too
-         * (device-build.c), so one built without them is built again. */
-        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 2; work-group "
-                 "functions without IR; any grid", text);
+         * prelude gives a kernel's arguments (device.h), "builds 3" the
+         * form of a build's artifact: 1, work-group functions without their
+         * IR; 2, a build for a cube dimension holding functions for large
+         * grids too; 3, for cubes more than one unit deep, none that takes
+         * a deep grid for a small one (device-build.c). Raising either has
+         * an artifact of an earlier form built again, never loaded. The
+         * whole reaches clients in hello, which takes up to 511 bytes
+         * (PoCL's part names the CPU): keep cube's part short. */
+        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 2; builds 3",
+                 text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
                 *ret_why = "cannot start the device monitor";
                 return -r;

@@ -16,6 +16,7 @@
  * built; 10: the source did not build (DIR/log has the compiler's words);
  * 11: anything else.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +160,79 @@ static void build_large_grid_variant(const char *src, const char *options,
                 ;
 }
 
+/* Copies the file name from one directory into another, where it appears
+ * whole or not at all (PoCL loads what it finds there): 0 or -1. */
+static int copy_file(int from_dir, const char *name, int to_dir)
+{
+        char buf[65536], part[NAME_MAX + 8];
+        int from = openat(from_dir, name, O_RDONLY | O_CLOEXEC), to = -1, r = -1;
+        ssize_t n;
+
+        snprintf(part, sizeof(part), ".%.*s~", NAME_MAX - 2, name);
+        if (from >= 0 && (to = openat(to_dir, part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                                      0600)) >= 0) {
+                while ((n = read(from, buf, sizeof(buf))) > 0 &&
+                       cube__write_all(to, buf, (size_t) n) == 0)
+                        ;
+                r = n == 0 ? 0 : -1;
+        }
+        if (to >= 0 && close(to) < 0)
+                r = -1;
+        if (to >= 0 && (r < 0 || renameat(to_dir, part, to_dir, name) < 0)) {
+                unlinkat(to_dir, part, 0);
+                r = -1;
+        }
+        if (from >= 0)
+                close(from);
+        return r;
+}
+
+/* For cubes more than one unit deep, the functions for any grid stand in
+ * for those for small grids: each directory of them under path (an entry
+ * point's, in PoCL's cache) is copied beside itself under the small-grid
+ * name. PoCL 3.1 takes a grid's depth to be the cube's depth squared,
+ * whatever the count of cubes along z, so it runs such a launch over
+ * 65,535 units deep or more with the small-grid function; and that code
+ * takes CUBE_COUNT_Z to be under 65,536 / depth: a test of it against a
+ * larger count comes out false. Cubes one unit deep are safe, their count
+ * being held to 65,535. A directory not copied leaves the launches that
+ * would have run it on the generic function. */
+static void alias_small_grid(const char *path, const unsigned shape[3], int depth)
+{
+        char spec[64], child[PATH_MAX];
+        struct dirent *e;
+        DIR *d;
+
+        if (depth > 4 || !(d = opendir(path)))
+                return;
+        snprintf(spec, sizeof(spec), "%u-%u-%u-goffs0", shape[0], shape[1], shape[2]);
+        while ((e = readdir(d))) {
+                if (e->d_type != DT_DIR || e->d_name[0] == '.' ||
+                    snprintf(child, sizeof(child), "%s/%s", path, e->d_name) >= (int) sizeof(child))
+                        continue;
+                if (strcmp(e->d_name, spec) != 0) {
+                        alias_small_grid(child, shape, depth + 1);
+                        continue;
+                }
+                char alias[PATH_MAX + 16];
+                DIR *files = opendir(child);
+                struct dirent *f;
+                int to = -1;
+                snprintf(alias, sizeof(alias), "%s-smallgrid", child);
+                if (files && mkdir(alias, 0700) == 0 &&
+                    (to = open(alias, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+                        while ((f = readdir(files)))
+                                if (f->d_type == DT_REG &&
+                                    copy_file(dirfd(files), f->d_name, to) < 0)
+                                        break;
+                if (files)
+                        closedir(files);
+                if (to >= 0)
+                        close(to);
+        }
+        closedir(d);
+}
+
 int cube__dev_build_main(int argc, char **argv)
 {
         char path[PATH_MAX];
@@ -203,7 +278,12 @@ int cube__dev_build_main(int argc, char **argv)
                  * tenth, not half, of what they would have had. */
                 (void) !nice(SHAPE_BUILD_NICE);
                 build_large_grid_variant(src, options, shape);
-                specialise(shape, true);
+                if (shape[2] == 1) {
+                        specialise(shape, true);
+                } else {
+                        unsetenv("POCL_BINARY_SPECIALIZE_WG");
+                        alias_small_grid(dir, shape, 0);
+                }
         } else {
                 unsetenv("POCL_BINARY_SPECIALIZE_WG");
         }
