@@ -187,6 +187,19 @@ static int copy_file(int from_dir, const char *name, int to_dir)
         return r;
 }
 
+/* Whether entry e of directory d is of type (DT_DIR, DT_REG), asking the
+ * file system where readdir does not say. */
+static bool entry_is(DIR *d, const struct dirent *e, unsigned char type)
+{
+        struct stat st;
+
+        if (e->d_type != DT_UNKNOWN)
+                return e->d_type == type;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return false;
+        return type == DT_DIR ? S_ISDIR(st.st_mode) : type == DT_REG && S_ISREG(st.st_mode);
+}
+
 /* For cubes more than one unit deep, the functions for any grid stand in
  * for those for small grids: each directory of them under path (an entry
  * point's, in PoCL's cache) is copied beside itself under the small-grid
@@ -207,7 +220,7 @@ static void alias_small_grid(const char *path, const unsigned shape[3], int dept
                 return;
         snprintf(spec, sizeof(spec), "%u-%u-%u-goffs0", shape[0], shape[1], shape[2]);
         while ((e = readdir(d))) {
-                if (e->d_type != DT_DIR || e->d_name[0] == '.' ||
+                if (e->d_name[0] == '.' || !entry_is(d, e, DT_DIR) ||
                     snprintf(child, sizeof(child), "%s/%s", path, e->d_name) >= (int) sizeof(child))
                         continue;
                 if (strcmp(e->d_name, spec) != 0) {
@@ -222,7 +235,7 @@ static void alias_small_grid(const char *path, const unsigned shape[3], int dept
                 if (files && mkdir(alias, 0700) == 0 &&
                     (to = open(alias, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
                         while ((f = readdir(files)))
-                                if (f->d_type == DT_REG &&
+                                if (entry_is(files, f, DT_REG) &&
                                     copy_file(dirfd(files), f->d_name, to) < 0)
                                         break;
                 if (files)
