@@ -77,10 +77,11 @@ static char *slurp(const char *path, size_t *ret_len)
 }
 
 /* Has PoCL add to a program's binaries the work-group functions for cubes
- * of shape, on grids under 65,535 units a side (small_grid) or on any grid:
- * PoCL runs a launch with the first where it fits, else with the second,
- * else with the generic function. POCL_BINARY_SPECIALIZE_WG names them as
- * PoCL names their directories in its cache. */
+ * of shape, on grids under 65,535 units a side (small_grid) or on any grid.
+ * PoCL looks a launch's function up under one of the two names, by the
+ * grid's width as it measures it, and runs the generic function where that
+ * one is missing. POCL_BINARY_SPECIALIZE_WG names them as PoCL names their
+ * directories in its cache. */
 static void specialise(const unsigned shape[3], bool small_grid)
 {
         char spec[96];
