@@ -3,11 +3,11 @@
  * process both map, handed out in ranges from a list of its free holes.
  *
  * cubed allocates on its loop thread (driver.h). A range never straddles two
- * of the windows PoCL is given (queue.h's window), and it reads as
- * zeros when it is handed out. Memory freed goes back to the host at once,
- * whole pages of it punched out of the memfd: cubed's resident memory
- * follows what is in use, not what once was. A peer's memory (peer.c) is named by storage
- * too, but never allocated here: it is the peer's.
+ * of the windows kernels address memory in (queue.h's window), and it reads
+ * as zeros when it is handed out. Memory freed goes back to the host at
+ * once, whole pages of it punched out of the memfd: cubed's resident memory
+ * follows what is in use, not what once was. A peer's memory (peer.c) is
+ * named by storage too, but never allocated here: it is the peer's.
  */
 #include <fcntl.h>
 #include <stdlib.h>

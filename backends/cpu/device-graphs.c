@@ -34,8 +34,7 @@ typedef struct dgraph {
         uint32_t id;
         uint32_t n;
         glaunch *launches;
-        cl_mem info;                    /* every launch's info words, in words */
-        uint64_t *words;
+        uint64_t *words;                /* every launch's info words */
         char why[CUBE__Q_REASON];       /* not empty: it could not be built */
         struct dgraph *next;
 } dgraph;
@@ -53,16 +52,15 @@ static void dgraph_free(dgraph *g)
         for (uint32_t i = 0; g->launches && i < g->n; i++)
                 if (g->launches[i].kernel)
                         clReleaseKernel(g->launches[i].kernel);
-        if (g->info)
-                clReleaseMemObject(g->info);
         free(g->words);
         free(g->launches);
         free(g);
 }
 
 /* Builds the launches of a CUBE__MSG_GRAPH into g, or says in g->why why it
- * cannot (what it built stays, for dgraph_free). The records were written by cubed, but are read as if
- * they were not: every count is checked against what arrived. */
+ * cannot (what it built stays, for dgraph_free). The records were written by
+ * cubed, but are read as if they were not: every count is checked against
+ * what arrived. */
 static void dgraph_build(dgraph *g, const char *payload, size_t len)
 {
         const char *p = payload, *end = payload + len;
@@ -122,14 +120,14 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 err = cube__dev_launch_args(k, NULL, looped, &r, at_word, l->global, l->local);
                 for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
                         cube__buffer_arg ba;
-                        cl_mem win = cube__dev_window_of(data[b], &ba.offset);
+                        char *win = cube__dev_window_of(data[b], &ba.offset);
                         if (!win) {
                                 snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
                                          "%u lies outside device memory", i, b);
                                 break;
                         }
                         ba.bytes = cube__dev_binding_bytes(&r, data, b);
-                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 2 * b, sizeof(cl_mem), &win);
+                        err |= clSetKernelArgSVMPointer(k, CUBE__ARG_BUFFERS + 2 * b, win);
                         err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 2 * b, sizeof(ba), &ba);
                 }
                 if (*g->why)
@@ -145,15 +143,8 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
         /* The graph keeps its words: its checked launches write their
          * out-of-bounds records there. */
         g->words = words;
-        if (!*g->why) {
-                g->info = clCreateBuffer(cube__dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                         (n_words ? n_words : 1) * 8, words, &err);
-                if (!g->info)
-                        snprintf(g->why, sizeof(g->why), "cannot give PoCL the graph's info "
-                                 "words (%d)", err);
-        }
         for (uint32_t i = 0; !*g->why && i < g->n; i++)
-                if ((err = clSetKernelArg(g->launches[i].kernel, 0, sizeof(cl_mem), &g->info)))
+                if ((err = clSetKernelArgSVMPointer(g->launches[i].kernel, 0, words)))
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
                                  "runtime refused its info words (%d)", i, err);
 }

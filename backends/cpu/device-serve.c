@@ -145,7 +145,12 @@ static void load(const cube__msg *m, char *payload)
         clGetKernelWorkGroupInfo(mod.kernel, cube__dev.devs.ids[0],
                                  CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof(fixed), fixed, NULL);
         mod.looped = fixed[0] == 1 && fixed[1] == 1 && fixed[2] == 1;
-        clSetKernelArg(mod.kernel, 0, sizeof(cl_mem), &cube__dev.arena);
+        if ((err = clSetKernelArgSVMPointer(mod.kernel, 0, cube__dev.arena)) != CL_SUCCESS) {
+                clReleaseKernel(mod.kernel);
+                clReleaseProgram(mod.program);
+                reply(err, "clSetKernelArgSVMPointer(%s): %d", entry, err);
+                return;
+        }
         pthread_mutex_lock(&cube__dev.lock);
         if (m->id >= cube__dev.n_modules) {
                 uint32_t n = m->id + 16;
@@ -190,22 +195,19 @@ static int recv_header(cube__msg *m, int *ret_fd)
                                                              sizeof(*m) - (size_t) n);
 }
 
-/* A peer device's memory: mapped, and given to PoCL in windows as device
+/* A peer device's memory: mapped, and addressed in windows as device
  * memory is, so a launch may bind it (queue.h's peer addresses). */
 static void peer(const cube__msg *m, const char *payload, int fd)
 {
         uint64_t size;
-        uint32_t n;
-        cl_mem *windows;
         char *map;
-        cl_int err = CL_SUCCESS;
 
         if (fd < 0 || m->len != 8 || m->id >= CUBE__PEERS_MAX) {
                 reply(-1, "a peer's memory comes with its descriptor, its size and a free slot");
                 return;
         }
         memcpy(&size, payload, 8);
-        if (size == 0 || size > CUBE__PEER_SPAN || cube__dev.peers[m->id].windows) {
+        if (size == 0 || size > CUBE__PEER_SPAN || cube__dev.peers[m->id].map) {
                 reply(-1, "a peer's memory of %llu bytes in slot %u does not fit",
                       (unsigned long long) size, m->id);
                 return;
@@ -215,31 +217,10 @@ static void peer(const cube__msg *m, const char *payload, int fd)
                 reply(-1, "cannot map the peer's memory: %s", strerror(errno));
                 return;
         }
-        n = (uint32_t) ((size + cube__dev.window - 1) / cube__dev.window);
-        if (!(windows = calloc(n, sizeof(cl_mem)))) {
-                munmap(map, size);
-                reply(-1, "out of memory");
-                return;
-        }
-        for (uint32_t i = 0; i < n && err == CL_SUCCESS; i++) {
-                uint64_t len = size - i * cube__dev.window;
-                windows[i] = clCreateBuffer(cube__dev.context,
-                                            CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                            len > cube__dev.window ? cube__dev.window : len,
-                                            map + i * cube__dev.window, &err);
-        }
-        if (err != CL_SUCCESS) {
-                for (uint32_t i = 0; i < n; i++)
-                        if (windows[i])
-                                clReleaseMemObject(windows[i]);
-                free(windows);
-                munmap(map, size);
-                reply(err, "cannot give PoCL the peer's memory: %d", err);
-                return;
-        }
         pthread_mutex_lock(&cube__dev.lock);
-        cube__dev.peers[m->id].n_windows = n;
-        cube__dev.peers[m->id].windows = windows;
+        cube__dev.peers[m->id].n_windows = (uint32_t) ((size + cube__dev.window - 1) /
+                                                       cube__dev.window);
+        cube__dev.peers[m->id].map = map;
         pthread_mutex_unlock(&cube__dev.lock);
         reply(0, NULL);
 }
@@ -382,28 +363,28 @@ static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
         pthread_mutex_unlock(&cube__dev.lock);
 }
 
-/* The PoCL buffer a launch's address lies in (device memory, or a peer's:
- * queue.h), and the offset there; NULL when it lies in neither. With
- * cube__dev.lock held (the peers). */
-static cl_mem window_held(uint64_t address, cl_ulong *ret_offset)
+/* Where the window a launch's address lies in starts (device memory, or a
+ * peer's: queue.h), and the offset there; NULL when it lies in neither.
+ * With cube__dev.lock held (the peers). */
+static char *window_held(uint64_t address, cl_ulong *ret_offset)
 {
         uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
         uint64_t w = at / cube__dev.window;
-        cl_mem win = NULL;
+        char *win = NULL;
 
         if (p == 0 && w < cube__dev.n_windows)
-                win = cube__dev.windows[w];
-        else if (p > 0 && p <= CUBE__PEERS_MAX && cube__dev.peers[p - 1].windows &&
+                win = cube__dev.memory + w * cube__dev.window;
+        else if (p > 0 && p <= CUBE__PEERS_MAX && cube__dev.peers[p - 1].map &&
                  w < cube__dev.peers[p - 1].n_windows)
-                win = cube__dev.peers[p - 1].windows[w];
+                win = cube__dev.peers[p - 1].map + w * cube__dev.window;
         *ret_offset = at % cube__dev.window;
         return win;
 }
 
-cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
+char *cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
 {
         pthread_mutex_lock(&cube__dev.lock);
-        cl_mem win = window_held(address, ret_offset);
+        char *win = window_held(address, ret_offset);
         pthread_mutex_unlock(&cube__dev.lock);
         return win;
 }
@@ -413,14 +394,16 @@ cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
  * the one before (its buffers; the launch's words change, their info moving
  * along the ring), so a module keeps what its kernel last took, and a value
  * it holds is not set again. */
-cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value)
+static cl_int set_kept(cl_kernel k, module *m, cl_uint index, size_t size, const void *value,
+                       bool pointer)
 {
         bool kept = m && index < MODULE_ARGS_KEPT && size <= MODULE_ARG_BYTES;
         cl_int err;
 
         if (kept && (m->arg_kept >> index & 1) && memcmp(m->arg[index], value, size) == 0)
                 return CL_SUCCESS;
-        err = clSetKernelArg(k, index, size, value);
+        err = pointer ? clSetKernelArgSVMPointer(k, index, *(void *const *) value) :
+                        clSetKernelArg(k, index, size, value);
         if (kept && err == CL_SUCCESS) {
                 memcpy(m->arg[index], value, size);
                 m->arg_kept |= 1ull << index;
@@ -428,6 +411,16 @@ cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, con
                 m->arg_kept &= ~(1ull << index);
         }
         return err;
+}
+
+cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value)
+{
+        return set_kept(k, m, index, size, value, false);
+}
+
+cl_int cube__dev_set_ptr(cl_kernel k, module *m, cl_uint index, void *p)
+{
+        return set_kept(k, m, index, sizeof(p), &p, true);
 }
 
 /* A binding's length, for the checks: the info words' tail (frontend.h)
@@ -488,7 +481,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
         err = cube__dev_launch_args(k, m, m->looped, &s->launch, info_off, global, local);
         for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
                 cube__buffer_arg b;
-                cl_mem win = window_held(s->data[i], &b.offset);
+                char *win = window_held(s->data[i], &b.offset);
                 if (!win) {
                         pthread_mutex_unlock(&cube__dev.lock);
                         s->status = -1;
@@ -497,7 +490,7 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                         return false;
                 }
                 b.bytes = cube__dev_binding_bytes(&s->launch, s->data, i);
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 2 * i, sizeof(cl_mem), &win);
+                err |= cube__dev_set_ptr(k, m, CUBE__ARG_BUFFERS + 2 * i, win);
                 err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 2 * i, sizeof(b), &b);
         }
         pthread_mutex_unlock(&cube__dev.lock);
@@ -724,6 +717,14 @@ int cube__dev_serve_main(int argc, char **argv)
         setenv("POCL_CACHE_DIR", kcache, 1);
         if (cube__dev_find_devices(&cube__dev.devs) < 0 || cube__dev.devs.n == 0)
                 return serve_fail("no OpenCL CPU device (is pocl-opencl-icd installed?)");
+        for (cl_uint i = 0; i < cube__dev.devs.n; i++) {
+                cl_device_svm_capabilities svm = 0;
+                clGetDeviceInfo(cube__dev.devs.ids[i], CL_DEVICE_SVM_CAPABILITIES, sizeof(svm),
+                                &svm, NULL);
+                if (!(svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER))
+                        return serve_fail("the OpenCL CPU device takes no fine-grained SVM "
+                                          "pointers (PoCL 1.0 or later does)");
+        }
         cube__dev.context = clCreateContext(NULL, cube__dev.devs.n, cube__dev.devs.ids, NULL, NULL,
                                             &err);
         if (!cube__dev.context)
@@ -738,27 +739,10 @@ int cube__dev_serve_main(int argc, char **argv)
         cube__dev.window = window_bytes(&cube__dev.devs);
         cube__ctl->window = cube__dev.window;
         cube__dev.n_windows = (uint32_t) ((memory_bytes + cube__dev.window - 1) / cube__dev.window);
-        if (!(cube__dev.windows = calloc(cube__dev.n_windows ? cube__dev.n_windows : 1,
-                                         sizeof(cl_mem))))
-                return serve_fail("out of memory");
-        for (uint32_t i = 0; i < cube__dev.n_windows; i++) {
-                uint64_t len = memory_bytes - i * cube__dev.window;
-                if (len > cube__dev.window)
-                        len = cube__dev.window;
-                cube__dev.windows[i] = clCreateBuffer(cube__dev.context,
-                                                      CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, len,
-                                                      (char *) memory + i * cube__dev.window, &err);
-                if (!cube__dev.windows[i])
-                        return serve_fail("cannot give PoCL %llu bytes of device memory: %d",
-                                          (unsigned long long) len, err);
-        }
+        cube__dev.memory = memory;
         /* Read and written: a checked launch records its first access out of
          * bounds among its info words. */
-        cube__dev.arena = clCreateBuffer(cube__dev.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                         CUBE__Q_BYTES - CUBE__Q_CTL_BYTES,
-                                         (char *) qbase + CUBE__Q_CTL_BYTES, &err);
-        if (!cube__dev.arena)
-                return serve_fail("cannot give PoCL the launch ring: %d", err);
+        cube__dev.arena = (char *) qbase + CUBE__Q_CTL_BYTES;
         clGetPlatformInfo(cube__dev.devs.platform, CL_PLATFORM_VERSION, sizeof(version) - 1,
                           version, NULL);
         clGetDeviceInfo(cube__dev.devs.ids[0], CL_DEVICE_NAME, sizeof(name) - 1, name, NULL);

@@ -63,7 +63,14 @@ typedef struct module {
  * launch's words (cube__launch_arg, the prelude's ulong4); then per buffer
  * its window, and its offset and length (a ulong2). PoCL allocates a copy of
  * every argument at each launch, which cost more than an empty kernel runs
- * while there were three per buffer and eight besides. */
+ * while there were three per buffer and eight besides.
+ *
+ * The ring and the windows are given as pointers into this process's
+ * mappings (clSetKernelArgSVMPointer), not as PoCL buffers: for each buffer
+ * argument PoCL tracks, locks and migrates the buffer at every launch,
+ * which cost a launch of two buffers a fifth of a microsecond, and the device
+ * orders its launches itself. PoCL's CPU devices take fine-grained SVM, and
+ * pass such a pointer to the kernel as it is. */
 #define CUBE__ARG_LAUNCH 1
 #define CUBE__ARG_BUFFERS 2
 
@@ -88,7 +95,8 @@ typedef struct cube__dev_state {
         cl_context context;
         cpu_devices devs;
         cl_command_queue queues[2];     /* one per device of devs */
-        cl_mem *windows, arena;
+        char *memory;                   /* device memory, as mapped here */
+        void *arena;                    /* the ring past its control block */
         uint64_t window;                /* bytes of each window (queue.h) */
         uint32_t n_windows;
         unsigned cpus;                  /* it may run on (cube__q_cpus); 1: every launch
@@ -97,7 +105,7 @@ typedef struct cube__dev_state {
         module *modules;
         uint32_t n_modules;
         struct {                        /* peer devices' memory (queue.h) */
-                cl_mem *windows;
+                char *map;
                 uint32_t n_windows;
         } peers[CUBE__PEERS_MAX];
 } cube__dev_state;
@@ -146,13 +154,15 @@ int cube__dev_seal_self(const char *kcache);
 /* Whether a launch runs on the inline device (cpu_devices). */
 bool cube__dev_runs_inline(const cube__qlaunch *l);
 
-/* The PoCL buffer a launch's address lies in, and the offset there; NULL
- * when it lies in none. */
-cl_mem cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
+/* Where the window a launch's address lies in starts, in this process,
+ * and the offset there; NULL when it lies in none. */
+char *cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
 
 /* Sets argument index of kernel k, unless m (the module whose kernel k is,
  * or NULL) shows it holds that value already. */
 cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value);
+/* The same for a pointer argument: p, given as a pointer, not a buffer. */
+cl_int cube__dev_set_ptr(cl_kernel k, module *m, cl_uint index, void *p);
 
 /* Binding i's length for the checks, from launch l's words (data: its
  * buffer addresses, then its info words); 0 unchecked. */

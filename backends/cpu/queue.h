@@ -143,12 +143,13 @@ typedef struct cube__msg_reply {
         uint32_t len;                   /* of the reason that follows */
 } cube__msg_reply;
 
-/* Device memory is given to PoCL in windows, no allocation straddling two.
- * A window is the largest power of two that PoCL takes in one buffer, at
- * most this: PoCL's own limit follows the host's memory as its topology
- * reports it (a quarter of a NUMA node's), so on some hosts it is 1 GiB or
- * less, and a fixed window would keep the device from starting there. The
- * device process picks it and says it in the control block. */
+/* Kernels address device memory in windows, no allocation straddling two.
+ * A window is the largest power of two that PoCL takes as one buffer
+ * (CL_DEVICE_MAX_MEM_ALLOC_SIZE), at most this: PoCL's own limit follows
+ * the host's memory as its topology reports it (a quarter of a NUMA node's),
+ * so on some hosts it is 1 GiB or less, and a fixed window would give a
+ * kernel a buffer larger than the device says one can be. The device process
+ * picks it and says it in the control block. */
 #define CUBE__WINDOW_MAX (2ull << 30)
 
 /* A peer device's memory, mapped by both cubed and the device process: at
