@@ -1,20 +1,23 @@
 /*
- * spin.c - a waiting client polls its socket for a short while before it
- * sleeps, where that costs the daemon nothing.
+ * spin.c - a waiting client polls its socket for as long as its answers
+ * lately took, before it sleeps, where that costs the daemon nothing.
  *
  * An answer that finds its client asleep on another CPU pays for waking
- * that CPU: 20-50 us on the 2-vCPU VMs cube is measured on, most of an idle
- * sync's round trip when client and daemon run on different CPUs. A client
- * that polls for up to $CUBE_CLIENT_SPIN_US (50 us) first takes the answer
- * as it lands. Polling pays only while the daemon does not need the CPU the
- * poller holds: pinned to the daemon's only CPU, every poll would delay the
- * very answer it waits for. So the choice is made at connect, from the two
- * processes' CPU affinity (the daemon's pid from SO_PEERCRED), much as
- * CUDA's default schedule spins only while the CPUs are not oversubscribed.
+ * that CPU: 20-150 us on the 2-vCPU VMs cube is measured on, where an idle
+ * vCPU halts at once. That is most of an idle sync's round trip when client
+ * and daemon run on different CPUs, and a quarter of a 100,000-float
+ * reduction's launch and sync. A client that polls while it waits takes the
+ * answer as it lands, as CUDA's default schedule spins while the CPUs are
+ * not oversubscribed. Polling pays only while the daemon does not need the
+ * CPU the poller holds: pinned to the daemon's only CPU, every poll would
+ * delay the very answer it waits for. So the choice is made at connect,
+ * from the two processes' CPU affinity (the daemon's pid from SO_PEERCRED).
  * A thread polls only while no other thread of its process waits for an
  * answer (many waiting at once keep the daemon busy, and it needs the CPU
- * more), and a connection whose polls keep finding nothing polls ever more
- * rarely, down to one wait in 256, so long waits cost next to no CPU time.
+ * more). A wait polls for twice what the connection's answers have lately
+ * taken (at least 50 us), and never longer than its budget,
+ * $CUBE_CLIENT_SPIN_US (1000 us): answers that take longer than that find
+ * their client asleep, and it sleeps at once, so long waits cost no CPU time.
  */
 #include <errno.h>
 #include <poll.h>
@@ -24,8 +27,6 @@
 #include <time.h>
 
 #include "spin.h"
-
-#define SPIN_MAX_BACKOFF 8              /* after as many misses: poll once in 256 waits */
 
 static _Atomic unsigned waiting;        /* threads of this process waiting for an answer */
 
@@ -79,39 +80,47 @@ void cube__spin_init(cube__spin *s, int fd)
         s->budget_ns = (us < CUBE__SPIN_MAX_US ? us : CUBE__SPIN_MAX_US) * 1000ull;
 }
 
-/* Polls fd for up to the budget: true when an answer is there. */
-static bool spin(cube__spin *s, int fd)
+/* How long a wait polls, from what the connection's answers took: 0 when
+ * they take longer than the budget. */
+static uint64_t poll_for(const cube__spin *s)
+{
+        uint64_t want = 2 * s->expect_ns;
+
+        if (s->expect_ns > s->budget_ns)
+                return 0;
+        if (want < CUBE__SPIN_MIN_US * 1000ull)
+                want = CUBE__SPIN_MIN_US * 1000ull;
+        return want < s->budget_ns ? want : s->budget_ns;
+}
+
+/* Polls fd for up to ns: true when an answer is there. */
+static bool spin(int fd, uint64_t start, uint64_t ns)
 {
         struct pollfd p = { .fd = fd, .events = POLLIN };
-        uint64_t end = now_ns() + s->budget_ns;
         bool found;
 
         do
                 found = poll(&p, 1, 0) > 0;
-        while (!found && now_ns() < end);
-        if (found)
-                s->misses = 0;
-        else if (s->misses < SPIN_MAX_BACKOFF)
-                s->misses++;
-        s->skip = (1u << s->misses) - 1;
+        while (!found && now_ns() - start < ns);
         return found;
 }
 
 int cube__spin_wait(cube__spin *s, int fd)
 {
         struct pollfd p = { .fd = fd, .events = POLLIN };
+        uint64_t start = s->budget_ns ? now_ns() : 0;
         int r = 0;
 
         /* Another thread of this process waiting too: the daemon is busy
          * with this process's work, and a poller would take a CPU from it. */
         bool alone = atomic_fetch_add(&waiting, 1) == 0;
-        if (s->budget_ns && s->skip)
-                s->skip--;
-        else if (s->budget_ns && alone && spin(s, fd))
-                goto out;
-        if (poll(&p, 1, -1) < 0)
+        s->polled_ns = alone ? poll_for(s) : 0;
+        if (!(s->polled_ns && spin(fd, start, s->polled_ns)) && poll(&p, 1, -1) < 0)
                 r = -errno;
-out:
+        /* Half the last wait, half those before it: a connection whose
+         * answers slow down stops polling within a few waits. */
+        if (s->budget_ns && r == 0)
+                s->expect_ns = (s->expect_ns + (now_ns() - start)) / 2;
         atomic_fetch_sub(&waiting, 1);
         return r;
 }

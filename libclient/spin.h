@@ -9,15 +9,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CUBE__SPIN_DEFAULT_US 50u       /* $CUBE_CLIENT_SPIN_US, else this */
-#define CUBE__SPIN_MAX_US 1000u
+#define CUBE__SPIN_DEFAULT_US 1000u     /* $CUBE_CLIENT_SPIN_US, else this */
+#define CUBE__SPIN_MAX_US 10000u
+#define CUBE__SPIN_MIN_US 50u           /* a wait polls at least this long, within the budget */
 
 /* A connection's polling: set once at connect, then used by whichever
  * thread reads for everyone (rpc.c), one at a time. */
 typedef struct cube__spin {
-        uint64_t budget_ns;             /* 0: never poll, sleep at once */
-        unsigned misses;                /* polls in a row that found nothing */
-        unsigned skip;                  /* waits left to sleep through before polling again */
+        uint64_t budget_ns;             /* the most a wait polls; 0: never poll, sleep at once */
+        uint64_t expect_ns;             /* how long this connection's answers lately took */
+        uint64_t polled_ns;             /* how long the last wait polled (0: it slept at once) */
 } cube__spin;
 
 /* Whether a client that may run on mine should poll for a daemon that may

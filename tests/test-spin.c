@@ -1,8 +1,8 @@
 /*
  * test-spin.c - when a waiting client polls its socket before it sleeps
  * (libclient/spin.c): the rule on CPU sets, the decision against a real
- * cubed pinned apart from the client or onto the client's own CPU, and the
- * back-off of polls that find nothing.
+ * cubed pinned apart from the client or onto the client's own CPU, and how
+ * long a wait polls, from how long the answers before it took.
  */
 #include <check.h>
 #include <pthread.h>
@@ -120,30 +120,48 @@ static void wait_for_byte(cube__spin *s, int fd, int writer, unsigned ms)
         pthread_join(l.thread, NULL);
 }
 
-START_TEST(test_polls_that_miss_back_off)
+START_TEST(test_polls_as_long_as_answers_take)
 {
-        cube__spin s = { .budget_ns = 20000 };
+        cube__spin s = { .budget_ns = 50000000 };
         int sv[2];
 
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        /* Answered after the budget: a miss, and the next wait sleeps at once. */
-        wait_for_byte(&s, sv[0], sv[1], 50);
-        ck_assert_uint_eq(s.misses, 1);
-        ck_assert_uint_eq(s.skip, 1);
-        wait_for_byte(&s, sv[0], sv[1], 1);
-        ck_assert_uint_eq(s.misses, 1);
-        ck_assert_uint_eq(s.skip, 0);
-        wait_for_byte(&s, sv[0], sv[1], 50);
-        ck_assert_uint_eq(s.misses, 2);
-        ck_assert_uint_eq(s.skip, 3);
-        for (int i = 0; i < 3; i++)
-                wait_for_byte(&s, sv[0], sv[1], 1);
-        ck_assert_uint_eq(s.skip, 0);
-        /* An answer already there: a hit, and polling is back. */
-        ck_assert_int_eq(write(sv[1], "x", 1), 1);
-        wait_for_byte(&s, sv[0], sv[1], 0);
-        ck_assert_uint_eq(s.misses, 0);
-        ck_assert_uint_eq(s.skip, 0);
+        /* Nothing known yet: the shortest poll, then the answers' pace. */
+        wait_for_byte(&s, sv[0], sv[1], 5);
+        ck_assert_uint_eq(s.polled_ns, CUBE__SPIN_MIN_US * 1000ull);
+        for (int i = 0; i < 6; i++)
+                wait_for_byte(&s, sv[0], sv[1], 5);
+        ck_assert_uint_ge(s.expect_ns, 4000000);
+        /* Polled for twice what the answers took before it: at least 8 ms,
+         * so the 5 ms answer came while it polled. */
+        ck_assert_uint_ge(s.polled_ns, 8000000);
+        ck_assert_uint_le(s.polled_ns, s.budget_ns);
+        close(sv[0]);
+        close(sv[1]);
+}
+END_TEST
+
+START_TEST(test_answers_slower_than_the_budget_find_the_client_asleep)
+{
+        cube__spin s = { .budget_ns = 1000000 };
+        int sv[2];
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        /* Answered after 20 ms, past the 1 ms budget: the next waits sleep
+         * at once. */
+        wait_for_byte(&s, sv[0], sv[1], 20);
+        ck_assert_uint_gt(s.expect_ns, s.budget_ns);
+        wait_for_byte(&s, sv[0], sv[1], 20);
+        ck_assert_uint_eq(s.polled_ns, 0);
+        /* Answers already there: polling is back within a few waits. */
+        for (int i = 0; i < 9; i++) {
+                char b;
+                ck_assert_int_eq(write(sv[1], "x", 1), 1);
+                ck_assert_int_eq(cube__spin_wait(&s, sv[0]), 0);
+                ck_assert_int_eq(read(sv[0], &b, 1), 1);
+        }
+        ck_assert_uint_gt(s.polled_ns, 0);
+        ck_assert_uint_le(s.expect_ns, s.budget_ns);
         close(sv[0]);
         close(sv[1]);
 }
@@ -174,17 +192,16 @@ START_TEST(test_no_poll_while_another_thread_waits)
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, other.sv), 0);
         ck_assert_int_eq(pthread_create(&other.thread, NULL, wait_on, &other), 0);
         usleep(100000);
-        /* Another thread of the process waits: this one sleeps at once, so
-         * its wait is neither a hit nor a miss. */
+        /* Another thread of the process waits: this one sleeps at once. */
         wait_for_byte(&s, sv[0], sv[1], 50);
-        ck_assert_uint_eq(s.misses, 0);
-        ck_assert_uint_eq(s.skip, 0);
+        ck_assert_uint_eq(s.polled_ns, 0);
+        s.expect_ns = 0;
         ck_assert_int_eq(write(other.sv[1], "x", 1), 1);
         pthread_join(other.thread, NULL);
         ck_assert_int_eq(read(other.sv[0], &b, 1), 1);
-        /* Alone again: the wait polls, and misses. */
+        /* Alone again: the wait polls. */
         wait_for_byte(&s, sv[0], sv[1], 50);
-        ck_assert_uint_eq(s.misses, 1);
+        ck_assert_uint_eq(s.polled_ns, 20000);
         close(sv[0]);
         close(sv[1]);
         close(other.sv[0]);
@@ -200,7 +217,8 @@ static Suite *suite(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_the_rule);
         tcase_add_test(tc, test_decided_from_the_daemons_cpus);
-        tcase_add_test(tc, test_polls_that_miss_back_off);
+        tcase_add_test(tc, test_polls_as_long_as_answers_take);
+        tcase_add_test(tc, test_answers_slower_than_the_budget_find_the_client_asleep);
         tcase_add_test(tc, test_no_poll_while_another_thread_waits);
         suite_add_tcase(s, tc);
         return s;
