@@ -15,9 +15,12 @@
  * A thread polls only while no other thread of its process waits for an
  * answer (many waiting at once keep the daemon busy, and it needs the CPU
  * more). A wait polls for twice what the connection's answers have lately
- * taken (at least 50 us), and never longer than its budget,
- * $CUBE_CLIENT_SPIN_US (1000 us): answers that take longer than that find
- * their client asleep, and it sleeps at once, so long waits cost no CPU time.
+ * taken (at least 50 us), and never longer than its budget: answers that
+ * take longer than that find their client asleep, and it sleeps at once, so
+ * long waits cost no CPU time. The budget is 1 ms where client and daemon
+ * run on CPUs of their own, and 50 us where they may meet on one: there a
+ * longer poll takes the CPU from a daemon the scheduler put beside it, or
+ * from other work, when the machine is busy. $CUBE_CLIENT_SPIN_US sets it.
  */
 #include <errno.h>
 #include <poll.h>
@@ -38,45 +41,47 @@ static uint64_t now_ns(void)
         return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
 }
 
-bool cube__spin_pays(const cpu_set_t *mine, const cpu_set_t *daemon)
+unsigned cube__spin_budget_us(const cpu_set_t *mine, const cpu_set_t *daemon)
 {
-        cpu_set_t outside;
+        cpu_set_t outside, shared;
 
         if (!daemon)
-                return CPU_COUNT(mine) >= 2;
+                return CPU_COUNT(mine) >= 2 ? CUBE__SPIN_SHARED_US : 0;
+        CPU_AND(&shared, daemon, mine);
+        if (CPU_COUNT(&shared) == 0)
+                return CUBE__SPIN_APART_US;
         /* A CPU the daemon may use and the poller may not: the daemon is never
          * kept waiting for the poller's. */
         CPU_XOR(&outside, daemon, mine);
         CPU_AND(&outside, &outside, daemon);
         if (CPU_COUNT(&outside) > 0)
-                return true;
+                return CUBE__SPIN_SHARED_US;
         /* Both free to move: the scheduler keeps them apart. */
-        return CPU_COUNT(mine) >= 2 && CPU_COUNT(daemon) >= 2;
+        return CPU_COUNT(mine) >= 2 && CPU_COUNT(daemon) >= 2 ? CUBE__SPIN_SHARED_US : 0;
 }
 
 void cube__spin_init(cube__spin *s, int fd)
 {
         const char *env = getenv("CUBE_CLIENT_SPIN_US");
-        unsigned long us = CUBE__SPIN_DEFAULT_US;
+        unsigned long us;
         cpu_set_t mine, daemon;
         struct ucred peer;
         socklen_t len = sizeof(peer);
         bool known;
 
         *s = (cube__spin) { 0 };
-        if (env && *env) {
-                char *end;
-                errno = 0;
-                us = strtoul(env, &end, 10);
-                if (errno || *end)
-                        us = CUBE__SPIN_DEFAULT_US;
-        }
-        if (us == 0 || sched_getaffinity(0, sizeof(mine), &mine) < 0)
+        if (sched_getaffinity(0, sizeof(mine), &mine) < 0)
                 return;
         known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.pid > 0 &&
                 sched_getaffinity(peer.pid, sizeof(daemon), &daemon) == 0;
-        if (!cube__spin_pays(&mine, known ? &daemon : NULL))
-                return;
+        us = cube__spin_budget_us(&mine, known ? &daemon : NULL);
+        if (us && env && *env) {
+                char *end;
+                errno = 0;
+                unsigned long set = strtoul(env, &end, 10);
+                if (!errno && !*end)
+                        us = set;
+        }
         s->budget_ns = (us < CUBE__SPIN_MAX_US ? us : CUBE__SPIN_MAX_US) * 1000ull;
 }
 

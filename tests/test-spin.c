@@ -30,15 +30,17 @@ START_TEST(test_the_rule)
         cpu_set_t c0 = cpus(0, -1), c1 = cpus(1, -1), both = cpus(0, 1);
 
         /* One CPU for both: a poll would hold the daemon's only CPU. */
-        ck_assert(!cube__spin_pays(&c0, &c0));
+        ck_assert_uint_eq(cube__spin_budget_us(&c0, &c0), 0);
         /* The daemon may not run where the client polls. */
-        ck_assert(!cube__spin_pays(&both, &c0));
-        ck_assert(cube__spin_pays(&c0, &c1));
-        ck_assert(cube__spin_pays(&c0, &both));
-        ck_assert(cube__spin_pays(&both, &both));
+        ck_assert_uint_eq(cube__spin_budget_us(&both, &c0), 0);
+        /* CPUs of their own: the long budget. */
+        ck_assert_uint_eq(cube__spin_budget_us(&c0, &c1), CUBE__SPIN_APART_US);
+        /* They may meet on a CPU: the short one. */
+        ck_assert_uint_eq(cube__spin_budget_us(&c0, &both), CUBE__SPIN_SHARED_US);
+        ck_assert_uint_eq(cube__spin_budget_us(&both, &both), CUBE__SPIN_SHARED_US);
         /* The daemon's CPUs unknown: the client's own decide. */
-        ck_assert(!cube__spin_pays(&c0, NULL));
-        ck_assert(cube__spin_pays(&both, NULL));
+        ck_assert_uint_eq(cube__spin_budget_us(&c0, NULL), 0);
+        ck_assert_uint_eq(cube__spin_budget_us(&both, NULL), CUBE__SPIN_SHARED_US);
 }
 END_TEST
 
@@ -72,7 +74,7 @@ START_TEST(test_decided_from_the_daemons_cpus)
         ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
         ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
         unsetenv("CUBE_CLIENT_SPIN_US");
-        ck_assert_uint_eq(budget_with(&d, 1, 0), CUBE__SPIN_DEFAULT_US * 1000ull);
+        ck_assert_uint_eq(budget_with(&d, 1, 0), CUBE__SPIN_APART_US * 1000ull);
         ck_assert_uint_eq(budget_with(&d, 0, 0), 0);
         setenv("CUBE_CLIENT_SPIN_US", "0", 1);
         ck_assert_uint_eq(budget_with(&d, 1, 0), 0);
