@@ -97,6 +97,7 @@ struct cube__device {
         pthread_t monitor;
         bool monitor_started;
         atomic_bool dead;
+        atomic_bool exited;             /* reaped, its death not yet told (cpu.c's monitor) */
         atomic_bool closing;
         pthread_mutex_t dead_lock;
         char dead_reason[768];

@@ -80,8 +80,19 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
         s = cube__q_slot(d->queue, seq);
         /* Never taken: the workers hold fewer launches than the ring has
          * slots (cpu.h's assertion), so this slot's last launch is done. */
-        while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead))
+        while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead) &&
+               !atomic_load(&d->exited))
                 sched_yield();
+        if (atomic_load(&s->state) != CUBE__SLOT_FREE) {
+                /* The device is gone, and its monitor needs post_lock to say
+                 * why: the launch is refused once it has. */
+                d->next_seq--;
+                pthread_mutex_unlock(&d->post_lock);
+                while (!atomic_load(&d->dead))
+                        sched_yield();
+                *ret_error = dead_error(d);
+                return 0;
+        }
         s->seq = seq;
         s->status = 0;
         s->failed_part = 0;
