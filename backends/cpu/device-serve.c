@@ -723,7 +723,7 @@ int cube__dev_serve_main(int argc, char **argv)
                                 &svm, NULL);
                 if (!(svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER))
                         return serve_fail("the OpenCL CPU device takes no fine-grained SVM "
-                                          "pointers (PoCL 1.0 or later does)");
+                                          "pointers, as PoCL's CPU devices do");
         }
         cube__dev.context = clCreateContext(NULL, cube__dev.devs.n, cube__dev.devs.ids, NULL, NULL,
                                             &err);

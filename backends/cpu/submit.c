@@ -78,8 +78,9 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
         pthread_mutex_lock(&d->post_lock);
         seq = ++d->next_seq;
         s = cube__q_slot(d->queue, seq);
-        /* Never taken: the workers hold fewer launches than the ring has
-         * slots (cpu.h's assertion), so this slot's last launch is done. */
+        /* While the device lives, never taken: the workers hold fewer
+         * launches than the ring has slots (cpu.h's assertion), so this
+         * slot's last launch is done. */
         while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead) &&
                !atomic_load(&d->exited))
                 sched_yield();
