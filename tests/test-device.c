@@ -8,15 +8,19 @@
  * and a fresh device serves afterwards; a kernel that never ends and units
  * stuck at different barriers are stopped by the kernel timeout; a compiler
  * bomb is refused within the compile limit while others are served; a
- * planted or altered artifact in the kernel cache is never loaded; and a
- * device that may use one CPU runs every launch on its own thread.
+ * planted or altered artifact in the kernel cache is never loaded; a
+ * device that may use one CPU runs every launch on its own thread; and a
+ * worker lapped on the launch ring by the loop thread stops neither.
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1379,6 +1383,144 @@ static void start_on_one_cpu(test_daemon *d)
         ck_assert_int_eq(started, 0);
 }
 
+/* Flooders keep the loop thread's share of the ring full, so a prober's
+ * launch, behind them, goes to the ring from a worker, which then takes its
+ * read. A worker preempted between the two, as any thread may be, sees the
+ * loop run through the ring and come back to the slot it holds. Neither may
+ * wait for the other there: cubed must go on, and no launch may be lost,
+ * every counter ending at the number of launches made on it. The workers
+ * run at idle priority on the daemon's one CPU, which a thread of the test
+ * keeps busy: preempted there anywhere, they are lapped often. */
+#define RING_FLOODERS 4
+#define RING_PROBERS 2
+#define RING_PROBES 1000
+#define RING_BURST 48
+#define RING_PROBE_BURST 15
+
+struct ring_client {
+        const char *socket;
+        bool probe;
+        _Atomic int *probers_left;      /* flooders flood until it is 0 */
+        uint32_t got, want;
+        char failed[160];
+};
+
+static const char ring_count_source[] =
+        "KERNEL void count(uint32_t *out, INFO)\n"
+        "{\n"
+        "        out[0] = out[0] + 1u;\n"
+        "}\n";
+
+static void *ring_client_run(void *arg)
+{
+        struct ring_client *r = arg;
+        cube_info *info = cube_info_new();
+        uint32_t zero = 0, got;
+        cube_error *e = NULL;
+        cube_client *c = NULL;
+        cube_handle out, side;
+        uint64_t k;
+
+        if ((e = cube_connect(r->socket, "ring", &c)) || (e = cube_create(c, &zero, 4, &out)) ||
+            (e = cube_empty(c, 4, &side)) ||
+            (e = cube_kernel_register(c, ring_count_source, "count", &k)) ||
+            cube_info_buffer_len(info, 1) != 0)
+                goto out;
+        cube_launch l = {
+                .kernel = k, .cube_count = { 1, 1, 1 }, .cube_dim = { 1, 1, 1 },
+                .buffers = &out, .n_buffers = 1, .info = info,
+        };
+        for (int round = 0;
+             r->probe ? round < RING_PROBES : round == 0 || atomic_load(r->probers_left) > 0;
+             round++) {
+                if (r->probe && (e = cube_write(c, &side, &zero, 4)))
+                        goto out;
+                for (int i = 0; i < (r->probe ? RING_PROBE_BURST : RING_BURST); i++)
+                        if ((e = cube_launch_kernel(c, &l)))
+                                goto out;
+                if ((e = r->probe ? cube_read(c, &out, &got, 4) : cube_sync(c, NULL, 0)))
+                        goto out;
+                r->want += r->probe ? RING_PROBE_BURST : RING_BURST;
+        }
+        e = cube_read(c, &out, &r->got, 4);
+out:
+        if (e)
+                snprintf(r->failed, sizeof(r->failed), "%s", cube_error_message(e));
+        cube_error_free(e);
+        cube_info_free(info);
+        cube_disconnect(c);
+        if (r->probe)
+                atomic_fetch_sub(r->probers_left, 1);
+        return NULL;
+}
+
+/* Every thread of process pid but its first (cubed's loop) at idle priority. */
+static void idle_all_but_the_first_thread(pid_t pid)
+{
+        char path[64];
+        DIR *dir;
+        struct dirent *t;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        ck_assert_ptr_nonnull(dir = opendir(path));
+        while ((t = readdir(dir))) {
+                pid_t tid = (pid_t) atoi(t->d_name);
+                if (tid <= 0 || tid == pid)
+                        continue;
+                ck_assert_int_eq(sched_setscheduler(tid, SCHED_IDLE, &(struct sched_param) { 0 }),
+                                 0);
+                n++;
+        }
+        closedir(dir);
+        ck_assert_int_gt(n, 0);
+}
+
+/* Keeps the CPU it is given busy until *stop: idle-priority threads there
+ * then run seldom, and briefly. */
+static void *hog(void *arg)
+{
+        _Atomic bool *stop = arg;
+
+        while (!atomic_load(stop))
+                ;
+        return NULL;
+}
+
+START_TEST(a_worker_lapped_by_the_loop_on_the_ring_stops_neither)
+{
+        struct ring_client r[RING_FLOODERS + RING_PROBERS];
+        pthread_t t[RING_FLOODERS + RING_PROBERS], hogger;
+        _Atomic bool stop = false;
+        _Atomic int probers_left = RING_PROBERS;
+        pthread_attr_t attr;
+        cpu_set_t cpu;
+        test_daemon d;
+
+        start_on_one_cpu(&d);
+        idle_all_but_the_first_thread(d.pid);
+        ck_assert_int_eq(sched_getaffinity(d.pid, sizeof(cpu), &cpu), 0);
+        pthread_attr_init(&attr);
+        pthread_attr_setaffinity_np(&attr, sizeof(cpu), &cpu);
+        ck_assert_int_eq(pthread_create(&hogger, &attr, hog, &stop), 0);
+        pthread_attr_destroy(&attr);
+        for (int i = 0; i < RING_FLOODERS + RING_PROBERS; i++) {
+                r[i] = (struct ring_client) { .socket = d.socket, .probe = i >= RING_FLOODERS,
+                                              .probers_left = &probers_left };
+                ck_assert_int_eq(pthread_create(&t[i], NULL, ring_client_run, &r[i]), 0);
+        }
+        for (int i = 0; i < RING_FLOODERS + RING_PROBERS; i++) {
+                ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+                ck_assert_uint_gt(r[i].want, 0);
+                ck_assert_msg(!r[i].failed[0], "client %d: %s", i, r[i].failed);
+                ck_assert_uint_eq(r[i].got, r[i].want);
+        }
+        atomic_store(&stop, true);
+        ck_assert_int_eq(pthread_join(hogger, NULL), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
+}
+END_TEST
+
 /* A device that may use one CPU cannot spread a launch's cubes: PoCL's
  * threads would take turns on that CPU, every launch waking each of them.
  * There it runs every launch on its own thread (KERNELS.md). */
@@ -1616,6 +1758,11 @@ static Suite *device_suite(void)
                 tcase_add_test(tc, a_brief_kernel_of_many_cubes_runs_inline_once_timed_and_a_long_one_spread);
         tcase_add_test(tc, a_burst_of_launches_wakes_a_device_on_one_cpu_once_a_round);
         suite_add_tcase(s, tc);
+        /* Hung, it meets the case's timeout: that is its failure. */
+        TCase *ring = tcase_create("ring");
+        tcase_set_timeout(ring, 60);
+        tcase_add_test(ring, a_worker_lapped_by_the_loop_on_the_ring_stops_neither);
+        suite_add_tcase(s, ring);
         /* Builds for a cube dimension come after tens of milliseconds of
          * launches, and take a build each: a case of its own, given longer. */
         TCase *shapes = tcase_create("shapes");

@@ -246,9 +246,6 @@ static void *monitor_thread(void *arg)
                 }
                 if (gone) {
                         char reason[768];
-                        /* Before post_lock: a post may hold it, waiting for a
-                         * slot that only a live device frees. */
-                        atomic_store(&d->exited, true);
                         compose_death(d, status, reason, sizeof(reason));
                         mark_dead(d, reason);
                         return NULL;

@@ -23,6 +23,7 @@
 
 _Static_assert(CPU_MAX_WORKERS <= CUBE__Q_WAITERS,
                "each worker waits in a wanted entry of its own");
+/* A post finds its slot held only when its last poster was lapped (submit.c's post). */
 _Static_assert(CPU_MAX_WORKERS * CPU_WORKER_BATCH + CPU_DIRECT_MAX < CUBE__Q_SLOTS,
                "the ring must hold every launch the workers and the loop may have in flight");
 
@@ -97,7 +98,6 @@ struct cube__device {
         pthread_t monitor;
         bool monitor_started;
         atomic_bool dead;
-        atomic_bool exited;             /* reaped, its death not yet told (cpu.c's monitor) */
         atomic_bool closing;
         pthread_mutex_t dead_lock;
         char dead_reason[768];

@@ -56,8 +56,15 @@ static bool shares_one_cpu(const cube__device *d)
  * the wake-up is owed instead, and the poster pays it once it has posted
  * what it has (ring_owed): woken at once, the device would take that CPU
  * for the one launch posted so far, and a burst of launches cost a context
- * switch for every two or three of them. Returns its sequence number, or 0
- * with *ret_error set. */
+ * switch for every two or three of them. Returns its sequence number; or 0
+ * with *ret_error set when refused; or 0 with *ret_error untouched when the
+ * ring's next slot is still held (await_slot).
+ *
+ * A slot is held from its post until its poster takes the launch back, and
+ * the loop thread takes back what it posted only when it next runs; the
+ * workers may lap the ring meanwhile. So a post never waits for its slot:
+ * waiting under post_lock, it would stop the loop, which posts under
+ * d->lock and takes back under d->lock, and cubed would hang for good. */
 static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dgraph *g,
                      cube_error **ret_error)
 {
@@ -76,24 +83,12 @@ static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dg
                 return 0;
         }
         pthread_mutex_lock(&d->post_lock);
-        seq = ++d->next_seq;
-        s = cube__q_slot(d->queue, seq);
-        /* While the device lives, never taken: the workers hold fewer
-         * launches than the ring has slots (cpu.h's assertion), so this
-         * slot's last launch is done. */
-        while (atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead) &&
-               !atomic_load(&d->exited))
-                sched_yield();
+        s = cube__q_slot(d->queue, d->next_seq + 1);
         if (atomic_load(&s->state) != CUBE__SLOT_FREE) {
-                /* The device is gone, and its monitor needs post_lock to say
-                 * why: the launch is refused once it has. */
-                d->next_seq--;
                 pthread_mutex_unlock(&d->post_lock);
-                while (!atomic_load(&d->dead))
-                        sched_yield();
-                *ret_error = dead_error(d);
                 return 0;
         }
+        seq = ++d->next_seq;
         s->seq = seq;
         s->status = 0;
         s->failed_part = 0;
@@ -144,6 +139,26 @@ static void ring_owed(cube__device *d)
         pthread_mutex_unlock(&d->post_lock);
         if (owed)
                 cube__q_futex(&d->ctl->doorbell, FUTEX_WAKE, 1, NULL);
+}
+
+/* Waits, holding nothing, until the ring's next slot is free or the device
+ * is dead: a worker whose post found the slot held (post), once it has
+ * taken back its own launches, which may be what holds it. */
+static void await_slot(cube__device *d)
+{
+        pthread_mutex_lock(&d->post_lock);
+        cube__qslot *s = cube__q_slot(d->queue, d->next_seq + 1);
+        pthread_mutex_unlock(&d->post_lock);
+
+        for (unsigned i = 0; atomic_load(&s->state) != CUBE__SLOT_FREE && !atomic_load(&d->dead);
+             i++) {
+                if (i < 64) {
+                        sched_yield();
+                } else {
+                        struct timespec t = { 0, 50 * 1000 };
+                        nanosleep(&t, NULL);
+                }
+        }
 }
 
 /* Waits, as waiter me (a worker's index), until launch seq has ended or
@@ -265,8 +280,14 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
 
         for (cube__work *w = batch; w; w = w->next) {
                 if (w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH) {
-                        uint64_t seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL,
-                                            w->graph, &w->error);
+                        uint64_t seq;
+                        while (!(seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL,
+                                            w->graph, &w->error)) && !w->error) {
+                                ring_owed(d);
+                                harvest_all(d, me, pending, seqs, n);
+                                n = 0;
+                                await_slot(d);
+                        }
                         if (seq) {
                                 pending[n] = w;
                                 seqs[n++] = seq;
@@ -418,20 +439,26 @@ static bool all_postable(const cube__work *w)
 }
 
 /* Posts the launches and fences at the head of stream s to the ring, from
- * the loop thread, while the loop may hold more (under lock). */
+ * the loop thread, while the loop may hold more and the ring's next slot is
+ * free (under lock). The loop never waits for a slot (post): what it leaves
+ * is posted once the stream's launches on the ring are taken back, or by a
+ * worker once none is left (make_ready). */
 static void post_direct(cube__device *d, cube__dstream *s)
 {
         while (s->head && d->direct_n < CPU_DIRECT_MAX && postable(s->head)) {
                 cube__work *w = s->head;
                 uint64_t seq = 0;
 
+                if (w->op != CUBE__WORK_FENCE) {
+                        seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL, w->graph,
+                                   &w->error);
+                        if (!seq && !w->error)
+                                break;
+                }
                 s->head = w->next;
                 if (!s->head)
                         s->tail = NULL;
                 w->next = NULL;
-                if (w->op != CUBE__WORK_FENCE)
-                        seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL, w->graph,
-                                   &w->error);
                 unsigned i = (d->direct_first + d->direct_n++) % CPU_DIRECT_MAX;
                 d->direct[i].w = w;
                 d->direct[i].seq = seq;
