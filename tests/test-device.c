@@ -13,9 +13,9 @@
  * worker lapped on the launch ring by the loop thread stops neither.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>

@@ -51,13 +51,13 @@ static bool shares_one_cpu(const cube__device *d)
         return d->spin_ns == 0;
 }
 
-/* Puts a launch, or a replay of graph g when l is NULL, in the ring, and
- * wakes the device if it sleeps. Where the device shares cubed's one CPU,
+/* Puts w, a launch or a graph's replay, in the ring, and wakes the device
+ * if it sleeps. Where the device shares cubed's one CPU,
  * the wake-up is owed instead, and the poster pays it once it has posted
  * what it has (ring_owed): woken at once, the device would take that CPU
  * for the one launch posted so far, and a burst of launches cost a context
  * switch for every two or three of them. Returns its sequence number; or 0
- * with *ret_error set when refused; or 0 with *ret_error untouched when the
+ * with w->error set when refused; or 0 with w->error untouched when the
  * ring's next slot is still held (await_slot).
  *
  * A slot is held from its post until its poster takes the launch back, and
@@ -65,18 +65,19 @@ static bool shares_one_cpu(const cube__device *d)
  * workers may lap the ring meanwhile. So a post never waits for its slot:
  * waiting under post_lock, it would stop the loop, which posts under
  * d->lock and takes back under d->lock, and cubed would hang for good. */
-static uint64_t post(cube__device *d, const cube__launch_work *l, const cube__dgraph *g,
-                     cube_error **ret_error)
+static uint64_t post(cube__device *d, cube__work *w)
 {
+        const cube__launch_work *l = w->op == CUBE__WORK_LAUNCH ? w->launch : NULL;
+        const cube__dgraph *g = w->graph;
         uint64_t seq;
         cube__qslot *s;
 
         if (atomic_load(&d->dead)) {
-                *ret_error = dead_error(d);
+                w->error = dead_error(d);
                 return 0;
         }
         if (l && (uint64_t) l->n_buffers + l->n_info > CUBE__Q_SLOT_WORDS) {
-                *ret_error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
+                w->error = cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_UNKNOWN, "a launch of '%s' carries %u buffers and %u info "
                         "words; the CPU device takes %u in all", l->kernel, l->n_buffers,
                         l->n_info, CUBE__Q_SLOT_WORDS));
@@ -246,15 +247,18 @@ static void harvest(cube__device *d, uint64_t seq, cube__work *w)
         w->error = e;
 }
 
-/* Waits for the n launches posted (seqs, in order) and takes their results. */
-static void harvest_all(cube__device *d, unsigned me, cube__work **pending,
-                        const uint64_t *seqs, unsigned n)
+/* Starts what is posted (ring_owed), waits for the *n launches this
+ * worker posted (seqs, in order), takes their results, and empties the list. */
+static void take_back(cube__device *d, unsigned me, cube__work **pending, const uint64_t *seqs,
+                      unsigned *n)
 {
-        if (n == 0)
+        ring_owed(d);
+        if (*n == 0)
                 return;
-        await_launch(d, me, seqs[n - 1]);
-        for (unsigned i = 0; i < n; i++)
+        await_launch(d, me, seqs[*n - 1]);
+        for (unsigned i = 0; i < *n; i++)
                 harvest(d, seqs[i], pending[i]);
+        *n = 0;
 }
 
 static void copy(cube__device *d, cube__work *w)
@@ -281,11 +285,8 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
         for (cube__work *w = batch; w; w = w->next) {
                 if (w->op == CUBE__WORK_LAUNCH || w->op == CUBE__WORK_GRAPH) {
                         uint64_t seq;
-                        while (!(seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL,
-                                            w->graph, &w->error)) && !w->error) {
-                                ring_owed(d);
-                                harvest_all(d, me, pending, seqs, n);
-                                n = 0;
+                        while (!(seq = post(d, w)) && !w->error) {
+                                take_back(d, me, pending, seqs, &n);
                                 await_slot(d);
                         }
                         if (seq) {
@@ -294,14 +295,11 @@ static void perform(cube__device *d, unsigned me, cube__work *batch)
                         }
                         continue;
                 }
-                ring_owed(d);
-                harvest_all(d, me, pending, seqs, n);
-                n = 0;
+                take_back(d, me, pending, seqs, &n);
                 if (w->op != CUBE__WORK_FENCE)
                         copy(d, w);
         }
-        ring_owed(d);
-        harvest_all(d, me, pending, seqs, n);
+        take_back(d, me, pending, seqs, &n);
 }
 
 static void make_ready(cube__device *d, cube__dstream *s)
@@ -450,8 +448,7 @@ static void post_direct(cube__device *d, cube__dstream *s)
                 uint64_t seq = 0;
 
                 if (w->op != CUBE__WORK_FENCE) {
-                        seq = post(d, w->op == CUBE__WORK_LAUNCH ? w->launch : NULL, w->graph,
-                                   &w->error);
+                        seq = post(d, w);
                         if (!seq && !w->error)
                                 break;
                 }
