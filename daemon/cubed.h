@@ -92,6 +92,10 @@ typedef struct cube__alloc {
         struct cube__name *names;
         bool freed;                     /* no name is left */
         cube__use *uses_head, *uses_tail;
+        /* The one stream all of uses_head's work is on; NULL when there is
+         * none, or when several streams have had work there since the list
+         * was last empty (ready() then walks the list). */
+        struct cube__stream *uses_stream;
         char token[33];                 /* its export token, or "" */
         struct cube__peer *peer;        /* a peer device's memory it names (peer.c), or NULL */
         uint64_t peer_at;               /* ...where it starts in the peer's memory */
@@ -312,6 +316,10 @@ void cube__schedule(cube__server *srv);
  * reaches the device as one batch. The last unplug runs what was owed. */
 void cube__schedule_plug(cube__server *srv);
 void cube__schedule_unplug(cube__server *srv);
+/* The clock, read once for a plugged burst (when it began) rather than once
+ * for each request or completion in it: at a launch a microsecond, two
+ * reads of it were a twentieth of cubed's time per launch. */
+uint64_t cube__schedule_now(const cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);
 /* ---- the kernel cache (kernels.c) --------------------------------------- */
@@ -833,6 +841,7 @@ struct cube__server {
         cube__shares shares;            /* device time by weight, class and tenant */
         bool scheduling, reschedule;
         unsigned plugged;               /* see cube__schedule_plug */
+        uint64_t plugged_ns;            /* when the outermost plug began */
         cube__stream *batched;          /* streams with work picked this pass */
         cube__kernel *kernels;          /* every cache entry of this run */
         cube__idmap kernel_index;       /* hash prefix -> first entry with it */

@@ -322,7 +322,7 @@ void cube__share_done(cube__op *o)
         cube__server *srv = s->server;
         cube__shares *ss = &srv->shares;
         cube__share *sh = &s->share;
-        uint64_t now = uv_hrtime();
+        uint64_t now = cube__schedule_now(srv);
         uint64_t ns = o->work.end_ns > o->work.start_ns ? o->work.end_ns - o->work.start_ns : 0;
         double burst = (double) window_ns(srv) * srv->opts.share_min_percent / 100.0;
 

@@ -123,10 +123,13 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
 {
         /* Objects each open container still owes, innermost last. A container
          * is popped as soon as it owes nothing, so depth counts only the
-         * containers the next object would be nested in. */
+         * containers the next object would be nested in. The innermost one's
+         * count is kept in inner, not in owed_by[depth - 1]: a count stored
+         * and loaded again for every object made each wait for the last. */
         uint64_t owed_by[PRESCAN_DEPTH_CAP];
         uint32_t max_depth = limits->max_depth < PRESCAN_DEPTH_CAP ? limits->max_depth : PRESCAN_DEPTH_CAP;
         unsigned depth = 0;
+        uint64_t inner = 0;     /* owed_by[depth - 1], while depth > 0 */
         uint64_t owed = 0;      /* sum of owed_by[], each at least one more byte */
         uint64_t objects = 1;   /* the root, and every element declared so far */
         uint64_t pos = 0;
@@ -173,8 +176,12 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
                         owed = add_sat(owed, n);
                         if (add_sat(pos, owed) > limits->max_message_bytes)
                                 return CUBE__SCAN_TOO_BIG;
-                        if (n > 0)
-                                owed_by[depth++] = n;
+                        if (n > 0) {
+                                if (depth > 0)
+                                        owed_by[depth - 1] = inner;
+                                inner = n;
+                                depth++;
+                        }
                         break;
                 }
                 default:
@@ -183,13 +190,13 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
                         break;
                 }
 
-                while (depth > 0 && owed_by[depth - 1] == 0)
-                        depth--;
+                while (depth > 0 && inner == 0)
+                        inner = --depth > 0 ? owed_by[depth - 1] : 0;
                 if (depth == 0) {
                         *ret_len = (size_t) pos;
                         return CUBE__SCAN_COMPLETE;
                 }
-                owed_by[depth - 1]--;
+                inner--;
                 owed--;
         }
 }
