@@ -84,27 +84,22 @@ static void expect_triple_runs(cube_client *c, uint64_t k)
                               in[i] * 3u + 1u);
 }
 
-/* One-cube launches run on another of PoCL's devices than spread ones
- * (KERNELS.md); a chain alternating the two, issued without a wait, must
- * still run each launch after the one before it. */
-START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
+/* Launches steps of triple, one cube and many cubes in turns, without a
+ * wait, back and forth between two buffers, and checks that each ran
+ * after the one before it. */
+static void expect_alternating_steps_in_order(cube_client *c, uint64_t k, int steps,
+                                              const char *what)
 {
         uint32_t in[N], got[N], want[N];
         cube_handle ab[2], ba[2];
-        test_daemon d;
-        cube_client *c;
-        uint64_t k;
 
-        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-        ck_ok(cube_connect(d.socket, "alternate", &c));
-        k = test_kernel(c, triple_source, "triple");
         fill_random(in, sizeof(in), 5);
         memcpy(want, in, sizeof(want));
         ck_ok(cube_create(c, in, sizeof(in), &ab[0]));
         ck_ok(cube_empty(c, sizeof(in), &ab[1]));
         ba[0] = ab[1];
         ba[1] = ab[0];
-        for (int step = 0; step < 64; step++) {
+        for (int step = 0; step < steps; step++) {
                 if (step % 2 == 0)
                         launch_n(c, k, ab, 2, 1, 1000, CUBE_LAUNCH_EXECUTE);
                 else
@@ -114,10 +109,52 @@ START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
         }
         ck_ok(cube_read(c, &ab[0], got, sizeof(got)));
         for (uint32_t i = 0; i < N; i++)
-                ck_assert_msg(got[i] == want[i], "element %u is %#x after 64 launches, not %#x", i,
-                              got[i], want[i]);
+                ck_assert_msg(got[i] == want[i], "%s: element %u is %#x after %d launches, not %#x",
+                              what, i, got[i], steps, want[i]);
+        ck_ok(cube_free(c, &ab[0]));
+        ck_ok(cube_free(c, &ab[1]));
+}
+
+/* One-cube launches run on another of PoCL's devices than spread ones
+ * (KERNELS.md); a chain alternating the two, issued without a wait, must
+ * still run each launch after the one before it. */
+START_TEST(one_cube_and_spread_launches_alternating_keep_their_order)
+{
+        test_daemon d;
+        cube_client *c;
+
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        ck_ok(cube_connect(d.socket, "alternate", &c));
+        expect_alternating_steps_in_order(c, test_kernel(c, triple_source, "triple"), 64,
+                                          "both devices");
         cube_disconnect(c);
         ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* The machine's owner may choose PoCL's devices (POCL_DEVICES in cubed's
+ * environment): the builds and the device must both take the choice, or no
+ * build loads. With the basic device alone every launch runs inline; with
+ * the pthread one alone every launch is spread. */
+START_TEST(the_devices_the_owner_chose_run_every_launch)
+{
+        static const char *const choices[] = { "basic", "pthread" };
+
+        for (size_t n = 0; n < sizeof(choices) / sizeof(choices[0]); n++) {
+                char what[64];
+                test_daemon d;
+                cube_client *c;
+
+                ck_assert_int_eq(setenv("POCL_DEVICES", choices[n], 1), 0);
+                ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+                unsetenv("POCL_DEVICES");
+                ck_ok(cube_connect(d.socket, "chosen", &c));
+                snprintf(what, sizeof(what), "POCL_DEVICES=%s", choices[n]);
+                expect_alternating_steps_in_order(c, test_kernel(c, triple_source, "triple"), 16,
+                                                  what);
+                cube_disconnect(c);
+                ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        }
 }
 END_TEST
 
@@ -1718,6 +1755,7 @@ static Suite *device_suite(void)
         tcase_add_test(tc, the_sealed_device_reaches_its_directory_and_nothing_else);
         tcase_add_test(tc, a_wild_write_poisons_the_device_and_a_fresh_one_serves_after_reinit);
         tcase_add_test(tc, one_cube_and_spread_launches_alternating_keep_their_order);
+        tcase_add_test(tc, the_devices_the_owner_chose_run_every_launch);
         tcase_add_test(tc, an_integer_division_by_zero_poisons_the_device_naming_sigfpe);
         tcase_add_test(tc, a_unit_overflowing_its_stack_poisons_the_device);
         tcase_add_test(tc, a_kernel_that_never_ends_is_stopped_by_the_kernel_timeout);

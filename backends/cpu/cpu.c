@@ -326,8 +326,12 @@ static int start_device(cube__device *d, const char **ret_why)
                 n_env++;
         char **env = calloc(n_env + 4, sizeof(char *));
         size_t m = 0;
+        /* PoCL's settings stay out of the sealed device, but for the devices
+         * the machine's owner chose, which its builds (sandbox.c) see too:
+         * the two must agree, or no build loads. */
         for (size_t i = 0; env && i < n_env; i++)
-                if (strncmp(environ[i], "POCL_", 5) != 0)
+                if (strncmp(environ[i], "POCL_", 5) != 0 ||
+                    strncmp(environ[i], "POCL_DEVICES=", 13) == 0)
                         env[m++] = environ[i];
         char cache_env[PATH_MAX + 32];
         snprintf(cache_env, sizeof(cache_env), "POCL_CACHE_DIR=%s", d->kcache);

@@ -222,7 +222,7 @@ void cube__dev_run_graph(cube__qslot *s)
         }
         for (uint32_t i = 0; s->status == 0 && i < g->n;) {
                 bool in_line = g->launches[i].in_line;
-                cl_command_queue queue = cube__dev.queues[in_line ? 1 : 0];
+                cl_command_queue queue = cube__dev_queue(in_line);
                 uint32_t m = 0;
                 cl_int err = CL_SUCCESS;
 

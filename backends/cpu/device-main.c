@@ -72,6 +72,7 @@ int cube__dev_find_devices(cpu_devices *ret)
                         ret->ids[ret->n++] = spread;
                 if (in_line)
                         ret->ids[ret->n++] = in_line;
+                ret->in_line_only = in_line && !spread;
                 return 0;
         }
         return -1;

@@ -91,15 +91,18 @@ static void load(const cube__msg *m, char *payload)
                 reply(-1, "a load without an entry point");
                 return;
         }
-        /* The binaries, as the build laid them (queue.h). */
+        /* The binaries, as the build laid them (queue.h): the build's own
+         * devices, or both where this device has one of them alone. */
         const unsigned char *blob = bin, *bins[2];
         size_t blob_len = m->len - elen - 1, lens[2];
         uint64_t count, size;
-        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) !=
-            cube__dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
+        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) >
+            2 || (count != cube__dev.devs.n && !(count == 2 && cube__dev.devs.n == 1)) ||
+            blob_len < (1 + count) * sizeof(uint64_t)) {
                 reply(-1, "the artifact holds binaries for another set of devices");
                 return;
         }
+        unsigned own = count == 2 && cube__dev.devs.n == 1 ? cube__dev.devs.in_line_only : 0;
         size_t at = (1 + count) * sizeof(uint64_t);
         for (uint64_t i = 0; i < count; i++) {
                 memcpy(&size, blob + (1 + i) * sizeof(uint64_t), sizeof(size));
@@ -119,7 +122,8 @@ static void load(const cube__msg *m, char *payload)
                 }
         }
         mod.program = clCreateProgramWithBinary(cube__dev.context, cube__dev.devs.n,
-                                                cube__dev.devs.ids, lens, bins, NULL, &err);
+                                                cube__dev.devs.ids, lens + own, bins + own, NULL,
+                                                &err);
         if (!mod.program) {
                 reply(err, "clCreateProgramWithBinary: %d", err);
                 return;
@@ -266,14 +270,21 @@ static void *control_thread(void *arg)
         return NULL;
 }
 
-/* Whether a launch runs on the inline device: it is one cube, which the
- * spread device could not spread anyway (cube__dev_find_devices), or the
- * device may use one CPU, where PoCL's threads (one per core of the
- * machine) could only take turns, every launch waking each of them. */
+/* Whether a launch runs on the inline device: it is the only device, or
+ * the launch is one cube, which the spread device could not spread anyway
+ * (cube__dev_find_devices), or the device may use one CPU, where PoCL's
+ * threads (one per core of the machine) could only take turns, every
+ * launch waking each of them. */
 bool cube__dev_runs_inline(const cube__qlaunch *l)
 {
-        return cube__dev.devs.n == 2 && (cube__dev.cpus == 1 ||
-               (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1);
+        return cube__dev.devs.in_line_only ||
+               (cube__dev.devs.n == 2 && (cube__dev.cpus == 1 ||
+                (uint64_t) l->count[0] * l->count[1] * l->count[2] == 1));
+}
+
+cl_command_queue cube__dev_queue(bool in_line)
+{
+        return cube__dev.queues[in_line && cube__dev.devs.n == 2 ? 1 : 0];
 }
 
 /* Spreading a launch over PoCL's threads wakes them, and that can cost
@@ -614,7 +625,7 @@ static void serve_loop(void)
                         continue;
                 }
                 bool in_line = runs_inline(&s->launch, next);
-                cl_command_queue queue = cube__dev.queues[in_line ? 1 : 0];
+                cl_command_queue queue = cube__dev_queue(in_line);
                 for (uint64_t seq = next; n < (in_line ? 1u : DEVICE_BATCH); seq++, n++) {
                         cube__qslot *q = cube__q_slot(qbase, seq);
                         if (atomic_load(&q->state) != CUBE__SLOT_POSTED || q->seq != seq ||

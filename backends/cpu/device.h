@@ -21,11 +21,12 @@
  * spread, and waking PoCL's workers for it costs tens of microseconds, so
  * such launches run inline, in about one; so do a kernel's launches of many
  * cubes that proved faster so (device-serve.c's timed). Without a basic
- * device every launch is spread. */
+ * device every launch is spread; with it alone, every launch is inline. */
 typedef struct cpu_devices {
         cl_platform_id platform;
         cl_device_id ids[2];            /* [0] spread, [1] inline when n == 2 */
         cl_uint n;
+        bool in_line_only;              /* n == 1, and ids[0] is the inline device */
 } cpu_devices;
 
 #define DEVICE_BATCH 64         /* launches handed to PoCL at once */
@@ -153,6 +154,8 @@ int cube__dev_seal_self(const char *kcache);
 
 /* Whether a launch runs on the inline device (cpu_devices). */
 bool cube__dev_runs_inline(const cube__qlaunch *l);
+/* The queue of the device a launch runs on (cube__dev_runs_inline). */
+cl_command_queue cube__dev_queue(bool in_line);
 
 /* Where the window a launch's address lies in starts, in this process,
  * and the offset there; NULL when it lies in none. */
