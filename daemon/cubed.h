@@ -92,8 +92,8 @@ typedef struct cube__alloc {
         struct cube__name *names;
         bool freed;                     /* no name is left */
         cube__use *uses_head, *uses_tail;
-        /* The one stream all of uses_head's work is on; NULL when there is
-         * none, or when several streams have had work there since the list
+        /* While uses_head is not empty: the one stream all its work is on,
+         * or NULL once several streams have had work there since the list
          * was last empty (ready() then walks the list). */
         struct cube__stream *uses_stream;
         char token[33];                 /* its export token, or "" */
@@ -317,8 +317,8 @@ void cube__schedule(cube__server *srv);
 void cube__schedule_plug(cube__server *srv);
 void cube__schedule_unplug(cube__server *srv);
 /* The clock, read once for a plugged burst (when it began) rather than once
- * for each request or completion in it: at a launch a microsecond, two
- * reads of it were a twentieth of cubed's time per launch. */
+ * for each request or completion in it: two reads a launch were a
+ * twentieth of cubed's time per launch. */
 uint64_t cube__schedule_now(const cube__server *srv);
 /* The work is done: it no longer orders anything. */
 void cube__op_retire(cube__op *o);

@@ -316,8 +316,6 @@ void cube__op_retire(cube__op *o)
                         u->next->prev = u->prev;
                 else
                         a->uses_tail = u->prev;
-                if (!a->uses_head)
-                        a->uses_stream = NULL;
         }
         if (o->host_run)
                 o->stream->host_busy = false;

@@ -91,18 +91,15 @@ static void load(const cube__msg *m, char *payload)
                 reply(-1, "a load without an entry point");
                 return;
         }
-        /* The binaries, as the build laid them (queue.h): the build's own
-         * devices, or both where this device has one of them alone. */
+        /* The binaries, as the build laid them (queue.h). */
         const unsigned char *blob = bin, *bins[2];
         size_t blob_len = m->len - elen - 1, lens[2];
         uint64_t count, size;
-        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) >
-            2 || (count != cube__dev.devs.n && !(count == 2 && cube__dev.devs.n == 1)) ||
-            blob_len < (1 + count) * sizeof(uint64_t)) {
+        if (blob_len < sizeof(count) || (memcpy(&count, blob, sizeof(count)), count) !=
+            cube__dev.devs.n || blob_len < (1 + count) * sizeof(uint64_t)) {
                 reply(-1, "the artifact holds binaries for another set of devices");
                 return;
         }
-        unsigned own = count == 2 && cube__dev.devs.n == 1 ? cube__dev.devs.in_line_only : 0;
         size_t at = (1 + count) * sizeof(uint64_t);
         for (uint64_t i = 0; i < count; i++) {
                 memcpy(&size, blob + (1 + i) * sizeof(uint64_t), sizeof(size));
@@ -122,8 +119,7 @@ static void load(const cube__msg *m, char *payload)
                 }
         }
         mod.program = clCreateProgramWithBinary(cube__dev.context, cube__dev.devs.n,
-                                                cube__dev.devs.ids, lens + own, bins + own, NULL,
-                                                &err);
+                                                cube__dev.devs.ids, lens, bins, NULL, &err);
         if (!mod.program) {
                 reply(err, "clCreateProgramWithBinary: %d", err);
                 return;
