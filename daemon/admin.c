@@ -578,6 +578,10 @@ cube__dispatched cube__do_metrics(cube__msg *k)
                t->reloads);
         METRIC("cube_reloads_refused_total", "counter", "Reloads refused: the configuration did "
                "not load, the running one was kept.", "%" PRIu64, t->reloads_refused);
+        METRIC("cube_request_polls_total", "counter", "Times the loop polled for a client's "
+               "next request before sleeping (request-poll-us).", "%" PRIu64, t->request_polls);
+        METRIC("cube_request_polls_caught_total", "counter", "Requests that arrived while it "
+               "polled.", "%" PRIu64, t->request_polls_caught);
 #undef METRIC
         put_hist(f, "cube_compile_seconds", "Time compiling a kernel.", instance, &t->compile);
         put_hist(f, "cube_queue_wait_seconds", "Time work waited in the daemon's queues before "

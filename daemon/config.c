@@ -49,6 +49,7 @@ static const option_spec specs[] = {
         { "log-level", K_LEVEL, OFF(log_level), 0, 0, true },
         { "poison-policy", K_POLICY, OFF(poison_policy), 0, 0, true },
         { "drain-timeout", K_SECONDS, OFF(drain_timeout_s), 1, 3600, true },
+        { "request-poll-us", K_U32, OFF(request_poll_us), 0, 10000, true },
         { "poison-grace", K_SECONDS, OFF(poison_grace_s), 1, 3600, true },
         { "kernel-timeout", K_SECONDS, OFF(kernel_timeout_s), 0, 86400, false },
         { "compile-limit", K_SECONDS, OFF(compile_limit_s), 1, 3600, false },
@@ -157,6 +158,7 @@ void cube__options_default(cube__options *o)
                 .log_level = CUBE__LOG_NOTICE,
                 .poison_policy = under_service_manager() ? CUBE__POISON_EXIT : CUBE__POISON_REINIT,
                 .drain_timeout_s = 10,
+                .request_poll_us = 50,
                 .max_sessions = CUBE__DEFAULT_MAX_SESSIONS,
                 .max_sessions_per_uid = 1024,
                 .max_streams = 1024,
@@ -765,6 +767,7 @@ void cube__options_reload(cube__options *cur, const cube__options *next)
         cur->log_level = next->log_level;
         cur->poison_policy = next->poison_policy;
         cur->drain_timeout_s = next->drain_timeout_s;
+        cur->request_poll_us = next->request_poll_us;
         cur->poison_grace_s = next->poison_grace_s;
         cur->session_memory = next->session_memory;
         cur->uid_memory = next->uid_memory;

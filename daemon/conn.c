@@ -68,6 +68,7 @@ struct cube__conn {
         size_t answers_len;
         bool answers_listed;            /* on server->answering */
         cube__conn *answers_next;
+        cube__linger linger;
 };
 
 typedef struct write_req {
@@ -179,7 +180,10 @@ static size_t write_now(cube__conn *c, const char *bytes, size_t len)
         uv_buf_t b = uv_buf_init((char *) bytes, (unsigned) len);
         int n = uv_try_write((uv_stream_t *) &c->pipe, &b, 1);
 
-        return n > 0 ? (size_t) n : 0;
+        if (n <= 0)
+                return 0;
+        cube__linger_answered(c->server, &c->linger);
+        return (size_t) n;
 }
 
 void cube__conn_send_fd(cube__conn *c, char *frame, size_t len, int fd)
@@ -252,7 +256,9 @@ static void send_answers(cube__conn *c)
         char *rest;
 
         c->answers_len = 0;
-        if (!len || c->closing || (sent = write_now(c, c->answers, len)) == len)
+        if (!len || c->closing)
+                return;
+        if ((sent = write_now(c, c->answers, len)) == len)
                 return;
         if (!(rest = malloc(len - sent))) {
                 cube__conn_close(c);
@@ -738,6 +744,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b)
                 return;
         }
         c->session->bytes_in += (uint64_t) nread;
+        if (nread > 0)
+                cube__linger_heard(c->server, &c->linger);
         if (c->direct.left) {
                 cube__direct_advance(&c->direct, (size_t) nread);
                 return;
@@ -792,6 +800,7 @@ void cube__on_connection(uv_stream_t *listener, int status)
                 (void) cube__peer_groups(fd, &c->groups, &c->n_groups);
         }
         c->cred = cred;
+        cube__linger_accept(&c->linger, cred.pid);
         if (srv->stopping) {
                 cube__conn_close(c);
                 return;

@@ -780,6 +780,7 @@ typedef struct cube__stats {
         uint64_t protocol_errors;
         uint64_t poisons;
         uint64_t reloads, reloads_refused;
+        uint64_t request_polls, request_polls_caught;   /* linger.c */
         cube__hist compile;             /* compiling a kernel (not loading it from disk) */
         cube__hist queue_wait;          /* work queued in the daemon until it was submitted */
 } cube__stats;
@@ -809,6 +810,9 @@ struct cube__server {
         cube__conn *answering;          /* connections holding small answers (conn.c) */
         uv_check_t answers_check;          /* sends them after each round of I/O... */
         uv_prepare_t answers_prepare;      /* ...and before the loop waits */
+        uv_idle_t linger_idle;          /* active while the loop polls for requests (linger.c) */
+        uint64_t linger_until;          /* uv_hrtime() when it stops */
+        bool lingering;                 /* it polls now (its rules held last pass) */
         int completions_fd;
         uv_poll_t device_poll;          /* an eventfd the device itself writes (loop_fd) */
         uv_prepare_t device_prepare;    /* driver.h's loop_idle, before the loop waits */

@@ -39,6 +39,9 @@ static void usage(FILE *f)
 "  --poison-policy P      after a device fault: exit or reinit (default exit under\n"
 "                         systemd, reinit when run by hand)\n"
 "  --drain-timeout S      seconds a stop waits for work in flight (default 10)\n"
+"  --request-poll-us US   after answering a client on CPUs apart from the daemon's,\n"
+"                         poll this long at most for its next request before\n"
+"                         sleeping (default 50; 0: never)\n"
 "  --poison-grace S       seconds a poisoned device is reported before the policy\n"
 "                         acts, once every session was told (default 5)\n"
 "  --poison-ban-after N   poisons by one uid or session name before it is refused\n"
@@ -148,6 +151,7 @@ int main(int argc, char **argv)
                 { "log-level", required_argument, NULL, 'o' },
                 { "poison-policy", required_argument, NULL, 'o' },
                 { "drain-timeout", required_argument, NULL, 'o' },
+                { "request-poll-us", required_argument, NULL, 'o' },
                 { "poison-grace", required_argument, NULL, 'o' },
                 { "kernel-timeout", required_argument, NULL, 'o' },
                 { "compile-limit", required_argument, NULL, 'o' },

@@ -40,6 +40,24 @@ void cube__direct_advance(cube__direct *d, size_t n);
 /* Ends it, done or abandoned (the connection closed mid-payload). */
 void cube__direct_end(cube__direct *d);
 
+/* ---- polling for the next request (linger.c) --------------------------- */
+/* One connection's part. */
+typedef struct cube__linger {
+        bool apart;                     /* the client's CPUs are none of the daemon's */
+        uint64_t answered_ns;           /* uv_hrtime() of the last answer not yet followed
+                                         * by a request; 0: none */
+        uint64_t expect_ns;             /* the gap from answer to request, lately */
+} cube__linger;
+
+void cube__linger_init(cube__server *srv);
+void cube__linger_close(cube__server *srv);
+/* A connection from pid was accepted. */
+void cube__linger_accept(cube__linger *ret, pid_t pid);
+/* Answers were written to the connection: the loop may poll for its next. */
+void cube__linger_answered(cube__server *srv, cube__linger *l);
+/* The connection sent something. */
+void cube__linger_heard(cube__server *srv, cube__linger *l);
+
 /* ---- connections (conn.c) ----------------------------------------------- */
 /* Sends a frame the caller allocated with malloc; takes ownership. */
 void cube__conn_send(cube__conn *c, char *frame, size_t len);

@@ -460,6 +460,7 @@ int cube__server_init(cube__server *srv, cube__options *opts, char *const *overr
                 uv_unref((uv_handle_t *) &srv->device_prepare);
         }
         cube__conn_answers_init(srv);
+        cube__linger_init(srv);
         cube__closer_init();
         cube__groups_init(srv);
         if ((r = open_device(srv)) < 0) {
@@ -693,6 +694,7 @@ void cube__server_check_stopped(cube__server *srv)
         if (srv->driver->loop_idle)
                 uv_close((uv_handle_t *) &srv->device_prepare, NULL);
         cube__conn_answers_close(srv);
+        cube__linger_close(srv);
         cube__groups_done(srv);
         cube__peers_done(srv);
         uv_close((uv_handle_t *) &srv->sigterm, NULL);

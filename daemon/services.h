@@ -461,6 +461,7 @@ typedef struct cube__options {
         int log_level;
         cube__poison_policy poison_policy;
         uint32_t drain_timeout_s;
+        uint32_t request_poll_us;       /* linger.c: 0, never */
         /* Quotas (0: none). */
         uint64_t session_memory;        /* device memory one session may hold */
         uint64_t uid_memory;            /* device memory one user's sessions may hold */

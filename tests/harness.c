@@ -942,6 +942,28 @@ void fill_random(void *buf, size_t n, uint64_t seed)
         }
 }
 
+double test_metric_value(const char *text, const char *series)
+{
+        size_t n = strlen(series);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, series, n) == 0 && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+        return -1;
+}
+
+double test_metric_of(cube_client *c, const char *series)
+{
+        char *text;
+        double v;
+
+        ck_ok(cube_daemon_metrics(c, &text));
+        v = test_metric_value(text, series);
+        free(text);
+        ck_assert_msg(v >= 0, "no %s in the metrics", series);
+        return v;
+}
+
 cube_status status_of(const char *socket)
 {
         cube_client *c;

@@ -227,6 +227,12 @@ int test_daemon_start_in_netns(test_daemon *d, const test_netns *n, int i,
 /* Fills buf with bytes from a seeded generator that never yields long runs. */
 void fill_random(void *buf, size_t n, uint64_t seed);
 
+/* The value of one series ("name{labels}") in a metrics text, or -1. */
+double test_metric_value(const char *text, const char *series);
+/* The value of one series in the daemon's metrics, through c; aborts the test
+ * on failure. */
+double test_metric_of(cube_client *c, const char *series);
+
 /* Current daemon status through a fresh client; aborts the test on failure. */
 cube_status status_of(const char *socket);
 /* Polls until memory in use is want, within timeout_ms. */

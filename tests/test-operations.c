@@ -494,7 +494,6 @@ static void cubectl(output *o, const char *socket, const char *const *args)
         run_program(o, NULL, NULL, argv);
 }
 
-static double metric_value(const char *text, const char *series);
 static char *metrics_of(cube_client *c);
 static bool line_with(const char *text, const char *needle, char *line, size_t cap);
 
@@ -892,7 +891,7 @@ START_TEST(a_refused_reload_is_reported)
                       strstr(o->out, "max-depth"), "cubectl status does not say so");
         ck_ok(cube_connect(p.socket, "m", &c));
         char *m = metrics_of(c);
-        ck_assert(metric_value(m, "cube_reloads_refused_total{instance=\"cpu0\"}") == 1);
+        ck_assert(test_metric_value(m, "cube_reloads_refused_total{instance=\"cpu0\"}") == 1);
         free(m);
         cube_disconnect(c);
 
@@ -1473,17 +1472,6 @@ START_TEST(cubectl_shows_sessions_memory_streams_and_metrics)
 }
 END_TEST
 
-/* The value of one series ("name{labels}") in a metrics text, or -1. */
-static double metric_value(const char *text, const char *series)
-{
-        size_t n = strlen(series);
-
-        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-                if (strncmp(p, series, n) == 0 && p[n] == ' ')
-                        return strtod(p + n + 1, NULL);
-        return -1;
-}
-
 static char *metrics_of(cube_client *c)
 {
         char *text;
@@ -1500,7 +1488,7 @@ static void expect_counters_kept(const char *before, const char *after)
                 if (sscanf(p, "# TYPE %127s %31s", name, type) != 2 || strcmp(type, "counter"))
                         continue;
                 snprintf(series, sizeof(series), "%s{instance=\"cpu0\"}", name);
-                double a = metric_value(before, series), b = metric_value(after, series);
+                double a = test_metric_value(before, series), b = test_metric_value(after, series);
                 ck_assert_msg(a >= 0 && b >= 0, "%s is missing", series);
                 ck_assert_msg(b >= a, "%s went down from %g to %g", series, a, b);
         }
@@ -1537,8 +1525,8 @@ START_TEST(metrics_counters_never_go_down)
         }
         t1 = metrics_of(watch);
         expect_counters_kept(t0, t1);
-        ck_assert(metric_value(t1, "cube_errors_total{instance=\"cpu0\"}") >= 3);
-        ck_assert(metric_value(t1, "cube_sessions_opened_total{instance=\"cpu0\"}") >= 4);
+        ck_assert(test_metric_value(t1, "cube_errors_total{instance=\"cpu0\"}") >= 3);
+        ck_assert(test_metric_value(t1, "cube_sessions_opened_total{instance=\"cpu0\"}") >= 4);
         for (int i = 0; i < 3; i++)
                 cube_disconnect(c[i]);
         for (long deadline = test_now_ms() + test_scaled_ms(5000);;) {
@@ -1550,9 +1538,9 @@ START_TEST(metrics_counters_never_go_down)
         }
         t2 = metrics_of(watch);
         expect_counters_kept(t1, t2);
-        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") >=
-                  metric_value(t1, "cube_received_bytes_total{instance=\"cpu0\"}"));
-        ck_assert(metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") > 3 * 8192);
+        ck_assert(test_metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") >=
+                  test_metric_value(t1, "cube_received_bytes_total{instance=\"cpu0\"}"));
+        ck_assert(test_metric_value(t2, "cube_received_bytes_total{instance=\"cpu0\"}") > 3 * 8192);
 
         /* promtool, where it is installed, agrees it is well formed. */
         if (system("command -v promtool >/dev/null 2>&1") == 0) {

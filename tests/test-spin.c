@@ -2,11 +2,14 @@
  * test-spin.c - when a waiting client polls its socket before it sleeps
  * (libclient/spin.c): the rule on CPU sets, the decision against a real
  * cubed pinned apart from the client or onto the client's own CPU, and how
- * long a wait polls, from how long the answers before it took.
+ * long a wait polls, from how long the answers before it took. And the
+ * daemon's side (daemon/linger.c): when cubed polls for a client's next
+ * request, told by its metrics.
  */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -211,6 +214,102 @@ START_TEST(test_no_poll_while_another_thread_waits)
 }
 END_TEST
 
+/* The daemon's counter name, of this instance. */
+static double polls_of(cube_client *c, const char *name)
+{
+        char series[128];
+
+        snprintf(series, sizeof(series), "%s{instance=\"%s\"}", name, test_instance());
+        return test_metric_of(c, series);
+}
+
+static void pin(pid_t pid, int cpu)
+{
+        cpu_set_t set = cpus(cpu, -1);
+
+        ck_assert_int_eq(sched_setaffinity(pid, sizeof(set), &set), 0);
+}
+
+static bool two_cpus(void)
+{
+        if (sysconf(_SC_NPROCESSORS_ONLN) >= 2)
+                return true;
+        fprintf(stderr, "one CPU: nothing to pin apart\n");
+        return false;
+}
+
+/* syncs idle syncs on a fresh connection; returns the daemon's polls that
+ * they started (read through that connection before and after). */
+static double polls_during_syncs(const test_daemon *d, int syncs, unsigned gap_us,
+                                 double *ret_caught)
+{
+        cube_client *c;
+        double polls, caught;
+
+        ck_ok(cube_connect(d->socket, "linger", &c));
+        polls = polls_of(c, "cube_request_polls_total");
+        caught = polls_of(c, "cube_request_polls_caught_total");
+        for (int i = 0; i < syncs; i++) {
+                ck_ok(cube_sync(c, NULL, 0));
+                if (gap_us)
+                        usleep(gap_us);
+        }
+        polls = polls_of(c, "cube_request_polls_total") - polls;
+        if (ret_caught)
+                *ret_caught = polls_of(c, "cube_request_polls_caught_total") - caught;
+        cube_disconnect(c);
+        return polls;
+}
+
+/* A client on CPUs apart from the daemon's has its requests polled for; one
+ * on the daemon's own CPU never: the poll would hold the CPU it needs. */
+START_TEST(test_the_daemon_polls_for_a_client_apart)
+{
+        test_daemon d;
+        cpu_set_t saved;
+        double caught;
+
+        if (!two_cpus())
+                return;
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        pin(d.pid, 1);
+        pin(0, 0);
+        ck_assert_double_gt(polls_during_syncs(&d, 500, 0, &caught), 0);
+        ck_assert_msg(caught > 0, "no request arrived while the daemon polled for it");
+        pin(0, 1);
+        ck_assert_double_eq(polls_during_syncs(&d, 300, 0, NULL), 0);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
+/* A client that comes back later than the budget finds the daemon asleep
+ * after its first answers; request-poll-us 0 turns polling off. */
+START_TEST(test_the_daemon_polls_only_within_its_budget)
+{
+        static const char *const off[] = { "--request-poll-us", "0", NULL };
+        test_daemon d;
+        cpu_set_t saved;
+
+        if (!two_cpus())
+                return;
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+        pin(d.pid, 1);
+        pin(0, 0);
+        /* 2 ms between syncs, the budget 50 us: the first gap shows it. */
+        ck_assert_double_le(polls_during_syncs(&d, 50, 2000, NULL), 3);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+
+        ck_assert_int_eq(test_daemon_start(&d, off), 0);
+        pin(d.pid, 1);
+        ck_assert_double_eq(polls_during_syncs(&d, 300, 0, NULL), 0);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("spin");
@@ -222,6 +321,8 @@ static Suite *suite(void)
         tcase_add_test(tc, test_polls_as_long_as_answers_take);
         tcase_add_test(tc, test_answers_slower_than_the_budget_find_the_client_asleep);
         tcase_add_test(tc, test_no_poll_while_another_thread_waits);
+        tcase_add_test(tc, test_the_daemon_polls_for_a_client_apart);
+        tcase_add_test(tc, test_the_daemon_polls_only_within_its_budget);
         suite_add_tcase(s, tc);
         return s;
 }
