@@ -28,7 +28,7 @@ LAYERS = [
               "shapes.c", "kernel-check.c", "launches.c", "tensormaps.c", "memory-methods.c", "graphs.c",
               "profile.c", "groups.c", "collectives.c", "peer.c", "share.c", "inject.c", "tenants.c"],
      ["cubed.h", "comms.h"]),
-    ("requests", ["conn.c", "direct.c", "dispatch.c", "admin.c", "session.c", "server.c",
+    ("requests", ["conn.c", "linger.c", "direct.c", "dispatch.c", "admin.c", "session.c", "server.c",
                   "main.c"],
      ["requests.h"]),
 ]

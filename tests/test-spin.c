@@ -261,6 +261,22 @@ static double polls_during_syncs(const test_daemon *d, int syncs, unsigned gap_u
         return polls;
 }
 
+/* Starts a daemon pinned to CPU 1 and pins this thread to CPU 0; restore
+ * takes the affinity stop_apart puts back. */
+static void start_apart(test_daemon *d, const char *const *args, cpu_set_t *restore)
+{
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(*restore), restore), 0);
+        ck_assert_int_eq(test_daemon_start(d, args), 0);
+        pin(d->pid, 1);
+        pin(0, 0);
+}
+
+static void stop_apart(test_daemon *d, const cpu_set_t *restore)
+{
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(*restore), restore), 0);
+        ck_assert_int_eq(test_daemon_stop(d, 10000), 0);
+}
+
 /* A client on CPUs apart from the daemon's has its requests polled for; one
  * on the daemon's own CPU never: the poll would hold the CPU it needs. */
 START_TEST(test_the_daemon_polls_for_a_client_apart)
@@ -271,16 +287,12 @@ START_TEST(test_the_daemon_polls_for_a_client_apart)
 
         if (!two_cpus())
                 return;
-        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
-        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-        pin(d.pid, 1);
-        pin(0, 0);
+        start_apart(&d, NULL, &saved);
         ck_assert_double_gt(polls_during_syncs(&d, 500, 0, &caught), 0);
         ck_assert_msg(caught > 0, "no request arrived while the daemon polled for it");
         pin(0, 1);
         ck_assert_double_eq(polls_during_syncs(&d, 300, 0, NULL), 0);
-        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        stop_apart(&d, &saved);
 }
 END_TEST
 
@@ -294,19 +306,14 @@ START_TEST(test_the_daemon_polls_only_within_its_budget)
 
         if (!two_cpus())
                 return;
-        ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
-        ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-        pin(d.pid, 1);
-        pin(0, 0);
+        start_apart(&d, NULL, &saved);
         /* 2 ms between syncs, the budget 50 us: the first gap shows it. */
         ck_assert_double_le(polls_during_syncs(&d, 50, 2000, NULL), 3);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        stop_apart(&d, &saved);
 
-        ck_assert_int_eq(test_daemon_start(&d, off), 0);
-        pin(d.pid, 1);
+        start_apart(&d, off, &saved);
         ck_assert_double_eq(polls_during_syncs(&d, 300, 0, NULL), 0);
-        ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
-        ck_assert_int_eq(test_daemon_stop(&d, 10000), 0);
+        stop_apart(&d, &saved);
 }
 END_TEST
 
