@@ -525,18 +525,14 @@ static void timer_update(cube__conn *c)
                 uv_timer_stop(&c->timer);
 }
 
-/* Decodes one whole message and dispatches it. A launch of the plain form
- * is read where it lies (cube__dispatch_launch); any other message is
- * decoded into the server's zone, cleared after each (a zone per message
- * costs a large allocation and free each time); a dispatch that resumes
- * another connection has that one decode into a zone of its own. Returns
- * false when the message could not be decoded. */
+/* Decodes one whole message, pre-scanned, and dispatches it. It is decoded
+ * into the server's zone, cleared after each (a zone per message costs a
+ * large allocation and free each time); a dispatch that resumes another
+ * connection has that one decode into a zone of its own. Returns false when
+ * the message could not be decoded. */
 static bool decode_dispatch(cube__conn *c, const uint8_t *msg, size_t mlen,
                             cube__dispatched *ret_dispatched)
 {
-        if (cube__dispatch_launch(c, msg, mlen, c->rb.p, ret_dispatched))
-                return true;
-
         cube__server *srv = c->server;
         msgpack_zone *zone = srv->zone_busy ? msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE) : srv->zone;
         bool shared = zone == srv->zone, decoded;
@@ -577,10 +573,16 @@ static void process_buffered(cube__conn *c)
                         return;
                 }
                 size_t avail = b->len - b->pos, mlen = 0;
+                cube__dispatched d;
                 cube__scan scan;
 
                 if (avail < b->need)
                         return;
+                /* A launch of the plain form is read where it lies. */
+                if (cube__dispatch_launch(c, msg, avail, b->p, &mlen, &d)) {
+                        b->need = 0;
+                        goto dispatched;
+                }
                 scan = cube__prescan(msg, avail, lim, &mlen);
                 if (scan == CUBE__SCAN_INCOMPLETE) {
                         if (cube__direct_begin(c->session, msg, avail, mlen, &c->direct)) {
@@ -599,12 +601,12 @@ static void process_buffered(cube__conn *c)
                         return;
                 }
 
-                cube__dispatched d;
                 if (!decode_dispatch(c, msg, mlen, &d)) {
                         cube__conn_protocol_error(c, peek_msgid(msg, avail),
                                                   "the message could not be decoded");
                         return;
                 }
+dispatched:
                 c->redispatching = false;
                 if (d == CUBE__DISPATCH_PAUSED)
                         return;         /* the same message goes again on resume */

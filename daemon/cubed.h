@@ -937,10 +937,11 @@ cube__dispatched cube__do_import(cube__msg *k);
 /* ---- launches (launches.c) ---------------------------------------------- */
 cube__dispatched cube__do_register(cube__msg *k);
 cube__dispatched cube__do_launch(cube__msg *k);
-/* cube__do_launch of a launch's params read straight from their len bytes
- * (proto/cursor.h): false, having done nothing, when they are not of the
- * plain form that reader takes; then the message is decoded as a tree. */
-bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len,
+/* cube__do_launch of a launch's params read straight from the first of len
+ * bytes (proto/cursor.h), *ret_len their length: false, having done
+ * nothing, when they are not of the plain form that reader takes; then the
+ * message is decoded as a tree. */
+bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len, size_t *ret_len,
                        cube__dispatched *ret_dispatched);
 cube__dispatched cube__do_compile_queued(cube__msg *k);
 

@@ -284,12 +284,13 @@ static bool cursor_u32x3(cube__cursor *c, uint32_t ret[3])
                cube__cursor_u32(c, &ret[1]) && cube__cursor_u32(c, &ret[2]);
 }
 
-/* parse_launch's params read straight from their bytes (proto/cursor.h):
- * true, with *r filled as parse_launch fills it, for a launch of the plain
- * form parse_launch accepts (a static count, no tensor maps) that ends the
- * message; false for anything else, which takes parse_launch's way and
- * its answers. */
-static bool read_launch(const uint8_t *params, size_t len, launch_req *r)
+/* parse_launch's params read straight from the first of len bytes
+ * (proto/cursor.h): true, with *r filled as parse_launch fills it and
+ * *ret_len the params' length, for a launch of the plain form parse_launch
+ * accepts (a static count, no tensor maps); false for anything else, which
+ * takes parse_launch's way and its answers. The bytes after the params are
+ * the next message's. */
+static bool read_launch(const uint8_t *params, size_t len, launch_req *r, size_t *ret_len)
 {
         cube__cursor c = cube__cursor_of(params, len);
         const char *word;
@@ -336,7 +337,8 @@ static bool read_launch(const uint8_t *params, size_t len, launch_req *r)
                                 return false;
                 r->has_groups = true;
         }
-        return cube__cursor_done(&c);
+        *ret_len = (size_t) (c.p - params);
+        return true;
 }
 
 /* Resolves every buffer; returns the first resolution error. */
@@ -1053,15 +1055,17 @@ cube__dispatched cube__do_launch(cube__msg *k)
         return launch(k, &r, parse_launch(k, &r));
 }
 
-bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len,
+bool cube__launch_read(cube__msg *k, const uint8_t *params, size_t len, size_t *ret_len,
                        cube__dispatched *ret_dispatched)
 {
         launch_req r = {0};
+        size_t used;
 
-        if (!read_launch(params, len, &r)) {
+        if (!read_launch(params, len, &r, &used)) {
                 req_free(&r);
                 return false;
         }
+        *ret_len = used;
         *ret_dispatched = launch(k, &r, true);
         return true;
 }

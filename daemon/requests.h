@@ -98,11 +98,13 @@ bool cube__conn_any_active(const cube__server *srv);
 /* Handles one decoded message. buf is the read buffer the message lives in,
  * which the dispatcher may keep when a write's payload is large. */
 cube__dispatched cube__dispatch(cube__conn *c, const msgpack_object *msg, void *buf);
-/* Handles a launch of the plain form from its len bytes, undecoded: false,
- * having done nothing, for any other message, which cube__dispatch handles
- * once decoded. */
-bool cube__dispatch_launch(cube__conn *c, const uint8_t *msg, size_t len, void *buf,
-                           cube__dispatched *ret_dispatched);
+/* Handles a launch of the plain form at the start of the avail bytes
+ * buffered, neither pre-scanned nor decoded, *ret_len its length: false,
+ * having done nothing, for any other message, or a launch longer than the
+ * limits let pass unscanned; that one takes the pre-scan, and
+ * cube__dispatch handles it once decoded. */
+bool cube__dispatch_launch(cube__conn *c, const uint8_t *msg, size_t avail, void *buf,
+                           size_t *ret_len, cube__dispatched *ret_dispatched);
 
 /* ---- the admin methods (admin.c) ---------------------------------------- */
 cube__dispatched cube__do_status(cube__msg *k);

@@ -201,6 +201,20 @@ cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *lim
         }
 }
 
+size_t cube__limits_shallow_bound(const cube__limits *limits, uint32_t depth, uint64_t str_len)
+{
+        uint32_t max_depth = limits->max_depth < PRESCAN_DEPTH_CAP ? limits->max_depth : PRESCAN_DEPTH_CAP;
+        uint64_t bound = limits->max_message_bytes;
+
+        if (depth > max_depth || str_len > limits->max_str_bytes)
+                return 0;
+        if (bound > limits->max_container)
+                bound = limits->max_container;
+        if (bound > limits->max_objects)
+                bound = limits->max_objects;
+        return bound > SIZE_MAX ? SIZE_MAX : (size_t) bound;
+}
+
 const char *cube__scan_describe(cube__scan s)
 {
         switch (s) {

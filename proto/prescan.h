@@ -62,6 +62,16 @@ typedef enum cube__scan {
  * leave *ret_len alone: the stream cannot be resynchronised. */
 cube__scan cube__prescan(const uint8_t *buf, size_t len, const cube__limits *limits, size_t *ret_len);
 
+/* The longest message the pre-scan certainly takes whole, given that it is
+ * valid msgpack, nests no deeper than depth and holds no str longer than
+ * str_len: every object takes at least a byte, so such a message cannot
+ * declare more elements in one container, nor more objects in all, than it
+ * has bytes. 0 where the nesting or the str alone is over the limits. A
+ * reader that checks a message's form itself may skip the pre-scan for
+ * messages no longer than this; a longer one must take the pre-scan, or a
+ * limit would no longer hold. */
+size_t cube__limits_shallow_bound(const cube__limits *limits, uint32_t depth, uint64_t str_len);
+
 /* A sentence for a person, e.g. "nesting deeper than 16 levels". */
 const char *cube__scan_describe(cube__scan s);
 

@@ -417,6 +417,69 @@ START_TEST(limit_objects)
 }
 END_TEST
 
+/* Sends a launch in the plain form msgpack-c's packer writes, binding
+ * n_handles buffers, then a request of an unknown method. A launch within
+ * the limits is taken (its kernel was never registered: its refusal lands
+ * on its outputs, and the request is answered); one beyond them closes the
+ * connection with the reason refusal names. */
+static void launch_probe(const char *socket, uint32_t n_handles, const char *refusal)
+{
+        int fd = raw_connect(socket);
+        uint64_t nonce, session;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        ck_assert_int_ge(fd, 0);
+        raw_greet(fd, &nonce, &session);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        cube__pack_notify(&pk, "launch", 9);
+        msgpack_pack_uint64(&pk, 1);                    /* stream */
+        msgpack_pack_uint64(&pk, 1);                    /* kernel */
+        msgpack_pack_array(&pk, 2);
+        cube__pack_str(&pk, "static");
+        for (int a = 0; a < 2; a++) {                   /* count, then dim */
+                msgpack_pack_array(&pk, 3);
+                for (int i = 0; i < 3; i++)
+                        msgpack_pack_uint32(&pk, 1);
+        }
+        msgpack_pack_array(&pk, n_handles);
+        for (uint32_t i = 0; i < n_handles; i++) {
+                cube_handle h = { .service = nonce, .memory = session << 40 | (1 + i),
+                                  .offset_end = 4 };
+                cube__pack_handle(&pk, &h);
+        }
+        msgpack_pack_array(&pk, 0);                     /* io */
+        msgpack_pack_bin(&pk, 0);                       /* info */
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_uint32(&pk, 0);
+        msgpack_pack_uint32(&pk, 0);                    /* mode */
+        cube__pack_request(&pk, 7, "probe", 0);
+        raw_send_sbuffer(fd, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        if (!refusal) {
+                expect_error(fd, 7, CUBE_SERVER_VALIDATION, "unknown method 'probe'");
+                close(fd);
+        } else {
+                expect_error(fd, -1, CUBE_SERVER_VALIDATION, refusal);
+                expect_closed(fd);
+        }
+}
+
+/* A launch in the plain form is read where it lies, without the pre-scan:
+ * it must meet the same limits all the same. Here 23 objects, and five more
+ * a buffer: 95 buffers are 498 of the 500 allowed, 96 are 503, and 101 are
+ * also a container beyond the 100 allowed. */
+START_TEST(a_plain_launch_is_held_to_the_limits)
+{
+        launch_probe(D.socket, 1, NULL);
+        launch_probe(D.socket, 95, NULL);
+        launch_probe(D.socket, 96, "more elements than the limit allows, or the message more objects");
+        launch_probe(D.socket, 101, "more elements than the limit allows, or the message more objects");
+}
+END_TEST
+
 START_TEST(hostile_input_in_parallel_sessions)
 {
         /* Several hostile peers at once, interleaved with real work. */
@@ -517,6 +580,22 @@ static bool answered(int fd, uint32_t msgid, int timeout_ms)
 /* Item 1: a client truncates a staging region it was given and then copies
  * through it. The region is sealed: the truncation fails, and both copies
  * run. */
+/* A plain launch nests four deep: a daemon whose max-depth is 3 refuses
+ * it, as the pre-scan would, and one whose max-depth is 4 takes it. */
+START_TEST(a_plain_launch_is_held_to_the_depth_limit)
+{
+        static const char *const shallow[] = { "--max-depth", "3", NULL };
+        static const char *const deep_enough[] = { "--max-depth", "4", NULL };
+
+        ck_assert_int_eq(test_daemon_start(&D, shallow), 0);
+        launch_probe(D.socket, 1, "nest deeper than the limit allows");
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+        ck_assert_int_eq(test_daemon_start(&D, deep_enough), 0);
+        launch_probe(D.socket, 1, NULL);
+        ck_assert_int_eq(test_daemon_stop(&D, 10000), 0);
+}
+END_TEST
+
 START_TEST(a_region_cannot_be_shrunk_under_the_daemon)
 {
         uint64_t nonce, session, region = 0, memory;
@@ -1633,11 +1712,13 @@ int main(void)
         tcase_add_test(tc, limit_container);
         tcase_add_test(tc, limit_str);
         tcase_add_test(tc, limit_objects);
+        tcase_add_test(tc, a_plain_launch_is_held_to_the_limits);
         tcase_add_test(tc, hostile_input_in_parallel_sessions);
         tcase_add_test(tc, hostile_sizes_and_offsets_are_refused_by_the_daemon);
         suite_add_tcase(s, tc);
         tc = tcase_create("one-client");
         tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, a_plain_launch_is_held_to_the_depth_limit);
         tcase_add_test(tc, a_region_cannot_be_shrunk_under_the_daemon);
         tcase_add_test_needing(tc, regions_are_counted_and_charged_in_pages, TEST_NEEDS_CPU_DEVICE);
         tcase_add_test(tc, a_passed_descriptor_never_blocks_the_loop);

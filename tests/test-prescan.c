@@ -859,6 +859,90 @@ START_TEST(random_messages_packed_by_msgpack_c) {
 }
 END_TEST
 
+/* How deep o's containers nest (an empty one counts), and its longest str. */
+static void measure(const msgpack_object *o, uint32_t *ret_depth, uint64_t *ret_str)
+{
+        uint32_t deepest = 0;
+        uint64_t longest = o->type == MSGPACK_OBJECT_STR ? o->via.str.size : 0;
+
+        if (o->type == MSGPACK_OBJECT_ARRAY || o->type == MSGPACK_OBJECT_MAP) {
+                uint32_t n = o->type == MSGPACK_OBJECT_ARRAY ? o->via.array.size : o->via.map.size;
+                for (uint32_t i = 0; i < n; i++) {
+                        const msgpack_object *kids[2] = {
+                                o->type == MSGPACK_OBJECT_ARRAY ? &o->via.array.ptr[i] :
+                                &o->via.map.ptr[i].key,
+                                o->type == MSGPACK_OBJECT_ARRAY ? NULL : &o->via.map.ptr[i].val,
+                        };
+                        for (int j = 0; j < 2 && kids[j]; j++) {
+                                uint32_t d;
+                                uint64_t str;
+                                measure(kids[j], &d, &str);
+                                deepest = d > deepest ? d : deepest;
+                                longest = str > longest ? str : longest;
+                        }
+                }
+                deepest++;
+        }
+        *ret_depth = deepest;
+        *ret_str = longest;
+}
+
+/* A message no longer than the shallow bound of its nesting and its longest
+ * str is taken whole under any limits: a reader that checks its form itself
+ * may skip the pre-scan without letting a limit go. Tight random limits, so
+ * that each one is what bounds some of the messages. */
+START_TEST(within_the_shallow_bound_every_limit_holds) {
+        char *fill = malloc(65536);
+        size_t within = 0, beyond = 0;
+
+        ck_assert_ptr_nonnull(fill);
+        memset(fill, 'z', 65536);
+        for (uint64_t seed = 1; seed <= 3000; seed++) {
+                msgpack_sbuffer sbuf;
+                msgpack_packer pk;
+                msgpack_unpacked u;
+                size_t off = 0, ret_len = 0;
+                uint32_t depth;
+                uint64_t str;
+
+                rng_state = seed * 0x9e3779b97f4a7c15ull;
+                msgpack_sbuffer_init(&sbuf);
+                msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+                pack_random(&pk, (unsigned) rng_below(6), fill);
+                msgpack_unpacked_init(&u);
+                ck_assert_int_eq(msgpack_unpack_next(&u, sbuf.data, sbuf.size, &off),
+                                 MSGPACK_UNPACK_SUCCESS);
+                measure(&u.data, &depth, &str);
+                msgpack_unpacked_destroy(&u);
+
+                cube__limits l = {
+                        .max_message_bytes = 1 + rng_below(2000),
+                        .max_depth = (uint32_t) (1 + rng_below(8)),
+                        .max_container = (uint32_t) (1 + rng_below(200)),
+                        .max_str_bytes = rng_below(100),
+                        .max_objects = 1 + rng_below(rng() & 1 ? 600 : 30),
+                };
+                size_t bound = cube__limits_shallow_bound(&l, depth, str);
+                if (depth > l.max_depth || str > l.max_str_bytes)
+                        ck_assert_uint_eq(bound, 0);
+                if (sbuf.size > bound) {
+                        beyond++;
+                } else {
+                        cube__scan s = cube__prescan((const uint8_t *) sbuf.data, sbuf.size, &l,
+                                                     &ret_len);
+                        if (s != CUBE__SCAN_COMPLETE || ret_len != sbuf.size)
+                                ck_abort_msg("seed %" PRIu64 ": %zu bytes, bound %zu: %s",
+                                             seed, sbuf.size, bound, cube__scan_describe(s));
+                        within++;
+                }
+                msgpack_sbuffer_destroy(&sbuf);
+        }
+        ck_assert_uint_gt(within, 300);
+        ck_assert_uint_gt(beyond, 300);
+        free(fill);
+}
+END_TEST
+
 static Suite *prescan_suite(void)
 {
         Suite *s = suite_create("prescan");
@@ -899,6 +983,7 @@ static Suite *prescan_suite(void)
         suite_add_tcase(s, hostile);
 
         tcase_add_test(property, random_messages_packed_by_msgpack_c);
+        tcase_add_test(property, within_the_shallow_bound_every_limit_holds);
         tcase_set_timeout(property, 120);
         suite_add_tcase(s, property);
 
