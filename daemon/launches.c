@@ -284,6 +284,11 @@ static bool cursor_u32x3(cube__cursor *c, uint32_t ret[3])
                cube__cursor_u32(c, &ret[1]) && cube__cursor_u32(c, &ret[2]);
 }
 
+/* The fewest bytes a handle takes: [0, 0, 0, 0]. The pre-scan has not
+ * bounded the count a launch read in place declares: one its bytes cannot
+ * hold is refused before anything is allocated for it. */
+#define HANDLE_MIN_BYTES 5
+
 /* parse_launch's params read straight from the first of len bytes
  * (proto/cursor.h): true, with *r filled as parse_launch fills it and
  * *ret_len the params' length, for a launch of the plain form parse_launch
@@ -303,6 +308,7 @@ static bool read_launch(const uint8_t *params, size_t len, launch_req *r, size_t
             !cube__cursor_str(&c, &word, &word_len) || word_len != 6 ||
             memcmp(word, "static", 6) != 0 || !cursor_u32x3(&c, r->count) ||
             !cursor_u32x3(&c, r->dim) || !cube__cursor_array(&c, &n_handles) ||
+            n_handles > (size_t) (c.end - c.p) / HANDLE_MIN_BYTES ||
             !req_slots(r, (size_t) n_handles + 1))
                 return false;
         r->n = r->n_plain = n_handles;

@@ -477,6 +477,17 @@ START_TEST(a_plain_launch_is_held_to_the_limits)
         launch_probe(D.socket, 95, NULL);
         launch_probe(D.socket, 96, "more elements than the limit allows, or the message more objects");
         launch_probe(D.socket, 101, "more elements than the limit allows, or the message more objects");
+
+        /* A plain launch's head declaring four billion buffers, and no more. */
+        static const unsigned char huge[] = {
+                0x93, 0x02, 0xa6, 'l', 'a', 'u', 'n', 'c', 'h', 0x99, 0x01, 0x01,
+                0x92, 0xa6, 's', 't', 'a', 't', 'i', 'c', 0x93, 0x01, 0x01, 0x01,
+                0x93, 0x01, 0x01, 0x01, 0xdd, 0xff, 0xff, 0xff, 0xff,
+        };
+        int fd = greeted();
+        send_bytes(fd, huge, sizeof(huge));
+        expect_error(fd, -1, CUBE_SERVER_VALIDATION, "more elements than the limit allows");
+        expect_closed(fd);
 }
 END_TEST
 
