@@ -254,8 +254,10 @@ static const method methods[] = {
         { "peer_written", CUBE__MSG_REQUEST, cube__do_peer_written, false },
 };
 
-/* The deepest a plain launch nests: [2, "launch", [.., ["static", [x, y, z]], ..]]. */
+/* How deep a plain launch nests, and its longest str ("launch", "static"):
+ * [2, "launch", [.., ["static", [x, y, z]], ..]]. */
 #define LAUNCH_DEPTH 4
+#define LAUNCH_STR_BYTES 6
 
 /* A launch, the message a busy client sends most: [2, "launch", params],
  * its params read where they lie. Decoding it as msgpack-c's tree took
@@ -268,7 +270,8 @@ bool cube__dispatch_launch(cube__conn *c, const uint8_t *msg, size_t avail, void
 {
         static const uint8_t head[] = { 0x93, CUBE__MSG_NOTIFY, 0xa6, 'l', 'a', 'u', 'n', 'c', 'h' };
         cube__session *s = cube__conn_session(c);
-        size_t bound = cube__limits_shallow_bound(&s->server->opts.limits, LAUNCH_DEPTH, 6);
+        size_t bound = cube__limits_shallow_bound(&s->server->opts.limits, LAUNCH_DEPTH,
+                                                  LAUNCH_STR_BYTES);
         size_t len = avail < bound ? avail : bound, plen;
 
         /* What cube__dispatch refuses before a launch runs, it refuses. */

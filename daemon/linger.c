@@ -27,6 +27,7 @@
  */
 #include <sched.h>
 
+#include "poll-window.h"
 #include "requests.h"
 
 #define LINGER_MIN_NS (10 * 1000)
@@ -82,10 +83,9 @@ void cube__linger_answered(cube__server *srv, cube__linger *l)
                 return;
         now = uv_hrtime();
         l->answered_ns = now;
-        if (l->expect_ns > budget)
+        window = cube__poll_window_ns(l->expect_ns, LINGER_MIN_NS, budget);
+        if (!window)
                 return;
-        window = 2 * l->expect_ns;
-        window = window < LINGER_MIN_NS ? LINGER_MIN_NS : window > budget ? budget : window;
         if (now + window > srv->linger_until)
                 srv->linger_until = now + window;
         uv_idle_start(&srv->linger_idle, on_linger);
@@ -95,8 +95,7 @@ void cube__linger_heard(cube__server *srv, cube__linger *l)
 {
         if (!l->answered_ns)
                 return;
-        /* Half this gap, half those before it. */
-        l->expect_ns = (l->expect_ns + (uv_hrtime() - l->answered_ns)) / 2;
+        l->expect_ns = cube__poll_expect_ns(l->expect_ns, uv_hrtime() - l->answered_ns);
         l->answered_ns = 0;
         if (srv->lingering)
                 srv->stats.request_polls_caught++;

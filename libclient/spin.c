@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "poll-window.h"
 #include "spin.h"
 
 static _Atomic unsigned waiting;        /* threads of this process waiting for an answer */
@@ -85,19 +86,6 @@ void cube__spin_init(cube__spin *s, int fd)
         s->budget_ns = (us < CUBE__SPIN_MAX_US ? us : CUBE__SPIN_MAX_US) * 1000ull;
 }
 
-/* How long a wait polls, from what the connection's answers took: 0 when
- * they take longer than the budget. */
-static uint64_t poll_for(const cube__spin *s)
-{
-        uint64_t want = 2 * s->expect_ns;
-
-        if (s->expect_ns > s->budget_ns)
-                return 0;
-        if (want < CUBE__SPIN_MIN_US * 1000ull)
-                want = CUBE__SPIN_MIN_US * 1000ull;
-        return want < s->budget_ns ? want : s->budget_ns;
-}
-
 /* Polls fd for up to ns: true when an answer is there. */
 static bool spin(int fd, uint64_t start, uint64_t ns)
 {
@@ -119,13 +107,12 @@ int cube__spin_wait(cube__spin *s, int fd)
         /* Another thread of this process waiting too: the daemon is busy
          * with this process's work, and a poller would take a CPU from it. */
         bool alone = atomic_fetch_add(&waiting, 1) == 0;
-        s->polled_ns = alone ? poll_for(s) : 0;
+        s->polled_ns = alone ? cube__poll_window_ns(s->expect_ns, CUBE__SPIN_MIN_US * 1000ull,
+                                                    s->budget_ns) : 0;
         if (!(s->polled_ns && spin(fd, start, s->polled_ns)) && poll(&p, 1, -1) < 0)
                 r = -errno;
-        /* Half the last wait, half those before it: a connection whose
-         * answers slow down stops polling within a few waits. */
         if (s->budget_ns && r == 0)
-                s->expect_ns = (s->expect_ns + (now_ns() - start)) / 2;
+                s->expect_ns = cube__poll_expect_ns(s->expect_ns, now_ns() - start);
         atomic_fetch_sub(&waiting, 1);
         return r;
 }

@@ -34,7 +34,7 @@ LAYERS = [
 ]
 # Headers below the daemon that any layer may include.
 BELOW = {"cube.h", "driver.h", "errors.h", "prescan.h", "wire.h", "transport.h", "launch.h",
-         "layout.h", "cursor.h",
+         "layout.h", "cursor.h", "poll-window.h",
          "frame.h", "rbuf.h", "frontend.h", "sandbox.h"}
 
 DEF_RE = re.compile(r"^(?!static\b)(?!typedef\b)[A-Za-z_][\w \t\*]*?\b(cube__\w+)\s*\(")
