@@ -249,7 +249,8 @@ uint64_t test_kernel(cube_client *c, const char *source, const char *entry);
 void test_launch_u32(cube_client *c, cube_launch l, const uint32_t *scalars, size_t n_scalars);
 /* Asserts that e is of kind, naming what was expected, and frees it. */
 void test_expect_kind(cube_error *e, cube_error_kind kind, const char *what);
-/* Reads h, asserting that it holds n bytes and that they are want's. */
+/* Reads h, asserting that it holds n bytes and that they are want's, each
+ * one written by the read. */
 void test_expect_bytes(cube_client *c, const cube_handle *h, const void *want, size_t n);
 /* How many failures the daemon's store still holds. */
 size_t test_live_failures(cube_client *c);
