@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -70,6 +71,96 @@ void test_close_passed_fds(struct msghdr *mh)
                 }
 }
 
+/* Every directory made here for a daemon or a group, with the daemon in it,
+ * until it is stopped. A test that fails is ended by Check with _exit, which
+ * runs no handler, and some tests kill their daemon themselves and never
+ * stop it; left alone, each would leave its directory in /tmp for good. So
+ * the list is shared by the runner and the processes it forks for tests:
+ * each process, when it exits, kills and removes what it made and left, and
+ * the runner, last, removes whatever its tests left (their daemons were
+ * killed with them: PR_SET_PDEATHSIG). */
+#define LEFTOVERS 256
+static struct leftover {
+        pid_t maker, daemon;
+        char dir[64];
+} *leftovers;
+static pid_t runner;
+
+static void remove_dir(const char *dir)
+{
+        char cmd[128];
+
+        if (getenv("CUBE_TEST_LEAVE"))
+                return;
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void clean_up_leftovers(void)
+{
+        for (size_t i = 0; leftovers && i < LEFTOVERS; i++) {
+                struct leftover *l = &leftovers[i];
+                pid_t maker = __atomic_load_n(&l->maker, __ATOMIC_ACQUIRE);
+                if (maker <= 0 || (maker != getpid() && getpid() != runner))
+                        continue;
+                /* Only a child not yet reaped is killed: its pid cannot have
+                 * been reused. */
+                if (maker == getpid() && l->daemon > 0 &&
+                    waitpid(l->daemon, NULL, WNOHANG) == 0) {
+                        kill(l->daemon, SIGKILL);
+                        waitpid(l->daemon, NULL, 0);
+                }
+                remove_dir(l->dir);
+                __atomic_store_n(&l->maker, 0, __ATOMIC_RELEASE);
+        }
+}
+
+__attribute__((constructor)) static void leftovers_init(void)
+{
+        void *m = mmap(NULL, LEFTOVERS * sizeof(*leftovers), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+        if (m == MAP_FAILED)
+                return;
+        leftovers = m;
+        runner = getpid();
+        atexit(clean_up_leftovers);
+}
+
+static struct leftover *leftover_of(const char *dir)
+{
+        for (size_t i = 0; leftovers && i < LEFTOVERS; i++)
+                if (__atomic_load_n(&leftovers[i].maker, __ATOMIC_ACQUIRE) != 0 &&
+                    strcmp(leftovers[i].dir, dir) == 0)
+                        return &leftovers[i];
+        return NULL;
+}
+
+static void remember(const char *dir)
+{
+        for (size_t i = 0; leftovers && i < LEFTOVERS; i++) {
+                pid_t free_slot = 0;
+                if (__atomic_compare_exchange_n(&leftovers[i].maker, &free_slot, -1, false,
+                                                __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+                        leftovers[i].daemon = 0;
+                        snprintf(leftovers[i].dir, sizeof(leftovers[i].dir), "%s", dir);
+                        __atomic_store_n(&leftovers[i].maker, getpid(), __ATOMIC_RELEASE);
+                        return;
+                }
+        }
+}
+
+/* The directory is removed and no longer listed. */
+static void forget(const char *dir)
+{
+        struct leftover *l = leftover_of(dir);
+
+        remove_dir(dir);
+        if (l)
+                __atomic_store_n(&l->maker, 0, __ATOMIC_RELEASE);
+}
+
 /* Starts the daemon; with owner not (uid_t) -1, its directory and notify
  * socket are owner's, for a daemon that runs as owner. */
 static int start(test_daemon *d, const char *const *wrapper, const char *const *extra_args,
@@ -90,6 +181,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
         strcpy(d->dir, "/tmp/cube-test-XXXXXX");
         if (!mkdtemp(d->dir))
                 return -1;
+        remember(d->dir);
         snprintf(d->socket, sizeof(d->socket), "%s/s", d->dir);
         snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
         snprintf(notify, sizeof(notify), "%s/notify", d->dir);
@@ -140,6 +232,8 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
         d->pid = fork();
         if (d->pid < 0)
                 return -1;
+        if (d->pid > 0 && leftover_of(d->dir))
+                leftover_of(d->dir)->daemon = d->pid;
         if (d->pid == 0) {
                 int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                 /* A test that fails an assertion leaves no daemon behind
@@ -229,6 +323,7 @@ int test_group_start(test_group *g, int n, const char *const *extra_args)
         strcpy(g->dir, "/tmp/cube-group-XXXXXX");
         if (n > 8 || !mkdtemp(g->dir))
                 return -1;
+        remember(g->dir);
         for (int i = 0; i < n; i++) {
                 char sock[96];
                 const char *args[40] = { "--socket", sock };
@@ -253,7 +348,7 @@ void test_group_stop(test_group *g)
         for (int i = 0; i < g->n; i++)
                 if (g->d[i].pid > 0)
                         test_daemon_stop(&g->d[i], 10000);
-        rmdir(g->dir);
+        forget(g->dir);
 }
 
 void test_group_stop_clean(test_group *g)
@@ -297,10 +392,13 @@ int test_daemon_stop(test_daemon *d, int timeout_ms)
 {
         long deadline;
         int status = 0, result = -1;
-        char path[128];
 
-        if (d->pid <= 0)
+        if (d->pid <= 0) {
+                /* Killed by the test, or never started: the directory goes. */
+                if (leftover_of(d->dir))
+                        forget(d->dir);
                 return -1;
+        }
         kill(d->pid, SIGTERM);
         deadline = now_ms() + (long) timeout_ms * test_timeout_multiplier();
         for (;;) {
@@ -320,11 +418,7 @@ int test_daemon_stop(test_daemon *d, int timeout_ms)
         d->pid = 0;
         if (result != 0)
                 test_daemon_dump_log(d);
-        if (!getenv("CUBE_TEST_LEAVE")) {
-                snprintf(path, sizeof(path), "rm -rf '%s'", d->dir);
-                if (system(path) != 0)
-                        fprintf(stderr, "could not remove %s\n", d->dir);
-        }
+        forget(d->dir);
         return result;
 }
 

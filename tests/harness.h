@@ -25,7 +25,10 @@ typedef struct test_daemon {
  * kernel cache in that directory and extra arguments (NULL-terminated, may be
  * NULL; a later --cache-dir wins), and waits for READY=1 on a fake
  * NOTIFY_SOCKET. $CUBE_TEST_WRAPPER (e.g. "valgrind ...") prefixes the
- * command. Returns 0, or -1 with the daemon's log printed. */
+ * command. Returns 0, or -1 with the daemon's log printed (the directory
+ * and its log stay until test_daemon_stop). Whatever a test process leaves
+ * running or on disk, a failing test's included, is killed and removed when
+ * it exits; CUBE_TEST_LEAVE=1 keeps the directories. */
 int test_daemon_start(test_daemon *d, const char *const *extra_args);
 /* Like test_daemon_start, with a wrapper command (NULL-terminated). */
 int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
@@ -34,7 +37,8 @@ int test_daemon_start_wrapped(test_daemon *d, const char *const *wrapper,
  * root), in a directory that is uid's. */
 int test_daemon_start_as(test_daemon *d, uid_t uid, const char *const *extra_args);
 /* SIGTERM, then waits up to timeout_ms. Returns the exit status (0..255), or
- * -1 when it had to be killed or died of a signal. Removes the directory. */
+ * -1 when it had to be killed, died of a signal or was no longer running.
+ * Removes the directory. */
 int test_daemon_stop(test_daemon *d, int timeout_ms);
 /* Whether the socket file still exists. */
 bool test_daemon_socket_exists(const test_daemon *d);

@@ -6,6 +6,7 @@
  * which must exit 0 and remove the socket file.
  */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -710,6 +711,43 @@ START_TEST(hello_carries_the_properties_hash_target_and_device_transport)
 }
 END_TEST
 
+/* The harness: a test process that ends without stopping its daemon, and a
+ * daemon its test killed itself, leave nothing behind (each run of the
+ * suites would otherwise leave directories in /tmp for good). */
+START_TEST(a_test_process_leaves_no_daemon_and_no_directory_behind)
+{
+        test_daemon left, killed;
+        int fds[2], status;
+        pid_t child;
+
+        if (getenv("CUBE_TEST_LEAVE"))
+                return;
+        ck_assert_int_eq(pipe(fds), 0);
+        ck_assert_int_ge(child = fork(), 0);
+        if (child == 0) {
+                close(fds[0]);
+                bool told = test_daemon_start(&left, NULL) == 0 &&
+                            write(fds[1], &left, sizeof(left)) == (ssize_t) sizeof(left);
+                exit(told ? 0 : 1);     /* not stopped: the harness cleans up */
+        }
+        close(fds[1]);
+        ck_assert_int_eq(read(fds[0], &left, sizeof(left)), (ssize_t) sizeof(left));
+        close(fds[0]);
+        ck_assert_int_eq(waitpid(child, &status, 0), child);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ck_assert_msg(access(left.dir, F_OK) < 0, "%s is left behind", left.dir);
+        ck_assert_msg(kill(left.pid, 0) < 0 && errno == ESRCH, "cubed (pid %d) is left running",
+                      (int) left.pid);
+
+        ck_assert_int_eq(test_daemon_start(&killed, NULL), 0);
+        kill(killed.pid, SIGKILL);
+        waitpid(killed.pid, NULL, 0);
+        killed.pid = 0;
+        ck_assert_int_eq(test_daemon_stop(&killed, 1000), -1);
+        ck_assert_msg(access(killed.dir, F_OK) < 0, "%s is left behind", killed.dir);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
         Suite *s = suite_create("daemon");
@@ -732,6 +770,7 @@ static Suite *daemon_suite(void)
         tcase_add_test(tc, the_default_socket_comes_from_the_environment);
         tcase_add_test(tc, cubectl_status_reports_the_daemon);
         tcase_add_test(tc, hello_carries_the_properties_hash_target_and_device_transport);
+        tcase_add_test(tc, a_test_process_leaves_no_daemon_and_no_directory_behind);
         /* An ASan-built daemon cannot run under valgrind; the sanitizer run
          * checks leaks through LeakSanitizer instead, and skips this. */
         tcase_add_test_needing(tc, sigterm_under_valgrind_exits_clean_without_leaks,

@@ -31,21 +31,9 @@
 
 enum { P_SLICED, P_EXCLUSIVE, P_PERSISTENT, P_DEDICATED };
 
-/* A test that fails exits its forked process at once: take its daemon
- * along rather than leave it running. */
-static void kill_leftover_daemon(void)
-{
-        if (D.pid > 0) {
-                kill(D.pid, SIGKILL);
-                waitpid(D.pid, NULL, 0);
-                D.pid = 0;
-        }
-}
-
 static void start(const char *const *args)
 {
         ck_assert_int_eq(test_daemon_start(&D, args), 0);
-        atexit(kill_leftover_daemon);
 }
 
 static void start_64m(void)
