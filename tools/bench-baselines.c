@@ -118,11 +118,12 @@ static void echo_peer(int fd, size_t arg)
         }
 }
 
-void raw_ping_pong(const cpu_set_t *peer_cpus, int iters, double *out)
+/* iters 64 B round trips to peer, each timed into out. */
+static void round_trips(const cpu_set_t *peer_cpus, peer_fn *peer, int iters, double *out)
 {
         char buf[MSG] = { 0 };
         pid_t pid;
-        int fd = start_peer(peer_cpus, echo_peer, 0, &pid);
+        int fd = start_peer(peer_cpus, peer, 0, &pid);
 
         for (int i = 0; i < iters; i++) {
                 double t0 = bench_now();
@@ -131,6 +132,50 @@ void raw_ping_pong(const cpu_set_t *peer_cpus, int iters, double *out)
                 out[i] = bench_now() - t0;
         }
         stop_peer(fd, pid);
+}
+
+/* The echo, passed on: each message goes to a second process (a worker the
+ * peer forks, on the peer's CPUs) and back before the peer answers it, as a
+ * launch + sync goes from cubed to its device process and back. */
+static void relay_peer(int fd, size_t arg)
+{
+        char buf[MSG], ready;
+        pid_t worker;
+        int sv[2];
+
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+                fail("socketpair");
+        if ((worker = fork()) < 0)
+                fail("fork");
+        if (worker == 0) {
+                close(fd);
+                close(sv[0]);
+                echo_peer(sv[1], arg);
+                _exit(0);
+        }
+        close(sv[1]);
+        read_all(sv[0], &ready, 1);
+        write_all(fd, "r", 1);
+        for (;;) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n <= 0)
+                        break;
+                write_all(sv[0], buf, (size_t) n);
+                read_all(sv[0], buf, (size_t) n);
+                write_all(fd, buf, (size_t) n);
+        }
+        close(sv[0]);
+        waitpid(worker, NULL, 0);
+}
+
+void raw_ping_pong(const cpu_set_t *peer_cpus, int iters, double *out)
+{
+        round_trips(peer_cpus, echo_peer, iters, out);
+}
+
+void raw_relay(const cpu_set_t *peer_cpus, int iters, double *out)
+{
+        round_trips(peer_cpus, relay_peer, iters, out);
 }
 
 /* Reads what has arrived, and acks every whole message in one write. */

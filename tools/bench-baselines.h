@@ -19,6 +19,11 @@ double bench_now(void);
 /* 64 B ping-pong: each of the iters round trips, in seconds, into out. */
 void raw_ping_pong(const cpu_set_t *peer_cpus, int iters, double *out);
 
+/* The same, the peer passing each message to a worker process of its own
+ * (on the same CPUs) and back before it answers: the turns a launch + sync
+ * takes through cubed and its device process. */
+void raw_relay(const cpu_set_t *peer_cpus, int iters, double *out);
+
 /* n 64 B messages written one by one, each answered by a 16 B ack: messages
  * per second from the first write to the last ack. */
 double raw_pipelined(const cpu_set_t *peer_cpus, int n);
