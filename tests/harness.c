@@ -137,7 +137,8 @@ static struct leftover *leftover_of(const char *dir)
         return NULL;
 }
 
-static void remember(const char *dir)
+/* Lists dir; its entry, or NULL when the list is full or missing. */
+static struct leftover *remember(const char *dir)
 {
         for (size_t i = 0; leftovers && i < LEFTOVERS; i++) {
                 pid_t free_slot = 0;
@@ -146,9 +147,10 @@ static void remember(const char *dir)
                         leftovers[i].daemon = 0;
                         snprintf(leftovers[i].dir, sizeof(leftovers[i].dir), "%s", dir);
                         __atomic_store_n(&leftovers[i].maker, getpid(), __ATOMIC_RELEASE);
-                        return;
+                        return &leftovers[i];
                 }
         }
+        return NULL;
 }
 
 /* The directory is removed and no longer listed. */
@@ -181,7 +183,7 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
         strcpy(d->dir, "/tmp/cube-test-XXXXXX");
         if (!mkdtemp(d->dir))
                 return -1;
-        remember(d->dir);
+        struct leftover *listed = remember(d->dir);
         snprintf(d->socket, sizeof(d->socket), "%s/s", d->dir);
         snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
         snprintf(notify, sizeof(notify), "%s/notify", d->dir);
@@ -232,8 +234,8 @@ static int start(test_daemon *d, const char *const *wrapper, const char *const *
         d->pid = fork();
         if (d->pid < 0)
                 return -1;
-        if (d->pid > 0 && leftover_of(d->dir))
-                leftover_of(d->dir)->daemon = d->pid;
+        if (d->pid > 0 && listed)
+                listed->daemon = d->pid;
         if (d->pid == 0) {
                 int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                 /* A test that fails an assertion leaves no daemon behind
