@@ -465,6 +465,89 @@ START_TEST(a_graph_larger_than_the_device_keeps_replays_through_its_launches)
 }
 END_TEST
 
+static const char mix_source[] =
+        "KERNEL void mix(const uint32_t *a, const uint32_t *b, uint32_t *out, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "\n"
+        "        if (i < BUFFER_LEN(2))\n"
+        "                out[i] = a[i] + 2u * b[i];\n"
+        "}\n";
+
+/* Units of a cube meet in SHARED memory: the device runs it as a
+ * work-group, not one item walking the cube. */
+static const char cube_sum_source[] =
+        "KERNEL void cube_sum(const uint32_t *in, uint32_t *sums, INFO)\n"
+        "{\n"
+        "        SHARED uint32_t part[64];\n"
+        "\n"
+        "        part[UNIT_POS] = in[ABSOLUTE_POS];\n"
+        "        sync_cube();\n"
+        "        if (UNIT_POS == 0) {\n"
+        "                uint32_t s = 0;\n"
+        "                for (uint32_t i = 0; i < CUBE_DIM; i++)\n"
+        "                        s += part[i];\n"
+        "                sums[CUBE_POS] += s;\n"
+        "        }\n"
+        "}\n";
+
+/* The launches of a kept graph take their buffers as the ring's do: a
+ * kernel whose units share nothing, of one buffer and of three, and one
+ * whose units meet at a barrier, each replay after the last giving what
+ * running them in order gives. */
+START_TEST(a_kept_graph_gives_each_kind_of_kernel_its_buffers)
+{
+        static const cube_buffer_io rw = CUBE_BUFFER_READ_WRITE;
+        enum { CUBES = N / 64, ROUNDS = 5 };
+        cube_client *c = test_connect(D.socket, "kinds");
+        uint64_t ks = test_kernel(c, step_source, "step");
+        uint64_t km = test_kernel(c, mix_source, "mix");
+        uint64_t kc = test_kernel(c, cube_sum_source, "cube_sum"), g;
+        uint32_t zero[N] = {0}, ones[N], acc_got[N], mixed_got[N], sums_got[CUBES];
+        uint32_t acc_x[N] = {0}, mixed_x[N], sums_x[CUBES] = {0};
+        cube_handle acc, b, mixed, sums;
+
+        for (uint32_t i = 0; i < N; i++)
+                ones[i] = i % 5u + 1u;
+        ck_ok(cube_create(c, zero, BYTES, &acc));
+        ck_ok(cube_create(c, ones, BYTES, &b));
+        ck_ok(cube_create(c, zero, BYTES, &mixed));
+        ck_ok(cube_create(c, zero, CUBES * sizeof(uint32_t), &sums));
+        const cube_handle mix_bufs[3] = { acc, b, mixed }, sum_bufs[2] = { mixed, sums };
+        uint32_t scalar = 3;
+        ck_ok(cube_graph_prepare(c));
+        for (int warm = 0; warm < 2; warm++) {
+                if (warm)
+                        ck_ok(cube_begin_capture(c));
+                test_launch_u32(c, over(ks, &acc, &rw, 1), &scalar, 1);
+                test_launch_u32(c, over(km, mix_bufs, NULL, 3), NULL, 0);
+                test_launch_u32(c, over(kc, sum_bufs, NULL, 2), NULL, 0);
+        }
+        ck_ok(cube_end_capture(c, &g));
+        expect_graph_state(c, g, "kept");
+        ck_ok(cube_write(c, &acc, zero, BYTES));
+        ck_ok(cube_write(c, &sums, zero, CUBES * sizeof(uint32_t)));
+        ck_ok(cube_replay_times(c, g, ROUNDS));
+        ck_ok(cube_read(c, &acc, acc_got, BYTES));
+        ck_ok(cube_read(c, &mixed, mixed_got, BYTES));
+        ck_ok(cube_read(c, &sums, sums_got, CUBES * sizeof(uint32_t)));
+        for (int r = 0; r < ROUNDS; r++) {
+                for (uint32_t i = 0; i < N; i++) {
+                        acc_x[i] = step_model(acc_x[i], scalar, i);
+                        mixed_x[i] = acc_x[i] + 2u * ones[i];
+                }
+                for (uint32_t q = 0; q < CUBES; q++)
+                        for (uint32_t i = 0; i < 64; i++)
+                                sums_x[q] += mixed_x[q * 64 + i];
+        }
+        ck_assert_mem_eq(acc_got, acc_x, BYTES);
+        ck_assert_mem_eq(mixed_got, mixed_x, BYTES);
+        ck_assert_mem_eq(sums_got, sums_x, CUBES * sizeof(uint32_t));
+        cube_graph_destroy(c, g);
+        cube_disconnect(c);
+}
+END_TEST
+
 static double seconds_since(long t0_ms)
 {
         return (double) (test_now_ms() - t0_ms) / 1000.0;
@@ -1009,6 +1092,8 @@ static Suite *graphs_suite(void)
         tcase_add_test_needing(profile, measured_time_grows_with_the_work, TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(profile, a_session_leaving_windows_open_leaks_nothing);
         tcase_add_test_needing(graphs, a_replayed_sequence_matches_running_it,
+                               TEST_NEEDS_KERNEL_RUNS);
+        tcase_add_test_needing(graphs, a_kept_graph_gives_each_kind_of_kernel_its_buffers,
                                TEST_NEEDS_KERNEL_RUNS);
         tcase_add_test(graphs, calls_that_wait_are_refused_inside_a_capture);
         tcase_add_test_needing(graphs, a_new_page_inside_a_capture_is_forbidden_unless_warmed_up,

@@ -386,7 +386,7 @@ static int start_device(cube__device *d, const char **ret_why)
                 *ret_why = why;
                 return -EIO;
         }
-        /* Part of every kernel's cache key: "arguments 2" is the form the
+        /* Part of every kernel's cache key: "arguments 3" is the form the
          * prelude gives a kernel's arguments (device.h), "builds 3" the
          * form of a build's artifact: 1, work-group functions without their
          * IR; 2, a build for a cube dimension holding functions for large
@@ -395,7 +395,7 @@ static int start_device(cube__device *d, const char **ret_why)
          * an artifact of an earlier form built again, never loaded. The
          * whole reaches clients in hello, which takes up to 511 bytes
          * (PoCL's part names the CPU): keep cube's part short. */
-        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 2; builds 3",
+        snprintf(d->target, sizeof(d->target), "pocl %s; dialect 1; arguments 3; builds 3",
                  text);
         if ((r = pthread_create(&d->monitor, NULL, monitor_thread, d)) != 0) {
                 *ret_why = "cannot start the device monitor";

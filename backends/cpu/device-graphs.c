@@ -26,15 +26,17 @@ typedef struct glaunch {
         cl_kernel kernel;
         size_t global[3], local[3];
         bool in_line;
-        size_t info_at;                 /* its info words in the graph's */
+        size_t info_at;                 /* its info words in the graph's, its
+                                         * buffers' places just before them */
         uint32_t n_info;
+        cube__launch_arg cell;          /* a looped kernel's launch words */
 } glaunch;
 
 typedef struct dgraph {
         uint32_t id;
         uint32_t n;
         glaunch *launches;
-        uint64_t *words;                /* every launch's info words */
+        uint64_t *words;                /* every launch's buffers' places and info words */
         char why[CUBE__Q_REASON];       /* not empty: it could not be built */
         struct dgraph *next;
 } dgraph;
@@ -72,14 +74,15 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 snprintf(g->why, sizeof(g->why), "out of memory");
                 return;
         }
-        /* The info words first: one buffer for the whole graph. */
+        /* The words first: one buffer for the whole graph, each launch's
+         * laid out as in a slot of the ring. */
         for (const char *q = p; q < end;) {
                 cube__qlaunch r;
                 if ((size_t) (end - q) < sizeof(r))
                         break;
                 memcpy(&r, q, sizeof(r));
                 q += sizeof(r) + ((size_t) r.n_buffers + r.n_info) * 8;
-                n_words += r.n_info;
+                n_words += (size_t) r.n_buffers + r.n_info;
         }
         if (!(words = calloc(n_words ? n_words : 1, 8))) {
                 snprintf(g->why, sizeof(g->why), "out of memory");
@@ -114,24 +117,22 @@ static void dgraph_build(dgraph *g, const char *payload, size_t len)
                 glaunch *l = &g->launches[i];
                 l->kernel = k;
                 l->in_line = cube__dev_runs_inline(&r);
+                pthread_mutex_lock(&cube__dev.lock);
+                uint32_t outside = cube__dev_place_buffers(data, r.n_buffers, words + at_word);
+                pthread_mutex_unlock(&cube__dev.lock);
+                if (outside < r.n_buffers) {
+                        snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer %u lies "
+                                 "outside device memory", i, outside);
+                        break;
+                }
+                at_word += r.n_buffers;
                 memcpy(words + at_word, data + r.n_buffers, (size_t) r.n_info * 8);
                 l->info_at = at_word;
                 l->n_info = r.n_info;
-                err = cube__dev_launch_args(k, NULL, looped, &r, at_word, l->global, l->local);
-                for (uint32_t b = 0; b < r.n_buffers && err == CL_SUCCESS; b++) {
-                        cube__buffer_arg ba;
-                        char *win = cube__dev_window_of(data[b], &ba.offset);
-                        if (!win) {
-                                snprintf(g->why, sizeof(g->why), "launch %u of the graph: buffer "
-                                         "%u lies outside device memory", i, b);
-                                break;
-                        }
-                        ba.bytes = cube__dev_binding_bytes(&r, data, b);
-                        err |= clSetKernelArgSVMPointer(k, CUBE__ARG_BUFFERS + 2 * b, win);
-                        err |= clSetKernelArg(k, CUBE__ARG_BUFFERS + 1 + 2 * b, sizeof(ba), &ba);
-                }
-                if (*g->why)
-                        break;
+                err = cube__dev_launch_args(k, NULL, looped, &r, at_word, &l->cell, l->global,
+                                            l->local);
+                if (!looped)
+                        err |= cube__dev_buffer_args(k, NULL, &r, words + at_word - r.n_buffers);
                 if (err != CL_SUCCESS) {
                         snprintf(g->why, sizeof(g->why), "launch %u of the graph: the OpenCL "
                                  "runtime refused its arguments (%d)", i, err);

@@ -370,30 +370,31 @@ static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
         pthread_mutex_unlock(&cube__dev.lock);
 }
 
-/* Where the window a launch's address lies in starts (device memory, or a
- * peer's: queue.h), and the offset there; NULL when it lies in neither.
- * With cube__dev.lock held (the peers). */
-static char *window_held(uint64_t address, cl_ulong *ret_offset)
+/* Where device address lies in this process (device memory, or a peer's:
+ * queue.h); NULL when it lies in neither. With cube__dev.lock held (the
+ * peers). */
+static char *place(uint64_t address)
 {
         uint64_t at = address % CUBE__PEER_SPAN, p = address / CUBE__PEER_SPAN;
         uint64_t w = at / cube__dev.window;
-        char *win = NULL;
 
         if (p == 0 && w < cube__dev.n_windows)
-                win = cube__dev.memory + w * cube__dev.window;
-        else if (p > 0 && p <= CUBE__PEERS_MAX && cube__dev.peers[p - 1].map &&
-                 w < cube__dev.peers[p - 1].n_windows)
-                win = cube__dev.peers[p - 1].map + w * cube__dev.window;
-        *ret_offset = at % cube__dev.window;
-        return win;
+                return cube__dev.memory + at;
+        if (p > 0 && p <= CUBE__PEERS_MAX && cube__dev.peers[p - 1].map &&
+            w < cube__dev.peers[p - 1].n_windows)
+                return cube__dev.peers[p - 1].map + at;
+        return NULL;
 }
 
-char *cube__dev_window_of(uint64_t address, cl_ulong *ret_offset)
+uint32_t cube__dev_place_buffers(const uint64_t *addresses, uint32_t n, uint64_t *ret_pointers)
 {
-        pthread_mutex_lock(&cube__dev.lock);
-        char *win = window_held(address, ret_offset);
-        pthread_mutex_unlock(&cube__dev.lock);
-        return win;
+        for (uint32_t i = 0; i < n; i++) {
+                char *at = place(addresses[i]);
+                if (!at)
+                        return i;
+                ret_pointers[i] = (uint64_t) (uintptr_t) at;
+        }
+        return n;
 }
 
 /* PoCL copies every argument it is given into memory of its own, allocated
@@ -420,24 +421,27 @@ static cl_int set_kept(cl_kernel k, module *m, cl_uint index, size_t size, const
         return err;
 }
 
-cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value)
-{
-        return set_kept(k, m, index, size, value, false);
-}
-
-cl_int cube__dev_set_ptr(cl_kernel k, module *m, cl_uint index, void *p)
-{
-        return set_kept(k, m, index, sizeof(p), &p, true);
-}
-
-/* A binding's length, for the checks: the info words' tail (frontend.h)
- * holds it after data's buffer addresses; 0 for a launch run unchecked.
- * It is an argument, not read from the info words, so that the compiler
- * knows it cannot change under the kernel. */
-cl_ulong cube__dev_binding_bytes(const cube__qlaunch *l, const uint64_t *data, uint32_t i)
+/* A binding's length for the checks is among the info words' tail
+ * (frontend.h), after its buffer words: 0 where they hold none. */
+static cl_ulong binding_bytes(const cube__qlaunch *l, const uint64_t *words, uint32_t i)
 {
         return l->n_info >= CUBE__CHECK_TAIL_WORDS + l->n_buffers ?
-               data[l->n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+               words[l->n_info - CUBE__CHECK_TAIL_WORDS + i] : 0;
+}
+
+cl_int cube__dev_buffer_args(cl_kernel k, module *m, const cube__qlaunch *l,
+                             const uint64_t *words)
+{
+        cl_int err = CL_SUCCESS;
+
+        for (uint32_t i = 0; i < l->n_buffers; i++) {
+                void *at = (void *) (uintptr_t) words[i];
+                cl_ulong bytes = binding_bytes(l, words, i);
+                err |= set_kept(k, m, CUBE__ARG_BUFFERS + 2 * i, sizeof(at), &at, true);
+                err |= set_kept(k, m, CUBE__ARG_BUFFERS + 2 * i + 1, sizeof(bytes), &bytes,
+                                false);
+        }
+        return err;
 }
 
 /* A looped kernel (the front end's CUBE__LOOPED_KERNEL) runs one work-item
@@ -445,7 +449,8 @@ cl_ulong cube__dev_binding_bytes(const cube__qlaunch *l, const uint64_t *data, u
  * item, and the cube's shape is among the launch's words. Any other runs a
  * work-group per cube. */
 cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
-                             cl_ulong info_off, size_t ret_global[3], size_t ret_local[3])
+                             cl_ulong info_off, cube__launch_arg *cell, size_t ret_global[3],
+                             size_t ret_local[3])
 {
         cube__launch_arg a = {
                 .info_off = info_off, .meta = l->metadata_offset, .dyn = l->dynamic_offset,
@@ -456,19 +461,29 @@ cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__ql
                 ret_local[i] = looped ? 1 : l->dim[i];
                 ret_global[i] = (size_t) l->count[i] * ret_local[i];
         }
-        return cube__dev_set_arg(k, m, CUBE__ARG_LAUNCH, sizeof(a), &a);
+        if (!looped)
+                return set_kept(k, m, CUBE__ARG_LAUNCH, sizeof(a), &a, false);
+        *cell = a;
+        return set_kept(k, m, CUBE__ARG_LAUNCH, sizeof(cell), &cell, true);
 }
 
-/* Sets a launch's arguments and queues it on queue, with an event for its
- * end. Returns false, with the slot's status and reason set, when it cannot
- * run. The module is held (cube__dev.lock) while its kept arguments change:
- * a load may move the modules meanwhile. */
-static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
-                    cl_event *ret_event)
+/* Where a looped kernel reads its launch's words: a launch run inline has
+ * ended before the next is queued, so they all share one cell, and the
+ * kernel's argument stays as it is from one to the next; a spread launch
+ * has its slot's, as launches queued together run together. */
+static cube__launch_arg inline_cell, slot_cells[CUBE__Q_SLOTS];
+
+/* Places a launch's buffers, sets its arguments and queues it on queue,
+ * with an event for its end. Returns false, with the slot's status and
+ * reason set, when it cannot run. The module is held (cube__dev.lock) while
+ * its kept arguments change: a load may move the modules meanwhile. */
+static bool enqueue(cube__qslot *s, uint64_t slot_index, bool in_line, cl_event *ret_event)
 {
+        cube__launch_arg *cell = in_line ? &inline_cell : &slot_cells[slot_index];
         size_t global[3], local[3];
         cl_kernel k = NULL;
         module *m = NULL;
+        uint32_t outside;
         cl_int err;
 
         pthread_mutex_lock(&cube__dev.lock);
@@ -482,30 +497,26 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, cl_command_queue queue,
                 snprintf(s->reason, sizeof(s->reason), "the launch names no loaded kernel");
                 return false;
         }
+        outside = cube__dev_place_buffers(s->data, s->launch.n_buffers, s->data);
+        if (outside < s->launch.n_buffers) {
+                pthread_mutex_unlock(&cube__dev.lock);
+                s->status = -1;
+                snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device memory",
+                         outside);
+                return false;
+        }
         k = m->kernel;
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
                             s->launch.n_buffers;
-        err = cube__dev_launch_args(k, m, m->looped, &s->launch, info_off, global, local);
-        for (uint32_t i = 0; i < s->launch.n_buffers; i++) {
-                cube__buffer_arg b;
-                char *win = window_held(s->data[i], &b.offset);
-                if (!win) {
-                        pthread_mutex_unlock(&cube__dev.lock);
-                        s->status = -1;
-                        snprintf(s->reason, sizeof(s->reason), "buffer %u lies outside device "
-                                 "memory", i);
-                        return false;
-                }
-                b.bytes = cube__dev_binding_bytes(&s->launch, s->data, i);
-                err |= cube__dev_set_ptr(k, m, CUBE__ARG_BUFFERS + 2 * i, win);
-                err |= cube__dev_set_arg(k, m, CUBE__ARG_BUFFERS + 1 + 2 * i, sizeof(b), &b);
-        }
+        err = cube__dev_launch_args(k, m, m->looped, &s->launch, info_off, cell, global, local);
+        if (!m->looped)
+                err |= cube__dev_buffer_args(k, m, &s->launch, s->data);
         pthread_mutex_unlock(&cube__dev.lock);
         /* The arguments are taken when the launch is queued, so the kernel
          * object is free for the next launch at once. */
         if (err == CL_SUCCESS)
-                err = clEnqueueNDRangeKernel(queue, k, 3, NULL, global, local, 0, NULL,
-                                             ret_event);
+                err = clEnqueueNDRangeKernel(cube__dev_queue(in_line), k, 3, NULL, global, local,
+                                             0, NULL, ret_event);
         if (err != CL_SUCCESS) {
                 s->status = err;
                 snprintf(s->reason, sizeof(s->reason), "the OpenCL runtime refused the launch "
@@ -628,7 +639,7 @@ static void serve_loop(void)
                             q->graph || runs_inline(&q->launch, seq) != in_line)
                                 break;
                         batch[n] = q;
-                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, queue, &events[n]);
+                        queued[n] = enqueue(q, seq % CUBE__Q_SLOTS, in_line, &events[n]);
                 }
                 clFlush(queue);
                 for (unsigned i = 0; i < n; i++) {

@@ -40,7 +40,7 @@ typedef enum module_way {
 } module_way;
 
 /* The arguments a module keeps as its kernel last took them (device-serve.c's
- * cube__dev_set_arg): the first 64, each of up to 32 bytes. */
+ * set_kept): the first 64, each of up to 32 bytes. */
 #define MODULE_ARGS_KEPT 64
 #define MODULE_ARG_BYTES 32
 
@@ -61,17 +61,28 @@ typedef struct module {
 } module;
 
 /* A kernel's arguments (opencl.c's CUBE__PARAMS_HEAD): the launch ring, the
- * launch's words (cube__launch_arg, the prelude's ulong4); then per buffer
- * its window, and its offset and length (a ulong2). PoCL allocates a copy of
- * every argument at each launch, which cost more than an empty kernel runs
- * while there were three per buffer and eight besides.
+ * launch's words (cube__launch_arg, the prelude's ulong4), then each
+ * buffer's place in this process and its length for the checks. PoCL copies
+ * every argument into an allocation of its own at each launch, and each set
+ * into another: past four arguments a launch cost it a quarter to a third
+ * more, and setting the words another tenth (docs/PERFORMANCE.md).
  *
- * The ring and the windows are given as pointers into this process's
+ * So a looped kernel takes two: the ring, and where its words lie (one cell
+ * for every launch run inline, which has ended before the next is queued,
+ * so the argument seldom changes). It reads its buffers' places in the ring,
+ * where the device writes each over the buffer's device address, just
+ * before the info words (cube__dev_place_buffers), and their lengths among
+ * the info words' tail, as on CUDA. Any other kernel keeps them all as
+ * arguments: PoCL runs its units in loops of its own, which know an argument
+ * is the same for every unit and do not know it of a word read from memory,
+ * and a reduction whose lengths were read in the ring took a third longer. A
+ * looped kernel reads them once a cube.
+ *
+ * The ring and the buffers are given as pointers into this process's
  * mappings (clSetKernelArgSVMPointer), not as PoCL buffers: for each buffer
- * argument PoCL tracks, locks and migrates the buffer at every launch,
- * which cost a launch of two buffers a fifth of a microsecond, and the device
- * orders its launches itself. PoCL's CPU devices take fine-grained SVM, and
- * pass such a pointer to the kernel as it is. */
+ * argument PoCL tracks, locks and migrates the buffer at every launch, and
+ * the device orders its launches itself. PoCL's CPU devices take
+ * fine-grained SVM, and pass such a pointer to the kernel as it is. */
 #define CUBE__ARG_LAUNCH 1
 #define CUBE__ARG_BUFFERS 2
 
@@ -82,14 +93,6 @@ typedef struct cube__launch_arg {
 } cube__launch_arg;
 
 _Static_assert(sizeof(cube__launch_arg) == 4 * sizeof(cl_ulong), "the prelude's ulong4");
-
-/* A buffer's argument beside its window: where in the window it starts,
- * and its length for the checks (0 unchecked). */
-typedef struct cube__buffer_arg {
-        cl_ulong offset, bytes;
-} cube__buffer_arg;
-
-_Static_assert(sizeof(cube__buffer_arg) == 2 * sizeof(cl_ulong), "the prelude's ulong2");
 
 /* The serving device. */
 typedef struct cube__dev_state {
@@ -157,24 +160,25 @@ bool cube__dev_runs_inline(const cube__qlaunch *l);
 /* The queue of the device a launch runs on (cube__dev_runs_inline). */
 cl_command_queue cube__dev_queue(bool in_line);
 
-/* Where the window a launch's address lies in starts, in this process,
- * and the offset there; NULL when it lies in none. */
-char *cube__dev_window_of(uint64_t address, cl_ulong *ret_offset);
+/* Writes where each of a launch's n buffers lies in this process, found from
+ * its device address in addresses, to ret_pointers (which may be addresses:
+ * a slot's own words are overwritten so). Returns the index of the first
+ * that lies outside device memory and every peer's, or n. With
+ * cube__dev.lock held (the peers). */
+uint32_t cube__dev_place_buffers(const uint64_t *addresses, uint32_t n, uint64_t *ret_pointers);
 
-/* Sets argument index of kernel k, unless m (the module whose kernel k is,
- * or NULL) shows it holds that value already. */
-cl_int cube__dev_set_arg(cl_kernel k, module *m, cl_uint index, size_t size, const void *value);
-/* The same for a pointer argument: p, given as a pointer, not a buffer. */
-cl_int cube__dev_set_ptr(cl_kernel k, module *m, cl_uint index, void *p);
-
-/* Binding i's length for the checks, from launch l's words (data: its
- * buffer addresses, then its info words); 0 unchecked. */
-cl_ulong cube__dev_binding_bytes(const cube__qlaunch *l, const uint64_t *data, uint32_t i);
-
-/* Sets launch l's words (its info at info_off) as kernel k's argument (m:
- * as cube__dev_set_arg), and gives the sizes PoCL runs it with. */
+/* Sets launch l's words (its info at info_off) as kernel k's argument, or
+ * for a looped kernel writes them to cell and sets where it lies, and gives
+ * the sizes PoCL runs it with. m, the module whose kernel k is, or NULL,
+ * keeps the arguments k holds, which are not set again. */
 cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__qlaunch *l,
-                             cl_ulong info_off, size_t ret_global[3], size_t ret_local[3]);
+                             cl_ulong info_off, cube__launch_arg *cell, size_t ret_global[3],
+                             size_t ret_local[3]);
+/* Sets the buffers of launch l, placed in words (its buffer words, its info
+ * words after them), as arguments of kernel k, a kernel that is not looped
+ * (m: as cube__dev_launch_args). */
+cl_int cube__dev_buffer_args(cl_kernel k, module *m, const cube__qlaunch *l,
+                             const uint64_t *words);
 
 /* Waits for a queued launch's end; a launch the runtime failed keeps why. */
 void cube__dev_take_record(cube__qslot *s, uint64_t *info, uint32_t n_info);

@@ -6,8 +6,8 @@
  * OpenCL C and CUDA C++ compile, without a C library. The kernel front end
  * (backends/frontend/) has already checked the source and rewritten its
  * entry point in terms of the CUBE__ macros; the prelude here says what
- * they are on the CPU device: every buffer a window of device memory and a
- * byte offset into it, the info words a pointer into the launch ring.
+ * they are on the CPU device: every buffer a pointer into device memory, the
+ * info words a pointer into the launch ring.
  */
 #include <ctype.h>
 #include <stdarg.h>
@@ -17,6 +17,9 @@
 
 #include "cpu.h"
 #include "errors.h"
+#include "frontend.h"
+
+_Static_assert(CUBE__CHECK_TAIL_WORDS == 36, "the prelude's CUBE__BINDING_BYTES");
 
 const char cube__cpu_prelude[] =
 "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
@@ -102,18 +105,30 @@ const char cube__cpu_prelude[] =
 "#define CUBE__UNIT_RETURN goto cube__next\n"
 "#define CUBE__ENTRY_NAME(n) cube__k_##n\n"
 "/* PoCL copies each of a launch's arguments into an allocation of its own,\n"
-" * so they are few: the launch's words in one vector (device.h's\n"
-" * cube__launch_arg), and a buffer's offset and length in another. */\n"
+" * so they are few (device.h): the ring, the launch's words in one vector\n"
+" * (cube__launch_arg), and each buffer's place and length. A looped entry\n"
+" * reads its words through a pointer the device seldom changes, and takes\n"
+" * no buffer: the device wrote their places in the ring just before the info\n"
+" * words, and their lengths are at the info words' tail (frontend.h's\n"
+" * CUBE__CHECK_TAIL_WORDS), as on CUDA. */\n"
 "#define CUBE__PARAMS_HEAD __global ulong *cube__arena, ulong4 cube__launch\n"
-"#define CUBE__BUFFER(k) , __global char *cube__m##k, ulong2 cube__b##k\n"
-"#define CUBE__BINDING_BYTES(k, nb) cube__b##k.s1\n"
-"#define CUBE__BUFFER_PTR(k) (cube__m##k + cube__b##k.s0)\n"
+"#define CUBE__BUFFER(k) , __global char *cube__m##k, ulong cube__b##k\n"
+"#define CUBE__BINDING_BYTES(k, nb) cube__b##k\n"
+"#define CUBE__BUFFER_PTR(k, nb) cube__m##k\n"
+"#define CUBE__LOOPED_PARAMS_HEAD __global ulong *cube__arena, \\\n"
+"        __global const ulong *cube__launch_at\n"
+"#define CUBE__LOOPED_BUFFER(k)\n"
+"#define CUBE__LOOPED_BINDING_BYTES(k, nb) \\\n"
+"        (cube__nw >= 36u + (nb) ? cube__info[cube__nw - 36u - (nb) + (k)] : 0ul)\n"
+"#define CUBE__LOOPED_BUFFER_PTR(k, nb) ((__global char *) cube__info[(int) (k) - (int) (nb)])\n"
 "#define CUBE__PARAMS_TAIL\n"
 "#define CUBE__ENTRY_BEGIN __global const ulong *cube__info = cube__arena + cube__launch.s0; \\\n"
 "        const uint cube__meta = (uint) cube__launch.s1, \\\n"
 "        cube__dyn = (uint) (cube__launch.s1 >> 32), \\\n"
 "        cube__nw = (uint) cube__launch.s2, cube__cdx = (uint) (cube__launch.s2 >> 32), \\\n"
 "        cube__cdy = (uint) cube__launch.s3, cube__cdz = (uint) (cube__launch.s3 >> 32)\n"
+"#define CUBE__LOOPED_ENTRY_BEGIN const ulong4 cube__launch = vload4(0, cube__launch_at); \\\n"
+"        CUBE__ENTRY_BEGIN\n"
 "#define CUBE__CAS32(p, o, n) atomic_cmpxchg((volatile __global uint *) (p), (o), (n))\n";
 
 cube_error *cube__cpu_translate(const cube__kernel_desc *desc, char **ret_source)
@@ -123,8 +138,7 @@ cube_error *cube__cpu_translate(const cube__kernel_desc *desc, char **ret_source
         /* The front end wrote the entry point in the checked form the
          * prelude's CUBE__ macros complete: one name for every entry point
          * (an entry named like an OpenCL builtin, rotate or dot, would hide
-         * behind it), every buffer a window of device memory and a byte
-         * offset into it. */
+         * behind it), every buffer a pointer into device memory. */
         if (asprintf(&out, "%s%s", cube__cpu_prelude, desc->source) < 0)
                 return cube__err_wrap(CUBE_SERVER_LAUNCH, cube__err_text(
                         CUBE_LAUNCH_OUT_OF_MEMORY, "out of host memory translating a kernel"));

@@ -135,7 +135,7 @@ __device__ __forceinline__ int cube__ffs(int x) { return __ffs(x); }
 #define CUBE__ENTRY_NAME(n) n
 #define CUBE__PARAMS_HEAD
 #define CUBE__BUFFER(k) char *cube__p##k,
-#define CUBE__BUFFER_PTR(k) cube__p##k
+#define CUBE__BUFFER_PTR(k, nb) cube__p##k
 #define CUBE__BINDING_BYTES(k, nb) cube__info[cube__nw - 36u - (nb) + (k)]
 #define CUBE__PARAMS_TAIL const uint64_t *cube__info, uint32_t cube__meta, uint32_t cube__dyn, \
         uint32_t cube__nw

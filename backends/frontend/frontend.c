@@ -112,8 +112,15 @@ static const char guards[] =
 " * CUBE__UNITS_SETUP has declared the cube's shape (its bounds read it). Its\n"
 " * guards then keep each site's worst index out of bounds in a cube__acc_t\n"
 " * and the cube reports once, after its units: a store on the guards' cold\n"
-" * path inside the loop over units would keep that loop from vectorizing. */\n"
+" * path inside the loop over units would keep that loop from vectorizing.\n"
+" * Such an entry takes its arguments with CUBE__LOOPED_PARAMS_HEAD,\n"
+" * _ENTRY_BEGIN, _BUFFER, _BUFFER_PTR and _BINDING_BYTES, which such a\n"
+" * backend may define apart from the others. */\n"
 "#ifndef CUBE__CAN_LOOP\n#define CUBE__CAN_LOOP 0\n#define CUBE__LOOPED_KERNEL CUBE__KERNEL\n"
+"#define CUBE__LOOPED_PARAMS_HEAD CUBE__PARAMS_HEAD\n"
+"#define CUBE__LOOPED_ENTRY_BEGIN CUBE__ENTRY_BEGIN\n"
+"#define CUBE__LOOPED_BUFFER CUBE__BUFFER\n#define CUBE__LOOPED_BUFFER_PTR CUBE__BUFFER_PTR\n"
+"#define CUBE__LOOPED_BINDING_BYTES CUBE__BINDING_BYTES\n"
 "#define CUBE__UNITS_SETUP\n#define CUBE__UNITS_BEGIN {\n#define CUBE__UNITS_END }\n"
 "#define CUBE__UNIT_RETURN return\n#endif\n"
 "/* The index a report keeps: 32 bits, an index further out is clamped and\n"
@@ -2429,12 +2436,14 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                 word += (counts[g] * group_bytes[g] + 7) / 8;
         }
 
+        /* A looped entry may take its arguments another way (CUBE__CAN_LOOP). */
+        const char *form = e->looped ? "CUBE__LOOPED_" : "CUBE__";
         sbuf head = { 0 };
-        put(&head, "%s void CUBE__ENTRY_NAME(%s)(CUBE__PARAMS_HEAD",
-            e->looped ? "CUBE__LOOPED_KERNEL" : "CUBE__KERNEL", e->name);
+        put(&head, "%s void CUBE__ENTRY_NAME(%s)(%sPARAMS_HEAD",
+            e->looped ? "CUBE__LOOPED_KERNEL" : "CUBE__KERNEL", e->name, form);
         uint32_t ntm = 0;
         for (uint32_t k = 0; k < nb; k++)
-                put(&head, " CUBE__BUFFER(%u)", k);
+                put(&head, " %sBUFFER(%u)", form, k);
         for (unsigned i = 0; i < e->n_params; i++)
                 if (is_tensor_map_param(e, (int) i))
                         put(&head, " CUBE__TENSOR_MAP(%u)", ntm++);
@@ -2443,9 +2452,9 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
         for (unsigned i = fn->start; i < body->start; i++)
                 if (f->src[i] == '\n')
                         put(&head, "\n");
-        put(&head, "{ CUBE__ENTRY_BEGIN; cube__ctx_t cube__c0; cube__ctx_t *cube__ctx = &cube__c0; "
+        put(&head, "{ %sENTRY_BEGIN; cube__ctx_t cube__c0; cube__ctx_t *cube__ctx = &cube__c0; "
             "cube__ctx_init(cube__ctx, cube__info, cube__nw, cube__meta, cube__dyn, %uu, %uu); ",
-            nb, ntm);
+            form, nb, ntm);
         for (uint32_t m = 0; m < ntm; m++)
                 put(&head, "cube__ctx->tmd[%u] = CUBE__TENSOR_MAP_PTR(%u); ", m, m);
         uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
@@ -2467,10 +2476,10 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                         if (strncmp(tn, "const ", 6) == 0)
                                 tn += 6;
                         put(&head, "cube__bind(cube__ctx, %uu, (GLOBAL const char *) "
-                            "CUBE__BUFFER_PTR(%u), CUBE__BINDING_BYTES(%u, %u)); "
-                            "GLOBAL %s%s *%s = (GLOBAL %s%s *) CUBE__BUFFER_PTR(%u); ", k, k, k,
-                            nb, is_const ? "const " : "", tn, name, is_const ? "const " : "", tn,
-                            k);
+                            "%sBUFFER_PTR(%u, %u), %sBINDING_BYTES(%u, %u)); "
+                            "GLOBAL %s%s *%s = (GLOBAL %s%s *) %sBUFFER_PTR(%u, %u); ", k, form,
+                            k, nb, form, k, nb, is_const ? "const " : "", tn, name,
+                            is_const ? "const " : "", tn, form, k, nb);
                         int io = (e->read[k] ? CUBE__PARAM_READ : 0) |
                                  (e->written[k] ? CUBE__PARAM_WRITE : 0);
                         if (is_const)
