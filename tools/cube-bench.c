@@ -359,7 +359,7 @@ static void bench_graph_replay(const struct config *cfg)
         cube_client *c = connect_client(cfg);
         cube_launch l = nop_launch(c);
         uint64_t graph;
-        char a[64], b[96];
+        char a[64], b[160];
 
         CHECK("graph_prepare", cube_graph_prepare(c));
         for (int i = 0; i < GRAPH_LAUNCHES; i++)
@@ -400,14 +400,17 @@ static void bench_graph_replay(const struct config *cfg)
         snprintf(a, sizeof(a), "%.3f us per launch", o * 1e6);
         printf("| graph of 100 empty launches, one cube_replay round trip each | %s | %s | "
                "%.2fx faster | (none) | - |\n", a, b, q / o);
-        /* What a replay cannot go below while each recorded launch is one
-         * kernel run by PoCL. */
+        /* What neither a replay nor a launch can go below while each is one
+         * kernel run by PoCL: the launches issued are held to 0.6x its rate. */
         double floor = pocl_bench_enqueue_floor(GRAPH_LAUNCHES, cfg->runs);
         if (floor > 0) {
-                snprintf(a, sizeof(a), "%.3f us per kernel", floor * 1e6);
-                printf("| PoCL's floor: 100 empty kernels enqueued on its basic device, then "
-                       "clFinish (cube-bench's process) | %s | %s | at most %.2fx faster | (none) "
-                       "| - |\n", a, b, q / floor);
+                snprintf(a, sizeof(a), "the %d launches issued: %.3f us per launch",
+                         GRAPH_LAUNCHES, q * 1e6);
+                snprintf(b, sizeof(b), "PoCL's floor, %d empty kernels enqueued on its basic "
+                         "device then clFinish (cube-bench's process): %.3f us per kernel",
+                         GRAPH_LAUNCHES, floor * 1e6);
+                row("pipelined empty launches against PoCL's floor", a, b, floor / q,
+                    "x its rate", ">= 0.60x", floor / q >= 0.6);
         }
         free(issued);
         free(replayed);
