@@ -473,9 +473,9 @@ cl_int cube__dev_launch_args(cl_kernel k, module *m, bool looped, const cube__ql
  * has its slot's, as launches queued together run together. */
 static cube__launch_arg inline_cell, slot_cells[CUBE__Q_SLOTS];
 
-/* Places a launch's buffers, sets its arguments and queues it on queue,
- * with an event for its end. Returns false, with the slot's status and
- * reason set, when it cannot run. The module is held (cube__dev.lock) while
+/* Places a launch's buffers, sets its arguments and queues it on its
+ * device's queue (in_line: the inline device's), with an event for its end.
+ * Returns false, with the slot's status and reason set, when it cannot run. The module is held (cube__dev.lock) while
  * its kept arguments change: a load may move the modules meanwhile. */
 static bool enqueue(cube__qslot *s, uint64_t slot_index, bool in_line, cl_event *ret_event)
 {
