@@ -283,24 +283,6 @@ cl_command_queue cube__dev_queue(bool in_line)
         return cube__dev.queues[in_line && cube__dev.devs.n == 2 ? 1 : 0];
 }
 
-/* Spreading a launch over PoCL's threads wakes them, and that can cost
- * more than a brief launch of many cubes runs: a 16-cube launch of 10 us of
- * work took 20-80 us spread on two CPUs. Which launches are brief, their
- * count does not say (1,000 units can run 100,000 steps each), so each
- * kernel's launches of many cubes are timed. TIMING_FIRST spread show
- * whether running one on one thread could cost much: TRY_INLINE_NS, what
- * they took times the CPUs they were spread over, bounds what a long kernel
- * pays for the trial. Where it could not, TIMING_SAMPLE launches are timed
- * each way, the two mixed at random so that both meet the same machine (a
- * build running beside them, say), and from then on they run the way that
- * was faster. They are timed again every TIMING_AGAIN launches (a kernel's
- * sizes change), and at once when an inline launch takes far longer than
- * the sample did. */
-#define TIMING_FIRST 16
-#define TIMING_SAMPLE 64
-#define TRY_INLINE_NS (1000 * 1000)
-#define TIMING_AGAIN 65536
-
 /* Whether launch seq runs inline: cube__dev_runs_inline's, or its kernel's
  * way (while timed both ways, a coin from its sequence number, the same
  * each time it is asked). */
@@ -314,21 +296,13 @@ static bool runs_inline(const cube__qlaunch *l, uint64_t seq)
                 return false;
         pthread_mutex_lock(&cube__dev.lock);
         if (l->module < cube__dev.n_modules)
-                way = cube__dev.modules[l->module].way;
+                way = cube__dev.modules[l->module].timing.way;
         pthread_mutex_unlock(&cube__dev.lock);
         return way == WAY_INLINE ||
                (way == WAY_TIMING_BOTH && (seq * 0x9e3779b97f4a7c15ull) >> 63);
 }
 
-/* Sends m's launches back to their first timing, all counts cleared. */
-static void time_again(module *m)
-{
-        m->way = WAY_TIMING_SPREAD;
-        m->spread_n = m->inline_n = m->since = 0;
-        m->spread_ns = m->inline_ns = 0;
-}
-
-/* Launch l ran (in_line or spread) for ns: its kernel's timing, above. */
+/* Launch l ran (in_line or spread) for ns: its kernel's timing (way.c). */
 static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
 {
         unsigned cpus = cube__dev.cpus ? cube__dev.cpus : CPU_SETSIZE;
@@ -342,31 +316,7 @@ static void timed(const cube__qlaunch *l, bool in_line, uint64_t ns)
                 pthread_mutex_unlock(&cube__dev.lock);
                 return;
         }
-        if (in_line && m->way != WAY_SPREAD)
-                m->inline_ns += ns, m->inline_n++;
-        else if (!in_line && m->way != WAY_INLINE)
-                m->spread_ns += ns, m->spread_n++;
-        switch (m->way) {
-        case WAY_TIMING_SPREAD:
-                if (m->spread_n < TIMING_FIRST)
-                        break;
-                bool try_inline = m->spread_ns / m->spread_n * cpus < TRY_INLINE_NS;
-                time_again(m);
-                m->way = try_inline ? WAY_TIMING_BOTH : WAY_SPREAD;
-                break;
-        case WAY_TIMING_BOTH:
-                if (m->spread_n >= TIMING_SAMPLE && m->inline_n >= TIMING_SAMPLE)
-                        m->way = m->inline_ns / m->inline_n < m->spread_ns / m->spread_n ?
-                                 WAY_INLINE : WAY_SPREAD;
-                break;
-        case WAY_SPREAD:
-        case WAY_INLINE:
-                if (++m->since == TIMING_AGAIN ||
-                    (m->way == WAY_INLINE && in_line &&
-                     ns > TRY_INLINE_NS + 4 * (m->inline_ns / m->inline_n)))
-                        time_again(m);
-                break;
-        }
+        cube__way_timed(&m->timing, in_line, ns, cpus);
         pthread_mutex_unlock(&cube__dev.lock);
 }
 

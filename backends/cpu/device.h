@@ -14,14 +14,15 @@
 #include <sys/resource.h>
 
 #include "queue.h"
+#include "way.h"
 
 /* PoCL's CPU devices, as the device uses them: "spread" (PoCL's pthread
  * device) runs a launch's cubes on a thread per core; "inline" (its basic
  * device) runs them on the calling thread. A launch of one cube cannot be
  * spread, and waking PoCL's workers for it costs tens of microseconds, so
  * such launches run inline, in about one; so do a kernel's launches of many
- * cubes that proved faster so (device-serve.c's timed). Without a basic
- * device every launch is spread; with it alone, every launch is inline. */
+ * cubes that proved faster so (way.c). Without a basic device every launch
+ * is spread; with it alone, every launch is inline. */
 typedef struct cpu_devices {
         cl_platform_id platform;
         cl_device_id ids[2];            /* [0] spread, [1] inline when n == 2 */
@@ -30,14 +31,6 @@ typedef struct cpu_devices {
 } cpu_devices;
 
 #define DEVICE_BATCH 64         /* launches handed to PoCL at once */
-
-/* How a kernel's launches of many cubes run (device-serve.c's timed). */
-typedef enum module_way {
-        WAY_TIMING_SPREAD,              /* spread, timed */
-        WAY_TIMING_BOTH,                /* either way at random, timed */
-        WAY_SPREAD,
-        WAY_INLINE,
-} module_way;
 
 /* The arguments a module keeps as its kernel last took them (device-serve.c's
  * set_kept): the first 64, each of up to 32 bytes. */
@@ -51,10 +44,7 @@ typedef struct module {
         char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
         bool looped;                    /* one work-item per cube (cube__dev_launch_args) */
-        module_way way;
-        uint32_t spread_n, inline_n;    /* launches timed each way */
-        uint64_t spread_ns, inline_ns;  /* and their device time */
-        uint32_t since;                 /* launches since the verdict */
+        cube__way timing;               /* how its launches of many cubes run (way.c) */
         unsigned char arg[MODULE_ARGS_KEPT][MODULE_ARG_BYTES]; /* the kernel's arguments
                                                                 * as last set */
         uint64_t arg_kept;              /* bit i: arg[i] holds argument i */
