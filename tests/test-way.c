@@ -74,6 +74,22 @@ START_TEST(one_preempted_launch_does_not_decide_the_trial)
 }
 END_TEST
 
+/* Spread launches in a batch: the first wakes PoCL's threads (200 us), the
+ * seven after it run at once (5 us). Their median, 5 us, is less than an
+ * inline launch's 15; their mean, 29 us, is more, and is what they cost. */
+START_TEST(a_batch_pays_for_waking_its_threads)
+{
+        cube__way w = { 0 };
+
+        run(&w, CUBE__WAY_FIRST, false, 40 * US);
+        for (int i = 0; i < CUBE__WAY_SAMPLE; i++) {
+                cube__way_timed(&w, true, 15 * US, CPUS);
+                cube__way_timed(&w, false, i % 8 == 0 ? 200 * US : 5 * US, CPUS);
+        }
+        ck_assert_int_eq(w.way, WAY_INLINE);
+}
+END_TEST
+
 START_TEST(slow_inline_launches_in_a_row_send_it_back_to_a_trial)
 {
         cube__way w = { 0 };
@@ -122,6 +138,7 @@ static Suite *suite(void)
         tcase_add_test(tc, a_brief_kernel_runs_inline_and_a_slower_inline_one_spread);
         tcase_add_test(tc, a_long_kernel_stays_spread_without_a_trial);
         tcase_add_test(tc, one_preempted_launch_does_not_decide_the_trial);
+        tcase_add_test(tc, a_batch_pays_for_waking_its_threads);
         tcase_add_test(tc, slow_inline_launches_in_a_row_send_it_back_to_a_trial);
         tcase_add_test(tc, a_verdict_is_tried_again_after_its_launches);
         suite_add_tcase(s, tc);

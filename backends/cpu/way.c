@@ -15,10 +15,15 @@
  * (a kernel's sizes change), and at once when CUBE__WAY_SLOW_RUN inline
  * launches in a row take far longer than the trial's.
  *
- * Each verdict compares medians, not means: one launch preempted for a few
- * milliseconds, beside 63 of 10 us, made a mean of 88 us, and sent a brief
- * kernel to its slower way for the next 65,536 launches. For the same
- * reason one slow inline launch does not end a verdict.
+ * A trial compares means: a spread launch's time runs from the end of the
+ * one before it, so the first of a batch pays for waking PoCL's threads and
+ * the rest do not, and only a mean counts that cost as often as it is paid.
+ * But each launch counts for at most CUBE__WAY_CLIP times the larger of the
+ * two ways' medians: one launch preempted for 5 ms, beside 63 of 10 us, made
+ * a mean of 88 us, more than the spread launches' 40, and sent a brief
+ * kernel spread for its next 65,536 launches. For the same reason one slow
+ * inline launch does not end a verdict, and the first spread launches are
+ * judged by their median.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +45,16 @@ static uint32_t median(const uint32_t *t, uint32_t n)
         memcpy(s, t, n * sizeof(*t));
         qsort(s, n, sizeof(*s), cmp_u32);
         return s[n / 2];
+}
+
+/* The mean of t's first n, each taken as at most clip. */
+static uint64_t clipped_mean(const uint32_t *t, uint32_t n, uint64_t clip)
+{
+        uint64_t sum = 0;
+
+        for (uint32_t i = 0; i < n; i++)
+                sum += t[i] < clip ? t[i] : clip;
+        return sum / n;
 }
 
 /* Back to the first timing, every count cleared. */
@@ -71,8 +86,11 @@ void cube__way_timed(cube__way *w, bool in_line, uint64_t ns, unsigned cpus)
                 if (w->spread_n < CUBE__WAY_SAMPLE || w->inline_n < CUBE__WAY_SAMPLE)
                         break;
                 w->typical_ns = median(w->inline_ns, w->inline_n);
-                w->way = w->typical_ns < median(w->spread_ns, w->spread_n) ? WAY_INLINE :
-                                                                            WAY_SPREAD;
+                uint32_t spread = median(w->spread_ns, w->spread_n);
+                uint64_t clip = CUBE__WAY_CLIP * (uint64_t) (w->typical_ns > spread ?
+                                                             w->typical_ns : spread);
+                w->way = clipped_mean(w->inline_ns, w->inline_n, clip) <
+                         clipped_mean(w->spread_ns, w->spread_n, clip) ? WAY_INLINE : WAY_SPREAD;
                 break;
         case WAY_SPREAD:
         case WAY_INLINE:

@@ -14,6 +14,7 @@
 #define CUBE__WAY_TRY_INLINE_NS (1000 * 1000)
 #define CUBE__WAY_AGAIN 65536           /* launches between two trials */
 #define CUBE__WAY_SLOW_RUN 4            /* slow inline launches in a row that end a verdict */
+#define CUBE__WAY_CLIP 8                /* a trial's launch counts for at most this many medians */
 
 typedef enum module_way {
         WAY_TIMING_SPREAD,              /* spread, timed */
