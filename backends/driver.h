@@ -74,6 +74,10 @@ typedef struct cube__launch_work {
         /* The last n_tensor_maps buffers back tensor maps, whose words
          * (frontend.h, CUBE__TMAP_*) precede the bindings' lengths. */
         uint32_t n_tensor_maps;
+        /* The core proved every bound the kernel's facts name in range over
+         * the whole grid (frontend.h's cube__fe_bounds_hold): a backend whose
+         * module holds the entry's bare form (CUBE__BARE) may run that. */
+        bool in_bounds;
 } cube__launch_work;
 /* n_info counts the words the core adds after the launch's own (frontend.h's
  * CUBE__CHECK_TAIL_WORDS and the bindings' lengths): a checked launch that

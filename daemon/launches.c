@@ -568,6 +568,28 @@ static void fill_info(const launch_req *r, cube__launch_work *l)
         l->n_info = (uint32_t) info_words(r);
 }
 
+/* Whether the launch's every guarded access the front end could bound is
+ * in range in every cube (bounds.c). Asked only of a build for the launch's
+ * cube dimension, the one that holds the kernel's bare form, and of a
+ * launch without tensor maps, whose words the bounds do not place. */
+static bool in_bounds(const launch_req *r, const cube__kernel *kernel,
+                      const cube__launch_work *l)
+{
+        const cube__fe_facts *f = kernel->facts;
+
+        if (kernel->unchecked || !f || !f->bounds || l->module == kernel->module ||
+            r->n_maps || f->n_buffers != r->n)
+                return false;
+        cube__fe_grid g = {
+                .info = l->info, .n_info = r->info_len / 8, .meta = r->metadata_offset,
+                .dyn = r->dynamic_offset, .bindings = l->info + r->info_len / 8,
+                .n_bindings = (uint32_t) r->n,
+        };
+        memcpy(g.count, l->count, sizeof(g.count));
+        memcpy(g.dim, l->dim, sizeof(g.dim));
+        return cube__fe_bounds_hold(f->bounds, &g);
+}
+
 /* The launch's scalars against the parameters the parse found: the same
  * number of each type, in the same groups. A kernel with scalar parameters
  * cannot be given a scalar it does not take, nor miss one. */
@@ -725,6 +747,7 @@ static void submit(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
         l->n_tensor_maps = (uint32_t) r->n_maps;
+        l->in_bounds = in_bounds(r, kernel, l);
         for (size_t i = 0; i < r->n; i++) {
                 bool written = writes(r, kernel, i);
                 set_binding(l, i, r->allocs[i], r->start[i]);
@@ -792,6 +815,7 @@ static void record(cube__msg *k, launch_req *r, cube__kernel *kernel, cube__stre
         l->metadata_offset = r->metadata_offset;
         l->dynamic_offset = r->dynamic_offset;
         l->n_tensor_maps = (uint32_t) r->n_maps;
+        l->in_bounds = in_bounds(r, kernel, l);
         for (size_t i = 0; i < n; i++) {
                 set_binding(l, i, r->allocs[i], r->start[i]);
                 rd[i] = reads(r, kernel, i);

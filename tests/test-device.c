@@ -1154,7 +1154,7 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel
                                    const uint32_t *in, long deadline, long *ret_build_nice)
 {
         uint32_t cubes = bk->cubes ? bk->cubes : (N + 63) / 64;
-        char part[128];
+        char part[128], bare[128];
         uint32_t got[N];
         bool found = false;
         pid_t build;
@@ -1166,13 +1166,18 @@ static bool busy_until_specialised(cube_client *c, uint64_t k, const busy_kernel
         else
                 snprintf(part, sizeof(part), "/cube__k_%s/64-1-1-goffs0%s/cube__k_%s.so",
                          bk->entry, cubes * 64 < 65535 ? "-smallgrid" : "", bk->entry);
+        /* A kernel with a barrier whose launches are proved in bounds runs
+         * its bare form from that build instead. */
+        snprintf(bare, sizeof(bare), "/cube__kb_%s/64-1-1-goffs0%s/cube__kb_%s.so",
+                 bk->entry, cubes * 64 < 65535 ? "-smallgrid" : "", bk->entry);
         while (!found && test_now_ms() < deadline) {
                 for (int l = 0; l < bk->launches; l++)
                         launch_n(c, k, bufs, 2, cubes, 64, CUBE_LAUNCH_EXECUTE);
                 ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
                 for (uint32_t i = 0; i < N; i += 97)
                         ck_assert_uint_eq(got[i], stepped(in[i], bk->steps));
-                found = test_maps_count(device, part) >= (bk->looped ? 2 : 1);
+                found = test_maps_count(device, part) >= (bk->looped ? 2 : 1) ||
+                        (!bk->looped && test_maps_count(device, bare) >= 1);
                 if ((build = test_child_running(daemon, "--build")) > 0 &&
                     test_nice_of(build, &nice) == 0 &&
                     (*ret_build_nice == LONG_MAX || nice > *ret_build_nice))
@@ -1241,6 +1246,92 @@ START_TEST(a_kernel_carrying_work_runs_code_built_for_its_cube_dimension)
                 cube_disconnect(c);
                 ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
         }
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* A kernel with a barrier whose every access the front end bounds: in[i +
+ * shift], with shift a scalar, and out[i]. */
+#define BOUNDED_CUBES 16u
+#define BOUNDED_UNITS (BOUNDED_CUBES * 64u)
+static const char bounded_source[] =
+        "KERNEL void bounded(const uint32_t *in, uint32_t *out, uint32_t shift, INFO)\n"
+        "{\n"
+        "        uint64_t i = ABSOLUTE_POS;\n"
+        "        uint32_t x = in[i + shift];\n"
+        "        for (uint32_t k = 0; k < 100000u; k++)\n"
+        "                x = x * 1664525u + 1013904223u;\n"
+        "        sync_cube();\n"
+        "        out[i] = x;\n"
+        "}\n";
+
+static void launch_bounded(cube_client *c, uint64_t k, cube_handle *bufs, uint32_t shift)
+{
+        test_launch_u32(c, (cube_launch) {
+                .kernel = k, .cube_count = { BOUNDED_CUBES, 1, 1 }, .cube_dim = { 64, 1, 1 },
+                .buffers = bufs, .n_buffers = 2,
+        }, &shift, 1);
+}
+
+/* Once built for its cube dimension, a checked kernel runs its bare form
+ * for a launch the daemon proved in bounds over the whole grid (the device
+ * maps that form's code), with the results of the checked one; a launch
+ * of it that is not in bounds runs checked, and fails as one. in holds 64
+ * elements more than the grid has units: a shift of 64 reads the last,
+ * one of 65 reads past it. */
+START_TEST(a_launch_proved_in_bounds_runs_the_bare_form_and_one_out_of_bounds_is_caught)
+{
+        char cache[] = "/tmp/cube-bare-cache-XXXXXX", cmd[64];
+        const char *args[] = { "--cache-dir", cache, NULL };
+        const char *bare = "/cube__kb_bounded/64-1-1-goffs0-smallgrid/cube__kb_bounded.so";
+        uint32_t in[BOUNDED_UNITS + 64], got[BOUNDED_UNITS];
+        cube_handle bufs[2];
+        test_daemon d;
+        cube_client *c;
+        cube_error *e;
+        pid_t device;
+
+        fill_random(in, sizeof(in), 11);
+        ck_assert_ptr_nonnull(mkdtemp(cache));
+        ck_assert_int_eq(test_daemon_start(&d, args), 0);
+        ck_ok(cube_connect(d.socket, "bare", &c));
+        ck_ok(cube_create(c, in, sizeof(in), &bufs[0]));
+        ck_ok(cube_empty(c, sizeof(got), &bufs[1]));
+        ck_assert_int_gt(device = test_child_running(d.pid, "--serve"), 0);
+        uint64_t k = test_kernel(c, bounded_source, "bounded");
+        long deadline = test_now_ms() + test_scaled_ms(100000);
+        bool ran_bare = false;
+        for (uint32_t round = 0; !ran_bare && test_now_ms() < deadline; round++) {
+                uint32_t shift = round % 2 ? 64 : 0;
+                launch_bounded(c, k, bufs, shift);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < BOUNDED_UNITS; i += 31)
+                        ck_assert_uint_eq(got[i], busy_of(in[i + shift]));
+                ran_bare = test_maps_count(device, bare) >= 1;
+        }
+        ck_assert_msg(ran_bare, "the device never ran the bare form of 'bounded'");
+        for (uint32_t shift = 0; shift <= 64; shift += 64) {
+                launch_bounded(c, k, bufs, shift);
+                ck_ok(cube_read(c, &bufs[1], got, sizeof(got)));
+                for (uint32_t i = 0; i < BOUNDED_UNITS; i++)
+                        ck_assert_uint_eq(got[i], busy_of(in[i + shift]));
+        }
+        launch_bounded(c, k, bufs, 65);
+        ck_assert_msg((e = cube_read(c, &bufs[1], got, sizeof(got))) != NULL,
+                      "a shift of 65 read past 'in' and succeeded");
+        const cube_error *root = cube_error_kind_of(e) == CUBE_SERVER_SEVERAL ?
+                                 cube_error_at(e, 0) : e;
+        while (cube_error_source(root))
+                root = cube_error_source(root);
+        ck_assert_msg(cube_error_kind_of(root) == CUBE_SERVER_VALIDATION &&
+                      strstr(cube_error_reason(root), "out of bounds") &&
+                      strstr(cube_error_reason(root), "'in'"),
+                      "a shift of 65 was not caught reading past 'in': %s",
+                      cube_error_message(e));
+        cube_error_free(e);
+        cube_disconnect(c);
+        ck_assert_int_eq(test_daemon_stop(&d, 30000), 0);
         snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
         ck_assert_int_eq(system(cmd), 0);
 }
@@ -1795,6 +1886,8 @@ static Suite *device_suite(void)
         tcase_set_timeout(shapes, 300);
         tcase_add_test(shapes, a_kernel_carrying_work_runs_code_built_for_its_cube_dimension);
         tcase_add_test(shapes, code_built_for_cubes_two_units_deep_counts_a_tall_grid_right);
+        tcase_add_test(shapes,
+                       a_launch_proved_in_bounds_runs_the_bare_form_and_one_out_of_bounds_is_caught);
         tcase_add_test(shapes, a_stop_abandons_a_build_for_a_cube_dimension);
         tcase_add_test(shapes, a_failed_build_for_a_cube_dimension_leaves_the_generic_code);
         suite_add_tcase(s, shapes);

@@ -79,6 +79,40 @@ static void reply(int status, const char *fmt, ...)
                 syscall(SYS_exit_group, 0);
 }
 
+/* The bare form of loaded module m's entry, or NULL where its program
+ * holds none (a generic build) or it cannot be used. */
+static module *bare_form(const module *m, const char *entry)
+{
+        char name[96];
+        cl_int err;
+
+        if (m->looped)
+                return NULL;
+        snprintf(name, sizeof(name), CUBE__BARE_PREFIX "%s", entry);
+        cl_kernel k = clCreateKernel(m->program, name, &err);
+        module *bare = k ? calloc(1, sizeof(*bare)) : NULL;
+        if (!bare || clSetKernelArgSVMPointer(k, 0, cube__dev.arena) != CL_SUCCESS) {
+                if (k)
+                        clReleaseKernel(k);
+                free(bare);
+                return NULL;
+        }
+        bare->program = m->program;
+        bare->kernel = k;
+        bare->n_buffers = m->n_buffers;
+        snprintf(bare->name, sizeof(bare->name), "%s", name);
+        return bare;
+}
+
+/* Takes NULL. The program is its module's. */
+static void free_bare(module *bare)
+{
+        if (bare) {
+                clReleaseKernel(bare->kernel);
+                free(bare);
+        }
+}
+
 static void load(const cube__msg *m, char *payload)
 {
         const char *entry = payload;
@@ -151,12 +185,14 @@ static void load(const cube__msg *m, char *payload)
                 reply(err, "clSetKernelArgSVMPointer(%s): %d", entry, err);
                 return;
         }
+        mod.bare = bare_form(&mod, entry);
         pthread_mutex_lock(&cube__dev.lock);
         if (m->id >= cube__dev.n_modules) {
                 uint32_t n = m->id + 16;
                 module *grown = realloc(cube__dev.modules, n * sizeof(*grown));
                 if (!grown) {
                         pthread_mutex_unlock(&cube__dev.lock);
+                        free_bare(mod.bare);
                         clReleaseKernel(mod.kernel);
                         clReleaseProgram(mod.program);
                         reply(-1, "out of memory");
@@ -255,6 +291,7 @@ static void *control_thread(void *arg)
                 } else if (m.type == CUBE__MSG_UNLOAD) {
                         pthread_mutex_lock(&cube__dev.lock);
                         if (m.id < cube__dev.n_modules && cube__dev.modules[m.id].kernel) {
+                                free_bare(cube__dev.modules[m.id].bare);
                                 clReleaseKernel(cube__dev.modules[m.id].kernel);
                                 clReleaseProgram(cube__dev.modules[m.id].program);
                                 cube__dev.modules[m.id] = (module) { 0 };
@@ -455,6 +492,8 @@ static bool enqueue(cube__qslot *s, uint64_t slot_index, bool in_line, cl_event 
                          outside);
                 return false;
         }
+        if ((s->launch.flags & CUBE__QL_IN_BOUNDS) && m->bare)
+                m = m->bare;
         k = m->kernel;
         cl_ulong info_off = (slot_index * sizeof(cube__qslot) + offsetof(cube__qslot, data)) / 8 +
                             s->launch.n_buffers;

@@ -41,6 +41,11 @@ typedef struct cpu_devices {
 typedef struct module {
         cl_program program;
         cl_kernel kernel;
+        /* The entry's bare form (the front end's CUBE__BARE), which a build
+         * for one cube dimension holds, for launches cubed proved in bounds
+         * (CUBE__QL_IN_BOUNDS): a kernel of the same program, with arguments
+         * of its own. NULL where the program holds none. */
+        struct module *bare;
         char name[96];                  /* the kernel's, in the program */
         uint32_t n_buffers;
         bool looped;                    /* one work-item per cube (cube__dev_launch_args) */

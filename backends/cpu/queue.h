@@ -53,8 +53,12 @@ typedef struct cube__qlaunch {
         uint32_t n_info;
         uint32_t metadata_offset;
         uint32_t dynamic_offset;
-        uint32_t pad;
+        uint32_t flags;                 /* CUBE__QL_* */
 } cube__qlaunch;
+
+/* cubed proved the launch in bounds (driver.h's in_bounds): the device may
+ * run its module's bare kernel. */
+#define CUBE__QL_IN_BOUNDS 1u
 
 /* One launch, or a replay of a kept graph. data holds the launch's buffer
  * offsets, then its info words; the kernel reads its info words straight
@@ -204,6 +208,7 @@ static inline uint64_t cube__q_spin_ns(uint64_t wanted)
  * the shared memory it declares. */
 #define CUBE__ARTIFACT_MAGIC "cube-ocl-3"
 #define CUBE__KERNEL_PREFIX "cube__k_"
+#define CUBE__BARE_PREFIX "cube__kb_"       /* its bare form (device.h's module) */
 typedef struct cube__artifact_head {
         char magic[16];
         uint64_t binary_bytes;

@@ -110,6 +110,7 @@ static uint64_t post(cube__device *d, cube__work *w)
         s->launch.n_info = l->n_info;
         s->launch.metadata_offset = l->metadata_offset;
         s->launch.dynamic_offset = l->dynamic_offset;
+        s->launch.flags = l->in_bounds ? CUBE__QL_IN_BOUNDS : 0;
         for (uint32_t i = 0; i < l->n_buffers; i++)
                 s->data[i] = cube__cpu_device_address(l, i);
         if (l->n_info)

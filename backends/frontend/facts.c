@@ -3,8 +3,9 @@
  *
  * The front end runs in the build process and cubed reads what it learnt,
  * so the facts cross a process boundary as a few lines of text (one fact a
- * line: "entry", then its "buffer", "buffertype", "tensormap" and "scalar"
- * lines, for each entry point; then "sync" and "site" for the whole source),
+ * line: "entry", then its "buffer", "buffertype", "tensormap", "scalar" and
+ * "bounds" (bounds.c) lines, for each entry point; then "sync" and "site"
+ * for the whole source),
  * read here by a parser that trusts nothing in them: the build process ran
  * a tenant's source.
  */
@@ -24,6 +25,7 @@ void cube__fe_facts_free(cube__fe_facts *f)
         for (uint32_t i = 0; i < f->n_sites; i++)
                 free(f->sites[i]);
         free(f->sites);
+        cube__fe_bounds_free(f->bounds);
         free(f);
 }
 
@@ -50,6 +52,14 @@ cube__fe_facts *cube__fe_facts_parse(const char *text, const char *entry)
                 const char *eol = strchr(line, '\n');
                 size_t len = eol ? (size_t) (eol - line) : strlen(line);
                 char buf[512];
+                /* Longer than a line of the others: read in place. One
+                 * that cannot be read leaves the entry without a bare form. */
+                if (strncmp(line, "bounds ", 7) == 0) {
+                        if (ours && !f->bounds)
+                                f->bounds = cube__fe_bounds_parse(line + 7, len - 7);
+                        line = eol ? eol + 1 : NULL;
+                        continue;
+                }
                 if (len >= sizeof(buf))
                         len = sizeof(buf) - 1;
                 memcpy(buf, line, len);

@@ -105,6 +105,10 @@ static const char tmap_layout[] =
 static const char guards[] =
 "#ifndef CUBE__CHECKED\n#define CUBE__CHECKED 1\n#endif\n"
 "#ifndef CUBE__CHECK_REPORT\n#define CUBE__CHECK_REPORT 1\n#endif\n"
+"/* A backend that defines CUBE__BARE builds each entry point whose bounds\n"
+" * the host can test (the facts' \"bounds\") a second time, as\n"
+" * CUBE__BARE_NAME(entry), for the launches it proved in bounds. */\n"
+"#ifndef CUBE__BARE\n#define CUBE__BARE 0\n#endif\n"
 "/* A backend that defines CUBE__CAN_LOOP runs an entry point that needs no\n"
 " * other unit of its cube (no sync_cube, no SHARED, no tensor map: the front\n"
 " * end's CUBE__LOOPED_KERNEL) as one work-item per cube, which walks the\n"
@@ -569,6 +573,8 @@ typedef struct fe_entry {
         bool *read, *written;
         bool looped;                    /* may run as one work-item per cube (CUBE__CAN_LOOP) */
         sbuf fast;                      /* "&& cube__iv_in(...)" per site it may run unguarded */
+        sbuf grid;                      /* the same test in bounds.c's words, for the host */
+        bool grid_lost;                 /* a site in fast that grid cannot say */
         unsigned n_fast, n_bounds;      /* sites in fast; bounds tried */
 } fe_entry;
 
@@ -1123,6 +1129,19 @@ static unsigned pointer_site(fe *f, node *n, const fe_entry *e, int k, bool writ
 
 static fe_var *var_of(fe *f, CXCursor d);
 
+/* A bound written twice: as C for the cube (cube__iv calls), and in the
+ * words of bounds.c for the host, which evaluates the test over the whole
+ * grid (postfix, the same operations in the same order). */
+typedef struct bound_text {
+        sbuf c, r;
+} bound_text;
+
+static void put_both(bound_text *b, const char *c, const char *r)
+{
+        put(&b->c, "%s", c);
+        put(&b->r, "%s", r);
+}
+
 /* An integer type's range, cut to the bounds' own 2^62. */
 static bool int_range(CXType t, long long *ret_lo, long long *ret_hi)
 {
@@ -1161,7 +1180,7 @@ static bool int_range(CXType t, long long *ret_lo, long long *ret_hi)
 }
 
 /* A constant the parser can work out (a literal, sizeof, an enumerator). */
-static bool bound_const(node *n, sbuf *b)
+static bool bound_const(node *n, bound_text *b)
 {
         CXEvalResult r = clang_Cursor_Evaluate(n->c);
         bool ok = false;
@@ -1170,13 +1189,16 @@ static bool bound_const(node *n, sbuf *b)
                 return false;
         if (clang_EvalResult_getKind(r) == CXEval_Int) {
                 if (clang_EvalResult_isUnsignedInt(r)) {
-                        put(b, "cube__iv_u(%lluul)", clang_EvalResult_getAsUnsigned(r));
+                        put(&b->c, "cube__iv_u(%lluul)", clang_EvalResult_getAsUnsigned(r));
+                        put(&b->r, " u%llu", clang_EvalResult_getAsUnsigned(r));
                         ok = true;
                 } else {
                         long long v = clang_EvalResult_getAsLongLong(r);
                         ok = v > -4611686018427387904ll;
-                        if (ok)
-                                put(b, "cube__iv_k(%lldl)", v);
+                        if (ok) {
+                                put(&b->c, "cube__iv_k(%lldl)", v);
+                                put(&b->r, " k%lld", v);
+                        }
                 }
         }
         clang_EvalResult_dispose(r);
@@ -1198,7 +1220,7 @@ static bool const_arg(node *call, unsigned i, long long *ret)
 
 /* The dialect's positions, as the backend computes them: a unit's position
  * is any of its cube's, the rest are the cube's own values. */
-static bool bound_position(node *n, sbuf *b)
+static bool bound_position(node *n, bound_text *b)
 {
         static const char xyz[] = "XYZ";
         CXString s = clang_getCursorSpelling(n->c);
@@ -1211,41 +1233,54 @@ static bool bound_position(node *n, sbuf *b)
                 return false;
         const char dims[] = "cube__iv_mul(cube__iv_mul(cube__iv_u(CUBE_DIM_X), "
                             "cube__iv_u(CUBE_DIM_Y)), cube__iv_u(CUBE_DIM_Z))";
-        char dim[160], unit[320];
+        const char dims_r[] = " dim0 dim1 mul dim2 mul";
+        char dim[160], unit[320], dim_r[64], unit_r[96], r[256];
         if (d < 3) {
                 snprintf(dim, sizeof(dim), "cube__iv_u(CUBE_DIM_%c)", xyz[d]);
                 snprintf(unit, sizeof(unit), "cube__iv_r(1, 0, (int64_t) CUBE_DIM_%c - 1)", xyz[d]);
+                snprintf(dim_r, sizeof(dim_r), " dim%lld", d);
+                snprintf(unit_r, sizeof(unit_r), " unit%lld", d);
         } else {
                 snprintf(dim, sizeof(dim), "%s", dims);
                 snprintf(unit, sizeof(unit), "cube__iv_or(cube__iv_k(0), cube__iv_sub(%s, "
                          "cube__iv_k(1)))", dims);
+                snprintf(dim_r, sizeof(dim_r), "%s", dims_r);
+                snprintf(unit_r, sizeof(unit_r), " k0%s k1 sub or", dims_r);
         }
-        if (strcmp(name, "cube__unit") == 0)
-                put(b, "%s", unit);
-        else if (strcmp(name, "cube__dim") == 0)
-                put(b, "%s", dim);
-        else if (strcmp(name, "cube__cube") == 0)
-                put(b, d < 3 ? "cube__iv_u(CUBE_POS_%c)" : "cube__iv_u(CUBE_POS)", xyz[d % 3]);
-        else if (strcmp(name, "cube__count") == 0)
-                put(b, d < 3 ? "cube__iv_u(CUBE_COUNT_%c)" : "cube__iv_u(CUBE_COUNT)", xyz[d % 3]);
-        else if (strcmp(name, "cube__abs") == 0 && d < 3)
-                put(b, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS_%c), %s), %s)", xyz[d], dim,
-                    unit);
-        else if (strcmp(name, "cube__abs64") == 0)
+        if (strcmp(name, "cube__unit") == 0) {
+                put_both(b, unit, unit_r);
+        } else if (strcmp(name, "cube__dim") == 0) {
+                put_both(b, dim, dim_r);
+        } else if (strcmp(name, "cube__cube") == 0) {
+                put(&b->c, d < 3 ? "cube__iv_u(CUBE_POS_%c)" : "cube__iv_u(CUBE_POS)", xyz[d % 3]);
+                put(&b->r, " pos%lld", d);
+        } else if (strcmp(name, "cube__count") == 0) {
+                put(&b->c, d < 3 ? "cube__iv_u(CUBE_COUNT_%c)" : "cube__iv_u(CUBE_COUNT)",
+                    xyz[d % 3]);
+                put(&b->r, " count%lld", d);
+        } else if (strcmp(name, "cube__abs") == 0 && d < 3) {
+                put(&b->c, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS_%c), %s), %s)", xyz[d],
+                    dim, unit);
+                snprintf(r, sizeof(r), " pos%lld%s mul%s add", d, dim_r, unit_r);
+                put(&b->r, "%s", r);
+        } else if (strcmp(name, "cube__abs64") == 0) {
                 /* (uint64_t) CUBE_POS * CUBE_DIM + UNIT_POS, each 32 bits */
-                put(b, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS), cube__iv_u(CUBE_DIM)), "
+                put(&b->c, "cube__iv_add(cube__iv_mul(cube__iv_u(CUBE_POS), cube__iv_u(CUBE_DIM)), "
                     "cube__iv_fit(%s, 0, 4294967295l))", unit);
-        else if (strcmp(name, "cube__meta") == 0 && d >= 0)
-                put(b, "cube__iv_u(CUBE__PEEK_META(%lld))", d);
-        else
+                put(&b->r, " pos3 dim mul%s fit0,4294967295 add", unit_r);
+        } else if (strcmp(name, "cube__meta") == 0 && d >= 0) {
+                put(&b->c, "cube__iv_u(CUBE__PEEK_META(%lld))", d);
+                put(&b->r, " meta%lld", d);
+        } else {
                 return false;
+        }
         return true;
 }
 
-static bool bound_of(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget);
+static bool bound_of(fe *f, const fe_entry *e, node *n, bound_text *b, int *budget);
 
 /* n's value without the range of its own type. */
-static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
+static bool bound_inner(fe *f, const fe_entry *e, node *n, bound_text *b, int *budget)
 {
         char op[8];
         static const struct { const char *op, *fn; } ops[] = {
@@ -1272,26 +1307,27 @@ static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
                 for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
                         if (strcmp(op, ops[i].op) != 0)
                                 continue;
-                        put(b, "cube__iv_%s(", ops[i].fn);
+                        put(&b->c, "cube__iv_%s(", ops[i].fn);
                         if (!bound_of(f, e, n->kids[0], b, budget))
                                 return false;
-                        put(b, ", ");
+                        put(&b->c, ", ");
                         if (!bound_of(f, e, n->kids[1], b, budget))
                                 return false;
-                        put(b, ")");
+                        put_both(b, ")", " ");
+                        put(&b->r, "%s", ops[i].fn);
                         return true;
                 }
                 return false;
         case CXCursor_ConditionalOperator:
                 if (n->n_kids != 3)
                         return false;
-                put(b, "cube__iv_or(");
+                put(&b->c, "cube__iv_or(");
                 if (!bound_of(f, e, n->kids[1], b, budget))
                         return false;
-                put(b, ", ");
+                put(&b->c, ", ");
                 if (!bound_of(f, e, n->kids[2], b, budget))
                         return false;
-                put(b, ")");
+                put_both(b, ")", " or");
                 return true;
         case CXCursor_CStyleCastExpr: {
                 if (!n->n_kids)
@@ -1310,9 +1346,12 @@ static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
                     !int_range(t, &lo, &hi))
                         return false;
                 CXString ts = clang_getTypeSpelling(t);
-                put(b, "cube__iv_%s((%s) CUBE__PEEK_SCALAR(%s, %lld, %lld))", lo < 0 ? "k" : "u",
-                    lo < 0 ? "int64_t" : "uint64_t", clang_getCString(ts), w, i);
+                put(&b->c, "cube__iv_%s((%s) CUBE__PEEK_SCALAR(%s, %lld, %lld))",
+                    lo < 0 ? "k" : "u", lo < 0 ? "int64_t" : "uint64_t", clang_getCString(ts),
+                    w, i);
                 clang_disposeString(ts);
+                put(&b->r, " scalar%lld%c:%lld:%lld", clang_Type_getSizeOf(t), lo < 0 ? 's' : 'u',
+                    w, i);
                 return true;
         }
         case CXCursor_CallExpr:
@@ -1332,9 +1371,11 @@ static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
                                     !int_range(clang_getCursorType(d), &lo, &hi))
                                         return false;
                                 CXString s = clang_getCursorSpelling(d);
-                                put(b, "cube__iv_%s((%s) %s)", lo < 0 ? "k" : "u",
+                                put(&b->c, "cube__iv_%s((%s) %s)", lo < 0 ? "k" : "u",
                                     lo < 0 ? "int64_t" : "uint64_t", clang_getCString(s));
                                 clang_disposeString(s);
+                                /* its word is known once the head is written */
+                                put(&b->r, " param%u", i);
                                 return true;
                         }
                         return false;
@@ -1358,41 +1399,65 @@ static bool bound_inner(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
 /* Writes a cube__iv expression into b: the range of n's value over every
  * unit of the cube, in n's own type, from what the cube knows before its
  * units run. False: n is not an expression a bound can follow. */
-static bool bound_of(fe *f, const fe_entry *e, node *n, sbuf *b, int *budget)
+static bool bound_of(fe *f, const fe_entry *e, node *n, bound_text *b, int *budget)
 {
         long long lo, hi;
 
         if (!n || --*budget < 0 || !int_range(clang_getCursorType(n->c), &lo, &hi))
                 return false;
-        put(b, "cube__iv_fit(");
+        put(&b->c, "cube__iv_fit(");
         if (!bound_inner(f, e, n, b, budget))
                 return false;
-        put(b, ", %lldl, %lldl)", lo, hi);
+        put(&b->c, ", %lldl, %lldl)", lo, hi);
+        put(&b->r, " fit%lld,%lld", lo, hi);
         return true;
 }
 
 /* The fast argument of a guard at an access of entry e with this index:
  * "cube__fast" when the cube can check the index's whole range before its
  * units run (the range is added to e's test, against len elements and, for
- * a store, a binding that may be written), else "0". */
-static const char *fast_arg(fe *f, fe_entry *e, node *index, const char *len, int k, bool write)
+ * a store, a binding that may be written; len_r is len in bounds.c's
+ * words), else "0". */
+static const char *fast_arg(fe *f, fe_entry *e, node *index, const char *len, const char *len_r,
+                            int k, bool write)
 {
         if (!e || e->n_fast >= FE_MAX_FAST_SITES || e->n_bounds >= FE_MAX_BOUNDS)
                 return "0";
         e->n_bounds++;
-        sbuf b = { 0 };
+        bound_text b = { { 0 }, { 0 } };
         int budget = FE_BOUND_BUDGET;
-        bool ok = index ? bound_of(f, e, index, &b, &budget) : (put(&b, "cube__iv_k(0)"), true);
-        if (ok && !b.oom) {
-                put(&e->fast, " && cube__iv_in(%s, %s)", b.p, len);
-                if (write && k >= 0)
+        bool ok = index ? bound_of(f, e, index, &b, &budget) :
+                          (put_both(&b, "cube__iv_k(0)", " k0"), true);
+        if (ok && !b.c.oom && !b.r.oom) {
+                put(&e->fast, " && cube__iv_in(%s, %s)", b.c.p, len);
+                if (len_r)
+                        put(&e->grid, "%s%s", b.r.p, len_r);
+                e->grid_lost |= !len_r;
+                if (write && k >= 0) {
                         put(&e->fast, " && !cube__ctx->ro[%d]", k);
+                        put(&e->grid, " writable%d", k);
+                }
                 e->n_fast++;
         }
-        if (b.oom || e->fast.oom)
+        if (b.c.oom || b.r.oom || e->fast.oom || e->grid.oom)
                 f->oom = true;
-        free(b.p);
+        free(b.c.p);
+        free(b.r.p);
         return ok ? "cube__fast" : "0";
+}
+
+/* The bytes of an element of a guard's type (elem_type_name's). */
+static long long elem_bytes(const char *tn)
+{
+        static const struct { const char *name; long long bytes; } sizes[] = {
+                { "char", 1 }, { "signed char", 1 }, { "unsigned char", 1 }, { "short", 2 },
+                { "unsigned short", 2 }, { "int", 4 }, { "unsigned int", 4 }, { "float", 4 },
+                { "long", 8 }, { "unsigned long", 8 }, { "double", 8 },
+        };
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+                if (strcmp(sizes[i].name, tn) == 0)
+                        return sizes[i].bytes;
+        return 0;
 }
 
 /* fast_arg for an access through buffer parameter k the body never moves
@@ -1400,10 +1465,12 @@ static const char *fast_arg(fe *f, fe_entry *e, node *index, const char *len, in
 static const char *binding_fast_arg(fe *f, fe_entry *e, node *index, int k, const char *tn,
                                     bool write)
 {
-        char len[96];
+        char len[96], len_r[48];
+        long long bytes = elem_bytes(tn);
 
         snprintf(len, sizeof(len), "cube__ctx->bytes[%d] / sizeof(%s)", k, tn);
-        return fast_arg(f, e, index, len, k, write);
+        snprintf(len_r, sizeof(len_r), " inbinding%d:%lld", k, bytes);
+        return fast_arg(f, e, index, len, bytes ? len_r : NULL, k, write);
 }
 
 /* base[index]: a guarded load or store through a pointer, or a checked
@@ -1453,7 +1520,9 @@ static void on_subscript(fe *f, node *n)
                 }
                 snprintf(n_text, sizeof(n_text), "%lluu", len);
                 unsigned site = new_site(f, index->start, false, n_text, what);
-                const char *fast = fast_arg(f, entry_of(f, n), index, n_text, -1, false);
+                char len_r[40];
+                snprintf(len_r, sizeof(len_r), " inside%lld", len);
+                const char *fast = fast_arg(f, entry_of(f, n), index, n_text, len_r, -1, false);
                 add_edit(f, (unsigned) lb, 1, 0, "[cube__ix(cube__ctx, %uu, %lluu, (", site, len);
                 add_edit(f, rb, 1, 0, "), %s)]", fast);
                 return;
@@ -2361,6 +2430,119 @@ static bool entry_params(fe *f, fe_entry *e)
         return true;
 }
 
+/* Whether entry e gets a bare form, its test of every bound evaluated by
+ * the host over the whole grid (bounds.c) instead of by each cube at run
+ * time; if so, writes that test to the facts ("bounds ..."), each scalar
+ * parameter named by its word (param_r). A cube's branch on its own test
+ * keeps PoCL's loops over units from vectorizing, and a checked reduction
+ * ran 1.2x its unchecked time for it (docs/PERFORMANCE.md).
+ *
+ * Only where the copy is the same code: an entry that walks its cube
+ * itself (looped) has its test once per cube, outside the loop, already;
+ * a body with a preprocessor line could define, below the entry, what the
+ * copy would then read differently; __COUNTER__ counts on in the copy. */
+static bool bare_form(fe *f, const fe_entry *e, char (*param_r)[48], sbuf *facts)
+{
+        node *fn = e->fn;
+
+        if (e->looped || !e->n_fast || e->grid_lost || !e->grid.p || strstr(f->src, "__COUNTER__"))
+                return false;
+        for (unsigned i = fn->start; i < fn->end && i < f->len; i++)
+                if (f->src[i] == '#')
+                        return false;
+        sbuf line = { 0 };
+        put(&line, "bounds");
+        for (const char *t = e->grid.p; *t;) {
+                t += strspn(t, " ");
+                size_t n = strcspn(t, " ");
+                unsigned i;
+                int at = 0;
+                if (sscanf(t, "param%u%n", &i, &at) == 1 && (size_t) at == n) {
+                        if (i >= e->n_params || !param_r[i][0]) {
+                                free(line.p);
+                                return false;
+                        }
+                        put(&line, "%s", param_r[i]);
+                } else if (n) {
+                        put(&line, " %.*s", (int) n, t);
+                }
+                t += n;
+        }
+        if (line.oom) {
+                free(line.p);
+                f->oom = true;
+                return false;
+        }
+        put(facts, "%s\n", line.p);
+        free(line.p);
+        return true;
+}
+
+/* Replaces the first from in s, in place; s has room for to (no longer). */
+static bool replace_once(char *s, const char *from, const char *to)
+{
+        char *at = strstr(s, from);
+        size_t lf = strlen(from), lt = strlen(to);
+
+        if (!at || lt > lf)
+                return false;
+        memmove(at + lt, at + lf, strlen(at + lf) + 1);
+        memcpy(at, to, lt);
+        return true;
+}
+
+/* Writes entry e a second time right after itself, as CUBE__BARE_NAME(e)
+ * with its test of every bound taken as true, where the backend builds
+ * bare forms (CUBE__BARE): a launch the host has proved in bounds over its
+ * whole grid runs it (bounds.c). Right after, so that every macro reads as
+ * it did in the first; #line keeps the compiler's words on the user's
+ * lines. head is the entry's new head (rewrite_entry's). */
+static void bare_copy(fe *f, const fe_entry *e, node *body, const char *head)
+{
+        node *fn = e->fn;
+        char name[96], bare_name[96];
+        unsigned line, col, end_line;
+        sbuf copy = { 0 };
+
+        snprintf(name, sizeof(name), "CUBE__ENTRY_NAME(%s)", e->name);
+        snprintf(bare_name, sizeof(bare_name), "CUBE__BARE_NAME(%s) ", e->name);
+        char *h = strdup(head);
+        if (!h || !replace_once(h, name, bare_name) ||
+            !replace_once(h, "const int cube__bare = 0;", "const int cube__bare = 1;")) {
+                free(h);
+                f->oom |= !h;
+                return;
+        }
+        line_col(f, fn->start, &line, &col);
+        line_col(f, body->end, &end_line, &col);
+        put(&copy, "\n#if CUBE__CHECKED && CUBE__BARE\n#line %u \"%s.c\"\n%s", line, f->entry, h);
+        free(h);
+        /* The body with its edits, as apply_edits writes them. */
+        qsort(f->edits, f->n_edits, sizeof(*f->edits), edit_cmp);
+        unsigned at = body->start + 1;
+        for (size_t i = 0; i < f->n_edits; i++) {
+                edit *d = &f->edits[i];
+                if (d->at < body->start + 1 || d->at >= body->end)
+                        continue;
+                if (i > 0 && d->at == d[-1].at && d->cut == d[-1].cut &&
+                    d->order == d[-1].order && strcmp(d->text, d[-1].text) == 0)
+                        continue;
+                if (d->at < at || d->at + d->cut > body->end) {
+                        free(copy.p);   /* apply_edits refuses the source */
+                        return;
+                }
+                put(&copy, "%.*s%s", (int) (d->at - at), f->src + at, d->text);
+                at = d->at + d->cut;
+        }
+        put(&copy, "%.*s\n#endif\n#line %u \"%s.c\"\n", (int) (body->end - at), f->src + at,
+            end_line, f->entry);
+        if (copy.oom)
+                f->oom = true;
+        else
+                add_edit(f, body->end, 0, -2000000000, "%s", copy.p);
+        free(copy.p);
+}
+
 /* Rewrites the entry point's head: its buffers as the backend binds them,
  * the check context, its buffers' pointers and its scalars, on the line of
  * its opening brace so that every later line keeps its number. Writes the
@@ -2459,6 +2641,7 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                 put(&head, "cube__ctx->tmd[%u] = CUBE__TENSOR_MAP_PTR(%u); ", m, m);
         uint32_t in_group[CUBE__SCALAR_GROUPS] = { 0 };
         uint32_t k = 0;
+        char param_r[CUBE__FE_MAX_PARAMS][48] = { { 0 } };   /* a scalar, in bounds.c's words */
         for (unsigned i = 0; i < e->n_params; i++) {
                 node *p = e->params[i];
                 CXType t = clang_getCursorType(p->c);
@@ -2499,14 +2682,22 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                         uint64_t w = group_word[g], idx = in_group[g]++;
                         put(&head, "%s %s = SCALAR(%s, %llu, %llu); ", ty, name, ty,
                             (unsigned long long) w, (unsigned long long) idx);
+                        if (ty)
+                                snprintf(param_r[i], sizeof(param_r[i]), " scalar%d%c:%llu:%llu",
+                                         strstr(ty, "64") || strcmp(ty, "double") == 0 ? 8 : 4,
+                                         ty[0] == 'u' ? 'u' : 's', (unsigned long long) w,
+                                         (unsigned long long) idx);
                         put(facts, "scalar %d %s %s\n", (int) g, ty, name);
                 }
                 clang_disposeString(s);
         }
         /* The test of every bound at once: in a cube where it holds, each
-         * of those sites runs as an unchecked access would. */
-        put(&head, "%sconst int cube__fast = 1%s; (void) cube__fast; ",
-            e->looped ? "CUBE__UNITS_SETUP " : "", e->fast.p ? e->fast.p : "");
+         * of those sites runs as an unchecked access would. In the bare
+         * form (bare_copy) it holds by the host's word. */
+        bool bare = bare_form(f, e, param_r, facts);
+        put(&head, "%sconst int cube__bare = 0; const int cube__fast = cube__bare || (1%s); "
+            "(void) cube__fast; ", e->looped ? "CUBE__UNITS_SETUP " : "",
+            e->fast.p ? e->fast.p : "");
         if (e->looped) {
                 if (f->src[body->end - 1] != '}') {
                         free(head.p);
@@ -2522,6 +2713,8 @@ static void rewrite_entry(fe *f, const fe_entry *e, sbuf *facts, uint32_t *ret_n
                 return;
         }
         add_edit(f, fn->start, body->start + 1 - fn->start, 0, "%s", head.p);
+        if (bare)
+                bare_copy(f, e, body, head.p);
         free(head.p);
         *ret_nb = nb;
 }
@@ -2631,6 +2824,7 @@ static void fe_free(fe *f)
                 free(f->entries[i].read);
                 free(f->entries[i].written);
                 free(f->entries[i].fast.p);
+                free(f->entries[i].grid.p);
         }
         free(f->entries);
         for (unsigned i = 0; i < f->n_sites; i++) {

@@ -18,7 +18,7 @@
 
 /* Bump when the rewrite changes: it is part of every kernel's cache key, so
  * an artifact built from an older rewrite is never loaded. */
-#define CUBE__FRONTEND_VERSION "cube-frontend 7"
+#define CUBE__FRONTEND_VERSION "cube-frontend 8"
 
 /* The most parameters, sites and scalars one entry point may have: limits on
  * what a source controls. */
@@ -77,6 +77,10 @@ typedef struct cube__fe_scalar {
         cube__scalar_group group;
 } cube__fe_scalar;
 
+/* An entry point's test of every bound, in a form the host evaluates over
+ * a launch's whole grid (bounds.c). */
+typedef struct cube__fe_bounds cube__fe_bounds;
+
 typedef struct cube__fe_facts {
         uint32_t n_buffers;
         cube__fe_buffer *buffers;
@@ -86,6 +90,7 @@ typedef struct cube__fe_facts {
         bool uses_sync;
         uint32_t n_sites;
         char **sites;                   /* per guarded access: "LINE:COL what", for reports */
+        cube__fe_bounds *bounds;        /* NULL: the entry has no bare form */
 } cube__fe_facts;
 
 /* Parses the text form, for the entry point named entry (NULL: the first
@@ -131,6 +136,26 @@ void cube__fe_facts_free(cube__fe_facts *f);
 typedef struct cube__oob_record {
         uint64_t site_plus_one, index, length, flags;
 } cube__oob_record;
+
+/* What a launch gives the bounds to read: its grid, its own info words
+ * (the scalars, then meta and dynamic words from those offsets, in words),
+ * and per binding its length in bytes, CUBE__CHECK_READ_ONLY set for one
+ * the kernel may not write. */
+typedef struct cube__fe_grid {
+        uint32_t count[3], dim[3];
+        const uint64_t *info;
+        uint64_t n_info, meta, dyn;
+        const uint64_t *bindings;
+        uint32_t n_bindings;
+} cube__fe_grid;
+
+/* The facts' "bounds" text (len bytes, without the word itself) read, or
+ * NULL where it is not one (a bound the host cannot read is no bound). */
+cube__fe_bounds *cube__fe_bounds_parse(const char *text, size_t len);
+void cube__fe_bounds_free(cube__fe_bounds *b);
+/* Whether every access the bounds name lies in its binding or array in
+ * every cube of the launch g: then the entry's bare form may run it. */
+bool cube__fe_bounds_hold(const cube__fe_bounds *b, const cube__fe_grid *g);
 
 /* A person's account of an out-of-bounds record, for the launch's failure. */
 void cube__fe_describe_oob(const cube__fe_facts *f, const char *kernel,

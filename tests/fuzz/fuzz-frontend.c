@@ -9,7 +9,8 @@
  * line and a column of the entry's file, or says it is not C; it never
  * crashes, leaks, or answers nothing. The facts parser, fed the raw input
  * as if a compromised build process had written it, takes it or refuses it
- * and never crashes.
+ * and never crashes; bounds it takes (bounds.c) are evaluated over a grid
+ * whose words come from the input, without a sanitizer's report.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +19,24 @@
 #include "frontend.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Evaluates f's bounds, if any, over two grids, with the input's first
+ * bytes as the launch's words. */
+static void evaluate(const cube__fe_facts *f, const uint8_t *data, size_t size)
+{
+        uint64_t words[8] = { 0 }, bindings[4] = { 64, 1ull << 40, 0, CUBE__CHECK_READ_ONLY | 8 };
+        cube__fe_grid g = { .count = { 4, 2, 1 }, .dim = { 64, 1, 1 }, .info = words, .n_info = 8,
+                            .meta = 4, .dyn = 6, .bindings = bindings, .n_bindings = 4 };
+
+        if (!f || !f->bounds)
+                return;
+        memcpy(words, data, size < sizeof(words) ? size : sizeof(words));
+        (void) cube__fe_bounds_hold(f->bounds, &g);
+        g.count[0] = g.count[1] = g.count[2] = 65536;
+        g.dim[2] = 1024;
+        words[0] = ~0ull;
+        (void) cube__fe_bounds_hold(f->bounds, &g);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -31,7 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!entry || !source)
                 abort();
 
-        cube__fe_facts_free(cube__fe_facts_parse(source, NULL));
+        cube__fe_facts *raw = cube__fe_facts_parse(source, NULL);
+        evaluate(raw, data, size);
+        cube__fe_facts_free(raw);
         cube__fe_facts_free(cube__fe_facts_parse(source, "k"));
         if (strlen(entry) > 0 && strlen(entry) <= 63 && !strchr(entry, '/')) {
                 switch (cube__frontend_run(source, entry, &checked, &facts, &why)) {
@@ -39,6 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         cube__fe_facts *f = cube__fe_facts_parse(facts, entry);
                         if (!checked || !f || why || !strstr(checked, "#define CUBE__NB"))
                                 abort();
+                        evaluate(f, data, size);
                         cube__fe_facts_free(f);
                         break;
                 }
