@@ -247,7 +247,7 @@ END_TEST
 /* The bare form is the entry written again right after itself, under the
  * backend's CUBE__BARE, with its test taken as true; it is not written
  * where the copy could read differently from the first (a preprocessor
- * line in the body, __COUNTER__) or has nothing to gain (an entry that
+ * line in the body) or has nothing to gain (an entry that
  * walks its cube itself, no bound). */
 START_TEST(the_bare_form_is_written_only_where_it_is_the_same_code)
 {
@@ -255,8 +255,6 @@ START_TEST(the_bare_form_is_written_only_where_it_is_the_same_code)
                 { reduce_source, "reduce", true },
                 { "KERNEL void d(uint32_t *out, INFO)\n{\n        sync_cube();\n"
                   "#define AT 0u\n        out[AT] = 1u;\n}\n", "d", false },
-                { "#define AT __COUNTER__\nKERNEL void n(uint32_t *out, INFO)\n{\n"
-                  "        sync_cube();\n        out[AT] = 1u;\n}\n", "n", false },
                 { "KERNEL void l(uint32_t *out, INFO)\n{\n        out[ABSOLUTE_POS] = 1u;\n}\n",
                   "l", false },
                 { "KERNEL void u(uint32_t *out, INFO)\n{\n        sync_cube();\n"

@@ -473,6 +473,30 @@ START_TEST(one_devices_spellings_are_refused_with_the_dialects)
 }
 END_TEST
 
+/* The compiler's own names mean one thing where the front end reads the
+ * source and another where the kernel runs: a bound read from one would
+ * let the index that runs past its binding unguarded (out[201112 -
+ * __STDC_VERSION__] is out[0] to the parse and out[11211] on PoCL). */
+START_TEST(the_compilers_own_names_are_refused)
+{
+        static const struct { const char *source, *name; } cases[] = {
+                { "KERNEL void spell(const uint32_t *in, uint32_t *out)\n"
+                  "{\n        out[201112u - __STDC_VERSION__] = in[0];\n}\n", "__STDC_VERSION__" },
+                { "KERNEL void spell(const uint32_t *in, uint32_t *out)\n"
+                  "{\n        out[sizeof(__func__) - 6u] = in[0];\n}\n", "__func__" },
+                { "#define DIGITS __LDBL_MANT_DIG__\n"
+                  "KERNEL void spell(const uint32_t *in, uint32_t *out)\n"
+                  "{\n        out[DIGITS - 64u] = in[0];\n}\n", "__LDBL_MANT_DIG__" },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const char *why = attack(D.socket, cases[i].source, "spell", 0, REFUSED);
+                ck_assert_msg(strstr(why, cases[i].name) && strstr(why, "spell.c:"),
+                              "case %zu does not name %s: %s", i, cases[i].name, why);
+        }
+}
+END_TEST
+
 START_TEST(the_fp64_pragma_is_accepted)
 {
         static const char source[] =
@@ -856,6 +880,7 @@ static Suite *isolation_suite(void)
         tcase_add_test(hostile, vector_builtins_and_vector_pointers_are_refused);
         tcase_add_test(hostile, atomics_on_raw_addresses_are_refused);
         tcase_add_test(hostile, one_devices_spellings_are_refused_with_the_dialects);
+        tcase_add_test(hostile, the_compilers_own_names_are_refused);
         tcase_add_test(hostile, a_read_only_import_stays_read_only);
         tcase_add_test(hostile, info_words_past_the_launchs_own_read_as_zero_and_fail_it);
         tcase_add_test(hostile, a_store_far_outside_device_memory_fails_only_its_launch);

@@ -2244,6 +2244,15 @@ static void check_tokens(fe *f)
                         if (strcmp(t, foreign[j].name) == 0 && (keyword || called))
                                 refuse(f, off, "'%s' belongs to one device's language; the "
                                        "dialect says %s", t, foreign[j].instead);
+                /* The compiler's own names: the parse's compiler defines
+                 * them for its target, each device's compiler for its own
+                 * (__STDC_VERSION__ is 201112 here and 199901 on PoCL,
+                 * __func__ names the entry as the backend renames it), so a
+                 * bound read from one would not be the index that runs. */
+                if (t[0] == '_' && t[1] == '_' && strcmp(t, "__VA_ARGS__") != 0)
+                        refuse(f, off, "'%s': names beginning with __ are the compiler's own, "
+                               "and need not mean where the kernel runs what they mean where "
+                               "it is checked; write the value out", t);
                 clang_disposeString(s);
         }
         clang_disposeTokens(f->tu, toks, n);
@@ -2440,12 +2449,13 @@ static bool entry_params(fe *f, fe_entry *e)
  * Only where the copy is the same code: an entry that walks its cube
  * itself (looped) has its test once per cube, outside the loop, already;
  * a body with a preprocessor line could define, below the entry, what the
- * copy would then read differently; __COUNTER__ counts on in the copy. */
+ * copy would then read differently (__COUNTER__, which would count on in
+ * the copy, is refused with the compiler's other names: check_tokens). */
 static bool bare_form(fe *f, const fe_entry *e, char (*param_r)[48], sbuf *facts)
 {
         node *fn = e->fn;
 
-        if (e->looped || !e->n_fast || e->grid_lost || !e->grid.p || strstr(f->src, "__COUNTER__"))
+        if (e->looped || !e->n_fast || e->grid_lost || !e->grid.p)
                 return false;
         for (unsigned i = fn->start; i < fn->end && i < f->len; i++)
                 if (f->src[i] == '#')
