@@ -1541,7 +1541,10 @@ END_TEST
  * queue takes to drain.
  * ------------------------------------------------------------------------- */
 
-#define FAIR_LAUNCHES 200000
+/* More than any machine sends in the flood's 2 s: it is the clock that
+ * ends the flood. 200,000 took 0.3-0.9 s to send and drain on a 2-vCPU
+ * EPYC, too short a queue to be ten times B's wait. */
+#define FAIR_LAUNCHES 20000000
 
 typedef struct flooder {
         cube_client *c;
