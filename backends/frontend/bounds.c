@@ -42,7 +42,6 @@ typedef struct bounds_op {
 
 struct cube__fe_bounds {
         uint32_t n;
-        uint32_t depth;         /* the most values the stack holds */
         bounds_op ops[];
 };
 
@@ -241,7 +240,7 @@ static bool parse_op(const char *p, const char *end, bounds_op *o, int *ret_pops
 cube__fe_bounds *cube__fe_bounds_parse(const char *text, size_t len)
 {
         const char *p = text, *end = text + len;
-        uint32_t n = 0, depth = 0, most = 0;
+        uint32_t n = 0, depth = 0;
 
         for (const char *q = p; q < end; q++)
                 n += *q == ' ';
@@ -265,7 +264,6 @@ cube__fe_bounds *cube__fe_bounds_parse(const char *text, size_t len)
                 depth += (uint32_t) pushes - (uint32_t) pops;
                 if (depth > BOUNDS_MAX_DEPTH)
                         goto bad;
-                most = depth > most ? depth : most;
                 /* The front end fits a value to each type it passes
                  * through; a fit to the range just fitted does nothing. */
                 bounds_op *o = &b->ops[b->n];
@@ -277,7 +275,6 @@ cube__fe_bounds *cube__fe_bounds_parse(const char *text, size_t len)
         /* Every range ends in a test: nothing is left on the stack. */
         if (depth != 0 || b->n == 0)
                 goto bad;
-        b->depth = most;
         return b;
 bad:
         free(b);
